@@ -1,0 +1,415 @@
+//! The built-in `echo` agent: deterministic, and able to walk every part of the task
+//! lifecycle on request, for demos, health checks and conformance testing.
+//!
+//! What it does is chosen, in order, by:
+//! 1. a messageId prefix of the A2A TCK test agent (`tck-...`, `test-resubscribe-...`);
+//! 2. `metadata.echo.mode` (`delay` with `seconds`, `input`, `fail`, `reject`, `message`);
+//! 3. a leading command in the text: `/delay <secs> <text>`, `/input <question>`, `/fail`,
+//!    `/reject`, `/message <text>`;
+//! 4. otherwise it echoes the text back as an artifact named "echo".
+
+use std::time::Duration;
+
+use base64::Engine;
+use futures_util::future::BoxFuture;
+use serde_json::json;
+
+use super::{AgentBackend, BackendError, EventSink, Execution};
+use crate::config::EchoConfig;
+use crate::protocol::model::{Artifact, Message, Part, PartContent, TaskState};
+
+/// Upper bound on `/delay`, so a typo cannot park a worker for a day.
+const MAX_DELAY_SECS: f64 = 3600.0;
+const ARTIFACT_ID: &str = "echo";
+
+pub struct EchoBackend {
+    config: EchoConfig,
+}
+
+impl EchoBackend {
+    pub fn new(config: EchoConfig) -> EchoBackend {
+        EchoBackend { config }
+    }
+}
+
+impl AgentBackend for EchoBackend {
+    fn execute(&self, exec: Execution) -> BoxFuture<'static, Result<(), BackendError>> {
+        let chunk_delay = Duration::from_millis(self.config.chunk_delay_ms);
+        Box::pin(run(exec, chunk_delay))
+    }
+}
+
+/// What the echo agent was asked to do.
+#[derive(Debug, Clone, PartialEq)]
+enum Behaviour {
+    Echo(String),
+    Delay(Duration, String),
+    Input(String),
+    Fail(String),
+    Reject,
+    Message(String),
+    Tck(Tck),
+}
+
+/// The TCK's test-agent conventions, keyed by messageId prefix.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Tck {
+    CompleteTask,
+    InputRequired,
+    ArtifactText,
+    ArtifactFile,
+    ArtifactFileUrl,
+    ArtifactData,
+    MessageResponse,
+    RejectTask,
+    StreamChunkedFile,
+    StreamStraightToCompleted,
+    Stream,
+    Resubscribe,
+}
+
+/// Longest prefix first, so `tck-artifact-file-url` is not taken for `tck-artifact-file`.
+const TCK_PREFIXES: &[(&str, Tck)] = &[
+    ("tck-stream-artifact-file-chunked", Tck::StreamChunkedFile),
+    ("test-resubscribe-message-id", Tck::Resubscribe),
+    ("tck-artifact-file-url", Tck::ArtifactFileUrl),
+    ("tck-message-response", Tck::MessageResponse),
+    ("tck-input-required", Tck::InputRequired),
+    ("tck-artifact-file", Tck::ArtifactFile),
+    ("tck-artifact-text", Tck::ArtifactText),
+    ("tck-artifact-data", Tck::ArtifactData),
+    ("tck-complete-task", Tck::CompleteTask),
+    ("tck-reject-task", Tck::RejectTask),
+    ("tck-stream-002", Tck::StreamStraightToCompleted),
+    ("tck-stream-", Tck::Stream),
+];
+
+fn choose(message: &Message) -> Behaviour {
+    if let Some((_, tck)) = TCK_PREFIXES
+        .iter()
+        .find(|(prefix, _)| message.message_id.starts_with(prefix))
+    {
+        return Behaviour::Tck(*tck);
+    }
+    let text = message.text();
+    if let Some(mode) = metadata_mode(message, &text) {
+        return mode;
+    }
+    parse_command(&text)
+}
+
+fn metadata_mode(message: &Message, text: &str) -> Option<Behaviour> {
+    let echo = message.metadata.as_ref()?.get("echo")?;
+    let mode = echo.get("mode")?.as_str()?;
+    Some(match mode {
+        "delay" => {
+            let secs = echo.get("seconds").and_then(|s| s.as_f64()).unwrap_or(1.0);
+            Behaviour::Delay(delay(secs), text.to_string())
+        }
+        "input" | "input-required" => Behaviour::Input(text.to_string()),
+        "fail" => Behaviour::Fail(text.to_string()),
+        "reject" => Behaviour::Reject,
+        "message" => Behaviour::Message(text.to_string()),
+        _ => Behaviour::Echo(text.to_string()),
+    })
+}
+
+fn delay(secs: f64) -> Duration {
+    Duration::from_secs_f64(if secs.is_finite() {
+        secs.clamp(0.0, MAX_DELAY_SECS)
+    } else {
+        0.0
+    })
+}
+
+fn parse_command(text: &str) -> Behaviour {
+    let trimmed = text.trim_start();
+    let (command, rest) = match trimmed.split_once(char::is_whitespace) {
+        Some((c, r)) => (c, r.trim_start()),
+        None => (trimmed, ""),
+    };
+    match command {
+        "/delay" => {
+            let (secs, rest) = match rest.split_once(char::is_whitespace) {
+                Some((s, r)) => (s, r.trim_start()),
+                None => (rest, ""),
+            };
+            match secs.parse::<f64>() {
+                Ok(s) => Behaviour::Delay(delay(s), rest.to_string()),
+                Err(_) => Behaviour::Echo(text.to_string()),
+            }
+        }
+        "/input" => Behaviour::Input(rest.to_string()),
+        "/fail" => Behaviour::Fail(rest.to_string()),
+        "/reject" => Behaviour::Reject,
+        "/message" => Behaviour::Message(rest.to_string()),
+        _ => Behaviour::Echo(text.to_string()),
+    }
+}
+
+fn artifact(parts: Vec<Part>) -> Artifact {
+    Artifact {
+        artifact_id: ARTIFACT_ID.into(),
+        name: Some("echo".into()),
+        description: None,
+        parts,
+        metadata: None,
+        extensions: Vec::new(),
+    }
+}
+
+fn file_part(content: PartContent) -> Part {
+    Part {
+        content,
+        metadata: None,
+        filename: Some("output.txt".into()),
+        media_type: Some("text/plain".into()),
+    }
+}
+
+/// Splits text into up to three chunks at word boundaries; concatenated, they are the text.
+fn chunks(text: &str) -> Vec<&str> {
+    let words: Vec<usize> = text
+        .split_inclusive(char::is_whitespace)
+        .scan(0, |end, w| {
+            *end += w.len();
+            Some(*end)
+        })
+        .collect();
+    if words.len() <= 1 {
+        return vec![text];
+    }
+    let n = words.len();
+    let pieces = n.min(3);
+    let mut out = Vec::with_capacity(pieces);
+    let mut start = 0;
+    for i in 1..=pieces {
+        let end = if i == pieces {
+            text.len()
+        } else {
+            words[i * n / pieces - 1]
+        };
+        out.push(&text[start..end]);
+        start = end;
+    }
+    out
+}
+
+async fn echo_text(
+    sink: &mut EventSink,
+    text: &str,
+    streaming: bool,
+    chunk_delay: Duration,
+) -> Result<(), BackendError> {
+    if streaming {
+        sink.status(TaskState::Working, None).await?;
+        let pieces = chunks(text);
+        let last = pieces.len() - 1;
+        for (i, piece) in pieces.into_iter().enumerate() {
+            if i > 0 && !chunk_delay.is_zero() {
+                tokio::time::sleep(chunk_delay).await;
+            }
+            sink.artifact(artifact(vec![Part::text(piece)]), i > 0, i == last)
+                .await?;
+        }
+    } else {
+        sink.artifact(artifact(vec![Part::text(text)]), false, true)
+            .await?;
+    }
+    sink.status(TaskState::Completed, None).await?;
+    Ok(())
+}
+
+async fn run(exec: Execution, chunk_delay: Duration) -> Result<(), BackendError> {
+    let Execution {
+        message,
+        streaming,
+        mut events,
+        cancel,
+        ..
+    } = exec;
+    let sink = &mut events;
+    let wait = |d: Duration| {
+        let cancel = cancel.clone();
+        async move {
+            tokio::select! {
+                _ = tokio::time::sleep(d) => true,
+                _ = cancel.cancelled() => false,
+            }
+        }
+    };
+    match choose(&message) {
+        Behaviour::Echo(text) => echo_text(sink, &text, streaming, chunk_delay).await?,
+        Behaviour::Delay(d, text) => {
+            sink.status(TaskState::Working, None).await?;
+            if wait(d).await {
+                echo_text(sink, &text, streaming, chunk_delay).await?;
+            }
+        }
+        Behaviour::Input(question) => {
+            let question = if question.is_empty() {
+                "What should I echo?".to_string()
+            } else {
+                question
+            };
+            sink.status(TaskState::Working, None).await?;
+            sink.status(
+                TaskState::InputRequired,
+                Some(Message::agent_text(question)),
+            )
+            .await?;
+        }
+        Behaviour::Fail(reason) => {
+            let reason = if reason.is_empty() {
+                "failure requested".to_string()
+            } else {
+                reason
+            };
+            sink.status(TaskState::Working, None).await?;
+            sink.status(TaskState::Failed, Some(Message::agent_text(reason)))
+                .await?;
+        }
+        Behaviour::Reject => {
+            sink.status(
+                TaskState::Rejected,
+                Some(Message::agent_text("rejected on request")),
+            )
+            .await?;
+        }
+        Behaviour::Message(text) => sink.reply(Message::agent_text(text)).await?,
+        Behaviour::Tck(tck) => run_tck(sink, tck, &wait).await?,
+    }
+    Ok(())
+}
+
+async fn run_tck<W, F>(sink: &mut EventSink, tck: Tck, wait: &W) -> Result<(), BackendError>
+where
+    W: Fn(Duration) -> F,
+    F: std::future::Future<Output = bool>,
+{
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let complete_with = |parts: Vec<Part>| (artifact(parts), TaskState::Completed);
+    let finish = match tck {
+        Tck::CompleteTask => {
+            sink.status(
+                TaskState::Completed,
+                Some(Message::agent_text("Hello from TCK")),
+            )
+            .await?;
+            return Ok(());
+        }
+        Tck::InputRequired => {
+            sink.status(
+                TaskState::InputRequired,
+                Some(Message::agent_text("Please provide more input")),
+            )
+            .await?;
+            return Ok(());
+        }
+        Tck::MessageResponse => {
+            sink.reply(Message::agent_text("Direct message response"))
+                .await?;
+            return Ok(());
+        }
+        Tck::RejectTask => {
+            sink.status(
+                TaskState::Rejected,
+                Some(Message::agent_text("Task rejected")),
+            )
+            .await?;
+            return Ok(());
+        }
+        Tck::StreamStraightToCompleted => {
+            sink.status(TaskState::Completed, None).await?;
+            return Ok(());
+        }
+        Tck::Resubscribe => {
+            sink.status(TaskState::Working, None).await?;
+            if wait(Duration::from_secs(4)).await {
+                sink.status(TaskState::Completed, None).await?;
+            }
+            return Ok(());
+        }
+        Tck::StreamChunkedFile => {
+            sink.status(TaskState::Working, None).await?;
+            let chunk = |s: &str| artifact(vec![file_part(PartContent::Raw(b64(s)))]);
+            sink.artifact(chunk("chunk one, "), false, false).await?;
+            sink.artifact(chunk("chunk two"), true, true).await?;
+            sink.status(TaskState::Completed, None).await?;
+            return Ok(());
+        }
+        Tck::Stream => {
+            sink.status(TaskState::Working, None).await?;
+            complete_with(vec![Part::text("Stream content")])
+        }
+        Tck::ArtifactText => complete_with(vec![Part::text("Generated text content")]),
+        Tck::ArtifactFile => complete_with(vec![file_part(PartContent::Raw(b64(
+            "Generated file content",
+        )))]),
+        Tck::ArtifactFileUrl => complete_with(vec![file_part(PartContent::Url(
+            "https://example.com/output.txt".into(),
+        ))]),
+        Tck::ArtifactData => complete_with(vec![Part {
+            content: PartContent::Data(json!({"key": "value", "count": 42})),
+            metadata: None,
+            filename: None,
+            media_type: Some("application/json".into()),
+        }]),
+    };
+    let (art, state) = finish;
+    sink.artifact(art, false, true).await?;
+    sink.status(state, None).await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_reassemble_exactly() {
+        for text in [
+            "one two three four five six",
+            "a b",
+            "single",
+            "",
+            "  lead  x y z ",
+        ] {
+            let c = chunks(text);
+            assert_eq!(c.concat(), text);
+            assert!(c.len() <= 3);
+        }
+        assert_eq!(
+            chunks("one two three four five six"),
+            vec!["one two ", "three four ", "five six"]
+        );
+    }
+
+    #[test]
+    fn commands_parse() {
+        assert_eq!(
+            parse_command("/delay 2 hi there"),
+            Behaviour::Delay(Duration::from_secs(2), "hi there".into())
+        );
+        assert_eq!(
+            parse_command("/input Name?"),
+            Behaviour::Input("Name?".into())
+        );
+        assert_eq!(
+            parse_command("/delay x"),
+            Behaviour::Echo("/delay x".into())
+        );
+        assert_eq!(parse_command("hello"), Behaviour::Echo("hello".into()));
+    }
+
+    #[test]
+    fn longest_tck_prefix_wins() {
+        let mut m = Message::agent_text("x");
+        m.message_id = "tck-artifact-file-url-123".into();
+        assert_eq!(choose(&m), Behaviour::Tck(Tck::ArtifactFileUrl));
+        m.message_id = "tck-stream-002-x".into();
+        assert_eq!(choose(&m), Behaviour::Tck(Tck::StreamStraightToCompleted));
+        m.message_id = "tck-stream-001".into();
+        assert_eq!(choose(&m), Behaviour::Tck(Tck::Stream));
+    }
+}

@@ -1,0 +1,114 @@
+//! Agents: the backend seam, the per-agent actor in front of each backend, and the registry.
+//!
+//! A backend only turns one user message into task events through an [`EventSink`]; task
+//! ids, storage, ordering, concurrency and fan-out are the gateway's business, so every
+//! backend gets them identically.
+
+mod actor;
+pub mod echo;
+mod sink;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use tokio_util::sync::CancellationToken;
+
+pub use actor::{ActorLimits, AgentActor};
+pub use sink::{EventSink, SinkClosed};
+
+use crate::config::{AgentDef, BackendSpec};
+use crate::protocol::model::{Message, Task};
+
+/// One unit of work for a backend.
+pub struct Execution {
+    /// The user's message, with `taskId` and `contextId` filled in.
+    pub message: Message,
+    /// The task being continued (e.g. after input-required), as it was when work began.
+    pub task: Option<Task>,
+    /// Whether the caller streams; backends may chunk output more finely then.
+    pub streaming: bool,
+    pub events: EventSink,
+    /// Fires when the task is canceled; the backend should stop promptly.
+    pub cancel: CancellationToken,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// Shown to the caller in the failed task's status message.
+    #[error("{0}")]
+    Failed(String),
+    #[error("the task was closed while the agent was still producing output")]
+    SinkClosed(#[from] SinkClosed),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AgentHealth {
+    Healthy,
+    Unhealthy,
+}
+
+pub trait AgentBackend: Send + Sync + 'static {
+    fn execute(&self, exec: Execution) -> BoxFuture<'static, Result<(), BackendError>>;
+
+    fn health(&self) -> AgentHealth {
+        AgentHealth::Healthy
+    }
+}
+
+/// A configured agent: its definition, its backend and the actor in front of it.
+pub struct Agent {
+    pub name: Arc<str>,
+    pub def: AgentDef,
+    pub backend: Arc<dyn AgentBackend>,
+    pub actor: AgentActor,
+}
+
+impl Agent {
+    pub fn new(def: AgentDef, limits: ActorLimits) -> Agent {
+        let backend: Arc<dyn AgentBackend> = match &def.backend {
+            BackendSpec::Echo(cfg) => Arc::new(echo::EchoBackend::new(cfg.clone())),
+        };
+        Agent {
+            name: Arc::from(def.name.as_str()),
+            actor: AgentActor::new(def.name.clone(), limits),
+            def,
+            backend,
+        }
+    }
+}
+
+/// All agents, by name, in sorted order.
+pub struct Registry {
+    agents: BTreeMap<String, Arc<Agent>>,
+    default_agent: Option<String>,
+}
+
+impl Registry {
+    pub fn new(agents: Vec<Agent>, default_agent: Option<String>) -> Registry {
+        Registry {
+            agents: agents
+                .into_iter()
+                .map(|a| (a.def.name.clone(), Arc::new(a)))
+                .collect(),
+            default_agent,
+        }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<Agent>> {
+        self.agents.get(name)
+    }
+
+    pub fn default_agent(&self) -> Option<&Arc<Agent>> {
+        self.default_agent.as_deref().and_then(|n| self.get(n))
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.agents.keys().cloned().collect()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Agent>> {
+        self.agents.values()
+    }
+}

@@ -1,0 +1,214 @@
+//! The one way a backend reports progress. Every event is stored, published to subscribers
+//! and forwarded to the caller that started the execution, in that order.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use crate::error::GatewayError;
+use crate::protocol::model::{
+    Artifact, Message, StreamItem, Task, TaskArtifactUpdateEvent, TaskEvent, TaskState, TaskStatus,
+    TaskStatusUpdateEvent,
+};
+use crate::tasks::{Applied, StoreError, Tasks};
+
+/// The task is finished (canceled, say) or could not be stored; the backend should stop.
+#[derive(Debug, thiserror::Error)]
+#[error("task is closed")]
+pub struct SinkClosed;
+
+/// What the caller of an execution receives, in order.
+pub type CallerItem = Result<StreamItem, GatewayError>;
+
+/// How far an execution got; shared with the runtime so it can finish the job after the
+/// backend (and with it the sink) is gone.
+#[derive(Clone, Default)]
+pub struct SinkProbe(Arc<AtomicU8>);
+
+const PENDING: u8 = 0;
+const HAS_TASK: u8 = 1;
+const REPLIED: u8 = 2;
+
+impl SinkProbe {
+    /// The backend answered with neither a task event nor a Message.
+    pub fn unanswered(&self) -> bool {
+        self.0.load(Ordering::Acquire) == PENDING
+    }
+
+    pub fn has_task(&self) -> bool {
+        self.0.load(Ordering::Acquire) == HAS_TASK
+    }
+
+    fn set(&self, phase: u8) {
+        self.0.store(phase, Ordering::Release);
+    }
+
+    fn get(&self) -> u8 {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+pub struct EventSink {
+    tasks: Arc<Tasks>,
+    agent: Arc<str>,
+    task_id: String,
+    context_id: String,
+    /// The user message of a new task. The task is only created when the backend first
+    /// reports on it, because a backend may answer with a plain Message instead.
+    pending: Option<Message>,
+    phase: SinkProbe,
+    caller: Option<mpsc::Sender<CallerItem>>,
+}
+
+impl EventSink {
+    /// A sink for a new task (`pending` holds its first message) or an existing one.
+    pub(crate) fn new(
+        tasks: Arc<Tasks>,
+        agent: Arc<str>,
+        task_id: String,
+        context_id: String,
+        pending: Option<Message>,
+        caller: mpsc::Sender<CallerItem>,
+    ) -> (EventSink, SinkProbe) {
+        let phase = SinkProbe::default();
+        if pending.is_none() {
+            phase.set(HAS_TASK);
+        }
+        let sink = EventSink {
+            tasks,
+            agent,
+            task_id,
+            context_id,
+            pending,
+            phase: phase.clone(),
+            caller: Some(caller),
+        };
+        (sink, phase)
+    }
+
+    pub fn task_id(&self) -> &str {
+        &self.task_id
+    }
+
+    pub fn context_id(&self) -> &str {
+        &self.context_id
+    }
+
+    /// Whether a task exists for this execution (false until the first task event of a
+    /// new task, and after a Message reply).
+    pub fn has_task(&self) -> bool {
+        self.phase.has_task()
+    }
+
+    /// Sends to the caller; a caller that went away (non-blocking send answered, client
+    /// disconnected) stops receiving but the work goes on.
+    async fn forward(&mut self, item: CallerItem) {
+        if let Some(tx) = &self.caller {
+            if tx.send(item).await.is_err() {
+                self.caller = None;
+            }
+        }
+    }
+
+    async fn ensure_task(&mut self) -> Result<(), SinkClosed> {
+        match self.phase.get() {
+            HAS_TASK => return Ok(()),
+            REPLIED => return Err(SinkClosed),
+            _ => {}
+        }
+        let Some(message) = self.pending.take() else {
+            return Err(SinkClosed);
+        };
+        let task = Task {
+            id: self.task_id.clone(),
+            context_id: self.context_id.clone(),
+            status: TaskStatus::now(TaskState::Submitted, None),
+            artifacts: Vec::new(),
+            history: vec![message],
+            metadata: None,
+        };
+        match self.tasks.create(self.agent.clone(), task.clone()) {
+            Ok(()) => {
+                self.phase.set(HAS_TASK);
+                self.forward(Ok(StreamItem::Task(task))).await;
+                Ok(())
+            }
+            Err(e) => {
+                self.phase.set(REPLIED);
+                let err = match e {
+                    StoreError::Full(_) => GatewayError::AgentBusy(self.agent.to_string()),
+                    other => GatewayError::Internal(other.to_string()),
+                };
+                self.forward(Err(err)).await;
+                Err(SinkClosed)
+            }
+        }
+    }
+
+    async fn emit(&mut self, event: TaskEvent) -> Result<(), SinkClosed> {
+        self.ensure_task().await?;
+        match self.tasks.apply(&self.task_id, &event) {
+            Applied::Yes => {
+                self.forward(Ok(event.into())).await;
+                Ok(())
+            }
+            Applied::TaskFinished | Applied::NotFound => Err(SinkClosed),
+        }
+    }
+
+    /// Moves the task to `state`, with an optional agent message (kept in the history).
+    pub async fn status(
+        &mut self,
+        state: TaskState,
+        message: Option<Message>,
+    ) -> Result<(), SinkClosed> {
+        let message = message.map(|mut m| {
+            m.task_id = Some(self.task_id.clone());
+            m.context_id = Some(self.context_id.clone());
+            m
+        });
+        let event = TaskEvent::Status(TaskStatusUpdateEvent {
+            task_id: self.task_id.clone(),
+            context_id: self.context_id.clone(),
+            status: TaskStatus::now(state, message),
+            metadata: None,
+        });
+        self.emit(event).await
+    }
+
+    /// Adds or extends an artifact.
+    pub async fn artifact(
+        &mut self,
+        artifact: Artifact,
+        append: bool,
+        last_chunk: bool,
+    ) -> Result<(), SinkClosed> {
+        let event = TaskEvent::Artifact(TaskArtifactUpdateEvent {
+            task_id: self.task_id.clone(),
+            context_id: self.context_id.clone(),
+            artifact,
+            append,
+            last_chunk,
+            metadata: None,
+        });
+        self.emit(event).await
+    }
+
+    /// Answers with a plain Message and no task. Once a task exists, a reply becomes the
+    /// message of a completed status instead, since A2A has no other place for it.
+    pub async fn reply(&mut self, mut message: Message) -> Result<(), SinkClosed> {
+        match self.phase.get() {
+            HAS_TASK => return self.status(TaskState::Completed, Some(message)).await,
+            REPLIED => return Err(SinkClosed),
+            _ => {
+                self.pending = None;
+                self.phase.set(REPLIED);
+            }
+        }
+        message.context_id = Some(self.context_id.clone());
+        message.task_id = None;
+        self.forward(Ok(StreamItem::Message(message))).await;
+        Ok(())
+    }
+}

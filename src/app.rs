@@ -1,0 +1,87 @@
+//! Building and running the server; shared by `main` and the tests, which bind port 0.
+
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::dev::{Server, ServerHandle};
+use actix_web::{web, App, HttpServer};
+use tracing_actix_web::TracingLogger;
+
+use crate::agents::{ActorLimits, Agent, Registry};
+use crate::config::Settings;
+use crate::http::{routes, AppState};
+use crate::service::A2aService;
+use crate::tasks::{MemoryTaskStore, Tasks};
+
+pub struct Application {
+    port: u16,
+    server: Server,
+}
+
+/// Wires the agents, the task store and the service from validated settings.
+pub fn build_state(settings: Settings) -> AppState {
+    let Settings { gateway, agents } = settings;
+    let limits = &gateway.limits;
+    let agents = agents
+        .into_iter()
+        .map(|def| {
+            let actor_limits = ActorLimits {
+                mailbox: def.mailbox.unwrap_or(limits.agent_mailbox),
+                max_concurrency: def.max_concurrency.unwrap_or(limits.agent_max_concurrency),
+            };
+            Agent::new(def, actor_limits)
+        })
+        .collect();
+    let registry = Registry::new(agents, gateway.default_agent_name().map(str::to_string));
+    let tasks = Arc::new(Tasks::new(Arc::new(MemoryTaskStore::new(limits.max_tasks))));
+    AppState {
+        registry,
+        service: A2aService::new(tasks),
+        config: gateway,
+    }
+}
+
+impl Application {
+    /// Binds the configured host and port (port 0 picks a free one).
+    pub fn build(settings: Settings) -> std::io::Result<Application> {
+        let server = &settings.gateway.server;
+        let listener = TcpListener::bind((server.host.as_str(), server.port))?;
+        Application::with_listener(settings, listener)
+    }
+
+    pub fn with_listener(
+        settings: Settings,
+        listener: TcpListener,
+    ) -> std::io::Result<Application> {
+        let port = listener.local_addr()?.port();
+        let workers = settings.gateway.server.workers;
+        let state = web::Data::new(build_state(settings));
+        let mut http = HttpServer::new(move || {
+            App::new()
+                .app_data(state.clone())
+                .wrap(TracingLogger::default())
+                .configure(routes)
+        })
+        // Slow clients cannot hold a worker: headers must arrive within this time.
+        .client_request_timeout(Duration::from_secs(10))
+        .shutdown_timeout(5);
+        if workers > 0 {
+            http = http.workers(workers);
+        }
+        let server = http.listen(listener)?.run();
+        Ok(Application { port, server })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn handle(&self) -> ServerHandle {
+        self.server.handle()
+    }
+
+    pub async fn run_until_stopped(self) -> std::io::Result<()> {
+        self.server.await
+    }
+}

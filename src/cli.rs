@@ -1,0 +1,168 @@
+//! The command line: `serve` and `check`. Flags fall back to `A2A_GATEWAY_*` environment
+//! variables, then to `gateway.toml`, then to defaults.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::app::Application;
+use crate::card::agent_path;
+use crate::config::{self, Settings};
+
+/// Exit status for an invalid configuration (EX_USAGE), as supervisors expect.
+const EXIT_BAD_CONFIG: u8 = 64;
+
+#[derive(Parser)]
+#[command(
+    name = "a2a-gateway",
+    version,
+    about = "One front door for many A2A agents"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start the gateway.
+    Serve(ServeArgs),
+    /// Validate gateway.toml and agents.d/, printing every error as file:line:col: message.
+    Check(ConfigArgs),
+}
+
+#[derive(Args)]
+struct ConfigArgs {
+    /// Gateway settings file [default: gateway.toml if it exists]
+    #[arg(long, env = "A2A_GATEWAY_CONFIG")]
+    config: Option<PathBuf>,
+    /// Directory of agent definitions, one *.toml per agent
+    #[arg(long, env = "A2A_GATEWAY_AGENTS_DIR", default_value = "agents.d")]
+    agents_dir: PathBuf,
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    #[command(flatten)]
+    config: ConfigArgs,
+    /// Address to listen on [default: server.host in gateway.toml, else 127.0.0.1]
+    #[arg(long, env = "A2A_GATEWAY_HOST")]
+    host: Option<String>,
+    /// Port to listen on; 0 picks a free port [default: server.port, else 8080]
+    #[arg(long, env = "A2A_GATEWAY_PORT")]
+    port: Option<u16>,
+    /// Worker threads [default: one per core]
+    #[arg(long, env = "A2A_GATEWAY_WORKERS")]
+    workers: Option<usize>,
+}
+
+pub fn run() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Check(args) => check(&args),
+        Command::Serve(args) => serve(args),
+    }
+}
+
+fn load(args: &ConfigArgs) -> Result<Settings, config::Diagnostics> {
+    config::load(args.config.as_deref(), &args.agents_dir)
+}
+
+fn check(args: &ConfigArgs) -> ExitCode {
+    match load(args) {
+        Ok(settings) => {
+            println!(
+                "ok: {} agent(s) in {}: {}",
+                settings.agents.len(),
+                args.agents_dir.display(),
+                settings
+                    .agents
+                    .iter()
+                    .map(|a| a.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            ExitCode::SUCCESS
+        }
+        Err(diags) => {
+            eprint!("{diags}");
+            eprintln!("{} error(s)", diags.0.len());
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("A2A_GATEWAY_LOG")
+        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn serve(args: ServeArgs) -> ExitCode {
+    init_tracing();
+    let mut settings = match load(&args.config) {
+        Ok(s) => s,
+        Err(diags) => {
+            eprint!("{diags}");
+            eprintln!(
+                "refusing to start: {} configuration error(s)",
+                diags.0.len()
+            );
+            return ExitCode::from(EXIT_BAD_CONFIG);
+        }
+    };
+    let server = &mut settings.gateway.server;
+    if let Some(host) = args.host {
+        server.host = host;
+    }
+    if let Some(port) = args.port {
+        server.port = port;
+    }
+    if let Some(workers) = args.workers {
+        server.workers = workers;
+    }
+    let host = server.host.clone();
+    let public_url = settings.gateway.public_url().map(str::to_string);
+    let agents: Vec<String> = settings.agents.iter().map(|a| a.name.clone()).collect();
+    let default_agent = settings.gateway.default_agent_name().map(str::to_string);
+
+    let result = actix_web::rt::System::new().block_on(async move {
+        let app = match Application::build(settings) {
+            Ok(app) => app,
+            Err(e) => {
+                eprintln!("cannot listen on {host}: {e}");
+                return Err(e);
+            }
+        };
+        let base = public_url.unwrap_or_else(|| format!("http://{host}:{}", app.port()));
+        print_banner(&base, &agents, default_agent.as_deref());
+        app.run_until_stopped().await
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(_) => ExitCode::FAILURE,
+    }
+}
+
+fn print_banner(base: &str, agents: &[String], default_agent: Option<&str>) {
+    println!(
+        "a2a-gateway {} listening on {base}",
+        env!("CARGO_PKG_VERSION")
+    );
+    println!("  gateway card   {base}/.well-known/agent-card.json");
+    println!("  health         {base}/a2a/health");
+    println!("  agent list     {base}/a2a/agents");
+    match default_agent {
+        Some(d) => println!("  POST {base}/a2a  ->  {d}"),
+        None => println!("  POST {base}/a2a  ->  (no default agent)"),
+    }
+    for name in agents {
+        let path = agent_path(name);
+        println!("  agent {name:<12} POST {base}{path}   card {base}{path}/card");
+    }
+}

@@ -1,0 +1,217 @@
+//! `agents.d/`: one TOML file per agent, loaded in sorted order.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::{AgentDef, BackendSpec, Diagnostic, Diagnostics, Provider, Skill};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AgentFile {
+    name: Spanned<String>,
+    description: Spanned<String>,
+    #[serde(default = "default_agent_version")]
+    version: String,
+    #[serde(default)]
+    provider: Option<Provider>,
+    #[serde(default)]
+    documentation_url: Option<String>,
+    #[serde(default)]
+    icon_url: Option<String>,
+    #[serde(default = "default_modes")]
+    default_input_modes: Spanned<Vec<String>>,
+    #[serde(default = "default_modes")]
+    default_output_modes: Spanned<Vec<String>>,
+    #[serde(default)]
+    skills: Vec<Spanned<Skill>>,
+    backend: BackendSpec,
+    #[serde(default)]
+    limits: AgentLimits,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AgentLimits {
+    mailbox: Option<Spanned<usize>>,
+    max_concurrency: Option<Spanned<usize>>,
+}
+
+fn default_agent_version() -> String {
+    "1.0.0".into()
+}
+
+fn default_modes() -> Spanned<Vec<String>> {
+    Spanned::new(0..0, vec!["text/plain".into()])
+}
+
+const MAX_NAME_LEN: usize = 64;
+
+/// Lowercase letters, digits, `-` and `_`, starting with a letter or digit: safe in a URL
+/// path segment without escaping, and unambiguous in logs.
+fn check_name(name: &str) -> Result<(), String> {
+    let ok_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_';
+    if name.is_empty() {
+        return Err("name must not be empty".into());
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(format!("name is longer than {MAX_NAME_LEN} characters"));
+    }
+    if !name.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit()) {
+        return Err(format!(
+            "name \"{name}\" must start with a lowercase letter or a digit"
+        ));
+    }
+    if let Some(bad) = name.chars().find(|c| !ok_char(*c)) {
+        return Err(format!(
+            "name \"{name}\" contains '{bad}'; use lowercase letters, digits, '-' and '_' (it becomes part of the URL)"
+        ));
+    }
+    Ok(())
+}
+
+/// Loads every `*.toml` in `dir`, adding a diagnostic per problem; returns the valid agents.
+pub fn load_agents_dir(dir: &Path, diags: &mut Diagnostics) -> Vec<AgentDef> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) => {
+            diags.push(Diagnostic::file(
+                dir,
+                format!("cannot read agents directory: {e}"),
+            ));
+            return Vec::new();
+        }
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .filter(|p| {
+            !p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with('.'))
+        })
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        diags.push(Diagnostic::file(
+            dir,
+            "no agent definitions (*.toml files) found",
+        ));
+        return Vec::new();
+    }
+    let mut agents: Vec<AgentDef> = Vec::new();
+    let mut seen: HashMap<String, PathBuf> = HashMap::new();
+    for file in files {
+        let text = match std::fs::read_to_string(&file) {
+            Ok(t) => t,
+            Err(e) => {
+                diags.push(Diagnostic::file(&file, format!("cannot read: {e}")));
+                continue;
+            }
+        };
+        let Some(agent) = parse_agent(&file, &text, diags) else {
+            continue;
+        };
+        if let Some(first) = seen.get(&agent.name) {
+            let offset = text.find("name").unwrap_or(0);
+            diags.push(Diagnostic::at(
+                &file,
+                &text,
+                offset,
+                format!(
+                    "duplicate agent name \"{}\" (already defined in {})",
+                    agent.name,
+                    first.display()
+                ),
+            ));
+            continue;
+        }
+        seen.insert(agent.name.clone(), file.clone());
+        agents.push(agent);
+    }
+    agents
+}
+
+/// Parses one file; every problem becomes a diagnostic, and None means the file is unusable.
+pub fn parse_agent(file: &Path, text: &str, diags: &mut Diagnostics) -> Option<AgentDef> {
+    let raw: AgentFile = match toml::from_str(text) {
+        Ok(raw) => raw,
+        Err(e) => {
+            diags.push(Diagnostic::from_toml(file, text, &e));
+            return None;
+        }
+    };
+    let before = diags.0.len();
+    let at = |offset: usize, msg: String| Diagnostic::at(file, text, offset, msg);
+    if let Err(msg) = check_name(raw.name.get_ref()) {
+        diags.push(at(raw.name.span().start, msg));
+    }
+    if raw.description.get_ref().trim().is_empty() {
+        diags.push(at(
+            raw.description.span().start,
+            "description must not be empty".into(),
+        ));
+    }
+    for modes in [&raw.default_input_modes, &raw.default_output_modes] {
+        if modes.get_ref().is_empty() || modes.get_ref().iter().any(|m| m.trim().is_empty()) {
+            diags.push(at(
+                modes.span().start,
+                "media type lists must be non-empty and hold no empty strings".into(),
+            ));
+        }
+    }
+    let mut skill_ids: HashMap<&str, ()> = HashMap::new();
+    for skill in &raw.skills {
+        let s = skill.get_ref();
+        if s.id.trim().is_empty() {
+            diags.push(at(skill.span().start, "skill id must not be empty".into()));
+        } else if skill_ids.insert(&s.id, ()).is_some() {
+            diags.push(at(
+                skill.span().start,
+                format!("duplicate skill id \"{}\"", s.id),
+            ));
+        }
+    }
+    for limit in [&raw.limits.mailbox, &raw.limits.max_concurrency]
+        .into_iter()
+        .flatten()
+    {
+        if *limit.get_ref() == 0 {
+            diags.push(at(limit.span().start, "limits must be at least 1".into()));
+        }
+    }
+    if diags.0.len() > before {
+        return None;
+    }
+    Some(AgentDef {
+        name: raw.name.into_inner(),
+        description: raw.description.into_inner(),
+        version: raw.version,
+        provider: raw.provider,
+        documentation_url: raw.documentation_url,
+        icon_url: raw.icon_url,
+        default_input_modes: raw.default_input_modes.into_inner(),
+        default_output_modes: raw.default_output_modes.into_inner(),
+        skills: raw.skills.into_iter().map(Spanned::into_inner).collect(),
+        backend: raw.backend,
+        mailbox: raw.limits.mailbox.map(Spanned::into_inner),
+        max_concurrency: raw.limits.max_concurrency.map(Spanned::into_inner),
+        source: file.to_path_buf(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_must_be_url_safe() {
+        assert!(check_name("echo-2_b").is_ok());
+        for bad in ["", "Echo", "-x", "a/b", "a b", "é"] {
+            assert!(check_name(bad).is_err(), "{bad}");
+        }
+    }
+}

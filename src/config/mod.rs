@@ -1,0 +1,320 @@
+//! Configuration: `gateway.toml` (the gateway's own card, default agent and limits) and
+//! `agents.d/*.toml` (one agent per file).
+//!
+//! Parsing is strict (unknown keys are errors) and reports every problem of every file in
+//! one pass as `file:line:col: message`, so an operator fixes a directory in one go.
+
+mod agents_d;
+mod diagnostics;
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use toml::Spanned;
+
+pub use agents_d::load_agents_dir;
+pub use diagnostics::{Diagnostic, Diagnostics};
+
+/// Everything the gateway needs to start, validated.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub gateway: GatewayConfig,
+    pub agents: Vec<AgentDef>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayConfig {
+    #[serde(default = "default_gateway_name")]
+    pub name: String,
+    #[serde(default = "default_gateway_description")]
+    pub description: String,
+    #[serde(default = "default_version")]
+    pub version: String,
+    /// Absolute base URL clients use to reach the gateway (scheme, host, optional path
+    /// prefix). Without it, card URLs are derived from each request's Host and
+    /// X-Forwarded-* headers.
+    #[serde(default)]
+    pub public_url: Option<Spanned<String>>,
+    /// Agent that serves `POST /a2a`. Unset with exactly one agent: that agent.
+    #[serde(default)]
+    pub default_agent: Option<Spanned<String>>,
+    #[serde(default)]
+    pub provider: Option<Provider>,
+    #[serde(default)]
+    pub documentation_url: Option<String>,
+    #[serde(default)]
+    pub server: ServerConfig,
+    #[serde(default)]
+    pub limits: Limits,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        GatewayConfig {
+            name: default_gateway_name(),
+            description: default_gateway_description(),
+            version: default_version(),
+            public_url: None,
+            default_agent: None,
+            provider: None,
+            documentation_url: None,
+            server: ServerConfig::default(),
+            limits: Limits::default(),
+        }
+    }
+}
+
+impl GatewayConfig {
+    pub fn public_url(&self) -> Option<&str> {
+        self.public_url
+            .as_ref()
+            .map(|u| u.get_ref().trim_end_matches('/'))
+    }
+
+    pub fn default_agent_name(&self) -> Option<&str> {
+        self.default_agent.as_ref().map(|a| a.get_ref().as_str())
+    }
+}
+
+fn default_gateway_name() -> String {
+    "a2a-gateway".into()
+}
+
+fn default_gateway_description() -> String {
+    "A2A gateway: one front door for many agents".into()
+}
+
+fn default_version() -> String {
+    env!("CARGO_PKG_VERSION").into()
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    #[serde(default = "default_host")]
+    pub host: String,
+    #[serde(default = "default_port")]
+    pub port: u16,
+    /// Worker threads; 0 means one per core.
+    #[serde(default)]
+    pub workers: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            host: default_host(),
+            port: default_port(),
+            workers: 0,
+        }
+    }
+}
+
+fn default_host() -> String {
+    "127.0.0.1".into()
+}
+
+fn default_port() -> u16 {
+    8080
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Largest request body accepted, in bytes.
+    #[serde(default = "default_max_body")]
+    pub max_body_bytes: usize,
+    /// Tasks kept in memory; the oldest finished ones are evicted first.
+    #[serde(default = "default_max_tasks")]
+    pub max_tasks: usize,
+    /// Per-agent defaults, overridable in each agent file.
+    #[serde(default = "default_mailbox")]
+    pub agent_mailbox: usize,
+    #[serde(default = "default_concurrency")]
+    pub agent_max_concurrency: usize,
+    /// `Cache-Control: max-age` of agent cards.
+    #[serde(default = "default_card_max_age")]
+    pub card_max_age_secs: u64,
+    /// Comment lines on idle SSE streams, so proxies keep them open.
+    #[serde(default = "default_keepalive")]
+    pub stream_keepalive_secs: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_body_bytes: default_max_body(),
+            max_tasks: default_max_tasks(),
+            agent_mailbox: default_mailbox(),
+            agent_max_concurrency: default_concurrency(),
+            card_max_age_secs: default_card_max_age(),
+            stream_keepalive_secs: default_keepalive(),
+        }
+    }
+}
+
+fn default_max_body() -> usize {
+    1024 * 1024
+}
+fn default_max_tasks() -> usize {
+    100_000
+}
+fn default_mailbox() -> usize {
+    1024
+}
+fn default_concurrency() -> usize {
+    256
+}
+fn default_card_max_age() -> u64 {
+    300
+}
+fn default_keepalive() -> u64 {
+    15
+}
+
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Provider {
+    pub organization: String,
+    pub url: String,
+}
+
+/// One agent, as defined by one file in `agents.d/`.
+#[derive(Debug, Clone)]
+pub struct AgentDef {
+    pub name: String,
+    pub description: String,
+    pub version: String,
+    pub provider: Option<Provider>,
+    pub documentation_url: Option<String>,
+    pub icon_url: Option<String>,
+    pub default_input_modes: Vec<String>,
+    pub default_output_modes: Vec<String>,
+    pub skills: Vec<Skill>,
+    pub backend: BackendSpec,
+    pub mailbox: Option<usize>,
+    pub max_concurrency: Option<usize>,
+    /// The file it came from, for messages.
+    pub source: PathBuf,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Skill {
+    pub id: String,
+    pub name: String,
+    pub description: String,
+    #[serde(default)]
+    pub tags: Vec<String>,
+    #[serde(default)]
+    pub examples: Vec<String>,
+    #[serde(default)]
+    pub input_modes: Vec<String>,
+    #[serde(default)]
+    pub output_modes: Vec<String>,
+}
+
+/// What answers for an agent; `kind` in the `[backend]` table selects it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+pub enum BackendSpec {
+    Echo(EchoConfig),
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EchoConfig {
+    /// Pause between streamed chunks, to make streaming visible in demos.
+    #[serde(default)]
+    pub chunk_delay_ms: u64,
+}
+
+/// Loads and validates everything. `config_path` None means "gateway.toml if present".
+pub fn load(config_path: Option<&Path>, agents_dir: &Path) -> Result<Settings, Diagnostics> {
+    let mut diags = Diagnostics::default();
+    let gateway = load_gateway(config_path, &mut diags);
+    let agents = load_agents_dir(agents_dir, &mut diags);
+    let mut gateway = gateway.unwrap_or_default();
+    validate_gateway(&mut gateway, config_path, &agents, &mut diags);
+    diags.into_result(Settings { gateway, agents })
+}
+
+const DEFAULT_CONFIG_FILE: &str = "gateway.toml";
+
+fn load_gateway(path: Option<&Path>, diags: &mut Diagnostics) -> Option<GatewayConfig> {
+    let path = match path {
+        Some(p) => p.to_path_buf(),
+        None if Path::new(DEFAULT_CONFIG_FILE).exists() => PathBuf::from(DEFAULT_CONFIG_FILE),
+        None => return Some(GatewayConfig::default()),
+    };
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) => {
+            diags.push(Diagnostic::file(&path, format!("cannot read: {e}")));
+            return None;
+        }
+    };
+    match toml::from_str::<GatewayConfig>(&text) {
+        Ok(cfg) => Some(cfg),
+        Err(e) => {
+            diags.push(Diagnostic::from_toml(&path, &text, &e));
+            None
+        }
+    }
+}
+
+fn validate_gateway(
+    gateway: &mut GatewayConfig,
+    path: Option<&Path>,
+    agents: &[AgentDef],
+    diags: &mut Diagnostics,
+) {
+    let file = path.unwrap_or(Path::new(DEFAULT_CONFIG_FILE));
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    if let Some(url) = &gateway.public_url {
+        let u = url.get_ref();
+        if !(u.starts_with("http://") || u.starts_with("https://")) || u.len() < 10 {
+            diags.push(Diagnostic::at(
+                file,
+                &text,
+                url.span().start,
+                format!("public_url must be an absolute http(s) URL, got \"{u}\""),
+            ));
+        }
+    }
+    match &gateway.default_agent {
+        Some(name) if !agents.iter().any(|a| a.name == *name.get_ref()) => {
+            let known: Vec<_> = agents.iter().map(|a| a.name.as_str()).collect();
+            diags.push(Diagnostic::at(
+                file,
+                &text,
+                name.span().start,
+                format!(
+                    "default_agent \"{}\" is not defined in agents.d (defined: {})",
+                    name.get_ref(),
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            ));
+        }
+        None if agents.len() == 1 => {
+            gateway.default_agent = Some(Spanned::new(0..0, agents[0].name.clone()));
+        }
+        _ => {}
+    }
+    let l = &gateway.limits;
+    for (key, value) in [
+        ("limits.max_body_bytes", l.max_body_bytes),
+        ("limits.max_tasks", l.max_tasks),
+        ("limits.agent_mailbox", l.agent_mailbox),
+        ("limits.agent_max_concurrency", l.agent_max_concurrency),
+    ] {
+        if value == 0 {
+            diags.push(Diagnostic::file(file, format!("{key} must be at least 1")));
+        }
+    }
+}

@@ -1,0 +1,252 @@
+//! The one error type requests can fail with, and the one table that maps it to a JSON-RPC
+//! code, an `ErrorInfo` reason and HTTP statuses. Other layers have their own error enums
+//! (config, store, backend) and convert into this at their boundary.
+
+use serde_json::{json, Map, Value};
+
+/// JSON-RPC codes the gateway adds for conditions A2A does not name. They sit in the
+/// implementation-defined server range, away from A2A's -32001..-32009.
+pub mod gateway_codes {
+    pub const AGENT_NOT_FOUND: i64 = -32040;
+    pub const AGENT_BUSY: i64 = -32050;
+    pub const AGENT_UNAVAILABLE: i64 = -32051;
+    pub const PAYLOAD_TOO_LARGE: i64 = -32060;
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum GatewayError {
+    #[error("Parse error: {0}")]
+    Parse(String),
+    #[error("Invalid request: {0}")]
+    InvalidRequest(String),
+    #[error("Method not found: {0}")]
+    MethodNotFound(String),
+    #[error("Invalid params: {0}")]
+    InvalidParams(String),
+    /// The detail is logged, never sent.
+    #[error("Internal error")]
+    Internal(String),
+    #[error("Task not found: {0}")]
+    TaskNotFound(String),
+    #[error("Task {id} cannot be canceled: it is already {state}")]
+    TaskNotCancelable { id: String, state: &'static str },
+    #[error("Push notifications are not supported by this agent")]
+    PushNotSupported,
+    #[error("Unsupported operation: {0}")]
+    UnsupportedOperation(String),
+    #[error("Content type not supported: {0}")]
+    ContentTypeNotSupported(String),
+    #[error("Invalid agent response: {0}")]
+    InvalidAgentResponse(String),
+    #[error("This agent has no extended agent card")]
+    ExtendedCardNotConfigured,
+    #[error("A2A protocol version {0} is not supported (supported: 0.3, 1.0)")]
+    VersionNotSupported(String),
+    #[error("Unknown agent: {name}")]
+    AgentNotFound {
+        name: String,
+        available: Vec<String>,
+    },
+    #[error("Agent {0} is busy: its mailbox is full, retry later")]
+    AgentBusy(String),
+    #[error("Agent {0} is unavailable")]
+    AgentUnavailable(String),
+    #[error("Request body exceeds the limit of {0} bytes")]
+    PayloadTooLarge(usize),
+}
+
+impl GatewayError {
+    pub fn code(&self) -> i64 {
+        use gateway_codes::*;
+        match self {
+            GatewayError::Parse(_) => -32700,
+            GatewayError::InvalidRequest(_) => -32600,
+            GatewayError::MethodNotFound(_) => -32601,
+            GatewayError::InvalidParams(_) => -32602,
+            GatewayError::Internal(_) => -32603,
+            GatewayError::TaskNotFound(_) => -32001,
+            GatewayError::TaskNotCancelable { .. } => -32002,
+            GatewayError::PushNotSupported => -32003,
+            GatewayError::UnsupportedOperation(_) => -32004,
+            GatewayError::ContentTypeNotSupported(_) => -32005,
+            GatewayError::InvalidAgentResponse(_) => -32006,
+            GatewayError::ExtendedCardNotConfigured => -32007,
+            GatewayError::VersionNotSupported(_) => -32009,
+            GatewayError::AgentNotFound { .. } => AGENT_NOT_FOUND,
+            GatewayError::AgentBusy(_) => AGENT_BUSY,
+            GatewayError::AgentUnavailable(_) => AGENT_UNAVAILABLE,
+            GatewayError::PayloadTooLarge(_) => PAYLOAD_TOO_LARGE,
+        }
+    }
+
+    /// `google.rpc.ErrorInfo.reason`; A2A reasons for A2A codes.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            GatewayError::Parse(_) => "PARSE_ERROR",
+            GatewayError::InvalidRequest(_) => "INVALID_REQUEST",
+            GatewayError::MethodNotFound(_) => "METHOD_NOT_FOUND",
+            GatewayError::InvalidParams(_) => "INVALID_PARAMS",
+            GatewayError::Internal(_) => "INTERNAL",
+            GatewayError::TaskNotFound(_) => "TASK_NOT_FOUND",
+            GatewayError::TaskNotCancelable { .. } => "TASK_NOT_CANCELABLE",
+            GatewayError::PushNotSupported => "PUSH_NOTIFICATION_NOT_SUPPORTED",
+            GatewayError::UnsupportedOperation(_) => "UNSUPPORTED_OPERATION",
+            GatewayError::ContentTypeNotSupported(_) => "CONTENT_TYPE_NOT_SUPPORTED",
+            GatewayError::InvalidAgentResponse(_) => "INVALID_AGENT_RESPONSE",
+            GatewayError::ExtendedCardNotConfigured => "EXTENDED_AGENT_CARD_NOT_CONFIGURED",
+            GatewayError::VersionNotSupported(_) => "VERSION_NOT_SUPPORTED",
+            GatewayError::AgentNotFound { .. } => "AGENT_NOT_FOUND",
+            GatewayError::AgentBusy(_) => "AGENT_BUSY",
+            GatewayError::AgentUnavailable(_) => "AGENT_UNAVAILABLE",
+            GatewayError::PayloadTooLarge(_) => "PAYLOAD_TOO_LARGE",
+        }
+    }
+
+    /// The `ErrorInfo` domain: A2A's own for A2A and JSON-RPC codes, ours for the rest.
+    pub fn domain(&self) -> &'static str {
+        match self {
+            GatewayError::AgentNotFound { .. }
+            | GatewayError::AgentBusy(_)
+            | GatewayError::AgentUnavailable(_)
+            | GatewayError::PayloadTooLarge(_) => "a2a-gateway",
+            _ => "a2a-protocol.org",
+        }
+    }
+
+    /// HTTP status on the JSON-RPC binding. Protocol errors travel with 200 as JSON-RPC
+    /// requires; conditions a proxy or load balancer must see (no such route, too large,
+    /// overloaded) get their HTTP status too, with the same JSON-RPC body.
+    pub fn jsonrpc_http_status(&self) -> u16 {
+        match self {
+            GatewayError::AgentNotFound { .. } => 404,
+            GatewayError::PayloadTooLarge(_) => 413,
+            GatewayError::ContentTypeNotSupported(_) => 415,
+            GatewayError::AgentBusy(_) | GatewayError::AgentUnavailable(_) => 503,
+            GatewayError::Parse(_)
+            | GatewayError::InvalidRequest(_)
+            | GatewayError::MethodNotFound(_)
+            | GatewayError::InvalidParams(_)
+            | GatewayError::Internal(_)
+            | GatewayError::TaskNotFound(_)
+            | GatewayError::TaskNotCancelable { .. }
+            | GatewayError::PushNotSupported
+            | GatewayError::UnsupportedOperation(_)
+            | GatewayError::InvalidAgentResponse(_)
+            | GatewayError::ExtendedCardNotConfigured
+            | GatewayError::VersionNotSupported(_) => 200,
+        }
+    }
+
+    /// HTTP status on the HTTP+JSON binding (A2A 1.0.1 mapping).
+    pub fn rest_http_status(&self) -> u16 {
+        match self {
+            GatewayError::Parse(_)
+            | GatewayError::InvalidRequest(_)
+            | GatewayError::InvalidParams(_)
+            | GatewayError::TaskNotCancelable { .. }
+            | GatewayError::PushNotSupported
+            | GatewayError::UnsupportedOperation(_)
+            | GatewayError::ContentTypeNotSupported(_)
+            | GatewayError::ExtendedCardNotConfigured
+            | GatewayError::VersionNotSupported(_) => 400,
+            GatewayError::MethodNotFound(_)
+            | GatewayError::TaskNotFound(_)
+            | GatewayError::AgentNotFound { .. } => 404,
+            GatewayError::PayloadTooLarge(_) => 413,
+            GatewayError::Internal(_) | GatewayError::InvalidAgentResponse(_) => 500,
+            GatewayError::AgentBusy(_) | GatewayError::AgentUnavailable(_) => 503,
+        }
+    }
+
+    /// Seconds a client should wait before retrying, for overload answers.
+    pub fn retry_after(&self) -> Option<u64> {
+        match self {
+            GatewayError::AgentBusy(_) | GatewayError::AgentUnavailable(_) => Some(1),
+            _ => None,
+        }
+    }
+
+    /// The message sent to the client. `Internal` never carries its detail out.
+    pub fn public_message(&self) -> String {
+        self.to_string()
+    }
+
+    /// Structured facts a client can act on; `ErrorInfo.metadata` is string-valued.
+    fn metadata(&self) -> Map<String, Value> {
+        let mut m = Map::new();
+        match self {
+            GatewayError::TaskNotFound(id) | GatewayError::TaskNotCancelable { id, .. } => {
+                m.insert("taskId".into(), Value::String(id.clone()));
+            }
+            GatewayError::MethodNotFound(method) => {
+                m.insert("method".into(), Value::String(method.clone()));
+            }
+            GatewayError::VersionNotSupported(v) => {
+                m.insert("requestedVersion".into(), Value::String(v.clone()));
+                m.insert("supportedVersions".into(), Value::String("0.3,1.0".into()));
+            }
+            GatewayError::AgentNotFound { name, available } => {
+                m.insert("agent".into(), Value::String(name.clone()));
+                m.insert("availableAgents".into(), Value::String(available.join(",")));
+            }
+            GatewayError::AgentBusy(name) | GatewayError::AgentUnavailable(name) => {
+                m.insert("agent".into(), Value::String(name.clone()));
+            }
+            GatewayError::PayloadTooLarge(limit) => {
+                m.insert("limitBytes".into(), Value::String(limit.to_string()));
+            }
+            _ => {}
+        }
+        m
+    }
+
+    /// `error.data` for a 0.3 caller: any JSON value, or none.
+    pub fn data_v03(&self) -> Option<Value> {
+        match self {
+            GatewayError::AgentNotFound { available, .. } => {
+                Some(json!({ "availableAgents": available }))
+            }
+            _ => {
+                let md = self.metadata();
+                (!md.is_empty()).then_some(Value::Object(md))
+            }
+        }
+    }
+
+    /// `error.data` for a 1.0 caller: an array of google.rpc detail objects.
+    pub fn data_v10(&self) -> Value {
+        let mut details = vec![json!({
+            "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+            "reason": self.reason(),
+            "domain": self.domain(),
+            "metadata": self.metadata(),
+        })];
+        if let GatewayError::InvalidParams(msg) = self {
+            details.push(json!({
+                "@type": "type.googleapis.com/google.rpc.BadRequest",
+                "fieldViolations": [{"field": "params", "description": msg}],
+            }));
+        }
+        Value::Array(details)
+    }
+
+    /// The `google.rpc.Status` body of the HTTP+JSON binding.
+    pub fn rest_body(&self) -> Value {
+        json!({"error": {
+            "code": self.rest_http_status(),
+            "status": grpc_status_name(self.rest_http_status()),
+            "message": self.public_message(),
+            "details": self.data_v10(),
+        }})
+    }
+}
+
+fn grpc_status_name(http: u16) -> &'static str {
+    match http {
+        400 => "INVALID_ARGUMENT",
+        404 => "NOT_FOUND",
+        413 => "RESOURCE_EXHAUSTED",
+        503 => "UNAVAILABLE",
+        _ => "INTERNAL",
+    }
+}

@@ -1,0 +1,94 @@
+use actix_web::http::header;
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde_json::{json, Value};
+
+use super::{rest_error, AppState};
+use crate::card;
+
+pub async fn gateway_card(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
+    let base = state.base_url(&req);
+    let body = card::gateway_card(&state.config, &state.registry, &base);
+    card_response(&req, &state, &body)
+}
+
+pub async fn agent_card(
+    req: HttpRequest,
+    name: web::Path<String>,
+    state: web::Data<AppState>,
+) -> HttpResponse {
+    let Some(agent) = state.registry.get(&name) else {
+        let err = state.unknown_agent(&name);
+        return rest_error(404, err.public_message());
+    };
+    let base = state.base_url(&req);
+    let body = card::agent_card(&agent.def, &base);
+    card_response(&req, &state, &body)
+}
+
+pub async fn list_agents(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
+    let base = state.base_url(&req);
+    let agents: Vec<Value> = state
+        .registry
+        .iter()
+        .map(|a| {
+            let path = card::agent_path(&a.def.name);
+            json!({
+                "name": a.def.name,
+                "description": a.def.description,
+                "version": a.def.version,
+                "url": format!("{base}{path}"),
+                "cardUrl": format!("{base}{path}/card"),
+                "health": a.backend.health(),
+            })
+        })
+        .collect();
+    HttpResponse::Ok().json(json!({
+        "defaultAgent": state.registry.default_agent().map(|a| a.def.name.clone()),
+        "agents": agents,
+    }))
+}
+
+/// Serves a card with a validator and a max-age, answering a matching `If-None-Match`
+/// with 304.
+fn card_response(req: &HttpRequest, state: &AppState, card: &Value) -> HttpResponse {
+    let body = match serde_json::to_vec(card) {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::error!(error = %e, "serializing an agent card");
+            return rest_error(500, "Internal error".into());
+        }
+    };
+    let etag = card::etag(&body);
+    let cache = format!("public, max-age={}", state.config.limits.card_max_age_secs);
+    let matches = req
+        .headers()
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.split(',')
+                .map(|t| t.trim().trim_start_matches("W/"))
+                .any(|t| t == "*" || t == etag)
+        });
+    let mut resp = if matches {
+        HttpResponse::NotModified().finish()
+    } else {
+        HttpResponse::Ok()
+            .content_type("application/json")
+            .body(body)
+    };
+    let headers = resp.headers_mut();
+    for (name, value) in [
+        (header::ETAG, etag),
+        (header::CACHE_CONTROL, cache),
+        // Card URLs follow these headers unless a public URL is configured.
+        (
+            header::VARY,
+            "Host, Forwarded, X-Forwarded-Host, X-Forwarded-Proto".to_string(),
+        ),
+    ] {
+        if let Ok(v) = header::HeaderValue::from_str(&value) {
+            headers.insert(name, v);
+        }
+    }
+    resp
+}

@@ -1,0 +1,192 @@
+//! `POST /a2a` and `POST /a2a/agents/{name}`: bytes in, JSON-RPC (or SSE) out. Every failure,
+//! including the ones before JSON-RPC parsing, answers with a JSON-RPC error body.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use actix_web::http::header;
+use actix_web::{web, HttpRequest, HttpResponse, Responder};
+use actix_web_lab::sse;
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
+use serde_json::Value;
+
+use super::AppState;
+use crate::error::GatewayError;
+use crate::protocol::jsonrpc::parse_request;
+use crate::protocol::Dialect;
+use crate::rpc::{dispatch, render_stream_item, RpcReply};
+
+pub async fn default_agent(
+    req: HttpRequest,
+    body: web::Payload,
+    state: web::Data<AppState>,
+) -> HttpResponse {
+    handle(req, body, state, None).await
+}
+
+pub async fn named_agent(
+    req: HttpRequest,
+    name: web::Path<String>,
+    body: web::Payload,
+    state: web::Data<AppState>,
+) -> HttpResponse {
+    handle(req, body, state, Some(name.into_inner())).await
+}
+
+async fn handle(
+    req: HttpRequest,
+    body: web::Payload,
+    state: web::Data<AppState>,
+    agent_name: Option<String>,
+) -> HttpResponse {
+    let version = version_header(&req);
+    let header_dialect = Dialect::from_version_header(version.as_deref());
+    let early_dialect = header_dialect
+        .as_ref()
+        .ok()
+        .copied()
+        .flatten()
+        .unwrap_or(Dialect::V03);
+    let early = |e: GatewayError| RpcReply::error(&Value::Null, early_dialect, &e);
+
+    if let Err(e) = check_content_type(&req) {
+        return respond(&req, &state, early(e));
+    }
+    let bytes = match read_body(&req, body, state.config.limits.max_body_bytes).await {
+        Ok(b) => b,
+        Err(e) => return respond(&req, &state, early(e)),
+    };
+    let header_dialect = match header_dialect {
+        Ok(d) => d,
+        Err(e) => {
+            // The method name, when readable, says which dialect to answer in.
+            let (id, dialect) = match parse_request(&bytes, None) {
+                Ok(r) => (r.id, r.dialect),
+                Err(f) => (f.id, early_dialect),
+            };
+            return respond(&req, &state, RpcReply::error(&id, dialect, &e));
+        }
+    };
+    let rpc = match parse_request(&bytes, header_dialect) {
+        Ok(r) => r,
+        Err(f) => return respond(&req, &state, RpcReply::error(&f.id, f.dialect, &f.error)),
+    };
+    let agent = match &agent_name {
+        Some(name) => state.registry.get(name),
+        None => state.registry.default_agent(),
+    };
+    let Some(agent) = agent.cloned() else {
+        let err = match agent_name {
+            Some(name) => state.unknown_agent(&name),
+            None => GatewayError::AgentNotFound {
+                name: "(default)".into(),
+                available: state.registry.names(),
+            },
+        };
+        return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &err));
+    };
+    let reply = dispatch(&state.service, &agent, rpc).await;
+    respond(&req, &state, reply)
+}
+
+fn version_header(req: &HttpRequest) -> Option<String> {
+    if let Some(v) = req.headers().get("A2A-Version") {
+        return Some(String::from_utf8_lossy(v.as_bytes()).into_owned());
+    }
+    // The reference allows `?A2A-Version=1.0` for clients that cannot set headers.
+    req.query_string()
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("A2A-Version="))
+        .map(str::to_string)
+}
+
+/// JSON-RPC travels as `application/json`; `application/a2a+json` and other `+json` types are
+/// accepted too. A missing Content-Type is tolerated: the body must still parse as JSON.
+fn check_content_type(req: &HttpRequest) -> Result<(), GatewayError> {
+    let Some(value) = req.headers().get(header::CONTENT_TYPE) else {
+        return Ok(());
+    };
+    let raw = String::from_utf8_lossy(value.as_bytes());
+    let essence = raw
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    if essence == "application/json" || essence.ends_with("+json") {
+        Ok(())
+    } else {
+        Err(GatewayError::ContentTypeNotSupported(format!(
+            "\"{essence}\"; send JSON-RPC as application/json"
+        )))
+    }
+}
+
+/// Reads the body, refusing at once (by Content-Length) or as soon as it exceeds `limit`.
+async fn read_body(
+    req: &HttpRequest,
+    mut body: web::Payload,
+    limit: usize,
+) -> Result<Bytes, GatewayError> {
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(GatewayError::PayloadTooLarge(limit));
+    }
+    let mut buf = BytesMut::with_capacity(declared.unwrap_or(1024).min(limit));
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk
+            .map_err(|e| GatewayError::InvalidRequest(format!("could not read the body: {e}")))?;
+        if buf.len() + chunk.len() > limit {
+            return Err(GatewayError::PayloadTooLarge(limit));
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(buf.freeze())
+}
+
+fn respond(req: &HttpRequest, state: &AppState, reply: RpcReply) -> HttpResponse {
+    match reply {
+        RpcReply::Json {
+            status,
+            body,
+            retry_after,
+        } => {
+            let code = actix_web::http::StatusCode::from_u16(status)
+                .unwrap_or(actix_web::http::StatusCode::OK);
+            let mut resp = HttpResponse::build(code);
+            resp.content_type("application/json");
+            if let Some(secs) = retry_after {
+                resp.insert_header((header::RETRY_AFTER, secs.to_string()));
+            }
+            resp.body(body)
+        }
+        RpcReply::Stream { id, dialect, items } => {
+            let events = items.map(move |item| {
+                let (is_error, body) = render_stream_item(&id, dialect, &item);
+                let text = String::from_utf8(body)
+                    .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+                let data = sse::Data::new(text);
+                Ok::<_, Infallible>(sse::Event::Data(if is_error {
+                    data.event("error")
+                } else {
+                    data
+                }))
+            });
+            let keepalive = Duration::from_secs(state.config.limits.stream_keepalive_secs.max(1));
+            let mut resp = sse::Sse::from_stream(events)
+                .with_keep_alive(keepalive)
+                .respond_to(req);
+            // Reverse proxies (nginx) buffer responses unless told not to.
+            resp.headers_mut().insert(
+                header::HeaderName::from_static("x-accel-buffering"),
+                header::HeaderValue::from_static("no"),
+            );
+            resp.map_into_boxed_body()
+        }
+    }
+}

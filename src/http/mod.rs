@@ -1,0 +1,106 @@
+//! The HTTP surface: routes and thin handlers. Handlers extract, call the service or the
+//! card builders, and render; everything else lives in the layers below.
+
+mod cards;
+mod health;
+mod jsonrpc;
+
+use actix_web::http::header;
+use actix_web::{web, HttpRequest, HttpResponse};
+
+use crate::agents::Registry;
+use crate::config::GatewayConfig;
+use crate::error::GatewayError;
+use crate::service::A2aService;
+
+/// Shared by every worker; built once.
+pub struct AppState {
+    pub config: GatewayConfig,
+    pub registry: Registry,
+    pub service: A2aService,
+}
+
+impl AppState {
+    /// The base URL clients reach the gateway at: the configured public URL, else what the
+    /// request says (Forwarded / X-Forwarded-Proto / X-Forwarded-Host / Host).
+    pub fn base_url(&self, req: &HttpRequest) -> String {
+        match self.config.public_url() {
+            Some(url) => url.to_string(),
+            None => {
+                let info = req.connection_info();
+                format!("{}://{}", info.scheme(), info.host())
+            }
+        }
+    }
+
+    pub fn unknown_agent(&self, name: &str) -> GatewayError {
+        GatewayError::AgentNotFound {
+            name: name.to_string(),
+            available: self.registry.names(),
+        }
+    }
+}
+
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        web::resource("/a2a")
+            .route(web::post().to(jsonrpc::default_agent))
+            .default_service(web::to(method_not_allowed)),
+    )
+    .service(web::resource("/a2a/health").route(web::get().to(health::health)))
+    .service(web::resource("/a2a/agents").route(web::get().to(cards::list_agents)))
+    .service(
+        web::resource("/a2a/agents/{name}")
+            .route(web::post().to(jsonrpc::named_agent))
+            .default_service(web::to(method_not_allowed)),
+    )
+    .service(
+        web::resource([
+            "/a2a/agents/{name}/card",
+            "/a2a/agents/{name}/.well-known/agent-card.json",
+            "/a2a/agents/{name}/.well-known/agent.json",
+        ])
+        .route(web::get().to(cards::agent_card)),
+    )
+    .service(
+        web::resource(["/.well-known/agent-card.json", "/.well-known/agent.json"])
+            .route(web::get().to(cards::gateway_card)),
+    )
+    .default_service(web::to(not_found));
+}
+
+/// Errors outside JSON-RPC use the HTTP+JSON binding's body (google.rpc.Status).
+pub fn rest_error(status: u16, message: String) -> HttpResponse {
+    let code = actix_web::http::StatusCode::from_u16(status)
+        .unwrap_or(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR);
+    HttpResponse::build(code).json(serde_json::json!({"error": {
+        "code": status,
+        "status": match status { 404 => "NOT_FOUND", 405 => "UNIMPLEMENTED", _ => "UNKNOWN" },
+        "message": message,
+    }}))
+}
+
+async fn not_found(req: HttpRequest) -> HttpResponse {
+    rest_error(
+        404,
+        format!(
+            "no route for {} {}; see /.well-known/agent-card.json and /a2a/agents",
+            req.method(),
+            req.path()
+        ),
+    )
+}
+
+async fn method_not_allowed(req: HttpRequest) -> HttpResponse {
+    let mut resp = rest_error(
+        405,
+        format!(
+            "{} is not allowed on {}: JSON-RPC calls use POST",
+            req.method(),
+            req.path()
+        ),
+    );
+    resp.headers_mut()
+        .insert(header::ALLOW, header::HeaderValue::from_static("POST"));
+    resp
+}

@@ -1,0 +1,18 @@
+//! a2a-gateway: one front door for many Agent2Agent (A2A) agents.
+//!
+//! Layers, outermost first: `http` (actix handlers) -> `rpc` (JSON-RPC dispatch) ->
+//! `service` (A2A operations) -> `agents` (per-agent actors and backends) and `tasks`
+//! (storage and fan-out). `protocol` holds the wire formats; `config` the agents.d loader.
+#![forbid(unsafe_code)]
+
+pub mod agents;
+pub mod app;
+pub mod card;
+pub mod cli;
+pub mod config;
+pub mod error;
+pub mod http;
+pub mod protocol;
+pub mod rpc;
+pub mod service;
+pub mod tasks;

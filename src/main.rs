@@ -1,0 +1,3 @@
+fn main() -> std::process::ExitCode {
+    a2a_gateway::cli::run()
+}

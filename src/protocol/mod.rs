@@ -1,0 +1,63 @@
+//! A2A wire formats: the canonical model, the 0.3 output shapes, JSON-RPC envelopes and
+//! request params. Nothing here knows about HTTP or actix, so it is unit-testable alone.
+
+pub mod jsonrpc;
+pub mod model;
+pub mod params;
+pub mod v03;
+
+use crate::error::GatewayError;
+
+/// The protocol generation a caller speaks; every answer goes out in the caller's dialect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    V03,
+    V10,
+}
+
+impl Dialect {
+    /// Reads an `A2A-Version` value. Only `Major.Minor` counts; absent or empty means the
+    /// caller did not say (the reference: that means 0.3, unless the method name says 1.0).
+    pub fn from_version_header(value: Option<&str>) -> Result<Option<Dialect>, GatewayError> {
+        let Some(raw) = value.map(str::trim).filter(|v| !v.is_empty()) else {
+            return Ok(None);
+        };
+        let mut parts = raw.split('.');
+        let major = parts.next().unwrap_or_default();
+        let minor = parts.next().unwrap_or("0");
+        match (major, minor) {
+            ("0", "3") => Ok(Some(Dialect::V03)),
+            ("1", "0") => Ok(Some(Dialect::V10)),
+            _ => Err(GatewayError::VersionNotSupported(raw.to_string())),
+        }
+    }
+
+    pub fn version(self) -> &'static str {
+        match self {
+            Dialect::V03 => "0.3",
+            Dialect::V10 => "1.0",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_header_is_major_minor_only() {
+        for (raw, want) in [
+            (None, None),
+            (Some(""), None),
+            (Some("1.0"), Some(Dialect::V10)),
+            (Some("1.0.1"), Some(Dialect::V10)),
+            (Some("1"), Some(Dialect::V10)),
+            (Some("0.3.0"), Some(Dialect::V03)),
+        ] {
+            assert_eq!(Dialect::from_version_header(raw).unwrap(), want, "{raw:?}");
+        }
+        for bad in ["2.0", "0.2", "abc", "1.1"] {
+            assert!(Dialect::from_version_header(Some(bad)).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,659 @@
+//! The gateway's one canonical A2A model.
+//!
+//! Shaped after the normative 1.0 proto: `Serialize` produces exact 1.0 ProtoJSON (camelCase,
+//! enum names, defaults omitted). `Deserialize` is deliberately lenient so one parser serves
+//! every dialect a client may speak: 0.3 `kind`-tagged parts, 0.1 `type` tags, snake_case keys,
+//! lowercase or numeric enums. The 0.3 output shapes live in [`super::v03`].
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::de::{self, Deserializer};
+use serde::ser::{SerializeMap, Serializer};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+pub type Metadata = Map<String, Value>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Role {
+    #[default]
+    Unspecified,
+    User,
+    Agent,
+}
+
+impl Role {
+    pub fn v10_name(self) -> &'static str {
+        match self {
+            Role::Unspecified => "ROLE_UNSPECIFIED",
+            Role::User => "ROLE_USER",
+            Role::Agent => "ROLE_AGENT",
+        }
+    }
+
+    /// 0.3 has no "unspecified" role; an unspecified role can only come from a lenient
+    /// parse, and "user" is what every 0.3 SDK assumes for inbound messages.
+    pub fn v03_name(self) -> &'static str {
+        match self {
+            Role::Agent => "agent",
+            Role::User | Role::Unspecified => "user",
+        }
+    }
+}
+
+impl Serialize for Role {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.v10_name())
+    }
+}
+
+impl<'de> Deserialize<'de> for Role {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match EnumToken::deserialize(d)? {
+            EnumToken::Num(0) => Ok(Role::Unspecified),
+            EnumToken::Num(1) => Ok(Role::User),
+            EnumToken::Num(2) => Ok(Role::Agent),
+            EnumToken::Num(n) => Err(de::Error::custom(format!("unknown role {n}"))),
+            EnumToken::Name(s) => match s.to_ascii_lowercase().trim_start_matches("role_") {
+                "user" => Ok(Role::User),
+                "agent" => Ok(Role::Agent),
+                "unspecified" => Ok(Role::Unspecified),
+                other => Err(de::Error::custom(format!(
+                    "unknown role \"{other}\" (expected \"user\" or \"agent\")"
+                ))),
+            },
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TaskState {
+    #[default]
+    Unspecified,
+    Submitted,
+    Working,
+    Completed,
+    Failed,
+    Canceled,
+    InputRequired,
+    Rejected,
+    AuthRequired,
+}
+
+impl TaskState {
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            TaskState::Completed | TaskState::Failed | TaskState::Canceled | TaskState::Rejected
+        )
+    }
+
+    /// Interrupted states wait for the client; blocking sends and streams end there too.
+    pub fn is_interrupted(self) -> bool {
+        matches!(self, TaskState::InputRequired | TaskState::AuthRequired)
+    }
+
+    pub fn ends_stream(self) -> bool {
+        self.is_terminal() || self.is_interrupted()
+    }
+
+    pub fn v10_name(self) -> &'static str {
+        match self {
+            TaskState::Unspecified => "TASK_STATE_UNSPECIFIED",
+            TaskState::Submitted => "TASK_STATE_SUBMITTED",
+            TaskState::Working => "TASK_STATE_WORKING",
+            TaskState::Completed => "TASK_STATE_COMPLETED",
+            TaskState::Failed => "TASK_STATE_FAILED",
+            TaskState::Canceled => "TASK_STATE_CANCELED",
+            TaskState::InputRequired => "TASK_STATE_INPUT_REQUIRED",
+            TaskState::Rejected => "TASK_STATE_REJECTED",
+            TaskState::AuthRequired => "TASK_STATE_AUTH_REQUIRED",
+        }
+    }
+
+    pub fn v03_name(self) -> &'static str {
+        match self {
+            TaskState::Unspecified => "unknown",
+            TaskState::Submitted => "submitted",
+            TaskState::Working => "working",
+            TaskState::Completed => "completed",
+            TaskState::Failed => "failed",
+            TaskState::Canceled => "canceled",
+            TaskState::InputRequired => "input-required",
+            TaskState::Rejected => "rejected",
+            TaskState::AuthRequired => "auth-required",
+        }
+    }
+
+    /// Accepts 1.0 names, 0.3 kebab names, the 0.3 REST `CANCELLED` spelling and proto numbers.
+    pub fn parse_lenient(token: &str) -> Option<TaskState> {
+        if let Ok(n) = token.parse::<i64>() {
+            return Self::from_number(n);
+        }
+        let lower = token.to_ascii_lowercase().replace('_', "-");
+        Some(match lower.trim_start_matches("task-state-") {
+            "unspecified" | "unknown" => TaskState::Unspecified,
+            "submitted" => TaskState::Submitted,
+            "working" => TaskState::Working,
+            "completed" => TaskState::Completed,
+            "failed" => TaskState::Failed,
+            "canceled" | "cancelled" => TaskState::Canceled,
+            "input-required" => TaskState::InputRequired,
+            "rejected" => TaskState::Rejected,
+            "auth-required" => TaskState::AuthRequired,
+            _ => return None,
+        })
+    }
+
+    fn from_number(n: i64) -> Option<TaskState> {
+        Some(match n {
+            0 => TaskState::Unspecified,
+            1 => TaskState::Submitted,
+            2 => TaskState::Working,
+            3 => TaskState::Completed,
+            4 => TaskState::Failed,
+            5 => TaskState::Canceled,
+            6 => TaskState::InputRequired,
+            7 => TaskState::Rejected,
+            8 => TaskState::AuthRequired,
+            _ => return None,
+        })
+    }
+}
+
+impl Serialize for TaskState {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.v10_name())
+    }
+}
+
+impl<'de> Deserialize<'de> for TaskState {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let parsed = match EnumToken::deserialize(d)? {
+            EnumToken::Num(n) => TaskState::from_number(n),
+            EnumToken::Name(s) => TaskState::parse_lenient(&s),
+        };
+        parsed.ok_or_else(|| de::Error::custom("unknown task state"))
+    }
+}
+
+/// ProtoJSON enums arrive as names or numbers.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum EnumToken {
+    Num(i64),
+    Name(String),
+}
+
+/// What a part carries; exactly one of these in 1.0.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PartContent {
+    Text(String),
+    /// Base64 as received; the gateway never needs the bytes themselves.
+    Raw(String),
+    Url(String),
+    Data(Value),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Part {
+    pub content: PartContent,
+    pub metadata: Option<Metadata>,
+    pub filename: Option<String>,
+    pub media_type: Option<String>,
+}
+
+impl Part {
+    pub fn text(text: impl Into<String>) -> Part {
+        Part {
+            content: PartContent::Text(text.into()),
+            metadata: None,
+            filename: None,
+            media_type: None,
+        }
+    }
+
+    pub fn as_text(&self) -> Option<&str> {
+        match &self.content {
+            PartContent::Text(t) => Some(t),
+            _ => None,
+        }
+    }
+}
+
+impl Serialize for Part {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        match &self.content {
+            PartContent::Text(t) => m.serialize_entry("text", t)?,
+            PartContent::Raw(b) => m.serialize_entry("raw", b)?,
+            PartContent::Url(u) => m.serialize_entry("url", u)?,
+            PartContent::Data(v) => m.serialize_entry("data", v)?,
+        }
+        if let Some(md) = &self.metadata {
+            m.serialize_entry("metadata", md)?;
+        }
+        if let Some(f) = &self.filename {
+            m.serialize_entry("filename", f)?;
+        }
+        if let Some(mt) = &self.media_type {
+            m.serialize_entry("mediaType", mt)?;
+        }
+        m.end()
+    }
+}
+
+/// Union of every part shape clients send: 1.0 (`text`/`raw`/`url`/`data`), 0.3 JSON-RPC
+/// (`kind` + `file.{bytes,uri}`), 0.3 REST (`file.fileWithBytes`) and 0.1 (`type`).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WirePart {
+    kind: Option<String>,
+    #[serde(rename = "type")]
+    legacy_type: Option<String>,
+    text: Option<String>,
+    raw: Option<String>,
+    url: Option<String>,
+    file: Option<WireFile>,
+    #[serde(default, deserialize_with = "present_value")]
+    data: Option<Value>,
+    metadata: Option<Metadata>,
+    #[serde(alias = "file_name")]
+    filename: Option<String>,
+    #[serde(alias = "media_type")]
+    media_type: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireFile {
+    #[serde(alias = "fileWithBytes", alias = "file_with_bytes")]
+    bytes: Option<String>,
+    #[serde(alias = "fileWithUri", alias = "file_with_uri")]
+    uri: Option<String>,
+    name: Option<String>,
+    #[serde(alias = "mime_type", alias = "mediaType", alias = "media_type")]
+    mime_type: Option<String>,
+}
+
+/// Distinguishes `"data": null` (present) from an absent key.
+fn present_value<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+/// Marker the SDKs put on a 0.3 data part that wraps a non-object 1.0 value.
+pub const DATA_COMPAT_KEY: &str = "data_part_compat";
+
+impl<'de> Deserialize<'de> for Part {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let w = WirePart::deserialize(d)?;
+        let tag = w.kind.as_deref().or(w.legacy_type.as_deref());
+        let mut filename = w.filename;
+        let mut media_type = w.media_type;
+        let mut metadata = w.metadata;
+        let content = if let Some(text) = w.text {
+            PartContent::Text(text)
+        } else if let Some(raw) = w.raw {
+            PartContent::Raw(raw)
+        } else if let Some(url) = w.url {
+            PartContent::Url(url)
+        } else if let Some(file) = w.file {
+            filename = filename.or(file.name);
+            media_type = media_type.or(file.mime_type);
+            match (file.bytes, file.uri) {
+                (Some(b), _) => PartContent::Raw(b),
+                (None, Some(u)) => PartContent::Url(u),
+                (None, None) => {
+                    return Err(de::Error::custom("file part needs \"bytes\" or \"uri\""))
+                }
+            }
+        } else if let Some(data) = w.data {
+            let compat = metadata
+                .as_mut()
+                .and_then(|m| m.remove(DATA_COMPAT_KEY))
+                .is_some_and(|v| v == Value::Bool(true));
+            if metadata.as_ref().is_some_and(|m| m.is_empty()) {
+                metadata = None;
+            }
+            match data {
+                Value::Object(mut obj) if compat && obj.len() == 1 && obj.contains_key("value") => {
+                    PartContent::Data(obj.remove("value").unwrap_or(Value::Null))
+                }
+                other => PartContent::Data(other),
+            }
+        } else {
+            let what = tag.map_or(String::new(), |t| format!(" (kind \"{t}\")"));
+            return Err(de::Error::custom(format!(
+                "part{what} has none of \"text\", \"raw\", \"url\", \"file\" or \"data\""
+            )));
+        };
+        Ok(Part {
+            content,
+            metadata,
+            filename,
+            media_type,
+        })
+    }
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Message {
+    #[serde(alias = "message_id")]
+    pub message_id: String,
+    #[serde(default, alias = "context_id", skip_serializing_if = "Option::is_none")]
+    pub context_id: Option<String>,
+    #[serde(default, alias = "task_id", skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
+    pub role: Role,
+    /// 0.3 REST calls the parts `content`.
+    #[serde(alias = "content")]
+    pub parts: Vec<Part>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Metadata>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extensions: Vec<String>,
+    #[serde(
+        default,
+        alias = "reference_task_ids",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub reference_task_ids: Vec<String>,
+}
+
+impl Message {
+    pub fn agent_text(text: impl Into<String>) -> Message {
+        Message {
+            message_id: uuid::Uuid::new_v4().to_string(),
+            context_id: None,
+            task_id: None,
+            role: Role::Agent,
+            parts: vec![Part::text(text)],
+            metadata: None,
+            extensions: Vec::new(),
+            reference_task_ids: Vec::new(),
+        }
+    }
+
+    /// All text parts joined; what text-oriented backends act on.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        for t in self.parts.iter().filter_map(Part::as_text) {
+            out.push_str(t);
+        }
+        out
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Artifact {
+    #[serde(alias = "artifact_id")]
+    pub artifact_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    pub parts: Vec<Part>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Metadata>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extensions: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskStatus {
+    pub state: TaskState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<Message>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "ser_timestamp"
+    )]
+    pub timestamp: Option<DateTime<Utc>>,
+}
+
+impl TaskStatus {
+    pub fn now(state: TaskState, message: Option<Message>) -> TaskStatus {
+        TaskStatus {
+            state,
+            message,
+            timestamp: Some(Utc::now()),
+        }
+    }
+}
+
+/// Millisecond precision with `Z`: every SDK's timestamp parser accepts it.
+fn ser_timestamp<S: Serializer>(ts: &Option<DateTime<Utc>>, s: S) -> Result<S::Ok, S::Error> {
+    match ts {
+        Some(t) => s.serialize_str(&format_timestamp(t)),
+        None => s.serialize_none(),
+    }
+}
+
+pub fn format_timestamp(t: &DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+/// ISO 8601, with or without a zone (no zone means UTC, as the reference advises).
+pub fn parse_timestamp(s: &str) -> Option<DateTime<Utc>> {
+    if let Ok(t) = DateTime::parse_from_rfc3339(s) {
+        return Some(t.with_timezone(&Utc));
+    }
+    chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S%.f")
+        .ok()
+        .map(|n| n.and_utc())
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Task {
+    pub id: String,
+    #[serde(alias = "context_id")]
+    pub context_id: String,
+    pub status: TaskStatus,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub artifacts: Vec<Artifact>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<Message>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Metadata>,
+}
+
+impl Task {
+    /// A copy trimmed for a reader: `history_length` newest messages (0 = none, None = all)
+    /// and, when `include_artifacts` is false, no artifacts at all.
+    pub fn view(&self, history_length: Option<usize>, include_artifacts: bool) -> Task {
+        let history = match history_length {
+            None => self.history.clone(),
+            Some(n) => self.history[self.history.len().saturating_sub(n)..].to_vec(),
+        };
+        Task {
+            id: self.id.clone(),
+            context_id: self.context_id.clone(),
+            status: self.status.clone(),
+            artifacts: if include_artifacts {
+                self.artifacts.clone()
+            } else {
+                Vec::new()
+            },
+            history,
+            metadata: self.metadata.clone(),
+        }
+    }
+
+    /// Folds one event into the task, the way every subscriber will see it.
+    pub fn apply(&mut self, event: &TaskEvent) {
+        match event {
+            TaskEvent::Status(s) => {
+                if let Some(m) = &s.status.message {
+                    self.history.push(m.clone());
+                }
+                self.status = s.status.clone();
+            }
+            TaskEvent::Artifact(a) => {
+                let existing = self
+                    .artifacts
+                    .iter_mut()
+                    .find(|x| x.artifact_id == a.artifact.artifact_id);
+                match existing {
+                    Some(x) if a.append => x.parts.extend(a.artifact.parts.iter().cloned()),
+                    Some(x) => *x = a.artifact.clone(),
+                    None => self.artifacts.push(a.artifact.clone()),
+                }
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskStatusUpdateEvent {
+    pub task_id: String,
+    pub context_id: String,
+    pub status: TaskStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Metadata>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskArtifactUpdateEvent {
+    pub task_id: String,
+    pub context_id: String,
+    pub artifact: Artifact,
+    #[serde(skip_serializing_if = "is_false")]
+    pub append: bool,
+    #[serde(skip_serializing_if = "is_false")]
+    pub last_chunk: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Metadata>,
+}
+
+/// A change to a stored task.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TaskEvent {
+    Status(TaskStatusUpdateEvent),
+    Artifact(TaskArtifactUpdateEvent),
+}
+
+/// One item of a stream: the 1.0 `StreamResponse` oneof.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum StreamItem {
+    Task(Task),
+    Message(Message),
+    StatusUpdate(TaskStatusUpdateEvent),
+    ArtifactUpdate(TaskArtifactUpdateEvent),
+}
+
+impl From<TaskEvent> for StreamItem {
+    fn from(e: TaskEvent) -> Self {
+        match e {
+            TaskEvent::Status(s) => StreamItem::StatusUpdate(s),
+            TaskEvent::Artifact(a) => StreamItem::ArtifactUpdate(a),
+        }
+    }
+}
+
+impl StreamItem {
+    /// Whether the stream closes after this item.
+    pub fn ends_stream(&self) -> bool {
+        match self {
+            StreamItem::Message(_) => true,
+            StreamItem::Task(t) => t.status.state.ends_stream(),
+            StreamItem::StatusUpdate(s) => s.status.state.ends_stream(),
+            StreamItem::ArtifactUpdate(_) => false,
+        }
+    }
+}
+
+/// What a send returns: the 1.0 `SendMessageResponse` oneof.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SendResult {
+    Task(Task),
+    Message(Message),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn parts_parse_from_every_dialect() {
+        let cases = [
+            (
+                json!({"kind":"text","text":"hi"}),
+                PartContent::Text("hi".into()),
+            ),
+            (
+                json!({"type":"text","text":"hi"}),
+                PartContent::Text("hi".into()),
+            ),
+            (json!({"text":"hi"}), PartContent::Text("hi".into())),
+            (json!({"raw":"aGk="}), PartContent::Raw("aGk=".into())),
+            (
+                json!({"kind":"file","file":{"bytes":"aGk="}}),
+                PartContent::Raw("aGk=".into()),
+            ),
+            (
+                json!({"file":{"fileWithUri":"http://x"}}),
+                PartContent::Url("http://x".into()),
+            ),
+            (
+                json!({"url":"http://x"}),
+                PartContent::Url("http://x".into()),
+            ),
+            (json!({"data":[1,2]}), PartContent::Data(json!([1, 2]))),
+            (
+                json!({"kind":"data","data":{"value":3},"metadata":{"data_part_compat":true}}),
+                PartContent::Data(json!(3)),
+            ),
+        ];
+        for (input, want) in cases {
+            let part: Part = serde_json::from_value(input.clone()).unwrap();
+            assert_eq!(part.content, want, "input {input}");
+        }
+        assert!(serde_json::from_value::<Part>(json!({"kind":"text"})).is_err());
+    }
+
+    #[test]
+    fn states_parse_leniently() {
+        for (s, want) in [
+            ("completed", TaskState::Completed),
+            ("TASK_STATE_CANCELLED", TaskState::Canceled),
+            ("input-required", TaskState::InputRequired),
+            ("TASK_STATE_INPUT_REQUIRED", TaskState::InputRequired),
+            ("3", TaskState::Completed),
+        ] {
+            assert_eq!(TaskState::parse_lenient(s), Some(want), "{s}");
+        }
+    }
+
+    #[test]
+    fn history_view_keeps_newest() {
+        let mut t = Task {
+            id: "t".into(),
+            context_id: "c".into(),
+            status: TaskStatus::now(TaskState::Working, None),
+            artifacts: vec![],
+            history: vec![],
+            metadata: None,
+        };
+        for i in 0..3 {
+            let mut m = Message::agent_text(i.to_string());
+            m.message_id = i.to_string();
+            t.history.push(m);
+        }
+        assert_eq!(t.view(Some(2), true).history[0].message_id, "1");
+        assert!(t.view(Some(0), true).history.is_empty());
+        assert_eq!(t.view(None, true).history.len(), 3);
+    }
+}

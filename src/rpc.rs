@@ -1,0 +1,167 @@
+//! JSON-RPC dispatch: a parsed request in, a rendered answer (a body or an event stream)
+//! out, always in the caller's dialect. No HTTP here.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::agents::Agent;
+use crate::error::GatewayError;
+use crate::protocol::jsonrpc::{render_error, render_result, Method, RpcRequest};
+use crate::protocol::model::{SendResult, StreamItem, Task};
+use crate::protocol::params::{self, ListTasksParams, SendParams, TaskIdParams};
+use crate::protocol::v03::{StreamItemV03, V03};
+use crate::protocol::Dialect;
+use crate::service::{A2aService, ItemStream, SendRequest};
+
+pub enum RpcReply {
+    /// A JSON-RPC response body, the HTTP status to send it with, and for overload
+    /// answers how many seconds to wait before retrying.
+    Json {
+        status: u16,
+        body: Vec<u8>,
+        retry_after: Option<u64>,
+    },
+    /// An SSE stream; each item is rendered with [`render_stream_item`].
+    Stream {
+        id: Value,
+        dialect: Dialect,
+        items: ItemStream,
+    },
+}
+
+impl RpcReply {
+    pub fn error(id: &Value, dialect: Dialect, error: &GatewayError) -> RpcReply {
+        if let GatewayError::Internal(detail) = error {
+            tracing::error!(%detail, "internal error");
+        }
+        RpcReply::Json {
+            status: error.jsonrpc_http_status(),
+            body: render_error(id, dialect, error),
+            retry_after: error.retry_after(),
+        }
+    }
+}
+
+pub async fn dispatch(service: &A2aService, agent: &Arc<Agent>, req: RpcRequest) -> RpcReply {
+    let RpcRequest {
+        id,
+        method,
+        dialect,
+        params,
+    } = req;
+    let params = params.as_deref();
+    let outcome: Result<RpcReply, GatewayError> = async {
+        match method {
+            Method::SendMessage => {
+                let send = send_request(params::decode(params)?, dialect)?;
+                let result = service.send(agent, send).await?;
+                ok(&id, dialect, &result)
+            }
+            Method::SendStreamingMessage => {
+                let send = send_request(params::decode(params)?, dialect)?;
+                let items = service.stream(agent, send)?;
+                Ok(RpcReply::Stream {
+                    id: id.clone(),
+                    dialect,
+                    items,
+                })
+            }
+            Method::GetTask => {
+                let p: TaskIdParams = params::decode(params)?;
+                let history = params::history_length(p.history_length, dialect)?;
+                let task = service.get(agent, &p.id, history)?;
+                ok_task(&id, dialect, &task)
+            }
+            Method::ListTasks => {
+                let p: ListTasksParams = params::decode(params)?;
+                let result = service.list(agent, &p.check()?)?;
+                Ok(json(render_result(&id, &result)?))
+            }
+            Method::CancelTask => {
+                let p: TaskIdParams = params::decode(params)?;
+                let task = service.cancel(agent, &p.id)?;
+                ok_task(&id, dialect, &task)
+            }
+            Method::SubscribeToTask => {
+                let p: TaskIdParams = params::decode(params)?;
+                let items = service.subscribe(agent, &p.id)?;
+                Ok(RpcReply::Stream {
+                    id: id.clone(),
+                    dialect,
+                    items,
+                })
+            }
+            Method::PushNotificationConfig => Err(GatewayError::PushNotSupported),
+            // No agent has an extended card yet. 1.0 answers "unsupported" when the card
+            // does not declare one; 0.3 only has the "not configured" error for this.
+            Method::GetExtendedAgentCard => Err(match dialect {
+                Dialect::V10 => GatewayError::UnsupportedOperation(
+                    "this agent does not offer an extended agent card".into(),
+                ),
+                Dialect::V03 => GatewayError::ExtendedCardNotConfigured,
+            }),
+        }
+    }
+    .await;
+    outcome.unwrap_or_else(|e| RpcReply::error(&id, dialect, &e))
+}
+
+fn send_request(p: SendParams, dialect: Dialect) -> Result<SendRequest, GatewayError> {
+    let config = p.configuration.unwrap_or_default();
+    let mut message = p.message;
+    if message.context_id.is_none() {
+        message.context_id = p.session_id;
+    }
+    Ok(SendRequest {
+        blocking: config.blocking(),
+        history_length: params::history_length(config.history_length, dialect)?,
+        has_push_config: config
+            .push_notification_config
+            .as_ref()
+            .is_some_and(|v| !v.is_null()),
+        message,
+    })
+}
+
+fn json(body: Vec<u8>) -> RpcReply {
+    RpcReply::Json {
+        status: 200,
+        body,
+        retry_after: None,
+    }
+}
+
+fn ok(id: &Value, dialect: Dialect, result: &SendResult) -> Result<RpcReply, GatewayError> {
+    Ok(json(match dialect {
+        Dialect::V10 => render_result(id, result)?,
+        Dialect::V03 => render_result(id, V03(result))?,
+    }))
+}
+
+fn ok_task(id: &Value, dialect: Dialect, task: &Task) -> Result<RpcReply, GatewayError> {
+    Ok(json(match dialect {
+        Dialect::V10 => render_result(id, task)?,
+        Dialect::V03 => render_result(id, V03(task))?,
+    }))
+}
+
+/// One SSE `data:` payload: a JSON-RPC response whose result is the item in the caller's
+/// dialect; `true` with a JSON-RPC error body when it must go out as `event: error`.
+pub fn render_stream_item(
+    id: &Value,
+    dialect: Dialect,
+    item: &Result<StreamItem, GatewayError>,
+) -> (bool, Vec<u8>) {
+    let rendered = item
+        .as_ref()
+        .map_err(Clone::clone)
+        .and_then(|item| match dialect {
+            Dialect::V10 => render_result(id, item),
+            Dialect::V03 => render_result(id, StreamItemV03(item)),
+        });
+    match rendered {
+        Ok(body) => (false, body),
+        Err(e) => (true, render_error(id, dialect, &e)),
+    }
+}

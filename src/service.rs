@@ -1,0 +1,439 @@
+//! The A2A operations, independent of transport: JSON-RPC (both dialects) and, later, the
+//! HTTP+JSON binding call these and only render the results differently.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use dashmap::DashMap;
+use futures_util::stream::{self, Stream};
+use serde::Serialize;
+use tokio::sync::{broadcast, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use crate::agents::{Agent, BackendError, EventSink, Execution};
+use crate::error::GatewayError;
+use crate::protocol::model::{
+    Message, SendResult, StreamItem, Task, TaskEvent, TaskState, TaskStatus, TaskStatusUpdateEvent,
+};
+use crate::protocol::params::ListQuery;
+use crate::tasks::{Applied, StoreError, Tasks};
+
+pub type ItemStream = Pin<Box<dyn Stream<Item = Result<StreamItem, GatewayError>> + Send>>;
+
+/// How many events an execution may run ahead of a slow caller before it waits.
+const CALLER_BUFFER: usize = 32;
+
+/// A send, checked and ready to run.
+pub struct SendRequest {
+    pub message: Message,
+    pub blocking: bool,
+    pub history_length: Option<usize>,
+    pub has_push_config: bool,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListTasksResponse {
+    pub tasks: Vec<Task>,
+    pub next_page_token: String,
+    pub page_size: usize,
+    pub total_size: usize,
+}
+
+pub struct A2aService {
+    tasks: Arc<Tasks>,
+    /// One token per task with running or queued work, and how many executions share it.
+    cancels: Arc<DashMap<String, (CancellationToken, usize)>>,
+}
+
+struct Started {
+    task_id: String,
+    items: mpsc::Receiver<Result<StreamItem, GatewayError>>,
+}
+
+impl A2aService {
+    pub fn new(tasks: Arc<Tasks>) -> A2aService {
+        A2aService {
+            tasks,
+            cancels: Arc::new(DashMap::new()),
+        }
+    }
+
+    pub fn tasks(&self) -> &Tasks {
+        &self.tasks
+    }
+
+    /// `SendMessage` / `message/send`.
+    pub async fn send(
+        &self,
+        agent: &Arc<Agent>,
+        req: SendRequest,
+    ) -> Result<SendResult, GatewayError> {
+        let blocking = req.blocking;
+        let history_length = req.history_length;
+        let Started { task_id, mut items } = self.start(agent, req, false)?;
+        let mut saw_task = false;
+        while let Some(item) = items.recv().await {
+            match item? {
+                StreamItem::Message(m) => return Ok(SendResult::Message(m)),
+                item => {
+                    saw_task = true;
+                    if !blocking || item.ends_stream() {
+                        break;
+                    }
+                }
+            }
+        }
+        if !saw_task {
+            return Err(GatewayError::Internal(format!(
+                "agent {} ended without answering",
+                agent.name
+            )));
+        }
+        let task = self
+            .tasks
+            .inspect(&agent.name, &task_id, |t| t.view(history_length, true))
+            .ok_or_else(|| GatewayError::TaskNotFound(task_id.clone()))?;
+        Ok(SendResult::Task(task))
+    }
+
+    /// `SendStreamingMessage` / `message/stream`: the task (or one Message) first, then
+    /// every event until the task finishes or needs input.
+    pub fn stream(&self, agent: &Arc<Agent>, req: SendRequest) -> Result<ItemStream, GatewayError> {
+        let Started { items, .. } = self.start(agent, req, true)?;
+        Ok(until_stream_ends(items))
+    }
+
+    fn start(
+        &self,
+        agent: &Arc<Agent>,
+        req: SendRequest,
+        streaming: bool,
+    ) -> Result<Started, GatewayError> {
+        if req.has_push_config {
+            return Err(GatewayError::PushNotSupported);
+        }
+        let mut message = req.message;
+        if message.message_id.trim().is_empty() {
+            return Err(GatewayError::InvalidParams(
+                "params.message.messageId: must not be empty".into(),
+            ));
+        }
+        if message.parts.is_empty() {
+            return Err(GatewayError::InvalidParams(
+                "params.message.parts: a message needs at least one part".into(),
+            ));
+        }
+        let continuing = match message.task_id.clone().filter(|t| !t.is_empty()) {
+            Some(task_id) => {
+                let (context_id, state) = self
+                    .tasks
+                    .inspect(&agent.name, &task_id, |t| {
+                        (t.context_id.clone(), t.status.state)
+                    })
+                    .ok_or_else(|| GatewayError::TaskNotFound(task_id.clone()))?;
+                if state.is_terminal() {
+                    return Err(terminal_task_error(&task_id, state));
+                }
+                if message
+                    .context_id
+                    .as_ref()
+                    .is_some_and(|c| !c.is_empty() && *c != context_id)
+                {
+                    return Err(GatewayError::InvalidParams(format!(
+                        "params.message.contextId: does not match the contextId of task {task_id}"
+                    )));
+                }
+                message.context_id = Some(context_id);
+                Some(task_id)
+            }
+            None => {
+                if message.context_id.as_ref().is_some_and(|c| c.len() > 256) {
+                    return Err(GatewayError::InvalidParams(
+                        "params.message.contextId: longer than 256 characters".into(),
+                    ));
+                }
+                message.task_id = Some(uuid::Uuid::new_v4().to_string());
+                if message.context_id.as_ref().is_none_or(|c| c.is_empty()) {
+                    message.context_id = Some(uuid::Uuid::new_v4().to_string());
+                }
+                None
+            }
+        };
+        let task_id = message.task_id.clone().unwrap_or_default();
+        let context_id = message.context_id.clone().unwrap_or_default();
+        let (tx, rx) = mpsc::channel(CALLER_BUFFER);
+        let cancel = self.register_cancel(&task_id);
+
+        let job = {
+            let tasks = self.tasks.clone();
+            let agent = agent.clone();
+            let cancels = self.cancels.clone();
+            let task_id = task_id.clone();
+            let context_id = context_id.clone();
+            let cancel = cancel.clone();
+            async move {
+                run_execution(
+                    &tasks,
+                    &agent,
+                    message,
+                    continuing,
+                    task_id.clone(),
+                    context_id,
+                    streaming,
+                    tx,
+                    cancel,
+                )
+                .await;
+                release_cancel(&cancels, &task_id);
+            }
+        };
+        if let Err(e) = agent.actor.submit(&context_id, job) {
+            release_cancel(&self.cancels, &task_id);
+            return Err(e);
+        }
+        Ok(Started { task_id, items: rx })
+    }
+
+    fn register_cancel(&self, task_id: &str) -> CancellationToken {
+        let mut entry = self
+            .cancels
+            .entry(task_id.to_string())
+            .or_insert_with(|| (CancellationToken::new(), 0));
+        entry.1 += 1;
+        entry.0.clone()
+    }
+
+    /// `GetTask` / `tasks/get`.
+    pub fn get(
+        &self,
+        agent: &Agent,
+        id: &str,
+        history_length: Option<usize>,
+    ) -> Result<Task, GatewayError> {
+        self.tasks
+            .inspect(&agent.name, id, |t| t.view(history_length, true))
+            .ok_or_else(|| GatewayError::TaskNotFound(id.to_string()))
+    }
+
+    /// `ListTasks` (1.0 only).
+    pub fn list(
+        &self,
+        agent: &Agent,
+        query: &ListQuery,
+    ) -> Result<ListTasksResponse, GatewayError> {
+        let page = self.tasks.list(&agent.name, query).map_err(|e| match e {
+            StoreError::BadPageToken => GatewayError::InvalidParams(
+                "params.pageToken: not a token this gateway issued".into(),
+            ),
+            other => GatewayError::Internal(other.to_string()),
+        })?;
+        Ok(ListTasksResponse {
+            tasks: page
+                .tasks
+                .iter()
+                .map(|t| t.view(query.history_length, query.include_artifacts))
+                .collect(),
+            next_page_token: page.next_page_token,
+            page_size: query.page_size,
+            total_size: page.total_size,
+        })
+    }
+
+    /// `CancelTask` / `tasks/cancel`: stops running work and marks the task canceled.
+    pub fn cancel(&self, agent: &Agent, id: &str) -> Result<Task, GatewayError> {
+        let (state, context_id) = self
+            .tasks
+            .inspect(&agent.name, id, |t| (t.status.state, t.context_id.clone()))
+            .ok_or_else(|| GatewayError::TaskNotFound(id.to_string()))?;
+        if state.is_terminal() {
+            return Err(not_cancelable(id, state));
+        }
+        if let Some(entry) = self.cancels.get(id) {
+            entry.0.cancel();
+        }
+        let event = TaskEvent::Status(TaskStatusUpdateEvent {
+            task_id: id.to_string(),
+            context_id,
+            status: TaskStatus::now(TaskState::Canceled, None),
+            metadata: None,
+        });
+        match self.tasks.apply(id, &event) {
+            Applied::Yes => self.get(agent, id, None),
+            Applied::NotFound => Err(GatewayError::TaskNotFound(id.to_string())),
+            Applied::TaskFinished => {
+                let state = self
+                    .tasks
+                    .inspect(&agent.name, id, |t| t.status.state)
+                    .unwrap_or(TaskState::Unspecified);
+                Err(not_cancelable(id, state))
+            }
+        }
+    }
+
+    /// `SubscribeToTask` / `tasks/resubscribe`: the current task, then its later events.
+    pub fn subscribe(&self, agent: &Agent, id: &str) -> Result<ItemStream, GatewayError> {
+        let (task, rx) = self
+            .tasks
+            .subscribe(&agent.name, id)
+            .ok_or_else(|| GatewayError::TaskNotFound(id.to_string()))?;
+        if task.status.state.is_terminal() {
+            return Err(terminal_task_error(id, task.status.state));
+        }
+        let first = StreamItem::Task(task);
+        if first.ends_stream() {
+            return Ok(Box::pin(stream::iter([Ok(first)])));
+        }
+        let rest = stream::unfold(Some(rx), |rx| async move {
+            let mut rx = rx?;
+            match rx.recv().await {
+                Ok(item) => {
+                    let item = (*item).clone();
+                    let next = (!item.ends_stream()).then_some(rx);
+                    Some((Ok(item), next))
+                }
+                Err(broadcast::error::RecvError::Lagged(n)) => Some((
+                    Err(GatewayError::Internal(format!(
+                        "subscriber fell {n} events behind and was disconnected"
+                    ))),
+                    None,
+                )),
+                Err(broadcast::error::RecvError::Closed) => None,
+            }
+        });
+        Ok(Box::pin(
+            stream::once(async { Ok(first) }).chain_items(rest),
+        ))
+    }
+}
+
+/// `futures::StreamExt::chain` under a name that reads well at the call site.
+trait ChainItems: Stream + Sized {
+    fn chain_items<S: Stream<Item = Self::Item>>(self, next: S) -> stream::Chain<Self, S> {
+        futures_util::StreamExt::chain(self, next)
+    }
+}
+impl<S: Stream> ChainItems for S {}
+
+fn release_cancel(cancels: &DashMap<String, (CancellationToken, usize)>, task_id: &str) {
+    if let dashmap::Entry::Occupied(mut e) = cancels.entry(task_id.to_string()) {
+        e.get_mut().1 -= 1;
+        if e.get().1 == 0 {
+            e.remove();
+        }
+    }
+}
+
+fn terminal_task_error(id: &str, state: TaskState) -> GatewayError {
+    GatewayError::UnsupportedOperation(format!(
+        "task {id} is already {}; start a new task (it may list this one in referenceTaskIds)",
+        state.v03_name()
+    ))
+}
+
+fn not_cancelable(id: &str, state: TaskState) -> GatewayError {
+    GatewayError::TaskNotCancelable {
+        id: id.to_string(),
+        state: state.v03_name(),
+    }
+}
+
+/// Ends the caller's stream after the item that closes it, or after an error.
+fn until_stream_ends(items: mpsc::Receiver<Result<StreamItem, GatewayError>>) -> ItemStream {
+    Box::pin(stream::unfold(Some(items), |rx| async move {
+        let mut rx = rx?;
+        let item = rx.recv().await?;
+        let more = matches!(&item, Ok(i) if !i.ends_stream());
+        Some((item, more.then_some(rx)))
+    }))
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run_execution(
+    tasks: &Arc<Tasks>,
+    agent: &Arc<Agent>,
+    message: Message,
+    continuing: Option<String>,
+    task_id: String,
+    context_id: String,
+    streaming: bool,
+    tx: mpsc::Sender<Result<StreamItem, GatewayError>>,
+    cancel: CancellationToken,
+) {
+    let mut current = None;
+    if let Some(id) = &continuing {
+        // The task may have finished while this message waited for its turn.
+        let snapshot = tasks.amend(id, |t| {
+            if !t.status.state.is_terminal() {
+                t.history.push(message.clone());
+            }
+        });
+        match snapshot {
+            Some(t) if !t.status.state.is_terminal() => {
+                // A caller that already left does not stop the work: it may come back
+                // with GetTask.
+                let _ = tx.send(Ok(StreamItem::Task(t.clone()))).await;
+                current = Some(t);
+            }
+            Some(t) => {
+                let _ = tx.send(Err(terminal_task_error(id, t.status.state))).await;
+                return;
+            }
+            None => {
+                let _ = tx.send(Err(GatewayError::TaskNotFound(id.clone()))).await;
+                return;
+            }
+        }
+    }
+    if cancel.is_cancelled() {
+        return;
+    }
+    let pending = continuing.is_none().then(|| message.clone());
+    let (events, probe) = EventSink::new(
+        tasks.clone(),
+        agent.name.clone(),
+        task_id.clone(),
+        context_id.clone(),
+        pending,
+        tx.clone(),
+    );
+    let exec = Execution {
+        message,
+        task: current,
+        streaming,
+        events,
+        cancel,
+    };
+    let result = agent.backend.execute(exec).await;
+    match result {
+        Ok(()) if probe.unanswered() => {
+            let _ = tx
+                .send(Err(GatewayError::InvalidAgentResponse(format!(
+                    "agent {} finished without a task or a message",
+                    agent.name
+                ))))
+                .await;
+        }
+        Ok(()) | Err(BackendError::SinkClosed(_)) => {}
+        Err(BackendError::Failed(reason)) if probe.has_task() => {
+            // Through a sink, so the failure is stored, published and forwarded like any
+            // other event.
+            let (mut sink, _) = EventSink::new(
+                tasks.clone(),
+                agent.name.clone(),
+                task_id,
+                context_id,
+                None,
+                tx,
+            );
+            let _ = sink
+                .status(TaskState::Failed, Some(Message::agent_text(reason)))
+                .await;
+        }
+        Err(BackendError::Failed(reason)) => {
+            let _ = tx
+                .send(Err(GatewayError::InvalidAgentResponse(reason)))
+                .await;
+        }
+    }
+}

@@ -1,0 +1,197 @@
+//! The in-memory [`TaskStore`]: bounded in count, evicting the oldest finished tasks first.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use dashmap::DashMap;
+
+use super::{StoreError, StoredTask, TaskPage, TaskStore};
+use crate::protocol::params::ListQuery;
+
+pub struct MemoryTaskStore {
+    tasks: DashMap<String, StoredTask>,
+    /// Ids in the order their tasks finished; eviction takes from the front. An id may be
+    /// stale (already evicted), which eviction tolerates.
+    finished: Mutex<VecDeque<String>>,
+    capacity: usize,
+}
+
+impl MemoryTaskStore {
+    pub fn new(capacity: usize) -> MemoryTaskStore {
+        MemoryTaskStore {
+            tasks: DashMap::new(),
+            finished: Mutex::new(VecDeque::new()),
+            capacity: capacity.max(1),
+        }
+    }
+
+    fn finished_queue(&self) -> std::sync::MutexGuard<'_, VecDeque<String>> {
+        // A panic while holding this lock cannot leave the queue inconsistent (push/pop
+        // only), so a poisoned lock is still usable.
+        self.finished
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn make_room(&self) -> Result<(), StoreError> {
+        while self.tasks.len() >= self.capacity {
+            let Some(victim) = self.finished_queue().pop_front() else {
+                return Err(StoreError::Full(self.capacity));
+            };
+            self.tasks.remove(&victim);
+        }
+        Ok(())
+    }
+}
+
+/// Sort key: newest status first, then newest created first.
+fn sort_key(st: &StoredTask) -> (i64, u64) {
+    let ts = st.task.status.timestamp.map_or(0, |t| t.timestamp_micros());
+    (ts, st.seq)
+}
+
+fn encode_token(key: (i64, u64)) -> String {
+    URL_SAFE_NO_PAD.encode(format!("{}:{}", key.0, key.1))
+}
+
+fn decode_token(token: &str) -> Result<(i64, u64), StoreError> {
+    let bytes = URL_SAFE_NO_PAD
+        .decode(token)
+        .map_err(|_| StoreError::BadPageToken)?;
+    let text = String::from_utf8(bytes).map_err(|_| StoreError::BadPageToken)?;
+    let (ts, seq) = text.split_once(':').ok_or(StoreError::BadPageToken)?;
+    Ok((
+        ts.parse().map_err(|_| StoreError::BadPageToken)?,
+        seq.parse().map_err(|_| StoreError::BadPageToken)?,
+    ))
+}
+
+impl TaskStore for MemoryTaskStore {
+    fn insert(&self, task: StoredTask) -> Result<(), StoreError> {
+        self.make_room()?;
+        let id = task.task.id.clone();
+        let finished = task.task.status.state.is_terminal();
+        match self.tasks.entry(id.clone()) {
+            dashmap::Entry::Occupied(_) => return Err(StoreError::Duplicate(id)),
+            dashmap::Entry::Vacant(v) => {
+                v.insert(task);
+            }
+        }
+        if finished {
+            self.finished_queue().push_back(id);
+        }
+        Ok(())
+    }
+
+    fn read(&self, id: &str, f: &mut dyn FnMut(&StoredTask)) -> bool {
+        match self.tasks.get(id) {
+            Some(st) => {
+                f(&st);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn update(&self, id: &str, f: &mut dyn FnMut(&mut StoredTask)) -> bool {
+        let Some(mut st) = self.tasks.get_mut(id) else {
+            return false;
+        };
+        let was_finished = st.task.status.state.is_terminal();
+        f(&mut st);
+        if !was_finished && st.task.status.state.is_terminal() {
+            self.finished_queue().push_back(id.to_string());
+        }
+        true
+    }
+
+    fn list(&self, agent: &str, query: &ListQuery) -> Result<TaskPage, StoreError> {
+        let after = query.page_token.as_deref().map(decode_token).transpose()?;
+        let mut matching: Vec<((i64, u64), String)> = self
+            .tasks
+            .iter()
+            .filter(|st| &*st.agent == agent)
+            .filter(|st| {
+                query
+                    .context_id
+                    .as_ref()
+                    .is_none_or(|c| *c == st.task.context_id)
+            })
+            .filter(|st| query.state.is_none_or(|s| s == st.task.status.state))
+            .filter(|st| {
+                query
+                    .status_after
+                    .is_none_or(|after| st.task.status.timestamp.is_some_and(|ts| ts >= after))
+            })
+            .map(|st| (sort_key(&st), st.task.id.clone()))
+            .collect();
+        let total_size = matching.len();
+        matching.sort_unstable_by_key(|(key, _)| std::cmp::Reverse(*key));
+        let start = match after {
+            Some(cursor) => matching.partition_point(|(key, _)| *key >= cursor),
+            None => 0,
+        };
+        let page: Vec<_> = matching.iter().skip(start).take(query.page_size).collect();
+        let next_page_token = if start + page.len() < matching.len() {
+            page.last()
+                .map(|(key, _)| encode_token(*key))
+                .unwrap_or_default()
+        } else {
+            String::new()
+        };
+        let tasks = page
+            .iter()
+            .filter_map(|(_, id)| self.tasks.get(id).map(|st| st.task.clone()))
+            .collect();
+        Ok(TaskPage {
+            tasks,
+            next_page_token,
+            total_size,
+        })
+    }
+
+    fn len(&self) -> usize {
+        self.tasks.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::model::{Task, TaskState, TaskStatus};
+    use std::sync::Arc;
+
+    fn task(id: &str, state: TaskState) -> StoredTask {
+        StoredTask {
+            task: Task {
+                id: id.into(),
+                context_id: "c".into(),
+                status: TaskStatus::now(state, None),
+                artifacts: vec![],
+                history: vec![],
+                metadata: None,
+            },
+            agent: Arc::from("a"),
+            seq: 0,
+        }
+    }
+
+    #[test]
+    fn evicts_oldest_finished_first_and_refuses_when_all_active() {
+        let store = MemoryTaskStore::new(2);
+        store.insert(task("done", TaskState::Working)).unwrap();
+        store.insert(task("busy", TaskState::Working)).unwrap();
+        assert!(matches!(
+            store.insert(task("x", TaskState::Working)),
+            Err(StoreError::Full(2))
+        ));
+        store.update("done", &mut |st| {
+            st.task.status.state = TaskState::Completed
+        });
+        store.insert(task("x", TaskState::Working)).unwrap();
+        assert!(!store.read("done", &mut |_| {}));
+        assert!(store.read("busy", &mut |_| {}));
+    }
+}

@@ -1,0 +1,207 @@
+//! Task storage and fan-out.
+//!
+//! [`TaskStore`] is the storage seam (in-memory today, something shared tomorrow).
+//! [`Tasks`] puts a store together with the per-task event fan-out, and is the only way the
+//! rest of the gateway changes a task, so that every update is stored and published as one
+//! step: a subscriber gets the snapshot and then exactly the events after it, in order.
+
+mod memory;
+
+use std::sync::Arc;
+
+use dashmap::DashMap;
+use tokio::sync::broadcast;
+
+pub use memory::MemoryTaskStore;
+
+use crate::protocol::model::{StreamItem, Task, TaskEvent};
+use crate::protocol::params::ListQuery;
+
+/// A task as stored: the task itself plus what the gateway needs to scope and order it.
+#[derive(Debug, Clone)]
+pub struct StoredTask {
+    pub task: Task,
+    /// The agent that owns the task; other agents answer "not found" for it.
+    pub agent: Arc<str>,
+    /// Creation order, the tie-breaker when status timestamps are equal.
+    pub seq: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("the task store is full of unfinished tasks ({0})")]
+    Full(usize),
+    #[error("task {0} already exists")]
+    Duplicate(String),
+    #[error("invalid page token")]
+    BadPageToken,
+}
+
+pub struct TaskPage {
+    pub tasks: Vec<Task>,
+    pub next_page_token: String,
+    pub total_size: usize,
+}
+
+/// Storage for tasks. Closures passed to `read`/`update` run while the store holds that
+/// task's lock, so updates to one task are serialized and observed atomically.
+pub trait TaskStore: Send + Sync + 'static {
+    /// Adds a task. When full, the oldest finished tasks make room first.
+    fn insert(&self, task: StoredTask) -> Result<(), StoreError>;
+    /// Runs `f` on the task; false when there is no such task.
+    fn read(&self, id: &str, f: &mut dyn FnMut(&StoredTask)) -> bool;
+    /// Runs `f` on the task mutably; false when there is no such task.
+    fn update(&self, id: &str, f: &mut dyn FnMut(&mut StoredTask)) -> bool;
+    /// One page of an agent's tasks, newest status first (full tasks; callers trim them).
+    fn list(&self, agent: &str, query: &ListQuery) -> Result<TaskPage, StoreError>;
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Subscribers per task. Channels exist only while someone listens, so idle tasks cost
+/// nothing here.
+#[derive(Default)]
+struct Fanout {
+    channels: DashMap<String, broadcast::Sender<Arc<StreamItem>>>,
+}
+
+/// Small on purpose: subscribers that fall this far behind are told and cut off rather
+/// than holding memory for everyone.
+const SUBSCRIBER_BUFFER: usize = 128;
+
+impl Fanout {
+    fn subscribe(&self, id: &str) -> broadcast::Receiver<Arc<StreamItem>> {
+        self.channels
+            .entry(id.to_string())
+            .or_insert_with(|| broadcast::channel(SUBSCRIBER_BUFFER).0)
+            .subscribe()
+    }
+
+    fn publish(&self, id: &str, item: &StreamItem) {
+        let ends = item.ends_stream();
+        let mut abandoned = false;
+        if let Some(tx) = self.channels.get(id) {
+            abandoned = tx.send(Arc::new(item.clone())).is_err();
+        }
+        if ends || abandoned {
+            self.channels.remove(id);
+        }
+    }
+}
+
+/// The outcome of applying an event.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Applied {
+    Yes,
+    /// The task had already finished (say, canceled meanwhile): the event was dropped.
+    TaskFinished,
+    NotFound,
+}
+
+pub struct Tasks {
+    store: Arc<dyn TaskStore>,
+    fanout: Fanout,
+    seq: std::sync::atomic::AtomicU64,
+}
+
+impl Tasks {
+    pub fn new(store: Arc<dyn TaskStore>) -> Tasks {
+        Tasks {
+            store,
+            fanout: Fanout::default(),
+            seq: Default::default(),
+        }
+    }
+
+    pub fn create(&self, agent: Arc<str>, task: Task) -> Result<(), StoreError> {
+        let seq = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.store.insert(StoredTask { task, agent, seq })
+    }
+
+    /// A copy of the agent's task, or None (also for another agent's task).
+    pub fn get(&self, agent: &str, id: &str) -> Option<Task> {
+        let mut out = None;
+        self.store.read(id, &mut |st| {
+            if &*st.agent == agent {
+                out = Some(st.task.clone());
+            }
+        });
+        out
+    }
+
+    /// Reads the agent's task through `f` without copying it.
+    pub fn inspect<R>(&self, agent: &str, id: &str, f: impl FnOnce(&Task) -> R) -> Option<R> {
+        let mut f = Some(f);
+        let mut out = None;
+        self.store.read(id, &mut |st| {
+            if &*st.agent == agent {
+                if let Some(f) = f.take() {
+                    out = Some(f(&st.task));
+                }
+            }
+        });
+        out
+    }
+
+    /// Stores and publishes one event. Events for finished tasks are dropped, which is what
+    /// makes cancel final even while the backend is still producing output.
+    pub fn apply(&self, id: &str, event: &TaskEvent) -> Applied {
+        let mut applied = Applied::TaskFinished;
+        let found = self.store.update(id, &mut |st| {
+            if st.task.status.state.is_terminal() {
+                return;
+            }
+            st.task.apply(event);
+            self.fanout.publish(id, &StreamItem::from(event.clone()));
+            applied = Applied::Yes;
+        });
+        if found {
+            applied
+        } else {
+            Applied::NotFound
+        }
+    }
+
+    /// Changes the task under its lock and publishes the resulting snapshot to subscribers
+    /// (used when a follow-up message joins the history).
+    pub fn amend(&self, id: &str, f: impl FnOnce(&mut Task)) -> Option<Task> {
+        let mut f = Some(f);
+        let mut out = None;
+        self.store.update(id, &mut |st| {
+            if let Some(f) = f.take() {
+                f(&mut st.task);
+                out = Some(st.task.clone());
+            }
+        });
+        out
+    }
+
+    /// The current task and a receiver of every later event, taken atomically.
+    pub fn subscribe(
+        &self,
+        agent: &str,
+        id: &str,
+    ) -> Option<(Task, broadcast::Receiver<Arc<StreamItem>>)> {
+        let mut out = None;
+        self.store.read(id, &mut |st| {
+            if &*st.agent == agent {
+                out = Some((st.task.clone(), self.fanout.subscribe(id)));
+            }
+        });
+        out
+    }
+
+    pub fn list(&self, agent: &str, query: &ListQuery) -> Result<TaskPage, StoreError> {
+        self.store.list(agent, query)
+    }
+
+    pub fn len(&self) -> usize {
+        self.store.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.store.is_empty()
+    }
+}
