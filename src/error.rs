@@ -10,6 +10,7 @@ pub mod gateway_codes {
     pub const AGENT_NOT_FOUND: i64 = -32040;
     pub const AGENT_BUSY: i64 = -32050;
     pub const AGENT_UNAVAILABLE: i64 = -32051;
+    pub const TASK_STORE_FULL: i64 = -32052;
     pub const PAYLOAD_TOO_LARGE: i64 = -32060;
 }
 
@@ -51,6 +52,8 @@ pub enum GatewayError {
     AgentBusy(String),
     #[error("Agent {0} is unavailable")]
     AgentUnavailable(String),
+    #[error("The gateway is holding its maximum of {0} unfinished tasks; retry later")]
+    TaskStoreFull(usize),
     #[error("Request body exceeds the limit of {0} bytes")]
     PayloadTooLarge(usize),
 }
@@ -75,6 +78,7 @@ impl GatewayError {
             GatewayError::AgentNotFound { .. } => AGENT_NOT_FOUND,
             GatewayError::AgentBusy(_) => AGENT_BUSY,
             GatewayError::AgentUnavailable(_) => AGENT_UNAVAILABLE,
+            GatewayError::TaskStoreFull(_) => TASK_STORE_FULL,
             GatewayError::PayloadTooLarge(_) => PAYLOAD_TOO_LARGE,
         }
     }
@@ -98,6 +102,7 @@ impl GatewayError {
             GatewayError::AgentNotFound { .. } => "AGENT_NOT_FOUND",
             GatewayError::AgentBusy(_) => "AGENT_BUSY",
             GatewayError::AgentUnavailable(_) => "AGENT_UNAVAILABLE",
+            GatewayError::TaskStoreFull(_) => "TASK_STORE_FULL",
             GatewayError::PayloadTooLarge(_) => "PAYLOAD_TOO_LARGE",
         }
     }
@@ -108,6 +113,7 @@ impl GatewayError {
             GatewayError::AgentNotFound { .. }
             | GatewayError::AgentBusy(_)
             | GatewayError::AgentUnavailable(_)
+            | GatewayError::TaskStoreFull(_)
             | GatewayError::PayloadTooLarge(_) => "a2a-gateway",
             _ => "a2a-protocol.org",
         }
@@ -121,7 +127,9 @@ impl GatewayError {
             GatewayError::AgentNotFound { .. } => 404,
             GatewayError::PayloadTooLarge(_) => 413,
             GatewayError::ContentTypeNotSupported(_) => 415,
-            GatewayError::AgentBusy(_) | GatewayError::AgentUnavailable(_) => 503,
+            GatewayError::AgentBusy(_)
+            | GatewayError::AgentUnavailable(_)
+            | GatewayError::TaskStoreFull(_) => 503,
             GatewayError::Parse(_)
             | GatewayError::InvalidRequest(_)
             | GatewayError::MethodNotFound(_)
@@ -154,14 +162,18 @@ impl GatewayError {
             | GatewayError::AgentNotFound { .. } => 404,
             GatewayError::PayloadTooLarge(_) => 413,
             GatewayError::Internal(_) | GatewayError::InvalidAgentResponse(_) => 500,
-            GatewayError::AgentBusy(_) | GatewayError::AgentUnavailable(_) => 503,
+            GatewayError::AgentBusy(_)
+            | GatewayError::AgentUnavailable(_)
+            | GatewayError::TaskStoreFull(_) => 503,
         }
     }
 
     /// Seconds a client should wait before retrying, for overload answers.
     pub fn retry_after(&self) -> Option<u64> {
         match self {
-            GatewayError::AgentBusy(_) | GatewayError::AgentUnavailable(_) => Some(1),
+            GatewayError::AgentBusy(_)
+            | GatewayError::AgentUnavailable(_)
+            | GatewayError::TaskStoreFull(_) => Some(1),
             _ => None,
         }
     }

@@ -137,7 +137,7 @@ impl EventSink {
             Err(e) => {
                 self.phase.set(REPLIED);
                 let err = match e {
-                    StoreError::Full(_) => GatewayError::AgentBusy(self.agent.to_string()),
+                    StoreError::Full(n) => GatewayError::TaskStoreFull(n),
                     other => GatewayError::Internal(other.to_string()),
                 };
                 self.forward(Err(err)).await;

@@ -112,15 +112,14 @@ pub fn load_agents_dir(dir: &Path, diags: &mut Diagnostics) -> Vec<AgentDef> {
                 continue;
             }
         };
-        let Some(agent) = parse_agent(&file, &text, diags) else {
+        let Some((agent, name_offset)) = parse_agent(&file, &text, diags) else {
             continue;
         };
         if let Some(first) = seen.get(&agent.name) {
-            let offset = text.find("name").unwrap_or(0);
             diags.push(Diagnostic::at(
                 &file,
                 &text,
-                offset,
+                name_offset,
                 format!(
                     "duplicate agent name \"{}\" (already defined in {})",
                     agent.name,
@@ -136,7 +135,8 @@ pub fn load_agents_dir(dir: &Path, diags: &mut Diagnostics) -> Vec<AgentDef> {
 }
 
 /// Parses one file; every problem becomes a diagnostic, and None means the file is unusable.
-pub fn parse_agent(file: &Path, text: &str, diags: &mut Diagnostics) -> Option<AgentDef> {
+/// Also returns where the name is written, for cross-file messages.
+fn parse_agent(file: &Path, text: &str, diags: &mut Diagnostics) -> Option<(AgentDef, usize)> {
     let raw: AgentFile = match toml::from_str(text) {
         Ok(raw) => raw,
         Err(e) => {
@@ -186,7 +186,8 @@ pub fn parse_agent(file: &Path, text: &str, diags: &mut Diagnostics) -> Option<A
     if diags.0.len() > before {
         return None;
     }
-    Some(AgentDef {
+    let name_offset = raw.name.span().start;
+    let def = AgentDef {
         name: raw.name.into_inner(),
         description: raw.description.into_inner(),
         version: raw.version,
@@ -200,7 +201,8 @@ pub fn parse_agent(file: &Path, text: &str, diags: &mut Diagnostics) -> Option<A
         mailbox: raw.limits.mailbox.map(Spanned::into_inner),
         max_concurrency: raw.limits.max_concurrency.map(Spanned::into_inner),
         source: file.to_path_buf(),
-    })
+    };
+    Some((def, name_offset))
 }
 
 #[cfg(test)]

@@ -1,0 +1,164 @@
+//! agents.d and gateway.toml validation: every problem is reported with file and line.
+
+use a2a_gateway::config;
+
+use crate::helpers::{repo_root, write_config, ECHO};
+
+/// Loads the given files and returns the rendered diagnostics (empty when valid).
+fn problems(files: &[(&str, &str)], gateway: Option<&str>) -> Vec<String> {
+    // Always name a gateway file, so the repository's own gateway.toml (in the test's
+    // working directory) never leaks in.
+    let (_dir, agents, gateway) = write_config(files, Some(gateway.unwrap_or("")));
+    match config::load(gateway.as_deref(), &agents) {
+        Ok(_) => Vec::new(),
+        Err(d) => {
+            d.0.iter()
+                .map(|d| {
+                    let file = d.file.file_name().unwrap().to_string_lossy().to_string();
+                    format!("{file}:{}:{}: {}", d.line, d.col, d.message)
+                })
+                .collect()
+        }
+    }
+}
+
+#[test]
+fn each_invalid_definition_points_at_file_and_line() {
+    let cases: &[(&str, &str, &str)] = &[
+        ("unknown key", "name = \"a\"\ndescription = \"d\"\ncolour = \"red\"\n[backend]\nkind = \"echo\"\n",
+         "a.toml:3:1: unknown field `colour`"),
+        ("bad name", "name = \"Bad Name\"\ndescription = \"d\"\n[backend]\nkind = \"echo\"\n",
+         "a.toml:1:8: name \"Bad Name\" must start with a lowercase letter or a digit"),
+        ("slash in name", "name = \"a/b\"\ndescription = \"d\"\n[backend]\nkind = \"echo\"\n",
+         "a.toml:1:8: name \"a/b\" contains '/'"),
+        ("missing description", "name = \"a\"\n[backend]\nkind = \"echo\"\n",
+         "a.toml:1:1: missing field `description`"),
+        ("empty description", "name = \"a\"\ndescription = \"  \"\n[backend]\nkind = \"echo\"\n",
+         "a.toml:2:15: description must not be empty"),
+        ("wrong type", "name = \"a\"\ndescription = \"d\"\nversion = 3\n[backend]\nkind = \"echo\"\n",
+         "a.toml:3:11: invalid type: integer `3`, expected a string"),
+        ("unknown backend", "name = \"a\"\ndescription = \"d\"\n[backend]\nkind = \"teleport\"\n",
+         "a.toml:4:8: unknown variant `teleport`, expected `echo`"),
+        ("missing backend", "name = \"a\"\ndescription = \"d\"\n",
+         "a.toml:1:1: missing field `backend`"),
+        ("unknown backend key", "name = \"a\"\ndescription = \"d\"\n[backend]\nkind = \"echo\"\nspeed = 1\n",
+         "a.toml:3:1: unknown field `speed`"),
+        ("duplicate skill", "name = \"a\"\ndescription = \"d\"\n[[skills]]\nid = \"s\"\nname = \"S\"\ndescription = \"x\"\n[[skills]]\nid = \"s\"\nname = \"S2\"\ndescription = \"y\"\n[backend]\nkind = \"echo\"\n",
+         "a.toml:7:1: duplicate skill id \"s\""),
+        ("zero limit", "name = \"a\"\ndescription = \"d\"\n[backend]\nkind = \"echo\"\n[limits]\nmailbox = 0\n",
+         "a.toml:6:11: limits must be at least 1"),
+        ("not TOML", "name = \n", "a.toml:1:8: "),
+    ];
+    for (label, text, want) in cases {
+        let got = problems(&[("a.toml", text)], None);
+        assert!(
+            got.iter().any(|g| g.starts_with(want)),
+            "{label}: wanted {want:?}, got {got:?}"
+        );
+    }
+}
+
+#[test]
+fn every_problem_of_every_file_is_reported_in_one_pass() {
+    let got = problems(
+        &[
+            (
+                "a.toml",
+                "name = \"dup\"\ndescription = \"d\"\n[backend]\nkind = \"echo\"\n",
+            ),
+            (
+                "b.toml",
+                "name = \"dup\"\ndescription = \"d\"\n[backend]\nkind = \"echo\"\n",
+            ),
+            (
+                "c.toml",
+                "name = \"C\"\ndescription = \"\"\n[backend]\nkind = \"echo\"\n",
+            ),
+            ("notes.txt", "ignored: not a .toml file"),
+        ],
+        Some("default_agent = \"missing\"\n"),
+    );
+    assert!(
+        got.iter()
+            .any(|g| g.starts_with("b.toml:1:8: duplicate agent name \"dup\" (already defined in")),
+        "{got:?}"
+    );
+    assert!(
+        got.iter().any(|g| g.starts_with("c.toml:1:8: name \"C\"")),
+        "{got:?}"
+    );
+    assert!(
+        got.iter()
+            .any(|g| g.starts_with("c.toml:2:15: description must not be empty")),
+        "{got:?}"
+    );
+    assert!(
+        got.iter()
+            .any(|g| g.starts_with("gateway.toml:1:17: default_agent \"missing\" is not defined")),
+        "{got:?}"
+    );
+    assert_eq!(got.len(), 4, "{got:?}");
+}
+
+#[test]
+fn gateway_toml_is_strict_too() {
+    let got = problems(
+        &[("echo.toml", ECHO)],
+        Some("name = \"gw\"\n[limits]\nmax_body = 5\n"),
+    );
+    assert!(
+        got.iter()
+            .any(|g| g.starts_with("gateway.toml:3:1: unknown field `max_body`")),
+        "{got:?}"
+    );
+    let got = problems(
+        &[("echo.toml", ECHO)],
+        Some("public_url = \"agents.example.com\"\n"),
+    );
+    assert!(
+        got.iter()
+            .any(|g| g.contains("public_url must be an absolute http(s) URL")),
+        "{got:?}"
+    );
+}
+
+#[test]
+fn an_empty_agents_dir_is_an_error() {
+    let got = problems(&[], None);
+    assert!(
+        got.iter()
+            .any(|g| g.contains("no agent definitions (*.toml files) found")),
+        "{got:?}"
+    );
+}
+
+#[test]
+fn a_single_agent_becomes_the_default() {
+    let (_dir, agents, gateway) = write_config(&[("echo.toml", ECHO)], Some(""));
+    let settings = config::load(gateway.as_deref(), &agents).unwrap();
+    assert_eq!(settings.gateway.default_agent_name(), Some("echo"));
+}
+
+#[test]
+fn every_shipped_file_loads() {
+    let root = repo_root();
+    let settings = config::load(Some(&root.join("gateway.toml")), &root.join("agents.d"))
+        .unwrap_or_else(|d| panic!("shipped configuration is invalid:\n{d}"));
+    let shipped = std::fs::read_dir(root.join("agents.d"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "toml")
+        })
+        .count();
+    assert_eq!(
+        settings.agents.len(),
+        shipped,
+        "every agents.d/*.toml became an agent"
+    );
+    assert!(settings.agents.iter().any(|a| a.name == "echo"));
+    assert_eq!(settings.gateway.default_agent_name(), Some("echo"));
+}

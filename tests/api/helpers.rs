@@ -1,0 +1,345 @@
+//! Spawning gateways for tests and talking to them.
+
+use std::path::{Path, PathBuf};
+
+use a2a_gateway::app::Application;
+use a2a_gateway::config;
+use actix_web::dev::ServerHandle;
+use futures_util::StreamExt;
+use reqwest::header::HeaderMap;
+use serde_json::{json, Value};
+
+pub const ECHO: &str = r#"
+name = "echo"
+description = "echo agent"
+[[skills]]
+id = "echo"
+name = "Echo"
+description = "echoes"
+tags = ["demo"]
+[backend]
+kind = "echo"
+"#;
+
+pub const OTHER: &str = r#"
+name = "other"
+description = "a second agent"
+[[skills]]
+id = "echo"
+name = "Echo too"
+description = "also echoes"
+tags = ["demo"]
+[backend]
+kind = "echo"
+"#;
+
+pub struct TestGateway {
+    pub base: String,
+    pub client: reqwest::Client,
+    handle: ServerHandle,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for TestGateway {
+    fn drop(&mut self) {
+        let handle = self.handle.clone();
+        // Stop without waiting; the runtime may already be going away.
+        drop(handle.stop(false));
+    }
+}
+
+/// Writes `files` (name, contents) into a fresh agents.d and `gateway` (if any) beside it.
+pub fn write_config(
+    files: &[(&str, &str)],
+    gateway: Option<&str>,
+) -> (tempfile::TempDir, PathBuf, Option<PathBuf>) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let agents = dir.path().join("agents.d");
+    std::fs::create_dir(&agents).expect("agents.d");
+    for (name, text) in files {
+        std::fs::write(agents.join(name), text).expect("agent file");
+    }
+    let gateway_path = gateway.map(|g| {
+        let p = dir.path().join("gateway.toml");
+        std::fs::write(&p, g).expect("gateway.toml");
+        p
+    });
+    (dir, agents, gateway_path)
+}
+
+pub async fn spawn_with(files: &[(&str, &str)], gateway: &str) -> TestGateway {
+    let gateway = format!("{gateway}\n[server]\nport = 0\nworkers = 1\n");
+    let (dir, agents, gateway_path) = write_config(files, Some(&gateway));
+    let settings = config::load(gateway_path.as_deref(), &agents)
+        .unwrap_or_else(|d| panic!("test config invalid:\n{d}"));
+    let app = Application::build(settings).expect("bind");
+    let base = format!("http://127.0.0.1:{}", app.port());
+    let handle = app.handle();
+    tokio::spawn(app.run_until_stopped());
+    TestGateway {
+        base,
+        client: reqwest::Client::new(),
+        handle,
+        _dir: dir,
+    }
+}
+
+/// The usual pair: `echo` (the default) and `other`.
+pub async fn spawn() -> TestGateway {
+    spawn_with(
+        &[("echo.toml", ECHO), ("other.toml", OTHER)],
+        "default_agent = \"echo\"",
+    )
+    .await
+}
+
+/// Which dialect a request speaks, and so which header it sends.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum D {
+    V03,
+    V10,
+}
+
+impl D {
+    pub fn header(self) -> Option<&'static str> {
+        match self {
+            D::V03 => None,
+            D::V10 => Some("1.0"),
+        }
+    }
+    pub fn send(self) -> &'static str {
+        match self {
+            D::V03 => "message/send",
+            D::V10 => "SendMessage",
+        }
+    }
+    pub fn stream(self) -> &'static str {
+        match self {
+            D::V03 => "message/stream",
+            D::V10 => "SendStreamingMessage",
+        }
+    }
+    pub fn get(self) -> &'static str {
+        match self {
+            D::V03 => "tasks/get",
+            D::V10 => "GetTask",
+        }
+    }
+    pub fn cancel(self) -> &'static str {
+        match self {
+            D::V03 => "tasks/cancel",
+            D::V10 => "CancelTask",
+        }
+    }
+    pub fn subscribe(self) -> &'static str {
+        match self {
+            D::V03 => "tasks/resubscribe",
+            D::V10 => "SubscribeToTask",
+        }
+    }
+    /// A user message in this dialect's shape.
+    pub fn message(self, text: &str) -> Value {
+        self.message_with_id(text, &uuid::Uuid::new_v4().to_string())
+    }
+    pub fn message_with_id(self, text: &str, id: &str) -> Value {
+        match self {
+            D::V03 => json!({"kind":"message","role":"user","messageId":id,
+                             "parts":[{"kind":"text","text":text}]}),
+            D::V10 => json!({"role":"ROLE_USER","messageId":id,"parts":[{"text":text}]}),
+        }
+    }
+    /// The task inside a send result (0.3 bare, 1.0 wrapped).
+    pub fn task_of(self, result: &Value) -> Value {
+        match self {
+            D::V03 => {
+                assert_eq!(
+                    result["kind"], "task",
+                    "0.3 result is a bare task: {result}"
+                );
+                result.clone()
+            }
+            D::V10 => {
+                assert!(result.get("kind").is_none(), "1.0 has no kind: {result}");
+                result["task"].clone()
+            }
+        }
+    }
+    pub fn state(self, s: &str) -> String {
+        match self {
+            D::V03 => s.to_string(),
+            D::V10 => format!("TASK_STATE_{}", s.to_uppercase().replace('-', "_")),
+        }
+    }
+}
+
+pub struct Reply {
+    pub status: u16,
+    pub headers: HeaderMap,
+    pub body: Value,
+}
+
+impl Reply {
+    pub fn result(&self) -> &Value {
+        assert!(
+            self.body.get("error").is_none(),
+            "unexpected error: {}",
+            self.body
+        );
+        &self.body["result"]
+    }
+    pub fn code(&self) -> i64 {
+        self.body["error"]["code"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("no error code in {}", self.body))
+    }
+    pub fn message(&self) -> &str {
+        self.body["error"]["message"].as_str().unwrap_or_default()
+    }
+}
+
+impl TestGateway {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub async fn post_raw(
+        &self,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: impl Into<reqwest::Body>,
+    ) -> Reply {
+        let mut req = self.client.post(self.url(path));
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let resp = req.body(body).send().await.expect("request");
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let text = resp.text().await.expect("body");
+        let body =
+            serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON ({status}): {text:?}"));
+        Reply {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    pub async fn call(&self, path: &str, d: D, method: &str, params: Value) -> Reply {
+        let body = json!({"jsonrpc":"2.0","id":"req-1","method":method,"params":params});
+        let mut headers = vec![("content-type", "application/json")];
+        if let Some(v) = d.header() {
+            headers.push(("A2A-Version", v));
+        }
+        self.post_raw(path, &headers, body.to_string()).await
+    }
+
+    pub async fn send(&self, d: D, text: &str) -> Value {
+        let r = self
+            .call(
+                "/a2a/agents/echo",
+                d,
+                d.send(),
+                json!({"message": d.message(text)}),
+            )
+            .await;
+        d.task_of(r.result())
+    }
+
+    pub async fn send_nonblocking(&self, d: D, text: &str) -> Value {
+        let config = match d {
+            D::V03 => json!({"blocking": false}),
+            D::V10 => json!({"returnImmediately": true}),
+        };
+        let r = self
+            .call(
+                "/a2a/agents/echo",
+                d,
+                d.send(),
+                json!({"message": d.message(text), "configuration": config}),
+            )
+            .await;
+        d.task_of(r.result())
+    }
+
+    pub async fn get_task(&self, d: D, id: &str) -> Reply {
+        self.call("/a2a/agents/echo", d, d.get(), json!({"id": id}))
+            .await
+    }
+
+    /// Opens an SSE call and collects every event until the server closes the stream.
+    pub async fn sse(&self, path: &str, d: D, method: &str, params: Value) -> Vec<Sse> {
+        let body = json!({"jsonrpc":"2.0","id":"s-1","method":method,"params":params});
+        let mut req = self
+            .client
+            .post(self.url(path))
+            .header("content-type", "application/json")
+            .header("accept", "text/event-stream");
+        if let Some(v) = d.header() {
+            req = req.header("A2A-Version", v);
+        }
+        let resp = req.body(body.to_string()).send().await.expect("request");
+        let ctype = resp
+            .headers()
+            .get("content-type")
+            .map(|v| v.to_str().unwrap_or("").to_string());
+        assert_eq!(ctype.as_deref(), Some("text/event-stream"), "not a stream");
+        let mut body = resp.bytes_stream();
+        let mut buf = Vec::new();
+        let read_all = async {
+            while let Some(chunk) = body.next().await {
+                buf.extend_from_slice(&chunk.expect("chunk"));
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(20), read_all)
+            .await
+            .expect("stream did not end");
+        parse_sse(&String::from_utf8_lossy(&buf))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sse {
+    pub event: Option<String>,
+    pub data: Value,
+}
+
+/// Minimal SSE parser: `event:` and `data:` lines, blank-line separated, comments skipped.
+pub fn parse_sse(text: &str) -> Vec<Sse> {
+    let mut out = Vec::new();
+    for block in text.replace("\r\n", "\n").split("\n\n") {
+        let mut event = None;
+        let mut data = String::new();
+        for line in block.lines() {
+            if let Some(e) = line.strip_prefix("event:") {
+                event = Some(e.trim().to_string());
+            } else if let Some(d) = line.strip_prefix("data:") {
+                data.push_str(d.trim_start());
+            }
+        }
+        if !data.is_empty() {
+            out.push(Sse {
+                event,
+                data: serde_json::from_str(&data).expect("event JSON"),
+            });
+        }
+    }
+    out
+}
+
+pub fn repo_root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Polls GetTask until the task reaches `state` (in the dialect's spelling).
+pub async fn wait_for_state(gw: &TestGateway, d: D, id: &str, state: &str) -> Value {
+    let want = d.state(state);
+    for _ in 0..100 {
+        let r = gw.get_task(d, id).await;
+        if r.result()["status"]["state"] == want.as_str() {
+            return r.result().clone();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("task {id} never reached {want}");
+}

@@ -1,0 +1,11 @@
+//! Integration tests: the real server on an ephemeral port, spoken to over real HTTP.
+//! One test binary, because each extra binary costs a link step.
+
+mod cards;
+mod cli;
+mod config;
+mod errors;
+mod helpers;
+mod interop;
+mod lifecycle;
+mod streaming;

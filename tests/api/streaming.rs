@@ -1,0 +1,259 @@
+//! SSE: send-and-stream and subscribe, in both dialects.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::helpers::{spawn, D};
+
+/// The kind of a stream result: 0.3 `kind`, 1.0 the wrapper's member name.
+fn kind(d: D, result: &Value) -> String {
+    match d {
+        D::V03 => result["kind"].as_str().unwrap_or("?").to_string(),
+        D::V10 => {
+            let obj = result.as_object().expect("object");
+            assert_eq!(
+                obj.len(),
+                1,
+                "a StreamResponse has exactly one member: {result}"
+            );
+            match obj.keys().next().map(String::as_str) {
+                Some("task") => "task",
+                Some("message") => "message",
+                Some("statusUpdate") => "status-update",
+                Some("artifactUpdate") => "artifact-update",
+                other => panic!("unexpected member {other:?}"),
+            }
+            .to_string()
+        }
+    }
+}
+
+fn inner(d: D, result: &Value) -> Value {
+    match d {
+        D::V03 => result.clone(),
+        D::V10 => result.as_object().unwrap().values().next().unwrap().clone(),
+    }
+}
+
+#[tokio::test]
+async fn streaming_send_orders_task_then_events_and_closes_at_the_end() {
+    let gw = spawn().await;
+    for d in [D::V03, D::V10] {
+        let text = "one two three four five six";
+        let events = gw
+            .sse(
+                "/a2a/agents/echo",
+                d,
+                d.stream(),
+                json!({"message": d.message(text)}),
+            )
+            .await;
+        let kinds: Vec<String> = events.iter().map(|e| kind(d, &e.data["result"])).collect();
+        assert_eq!(
+            kinds,
+            [
+                "task",
+                "status-update",
+                "artifact-update",
+                "artifact-update",
+                "artifact-update",
+                "status-update"
+            ],
+            "{d:?}"
+        );
+        for e in &events {
+            assert_eq!(
+                e.data["id"], "s-1",
+                "every event is a JSON-RPC response to the call"
+            );
+            assert!(e.event.is_none());
+        }
+        let chunks: Vec<Value> = events[2..5]
+            .iter()
+            .map(|e| inner(d, &e.data["result"]))
+            .collect();
+        let joined: String = chunks
+            .iter()
+            .map(|c| c["artifact"]["parts"][0]["text"].as_str().unwrap())
+            .collect();
+        assert_eq!(joined, text);
+        assert!(
+            chunks[0].get("append").is_none()
+                && chunks[1]["append"] == true
+                && chunks[2]["lastChunk"] == true
+        );
+        let last = inner(d, &events[5].data["result"]);
+        assert_eq!(last["status"]["state"], d.state("completed"));
+        if d == D::V03 {
+            let working = inner(d, &events[1].data["result"]);
+            assert_eq!(
+                (working["final"].as_bool(), last["final"].as_bool()),
+                (Some(false), Some(true))
+            );
+        } else {
+            assert!(last.get("final").is_none(), "1.0 has no final");
+        }
+    }
+}
+
+#[tokio::test]
+async fn streaming_a_message_reply_sends_one_message() {
+    let gw = spawn().await;
+    let events = gw
+        .sse(
+            "/a2a/agents/echo",
+            D::V10,
+            "SendStreamingMessage",
+            json!({"message": D::V10.message("/message hi")}),
+        )
+        .await;
+    assert_eq!(events.len(), 1);
+    assert_eq!(
+        events[0].data["result"]["message"]["parts"][0]["text"],
+        "hi"
+    );
+}
+
+#[tokio::test]
+async fn streams_close_at_input_required() {
+    let gw = spawn().await;
+    let events = gw
+        .sse(
+            "/a2a/agents/echo",
+            D::V03,
+            "message/stream",
+            json!({"message": D::V03.message("/input more?")}),
+        )
+        .await;
+    let last = &events.last().unwrap().data["result"];
+    assert_eq!(last["status"]["state"], "input-required");
+    assert_eq!(
+        last["final"], true,
+        "0.3 clients need final on the closing event"
+    );
+}
+
+#[tokio::test]
+async fn streaming_errors_before_the_stream_are_plain_json() {
+    let gw = spawn().await;
+    let mut msg = D::V10.message("x");
+    msg["taskId"] = json!("missing");
+    let r = gw
+        .call(
+            "/a2a/agents/echo",
+            D::V10,
+            "SendStreamingMessage",
+            json!({"message": msg}),
+        )
+        .await;
+    assert_eq!(r.headers["content-type"], "application/json");
+    assert_eq!(r.code(), -32001);
+}
+
+#[tokio::test]
+async fn two_subscribers_see_the_same_events_and_a_terminal_task_refuses() {
+    let gw = spawn().await;
+    for d in [D::V03, D::V10] {
+        let task = gw
+            .send_nonblocking(d, "/delay 0.5 watched words here")
+            .await;
+        let id = task["id"].clone();
+        let sub = || gw.sse("/a2a/agents/echo", d, d.subscribe(), json!({"id": id}));
+        let (a, b) = tokio::join!(sub(), sub());
+        assert_eq!(a, b, "{d:?}: both subscribers see identical streams");
+        let kinds: Vec<String> = a.iter().map(|e| kind(d, &e.data["result"])).collect();
+        assert_eq!(
+            kinds.first().map(String::as_str),
+            Some("task"),
+            "the current task comes first"
+        );
+        assert_eq!(kinds.last().map(String::as_str), Some("status-update"));
+        let last = inner(d, &a.last().unwrap().data["result"]);
+        assert_eq!(last["status"]["state"], d.state("completed"));
+
+        let again = gw
+            .call("/a2a/agents/echo", d, d.subscribe(), json!({"id": id}))
+            .await;
+        assert_eq!(
+            again.code(),
+            -32004,
+            "subscribing to a finished task: {}",
+            again.body
+        );
+    }
+}
+
+#[tokio::test]
+async fn subscribing_sees_cancel_and_a_dropped_subscriber_does_not_cancel() {
+    let gw = spawn().await;
+    let task = gw.send_nonblocking(D::V10, "/delay 30 long").await;
+    let id = task["id"].as_str().unwrap().to_string();
+
+    // A subscriber that goes away early...
+    let early = gw
+        .client
+        .post(gw.url("/a2a/agents/echo"))
+        .header("A2A-Version", "1.0")
+        .body(
+            json!({"jsonrpc":"2.0","id":1,"method":"SubscribeToTask","params":{"id": id}})
+                .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    drop(early);
+
+    // ...and one that stays to the end.
+    let watcher = {
+        let gw_client = gw.client.clone();
+        let url = gw.url("/a2a/agents/echo");
+        let id = id.clone();
+        tokio::spawn(async move {
+            let resp = gw_client
+                .post(url)
+                .header("A2A-Version", "1.0")
+                .body(
+                    json!({"jsonrpc":"2.0","id":1,"method":"SubscribeToTask","params":{"id": id}})
+                        .to_string(),
+                )
+                .send()
+                .await
+                .unwrap();
+            crate::helpers::parse_sse(&resp.text().await.unwrap())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let still = gw.get_task(D::V10, &id).await;
+    assert_eq!(
+        still.result()["status"]["state"],
+        "TASK_STATE_WORKING",
+        "closing a stream does not cancel"
+    );
+    gw.call("/a2a/agents/echo", D::V10, "CancelTask", json!({"id": id}))
+        .await;
+    let events = tokio::time::timeout(Duration::from_secs(5), watcher)
+        .await
+        .expect("stream ends")
+        .unwrap();
+    let last = &events.last().unwrap().data["result"]["statusUpdate"];
+    assert_eq!(last["status"]["state"], "TASK_STATE_CANCELED");
+}
+
+#[tokio::test]
+async fn sse_framing_and_headers() {
+    let gw = spawn().await;
+    let resp = gw
+        .client
+        .post(gw.url("/a2a/agents/echo"))
+        .header("A2A-Version", "1.0")
+        .body(json!({"jsonrpc":"2.0","id":1,"method":"SendStreamingMessage","params":{"message": D::V10.message("hi")}}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    assert_eq!(resp.headers()["x-accel-buffering"], "no");
+    let text = resp.text().await.unwrap();
+    assert!(text.starts_with("data: {"), "{text}");
+    assert!(text.ends_with("\n\n"));
+}
