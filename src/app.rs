@@ -8,6 +8,8 @@ use actix_web::dev::{Server, ServerHandle};
 use actix_web::{web, App, HttpServer};
 use tracing_actix_web::TracingLogger;
 
+use crate::http::LeanRootSpan;
+
 use crate::agents::{ActorLimits, Agent, Registry};
 use crate::config::Settings;
 use crate::http::{routes, AppState};
@@ -60,7 +62,7 @@ impl Application {
         let mut http = HttpServer::new(move || {
             App::new()
                 .app_data(state.clone())
-                .wrap(TracingLogger::default())
+                .wrap(TracingLogger::<LeanRootSpan>::new())
                 .configure(routes)
         })
         // Slow clients cannot hold a worker: headers must arrive within this time.

@@ -4,13 +4,12 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
-use dashmap::DashMap;
 use futures_util::stream::{self, Stream};
 use serde::Serialize;
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use crate::agents::{Agent, BackendError, EventSink, Execution};
+use crate::agents::{Agent, BackendError, EventSink, Execution, SinkProbe, SinkSetup, Update};
 use crate::error::GatewayError;
 use crate::protocol::model::{
     Message, SendResult, StreamItem, Task, TaskEvent, TaskState, TaskStatus, TaskStatusUpdateEvent,
@@ -42,21 +41,16 @@ pub struct ListTasksResponse {
 
 pub struct A2aService {
     tasks: Arc<Tasks>,
-    /// One token per task with running or queued work, and how many executions share it.
-    cancels: Arc<DashMap<String, (CancellationToken, usize)>>,
 }
 
 struct Started {
     task_id: String,
-    items: mpsc::Receiver<Result<StreamItem, GatewayError>>,
+    updates: mpsc::Receiver<Result<Update, GatewayError>>,
 }
 
 impl A2aService {
     pub fn new(tasks: Arc<Tasks>) -> A2aService {
-        A2aService {
-            tasks,
-            cancels: Arc::new(DashMap::new()),
-        }
+        A2aService { tasks }
     }
 
     pub fn tasks(&self) -> &Tasks {
@@ -71,17 +65,20 @@ impl A2aService {
     ) -> Result<SendResult, GatewayError> {
         let blocking = req.blocking;
         let history_length = req.history_length;
-        let Started { task_id, mut items } = self.start(agent, req, false)?;
+        let Started {
+            task_id,
+            mut updates,
+        } = self.start(agent, req, false)?;
         let mut saw_task = false;
-        while let Some(item) = items.recv().await {
-            match item? {
-                StreamItem::Message(m) => return Ok(SendResult::Message(m)),
-                item => {
-                    saw_task = true;
-                    if !blocking || item.ends_stream() {
-                        break;
-                    }
-                }
+        while let Some(update) = updates.recv().await {
+            let ends_stream = match update? {
+                Update::Item(StreamItem::Message(m)) => return Ok(SendResult::Message(m)),
+                Update::Item(item) => item.ends_stream(),
+                Update::Progress { ends_stream } => ends_stream,
+            };
+            saw_task = true;
+            if !blocking || ends_stream {
+                break;
             }
         }
         if !saw_task {
@@ -100,8 +97,8 @@ impl A2aService {
     /// `SendStreamingMessage` / `message/stream`: the task (or one Message) first, then
     /// every event until the task finishes or needs input.
     pub fn stream(&self, agent: &Arc<Agent>, req: SendRequest) -> Result<ItemStream, GatewayError> {
-        let Started { items, .. } = self.start(agent, req, true)?;
-        Ok(until_stream_ends(items))
+        let Started { updates, .. } = self.start(agent, req, true)?;
+        Ok(until_stream_ends(updates))
     }
 
     fn start(
@@ -163,45 +160,21 @@ impl A2aService {
         let task_id = message.task_id.clone().unwrap_or_default();
         let context_id = message.context_id.clone().unwrap_or_default();
         let (tx, rx) = mpsc::channel(CALLER_BUFFER);
-        let cancel = self.register_cancel(&task_id);
-
-        let job = {
-            let tasks = self.tasks.clone();
-            let agent = agent.clone();
-            let cancels = self.cancels.clone();
-            let task_id = task_id.clone();
-            let context_id = context_id.clone();
-            let cancel = cancel.clone();
-            async move {
-                run_execution(
-                    &tasks,
-                    &agent,
-                    message,
-                    continuing,
-                    task_id.clone(),
-                    context_id,
-                    streaming,
-                    tx,
-                    cancel,
-                )
-                .await;
-                release_cancel(&cancels, &task_id);
-            }
+        let job = Job {
+            tasks: self.tasks.clone(),
+            agent: agent.clone(),
+            message,
+            continuing,
+            task_id: task_id.clone(),
+            context_id: context_id.clone(),
+            streaming,
+            tx,
         };
-        if let Err(e) = agent.actor.submit(&context_id, job) {
-            release_cancel(&self.cancels, &task_id);
-            return Err(e);
-        }
-        Ok(Started { task_id, items: rx })
-    }
-
-    fn register_cancel(&self, task_id: &str) -> CancellationToken {
-        let mut entry = self
-            .cancels
-            .entry(task_id.to_string())
-            .or_insert_with(|| (CancellationToken::new(), 0));
-        entry.1 += 1;
-        entry.0.clone()
+        agent.actor.submit(&context_id, job.run())?;
+        Ok(Started {
+            task_id,
+            updates: rx,
+        })
     }
 
     /// `GetTask` / `tasks/get`.
@@ -249,9 +222,7 @@ impl A2aService {
         if state.is_terminal() {
             return Err(not_cancelable(id, state));
         }
-        if let Some(entry) = self.cancels.get(id) {
-            entry.0.cancel();
-        }
+        self.tasks.cancel_work(&agent.name, id);
         let event = TaskEvent::Status(TaskStatusUpdateEvent {
             task_id: id.to_string(),
             context_id,
@@ -315,15 +286,6 @@ trait ChainItems: Stream + Sized {
 }
 impl<S: Stream> ChainItems for S {}
 
-fn release_cancel(cancels: &DashMap<String, (CancellationToken, usize)>, task_id: &str) {
-    if let dashmap::Entry::Occupied(mut e) = cancels.entry(task_id.to_string()) {
-        e.get_mut().1 -= 1;
-        if e.get().1 == 0 {
-            e.remove();
-        }
-    }
-}
-
 fn terminal_task_error(id: &str, state: TaskState) -> GatewayError {
     GatewayError::UnsupportedOperation(format!(
         "task {id} is already {}; start a new task (it may list this one in referenceTaskIds)",
@@ -339,101 +301,117 @@ fn not_cancelable(id: &str, state: TaskState) -> GatewayError {
 }
 
 /// Ends the caller's stream after the item that closes it, or after an error.
-fn until_stream_ends(items: mpsc::Receiver<Result<StreamItem, GatewayError>>) -> ItemStream {
-    Box::pin(stream::unfold(Some(items), |rx| async move {
+fn until_stream_ends(updates: mpsc::Receiver<Result<Update, GatewayError>>) -> ItemStream {
+    Box::pin(stream::unfold(Some(updates), |rx| async move {
         let mut rx = rx?;
-        let item = rx.recv().await?;
-        let more = matches!(&item, Ok(i) if !i.ends_stream());
-        Some((item, more.then_some(rx)))
+        loop {
+            let item = match rx.recv().await? {
+                Ok(Update::Item(item)) => Ok(item),
+                // A relaying sink sends no bare progress; nothing to show if one came.
+                Ok(Update::Progress { .. }) => continue,
+                Err(e) => Err(e),
+            };
+            let more = matches!(&item, Ok(i) if !i.ends_stream());
+            return Some((item, more.then_some(rx)));
+        }
     }))
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn run_execution(
-    tasks: &Arc<Tasks>,
-    agent: &Arc<Agent>,
+/// One message's work for a backend, run by the agent's actor when its turn comes.
+struct Job {
+    tasks: Arc<Tasks>,
+    agent: Arc<Agent>,
     message: Message,
+    /// The task a follow-up message continues; None for a new task.
     continuing: Option<String>,
     task_id: String,
     context_id: String,
     streaming: bool,
-    tx: mpsc::Sender<Result<StreamItem, GatewayError>>,
-    cancel: CancellationToken,
-) {
-    let mut current = None;
-    if let Some(id) = &continuing {
-        // The task may have finished while this message waited for its turn.
-        let snapshot = tasks.amend(id, |t| {
-            if !t.status.state.is_terminal() {
-                t.history.push(message.clone());
-            }
-        });
-        match snapshot {
-            Some(t) if !t.status.state.is_terminal() => {
-                // A caller that already left does not stop the work: it may come back
-                // with GetTask.
-                let _ = tx.send(Ok(StreamItem::Task(t.clone()))).await;
-                current = Some(t);
-            }
-            Some(t) => {
-                let _ = tx.send(Err(terminal_task_error(id, t.status.state))).await;
-                return;
-            }
-            None => {
-                let _ = tx.send(Err(GatewayError::TaskNotFound(id.clone()))).await;
-                return;
-            }
+    tx: mpsc::Sender<Result<Update, GatewayError>>,
+}
+
+impl Job {
+    fn update_for(&self, task: &Task) -> Update {
+        if self.streaming {
+            Update::Item(StreamItem::Task(task.clone()))
+        } else {
+            Update::Progress { ends_stream: false }
         }
     }
-    if cancel.is_cancelled() {
-        return;
+
+    fn sink(&self, pending: Option<Message>, cancel: &CancellationToken) -> (EventSink, SinkProbe) {
+        EventSink::new(SinkSetup {
+            tasks: self.tasks.clone(),
+            agent: self.agent.name.clone(),
+            task_id: self.task_id.clone(),
+            context_id: self.context_id.clone(),
+            pending,
+            caller: self.tx.clone(),
+            relay: self.streaming,
+            cancel: cancel.clone(),
+        })
     }
-    let pending = continuing.is_none().then(|| message.clone());
-    let (events, probe) = EventSink::new(
-        tasks.clone(),
-        agent.name.clone(),
-        task_id.clone(),
-        context_id.clone(),
-        pending,
-        tx.clone(),
-    );
-    let exec = Execution {
-        message,
-        task: current,
-        streaming,
-        events,
-        cancel,
-    };
-    let result = agent.backend.execute(exec).await;
-    match result {
-        Ok(()) if probe.unanswered() => {
-            let _ = tx
-                .send(Err(GatewayError::InvalidAgentResponse(format!(
+
+    async fn run(self) {
+        let cancel = CancellationToken::new();
+        let mut current = None;
+        if let Some(id) = &self.continuing {
+            // The task may have finished while this message waited for its turn.
+            match self.tasks.continue_with(id, &self.message, &cancel) {
+                Some(t) if !t.status.state.is_terminal() => {
+                    // A caller that already left does not stop the work: it may come
+                    // back with GetTask.
+                    let _ = self.tx.send(Ok(self.update_for(&t))).await;
+                    current = Some(t);
+                }
+                Some(t) => {
+                    let _ = self
+                        .tx
+                        .send(Err(terminal_task_error(id, t.status.state)))
+                        .await;
+                    return;
+                }
+                None => {
+                    let _ = self
+                        .tx
+                        .send(Err(GatewayError::TaskNotFound(id.clone())))
+                        .await;
+                    return;
+                }
+            }
+        }
+        let pending = self.continuing.is_none().then(|| self.message.clone());
+        let (events, probe) = self.sink(pending, &cancel);
+        let exec = Execution {
+            message: self.message.clone(),
+            task: current,
+            streaming: self.streaming,
+            events,
+            cancel: cancel.clone(),
+        };
+        match self.agent.backend.execute(exec).await {
+            Ok(()) if probe.unanswered() => {
+                let err = GatewayError::InvalidAgentResponse(format!(
                     "agent {} finished without a task or a message",
-                    agent.name
-                ))))
-                .await;
-        }
-        Ok(()) | Err(BackendError::SinkClosed(_)) => {}
-        Err(BackendError::Failed(reason)) if probe.has_task() => {
-            // Through a sink, so the failure is stored, published and forwarded like any
-            // other event.
-            let (mut sink, _) = EventSink::new(
-                tasks.clone(),
-                agent.name.clone(),
-                task_id,
-                context_id,
-                None,
-                tx,
-            );
-            let _ = sink
-                .status(TaskState::Failed, Some(Message::agent_text(reason)))
-                .await;
-        }
-        Err(BackendError::Failed(reason)) => {
-            let _ = tx
-                .send(Err(GatewayError::InvalidAgentResponse(reason)))
-                .await;
+                    self.agent.name
+                ));
+                let _ = self.tx.send(Err(err)).await;
+            }
+            Ok(()) | Err(BackendError::SinkClosed(_)) => {}
+            Err(BackendError::Failed(reason)) if probe.has_task() => {
+                // Through a sink, so the failure is stored, published and forwarded like
+                // any other event.
+                let (mut sink, _) = self.sink(None, &cancel);
+                let _ = sink
+                    .status(TaskState::Failed, Some(Message::agent_text(reason)))
+                    .await;
+            }
+            Err(BackendError::Failed(reason)) => {
+                let _ = self
+                    .tx
+                    .send(Err(GatewayError::InvalidAgentResponse(reason)))
+                    .await;
+            }
         }
     }
 }

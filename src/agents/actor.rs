@@ -11,10 +11,10 @@ use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use dashmap::DashMap;
 use tokio::sync::{watch, Semaphore};
 
 use crate::error::GatewayError;
+use crate::tasks::FastMap;
 
 #[derive(Debug, Clone, Copy)]
 pub struct ActorLimits {
@@ -35,7 +35,7 @@ pub struct AgentActor {
     limits: ActorLimits,
     queued: Arc<AtomicUsize>,
     running: Arc<Semaphore>,
-    lanes: Arc<DashMap<String, Lane>>,
+    lanes: Arc<FastMap<String, Lane>>,
 }
 
 impl AgentActor {
@@ -45,7 +45,7 @@ impl AgentActor {
             limits,
             queued: Arc::new(AtomicUsize::new(0)),
             running: Arc::new(Semaphore::new(limits.max_concurrency.max(1))),
-            lanes: Arc::new(DashMap::new()),
+            lanes: Arc::new(FastMap::default()),
         }
     }
 
@@ -83,6 +83,9 @@ impl AgentActor {
         };
         let queued = self.queued.clone();
         let running = self.running.clone();
+        // Boxed so the spawned task holds a pointer, not a copy of a large future that the
+        // runtime would move around at every stage.
+        let job = Box::pin(job);
         tokio::spawn(async move {
             let _turn_guard = guard;
             // The sender lives as long as a ticket is outstanding, so this cannot fail;
@@ -100,7 +103,7 @@ impl AgentActor {
 /// Hands the lane to the next ticket when an execution ends, even by panic, and drops the
 /// lane once nobody is waiting on it.
 struct LaneTurn {
-    lanes: Arc<DashMap<String, Lane>>,
+    lanes: Arc<FastMap<String, Lane>>,
     context_id: String,
     ticket: u64,
 }

@@ -15,7 +15,8 @@ use futures_util::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 pub use actor::{ActorLimits, AgentActor};
-pub use sink::{EventSink, SinkClosed};
+pub(crate) use sink::SinkSetup;
+pub use sink::{EventSink, SinkClosed, SinkProbe, Update};
 
 use crate::config::{AgentDef, BackendSpec};
 use crate::protocol::model::{Message, Task};

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use crate::error::GatewayError;
 use crate::protocol::model::{
@@ -19,7 +20,19 @@ use crate::tasks::{Applied, StoreError, Tasks};
 pub struct SinkClosed;
 
 /// What the caller of an execution receives, in order.
-pub type CallerItem = Result<StreamItem, GatewayError>;
+// Boxing the item would cost an allocation per relayed event to save bytes in a channel
+// slot that holds at most a few dozen updates.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub enum Update {
+    /// A stream item, for callers that relay every event (streaming calls).
+    Item(StreamItem),
+    /// For callers that only wait (blocking and non-blocking sends): the task moved on, and
+    /// whether it reached a state that ends a stream. Saves copying every event.
+    Progress { ends_stream: bool },
+}
+
+pub type CallerItem = Result<Update, GatewayError>;
 
 /// How far an execution got; shared with the runtime so it can finish the job after the
 /// backend (and with it the sink) is gone.
@@ -49,6 +62,18 @@ impl SinkProbe {
     }
 }
 
+/// Everything a sink needs; see [`EventSink`]'s fields.
+pub(crate) struct SinkSetup {
+    pub tasks: Arc<Tasks>,
+    pub agent: Arc<str>,
+    pub task_id: String,
+    pub context_id: String,
+    pub pending: Option<Message>,
+    pub caller: mpsc::Sender<CallerItem>,
+    pub relay: bool,
+    pub cancel: CancellationToken,
+}
+
 pub struct EventSink {
     tasks: Arc<Tasks>,
     agent: Arc<str>,
@@ -59,30 +84,29 @@ pub struct EventSink {
     pending: Option<Message>,
     phase: SinkProbe,
     caller: Option<mpsc::Sender<CallerItem>>,
+    /// Whether the caller wants every item ([`Update::Item`]) or only progress.
+    relay: bool,
+    /// Stored with a new task, so that CancelTask can reach the work.
+    cancel: CancellationToken,
 }
 
 impl EventSink {
     /// A sink for a new task (`pending` holds its first message) or an existing one.
-    pub(crate) fn new(
-        tasks: Arc<Tasks>,
-        agent: Arc<str>,
-        task_id: String,
-        context_id: String,
-        pending: Option<Message>,
-        caller: mpsc::Sender<CallerItem>,
-    ) -> (EventSink, SinkProbe) {
+    pub(crate) fn new(setup: SinkSetup) -> (EventSink, SinkProbe) {
         let phase = SinkProbe::default();
-        if pending.is_none() {
+        if setup.pending.is_none() {
             phase.set(HAS_TASK);
         }
         let sink = EventSink {
-            tasks,
-            agent,
-            task_id,
-            context_id,
-            pending,
+            tasks: setup.tasks,
+            agent: setup.agent,
+            task_id: setup.task_id,
+            context_id: setup.context_id,
+            pending: setup.pending,
             phase: phase.clone(),
-            caller: Some(caller),
+            caller: Some(setup.caller),
+            relay: setup.relay,
+            cancel: setup.cancel,
         };
         (sink, phase)
     }
@@ -128,10 +152,18 @@ impl EventSink {
             history: vec![message],
             metadata: None,
         };
-        match self.tasks.create(self.agent.clone(), task.clone()) {
+        let update = if self.relay {
+            Update::Item(StreamItem::Task(task.clone()))
+        } else {
+            Update::Progress { ends_stream: false }
+        };
+        match self
+            .tasks
+            .create(self.agent.clone(), task, self.cancel.clone())
+        {
             Ok(()) => {
                 self.phase.set(HAS_TASK);
-                self.forward(Ok(StreamItem::Task(task))).await;
+                self.forward(Ok(update)).await;
                 Ok(())
             }
             Err(e) => {
@@ -150,7 +182,14 @@ impl EventSink {
         self.ensure_task().await?;
         match self.tasks.apply(&self.task_id, &event) {
             Applied::Yes => {
-                self.forward(Ok(event.into())).await;
+                let update = if self.relay {
+                    Update::Item(event.into())
+                } else {
+                    Update::Progress {
+                        ends_stream: event.ends_stream(),
+                    }
+                };
+                self.forward(Ok(update)).await;
                 Ok(())
             }
             Applied::TaskFinished | Applied::NotFound => Err(SinkClosed),
@@ -208,7 +247,8 @@ impl EventSink {
         }
         message.context_id = Some(self.context_id.clone());
         message.task_id = None;
-        self.forward(Ok(StreamItem::Message(message))).await;
+        self.forward(Ok(Update::Item(StreamItem::Message(message))))
+            .await;
         Ok(())
     }
 }

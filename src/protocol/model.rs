@@ -46,22 +46,73 @@ impl Serialize for Role {
     }
 }
 
+impl Role {
+    fn from_name(name: &str) -> Option<Role> {
+        let bare = strip_prefix_ignore_case(name, "role_");
+        [
+            ("user", Role::User),
+            ("agent", Role::Agent),
+            ("unspecified", Role::Unspecified),
+        ]
+        .into_iter()
+        .find(|(n, _)| bare.eq_ignore_ascii_case(n))
+        .map(|(_, r)| r)
+    }
+
+    fn from_number(n: i64) -> Option<Role> {
+        match n {
+            0 => Some(Role::Unspecified),
+            1 => Some(Role::User),
+            2 => Some(Role::Agent),
+            _ => None,
+        }
+    }
+}
+
 impl<'de> Deserialize<'de> for Role {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        match EnumToken::deserialize(d)? {
-            EnumToken::Num(0) => Ok(Role::Unspecified),
-            EnumToken::Num(1) => Ok(Role::User),
-            EnumToken::Num(2) => Ok(Role::Agent),
-            EnumToken::Num(n) => Err(de::Error::custom(format!("unknown role {n}"))),
-            EnumToken::Name(s) => match s.to_ascii_lowercase().trim_start_matches("role_") {
-                "user" => Ok(Role::User),
-                "agent" => Ok(Role::Agent),
-                "unspecified" => Ok(Role::Unspecified),
-                other => Err(de::Error::custom(format!(
-                    "unknown role \"{other}\" (expected \"user\" or \"agent\")"
-                ))),
-            },
-        }
+        d.deserialize_any(EnumVisitor {
+            from_name: Role::from_name,
+            from_number: Role::from_number,
+            what: "a role (\"user\", \"agent\", \"ROLE_USER\", \"ROLE_AGENT\" or 1, 2)",
+        })
+    }
+}
+
+fn strip_prefix_ignore_case<'a>(s: &'a str, prefix: &str) -> &'a str {
+    match s.get(..prefix.len()) {
+        Some(head) if head.eq_ignore_ascii_case(prefix) => &s[prefix.len()..],
+        _ => s,
+    }
+}
+
+/// ProtoJSON enums arrive as names or numbers; this reads either without buffering.
+struct EnumVisitor<T> {
+    from_name: fn(&str) -> Option<T>,
+    from_number: fn(i64) -> Option<T>,
+    what: &'static str,
+}
+
+impl<T> de::Visitor<'_> for EnumVisitor<T> {
+    type Value = T;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str(self.what)
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<T, E> {
+        (self.from_name)(v).ok_or_else(|| E::invalid_value(de::Unexpected::Str(v), &self))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<T, E> {
+        (self.from_number)(v).ok_or_else(|| E::invalid_value(de::Unexpected::Signed(v), &self))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<T, E> {
+        i64::try_from(v)
+            .ok()
+            .and_then(self.from_number)
+            .ok_or_else(|| E::invalid_value(de::Unexpected::Unsigned(v), &self))
     }
 }
 
@@ -129,19 +180,30 @@ impl TaskState {
         if let Ok(n) = token.parse::<i64>() {
             return Self::from_number(n);
         }
-        let lower = token.to_ascii_lowercase().replace('_', "-");
-        Some(match lower.trim_start_matches("task-state-") {
-            "unspecified" | "unknown" => TaskState::Unspecified,
-            "submitted" => TaskState::Submitted,
-            "working" => TaskState::Working,
-            "completed" => TaskState::Completed,
-            "failed" => TaskState::Failed,
-            "canceled" | "cancelled" => TaskState::Canceled,
-            "input-required" => TaskState::InputRequired,
-            "rejected" => TaskState::Rejected,
-            "auth-required" => TaskState::AuthRequired,
-            _ => return None,
-        })
+        let bare = strip_prefix_ignore_case(token, "task_state_");
+        // '-' and '_' are interchangeable: "input-required" and "INPUT_REQUIRED".
+        let same = |name: &str| {
+            bare.len() == name.len()
+                && bare.bytes().zip(name.bytes()).all(|(a, b)| {
+                    a.eq_ignore_ascii_case(&b) || (matches!(a, b'-' | b'_') && b == b'-')
+                })
+        };
+        [
+            ("unspecified", TaskState::Unspecified),
+            ("unknown", TaskState::Unspecified),
+            ("submitted", TaskState::Submitted),
+            ("working", TaskState::Working),
+            ("completed", TaskState::Completed),
+            ("failed", TaskState::Failed),
+            ("canceled", TaskState::Canceled),
+            ("cancelled", TaskState::Canceled),
+            ("input-required", TaskState::InputRequired),
+            ("rejected", TaskState::Rejected),
+            ("auth-required", TaskState::AuthRequired),
+        ]
+        .into_iter()
+        .find(|(name, _)| same(name))
+        .map(|(_, state)| state)
     }
 
     fn from_number(n: i64) -> Option<TaskState> {
@@ -168,20 +230,12 @@ impl Serialize for TaskState {
 
 impl<'de> Deserialize<'de> for TaskState {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let parsed = match EnumToken::deserialize(d)? {
-            EnumToken::Num(n) => TaskState::from_number(n),
-            EnumToken::Name(s) => TaskState::parse_lenient(&s),
-        };
-        parsed.ok_or_else(|| de::Error::custom("unknown task state"))
+        d.deserialize_any(EnumVisitor {
+            from_name: TaskState::parse_lenient,
+            from_number: TaskState::from_number,
+            what: "a task state (e.g. \"completed\" or \"TASK_STATE_COMPLETED\")",
+        })
     }
-}
-
-/// ProtoJSON enums arrive as names or numbers.
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum EnumToken {
-    Num(i64),
-    Name(String),
 }
 
 /// What a part carries; exactly one of these in 1.0.
@@ -540,6 +594,16 @@ pub struct TaskArtifactUpdateEvent {
 pub enum TaskEvent {
     Status(TaskStatusUpdateEvent),
     Artifact(TaskArtifactUpdateEvent),
+}
+
+impl TaskEvent {
+    /// Whether a stream closes after this event.
+    pub fn ends_stream(&self) -> bool {
+        match self {
+            TaskEvent::Status(s) => s.status.state.ends_stream(),
+            TaskEvent::Artifact(_) => false,
+        }
+    }
 }
 
 /// One item of a stream: the 1.0 `StreamResponse` oneof.

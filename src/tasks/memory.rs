@@ -3,15 +3,13 @@
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
+use super::{FastMap, StoreError, StoredTask, TaskPage, TaskStore};
+use crate::protocol::params::ListQuery;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use dashmap::DashMap;
-
-use super::{StoreError, StoredTask, TaskPage, TaskStore};
-use crate::protocol::params::ListQuery;
 
 pub struct MemoryTaskStore {
-    tasks: DashMap<String, StoredTask>,
+    tasks: FastMap<String, StoredTask>,
     /// Ids in the order their tasks finished; eviction takes from the front. An id may be
     /// stale (already evicted), which eviction tolerates.
     finished: Mutex<VecDeque<String>>,
@@ -21,7 +19,7 @@ pub struct MemoryTaskStore {
 impl MemoryTaskStore {
     pub fn new(capacity: usize) -> MemoryTaskStore {
         MemoryTaskStore {
-            tasks: DashMap::new(),
+            tasks: FastMap::default(),
             finished: Mutex::new(VecDeque::new()),
             capacity: capacity.max(1),
         }
@@ -175,6 +173,7 @@ mod tests {
             },
             agent: Arc::from("a"),
             seq: 0,
+            cancel: None,
         }
     }
 

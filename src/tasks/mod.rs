@@ -9,12 +9,15 @@ mod memory;
 
 use std::sync::Arc;
 
-use dashmap::DashMap;
 use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
 
 pub use memory::MemoryTaskStore;
 
-use crate::protocol::model::{StreamItem, Task, TaskEvent};
+/// DashMap with a fast, DoS-resistant hasher; SipHash showed up in profiles.
+pub type FastMap<K, V> = dashmap::DashMap<K, V, ahash::RandomState>;
+
+use crate::protocol::model::{Message, StreamItem, Task, TaskEvent};
 use crate::protocol::params::ListQuery;
 
 /// A task as stored: the task itself plus what the gateway needs to scope and order it.
@@ -25,6 +28,8 @@ pub struct StoredTask {
     pub agent: Arc<str>,
     /// Creation order, the tie-breaker when status timestamps are equal.
     pub seq: u64,
+    /// Stops the work in progress on this task; dropped once the task finishes.
+    pub cancel: Option<CancellationToken>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -64,7 +69,7 @@ pub trait TaskStore: Send + Sync + 'static {
 /// nothing here.
 #[derive(Default)]
 struct Fanout {
-    channels: DashMap<String, broadcast::Sender<Arc<StreamItem>>>,
+    channels: FastMap<String, broadcast::Sender<Arc<StreamItem>>>,
 }
 
 /// Small on purpose: subscribers that fall this far behind are told and cut off rather
@@ -79,12 +84,13 @@ impl Fanout {
             .subscribe()
     }
 
-    fn publish(&self, id: &str, item: &StreamItem) {
-        let ends = item.ends_stream();
-        let mut abandoned = false;
-        if let Some(tx) = self.channels.get(id) {
-            abandoned = tx.send(Arc::new(item.clone())).is_err();
-        }
+    /// `item` is only built when someone listens: most tasks never have a subscriber.
+    fn publish(&self, id: &str, item: impl FnOnce() -> StreamItem, ends: bool) {
+        let Some(tx) = self.channels.get(id) else {
+            return;
+        };
+        let abandoned = tx.send(Arc::new(item())).is_err();
+        drop(tx);
         if ends || abandoned {
             self.channels.remove(id);
         }
@@ -115,9 +121,31 @@ impl Tasks {
         }
     }
 
-    pub fn create(&self, agent: Arc<str>, task: Task) -> Result<(), StoreError> {
+    /// Stores a new task whose work `cancel` can stop.
+    pub fn create(
+        &self,
+        agent: Arc<str>,
+        task: Task,
+        cancel: CancellationToken,
+    ) -> Result<(), StoreError> {
         let seq = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.store.insert(StoredTask { task, agent, seq })
+        self.store.insert(StoredTask {
+            task,
+            agent,
+            seq,
+            cancel: Some(cancel),
+        })
+    }
+
+    /// Stops the work in progress on the agent's task, if any.
+    pub fn cancel_work(&self, agent: &str, id: &str) {
+        self.store.read(id, &mut |st| {
+            if &*st.agent == agent {
+                if let Some(token) = &st.cancel {
+                    token.cancel();
+                }
+            }
+        });
     }
 
     /// A copy of the agent's task, or None (also for another agent's task).
@@ -154,7 +182,11 @@ impl Tasks {
                 return;
             }
             st.task.apply(event);
-            self.fanout.publish(id, &StreamItem::from(event.clone()));
+            if st.task.status.state.is_terminal() {
+                st.cancel = None;
+            }
+            self.fanout
+                .publish(id, || StreamItem::from(event.clone()), event.ends_stream());
             applied = Applied::Yes;
         });
         if found {
@@ -164,16 +196,21 @@ impl Tasks {
         }
     }
 
-    /// Changes the task under its lock and publishes the resulting snapshot to subscribers
-    /// (used when a follow-up message joins the history).
-    pub fn amend(&self, id: &str, f: impl FnOnce(&mut Task)) -> Option<Task> {
-        let mut f = Some(f);
+    /// Adds a follow-up message to an unfinished task and hands it the work's cancel
+    /// token; returns the task as it now is (finished ones are returned unchanged).
+    pub fn continue_with(
+        &self,
+        id: &str,
+        message: &Message,
+        cancel: &CancellationToken,
+    ) -> Option<Task> {
         let mut out = None;
         self.store.update(id, &mut |st| {
-            if let Some(f) = f.take() {
-                f(&mut st.task);
-                out = Some(st.task.clone());
+            if !st.task.status.state.is_terminal() {
+                st.task.history.push(message.clone());
+                st.cancel = Some(cancel.clone());
             }
+            out = Some(st.task.clone());
         });
         out
     }
