@@ -8,54 +8,72 @@ use std::sync::OnceLock;
 
 use crate::helpers::{repo_root, spawn};
 
-/// Runs the setup script once per test run and returns the venv's python.
-fn python() -> &'static PathBuf {
-    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
-    PYTHON.get_or_init(|| {
-        let out = Command::new("bash")
-            .arg(repo_root().join("scripts/interop-venv.sh"))
-            .output()
-            .expect("running scripts/interop-venv.sh");
-        assert!(
-            out.status.success(),
-            "Python interop environment could not be set up:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let py = repo_root().join("target/interop/venv/bin/python");
-        assert!(py.exists(), "{} missing after setup", py.display());
-        py
-    })
+/// Runs a setup script once per test run; panics with its output if it fails.
+fn setup(script: &str) {
+    let out = Command::new("bash")
+        .arg(repo_root().join(script))
+        .output()
+        .unwrap_or_else(|e| panic!("running {script}: {e}"));
+    assert!(
+        out.status.success(),
+        "{script} could not set up the interop environment:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
-async fn run_python_client(dialect: &str) {
-    let py = python().clone();
+/// The venv's python, with the official `a2a-sdk` installed.
+pub fn python() -> PathBuf {
+    static READY: OnceLock<()> = OnceLock::new();
+    READY.get_or_init(|| setup("scripts/interop-venv.sh"));
+    repo_root().join("target/interop/venv/bin/python")
+}
+
+/// `node`, with `@a2a-js/sdk` installed under tests/interop/js.
+pub fn node() -> PathBuf {
+    static READY: OnceLock<()> = OnceLock::new();
+    READY.get_or_init(|| setup("scripts/interop-node.sh"));
+    PathBuf::from("node")
+}
+
+/// Runs an SDK client script against the echo agent's card and expects all checks to pass.
+async fn run_client(program: PathBuf, script: &str, dialect: &str) {
     let gw = spawn().await;
     let card = gw.url("/a2a/agents/echo/card");
-    let script = repo_root().join("tests/interop/sdk_client.py");
+    let script = repo_root().join(script);
     let dialect = dialect.to_string();
     let out = tokio::task::spawn_blocking(move || {
-        Command::new(py)
-            .arg(script)
+        Command::new(program)
+            .arg(&script)
             .args(["--card-url", &card, "--dialect", &dialect])
             .output()
     })
     .await
-    .unwrap()
-    .expect("running the Python SDK client");
+    .expect("client thread")
+    .expect("running the SDK client");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success() && stdout.contains("7 passed, 0 failed"),
-        "Python a2a-sdk client failed:\n{stdout}\n{}",
+        "SDK client failed:\n{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
 }
 
 #[tokio::test]
 async fn python_sdk_client_over_1_0() {
-    run_python_client("1.0").await;
+    run_client(python(), "tests/interop/sdk_client.py", "1.0").await;
 }
 
 #[tokio::test]
 async fn python_sdk_client_over_0_3() {
-    run_python_client("0.3").await;
+    run_client(python(), "tests/interop/sdk_client.py", "0.3").await;
+}
+
+#[tokio::test]
+async fn javascript_sdk_client_over_1_0() {
+    run_client(node(), "tests/interop/js/sdk_client.mjs", "1.0").await;
+}
+
+#[tokio::test]
+async fn javascript_sdk_client_over_0_3() {
+    run_client(node(), "tests/interop/js/sdk_client.mjs", "0.3").await;
 }
