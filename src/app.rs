@@ -8,11 +8,9 @@ use actix_web::dev::{Server, ServerHandle};
 use actix_web::{web, App, HttpServer};
 use tracing_actix_web::TracingLogger;
 
-use crate::http::LeanRootSpan;
-
 use crate::agents::{ActorLimits, Agent, Registry};
 use crate::config::Settings;
-use crate::http::{routes, AppState};
+use crate::http::{routes, AppState, LeanRootSpan};
 use crate::service::A2aService;
 use crate::tasks::{MemoryTaskStore, Tasks};
 
@@ -22,7 +20,7 @@ pub struct Application {
 }
 
 /// Wires the agents, the task store and the service from validated settings.
-pub fn build_state(settings: Settings) -> AppState {
+pub fn build_state(settings: Settings) -> std::io::Result<AppState> {
     let Settings { gateway, agents } = settings;
     let limits = &gateway.limits;
     let agents = agents
@@ -32,33 +30,62 @@ pub fn build_state(settings: Settings) -> AppState {
                 mailbox: def.mailbox.unwrap_or(limits.agent_mailbox),
                 max_concurrency: def.max_concurrency.unwrap_or(limits.agent_max_concurrency),
             };
+            let name = def.name.clone();
             Agent::new(def, actor_limits)
+                .map_err(|e| std::io::Error::other(format!("agent {name}: {e}")))
         })
-        .collect();
+        .collect::<Result<Vec<_>, _>>()?;
     let registry = Registry::new(agents, gateway.default_agent_name().map(str::to_string));
     let tasks = Arc::new(Tasks::new(Arc::new(MemoryTaskStore::new(limits.max_tasks))));
-    AppState {
+    Ok(AppState {
         registry,
         service: A2aService::new(tasks),
         config: gateway,
+    })
+}
+
+/// Fetches every upstream card once (in parallel, bounded by each agent's timeouts), then
+/// keeps them fresh in the background. An unreachable upstream does not delay startup
+/// beyond its connect timeout, and does not stop it.
+async fn start_upstreams(state: &AppState) {
+    let remotes: Vec<_> = state
+        .registry
+        .iter()
+        .filter_map(|a| a.remote().cloned())
+        .collect();
+    let first = remotes.iter().map(|r| {
+        let r = r.clone();
+        async move {
+            let result = r.refresh().await;
+            (r, result)
+        }
+    });
+    for (remote, result) in futures_util::future::join_all(first).await {
+        if let Err(e) = &result {
+            tracing::warn!(error = %e, "upstream agent unavailable at startup");
+        }
+        let first_delay = remote.refresh_interval(result.is_ok());
+        tokio::spawn(remote.keep_fresh(first_delay));
     }
 }
 
 impl Application {
     /// Binds the configured host and port (port 0 picks a free one).
-    pub fn build(settings: Settings) -> std::io::Result<Application> {
+    pub async fn build(settings: Settings) -> std::io::Result<Application> {
         let server = &settings.gateway.server;
         let listener = TcpListener::bind((server.host.as_str(), server.port))?;
-        Application::with_listener(settings, listener)
+        Application::with_listener(settings, listener).await
     }
 
-    pub fn with_listener(
+    pub async fn with_listener(
         settings: Settings,
         listener: TcpListener,
     ) -> std::io::Result<Application> {
         let port = listener.local_addr()?.port();
         let workers = settings.gateway.server.workers;
-        let state = web::Data::new(build_state(settings));
+        let state = build_state(settings)?;
+        start_upstreams(&state).await;
+        let state = web::Data::new(state);
         let mut http = HttpServer::new(move || {
             App::new()
                 .app_data(state.clone())

@@ -6,7 +6,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::agents::Registry;
+use crate::agents::{Agent, Registry};
 use crate::config::{AgentDef, GatewayConfig, Skill};
 
 /// The 0.3 revision the hybrid card's top-level fields follow.
@@ -46,34 +46,144 @@ pub fn agent_path(name: &str) -> String {
     format!("/a2a/agents/{name}")
 }
 
+const DEFAULT_VERSION: &str = "1.0.0";
+const DEFAULT_MODE: &str = "text/plain";
+
+fn modes(m: &Option<Vec<String>>) -> Vec<String> {
+    m.clone().unwrap_or_else(|| vec![DEFAULT_MODE.to_string()])
+}
+
 /// The card of one agent; `base` is the gateway's public base URL without trailing slash.
-pub fn agent_card(def: &AgentDef, base: &str) -> Value {
-    let url = format!("{base}{}", agent_path(&def.name));
+pub fn agent_card(agent: &Agent, base: &str) -> Value {
+    let url = format!("{base}{}", agent_path(&agent.def.name));
+    match agent.remote().and_then(|r| r.card()) {
+        Some(remote) => upstream_card(&agent.def, &remote, &url),
+        None => local_card(&agent.def, &url),
+    }
+}
+
+fn local_card(def: &AgentDef, url: &str) -> Value {
     let mut card = json!({
         "name": def.name,
         "description": def.description,
-        "version": def.version,
-        "supportedInterfaces": interfaces(&url),
-        "protocolVersion": V03_PROTOCOL_VERSION,
-        "url": url,
-        "preferredTransport": "JSONRPC",
+        "version": def.version.as_deref().unwrap_or(DEFAULT_VERSION),
         "capabilities": capabilities(),
-        "defaultInputModes": def.default_input_modes,
-        "defaultOutputModes": def.default_output_modes,
+        "defaultInputModes": modes(&def.default_input_modes),
+        "defaultOutputModes": modes(&def.default_output_modes),
         "skills": def.skills.iter().map(|s| skill_json(s, s.id.clone())).collect::<Vec<_>>(),
     });
     if let Some(obj) = card.as_object_mut() {
-        if let Some(p) = &def.provider {
-            obj.insert("provider".into(), json!(p));
-        }
-        if let Some(d) = &def.documentation_url {
-            obj.insert("documentationUrl".into(), json!(d));
-        }
-        if let Some(i) = &def.icon_url {
-            obj.insert("iconUrl".into(), json!(i));
-        }
+        point_at_gateway(obj, url);
+        apply_local_fields(obj, def);
     }
     card
+}
+
+/// An upstream agent's card as the gateway serves it: the remote card, overridden by what
+/// the agent file says, with every URL pointing at the gateway. The remote's security
+/// schemes go (the gateway decides who gets in), and so do signatures, which the rewrite
+/// would break anyway.
+fn upstream_card(def: &AgentDef, remote: &Value, url: &str) -> Value {
+    let mut card = remote.clone();
+    let Some(obj) = card.as_object_mut() else {
+        return local_card(def, url);
+    };
+    obj.insert("name".into(), json!(def.name));
+    if !def.description.is_empty() {
+        obj.insert("description".into(), json!(def.description));
+    }
+    for key in [
+        "signatures",
+        "securitySchemes",
+        "security",
+        "securityRequirements",
+        "supportsAuthenticatedExtendedCard",
+        "additionalInterfaces",
+    ] {
+        obj.remove(key);
+    }
+    if let Some(skills) = obj.get_mut("skills").and_then(Value::as_array_mut) {
+        for skill in skills.iter_mut().filter_map(Value::as_object_mut) {
+            skill.remove("security");
+            skill.remove("securityRequirements");
+        }
+    }
+    let caps = obj.entry("capabilities").or_insert_with(|| json!({}));
+    if let Some(caps) = caps.as_object_mut() {
+        caps.insert("pushNotifications".into(), json!(false));
+        caps.remove("extendedAgentCard");
+        caps.remove("stateTransitionHistory");
+    }
+    point_at_gateway(obj, url);
+    apply_local_fields(obj, def);
+    if !def.skills.is_empty() {
+        obj.insert(
+            "skills".into(),
+            json!(def
+                .skills
+                .iter()
+                .map(|s| skill_json(s, s.id.clone()))
+                .collect::<Vec<_>>()),
+        );
+    }
+    card
+}
+
+/// The interface fields, both generations' spellings, at `url`.
+fn point_at_gateway(obj: &mut Map<String, Value>, url: &str) {
+    obj.insert("supportedInterfaces".into(), interfaces(url));
+    obj.insert("protocolVersion".into(), json!(V03_PROTOCOL_VERSION));
+    obj.insert("url".into(), json!(url));
+    obj.insert("preferredTransport".into(), json!("JSONRPC"));
+}
+
+fn apply_local_fields(obj: &mut Map<String, Value>, def: &AgentDef) {
+    if let Some(v) = &def.version {
+        obj.insert("version".into(), json!(v));
+    }
+    if let Some(m) = &def.default_input_modes {
+        obj.insert("defaultInputModes".into(), json!(m));
+    }
+    if let Some(m) = &def.default_output_modes {
+        obj.insert("defaultOutputModes".into(), json!(m));
+    }
+    if let Some(p) = &def.provider {
+        obj.insert("provider".into(), json!(p));
+    }
+    if let Some(d) = &def.documentation_url {
+        obj.insert("documentationUrl".into(), json!(d));
+    }
+    if let Some(i) = &def.icon_url {
+        obj.insert("iconUrl".into(), json!(i));
+    }
+}
+
+/// An agent's skills as its own card lists them (from the file, else from the remote card).
+fn agent_skills(agent: &Agent) -> Vec<Value> {
+    if !agent.def.skills.is_empty() {
+        return agent
+            .def
+            .skills
+            .iter()
+            .map(|s| skill_json(s, s.id.clone()))
+            .collect();
+    }
+    agent
+        .remote()
+        .and_then(|r| r.card())
+        .and_then(|c| c["skills"].as_array().cloned())
+        .unwrap_or_default()
+}
+
+fn agent_modes(agent: &Agent, key: &str, local: &Option<Vec<String>>) -> Vec<String> {
+    if let Some(m) = local {
+        return m.clone();
+    }
+    agent
+        .remote()
+        .and_then(|r| r.card())
+        .and_then(|c| serde_json::from_value(c[key].clone()).ok())
+        .unwrap_or_else(|| vec![DEFAULT_MODE.to_string()])
 }
 
 /// The id a skill has in the aggregated card: namespaced by its agent, since two agents may
@@ -86,23 +196,28 @@ pub fn namespaced_skill_id(agent: &str, skill: &str) -> String {
 pub fn gateway_card(config: &GatewayConfig, registry: &Registry, base: &str) -> Value {
     let url = format!("{base}/a2a");
     let mut skills = Vec::new();
-    let mut input_modes: Vec<&String> = Vec::new();
-    let mut output_modes: Vec<&String> = Vec::new();
+    let mut input_modes: Vec<String> = Vec::new();
+    let mut output_modes: Vec<String> = Vec::new();
     for agent in registry.iter() {
-        let def = &agent.def;
-        for skill in &def.skills {
-            let mut s = skill_json(skill, namespaced_skill_id(&def.name, &skill.id));
-            if let Some(tags) = s.get_mut("tags").and_then(Value::as_array_mut) {
-                tags.push(json!(format!("agent:{}", def.name)));
+        let name = &agent.def.name;
+        for mut skill in agent_skills(agent) {
+            let Some(obj) = skill.as_object_mut() else {
+                continue;
+            };
+            let id = obj.get("id").and_then(Value::as_str).unwrap_or_default();
+            let id = namespaced_skill_id(name, id);
+            obj.insert("id".into(), json!(id));
+            if let Some(tags) = obj.get_mut("tags").and_then(Value::as_array_mut) {
+                tags.push(json!(format!("agent:{name}")));
             }
-            skills.push(s);
+            skills.push(skill);
         }
-        for m in &def.default_input_modes {
+        for m in agent_modes(agent, "defaultInputModes", &agent.def.default_input_modes) {
             if !input_modes.contains(&m) {
                 input_modes.push(m);
             }
         }
-        for m in &def.default_output_modes {
+        for m in agent_modes(agent, "defaultOutputModes", &agent.def.default_output_modes) {
             if !output_modes.contains(&m) {
                 output_modes.push(m);
             }

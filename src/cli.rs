@@ -132,7 +132,7 @@ fn serve(args: ServeArgs) -> ExitCode {
     let default_agent = settings.gateway.default_agent_name().map(str::to_string);
 
     let result = actix_web::rt::System::new().block_on(async move {
-        let app = match Application::build(settings) {
+        let app = match Application::build(settings).await {
             Ok(app) => app,
             Err(e) => {
                 eprintln!("cannot listen on {host}: {e}");

@@ -11,6 +11,7 @@ pub mod gateway_codes {
     pub const AGENT_BUSY: i64 = -32050;
     pub const AGENT_UNAVAILABLE: i64 = -32051;
     pub const TASK_STORE_FULL: i64 = -32052;
+    pub const UPSTREAM_TIMEOUT: i64 = -32053;
     pub const PAYLOAD_TOO_LARGE: i64 = -32060;
 }
 
@@ -50,8 +51,17 @@ pub enum GatewayError {
     },
     #[error("Agent {0} is busy: its mailbox is full, retry later")]
     AgentBusy(String),
-    #[error("Agent {0} is unavailable")]
-    AgentUnavailable(String),
+    #[error("Agent {agent} is unavailable: {reason}")]
+    AgentUnavailable { agent: String, reason: String },
+    #[error("Agent {agent} did not answer within {secs} s")]
+    UpstreamTimeout { agent: String, secs: u64 },
+    /// An upstream agent's own JSON-RPC error, passed through with its code.
+    #[error("{message}")]
+    Upstream {
+        code: i64,
+        message: String,
+        data: Option<Value>,
+    },
     #[error("The gateway is holding its maximum of {0} unfinished tasks; retry later")]
     TaskStoreFull(usize),
     #[error("Request body exceeds the limit of {0} bytes")]
@@ -77,7 +87,9 @@ impl GatewayError {
             GatewayError::VersionNotSupported(_) => -32009,
             GatewayError::AgentNotFound { .. } => AGENT_NOT_FOUND,
             GatewayError::AgentBusy(_) => AGENT_BUSY,
-            GatewayError::AgentUnavailable(_) => AGENT_UNAVAILABLE,
+            GatewayError::AgentUnavailable { .. } => AGENT_UNAVAILABLE,
+            GatewayError::UpstreamTimeout { .. } => UPSTREAM_TIMEOUT,
+            GatewayError::Upstream { code, .. } => *code,
             GatewayError::TaskStoreFull(_) => TASK_STORE_FULL,
             GatewayError::PayloadTooLarge(_) => PAYLOAD_TOO_LARGE,
         }
@@ -101,7 +113,9 @@ impl GatewayError {
             GatewayError::VersionNotSupported(_) => "VERSION_NOT_SUPPORTED",
             GatewayError::AgentNotFound { .. } => "AGENT_NOT_FOUND",
             GatewayError::AgentBusy(_) => "AGENT_BUSY",
-            GatewayError::AgentUnavailable(_) => "AGENT_UNAVAILABLE",
+            GatewayError::AgentUnavailable { .. } => "AGENT_UNAVAILABLE",
+            GatewayError::UpstreamTimeout { .. } => "UPSTREAM_TIMEOUT",
+            GatewayError::Upstream { code, .. } => reason_for_code(*code),
             GatewayError::TaskStoreFull(_) => "TASK_STORE_FULL",
             GatewayError::PayloadTooLarge(_) => "PAYLOAD_TOO_LARGE",
         }
@@ -112,7 +126,8 @@ impl GatewayError {
         match self {
             GatewayError::AgentNotFound { .. }
             | GatewayError::AgentBusy(_)
-            | GatewayError::AgentUnavailable(_)
+            | GatewayError::AgentUnavailable { .. }
+            | GatewayError::UpstreamTimeout { .. }
             | GatewayError::TaskStoreFull(_)
             | GatewayError::PayloadTooLarge(_) => "a2a-gateway",
             _ => "a2a-protocol.org",
@@ -128,9 +143,11 @@ impl GatewayError {
             GatewayError::PayloadTooLarge(_) => 413,
             GatewayError::ContentTypeNotSupported(_) => 415,
             GatewayError::AgentBusy(_)
-            | GatewayError::AgentUnavailable(_)
+            | GatewayError::AgentUnavailable { .. }
             | GatewayError::TaskStoreFull(_) => 503,
-            GatewayError::Parse(_)
+            GatewayError::UpstreamTimeout { .. } => 504,
+            GatewayError::Upstream { .. }
+            | GatewayError::Parse(_)
             | GatewayError::InvalidRequest(_)
             | GatewayError::MethodNotFound(_)
             | GatewayError::InvalidParams(_)
@@ -163,8 +180,10 @@ impl GatewayError {
             GatewayError::PayloadTooLarge(_) => 413,
             GatewayError::Internal(_) | GatewayError::InvalidAgentResponse(_) => 500,
             GatewayError::AgentBusy(_)
-            | GatewayError::AgentUnavailable(_)
+            | GatewayError::AgentUnavailable { .. }
             | GatewayError::TaskStoreFull(_) => 503,
+            GatewayError::UpstreamTimeout { .. } => 504,
+            GatewayError::Upstream { code, .. } => rest_status_for_code(*code),
         }
     }
 
@@ -172,7 +191,7 @@ impl GatewayError {
     pub fn retry_after(&self) -> Option<u64> {
         match self {
             GatewayError::AgentBusy(_)
-            | GatewayError::AgentUnavailable(_)
+            | GatewayError::AgentUnavailable { .. }
             | GatewayError::TaskStoreFull(_) => Some(1),
             _ => None,
         }
@@ -201,7 +220,9 @@ impl GatewayError {
                 m.insert("agent".into(), Value::String(name.clone()));
                 m.insert("availableAgents".into(), Value::String(available.join(",")));
             }
-            GatewayError::AgentBusy(name) | GatewayError::AgentUnavailable(name) => {
+            GatewayError::AgentBusy(name)
+            | GatewayError::AgentUnavailable { agent: name, .. }
+            | GatewayError::UpstreamTimeout { agent: name, .. } => {
                 m.insert("agent".into(), Value::String(name.clone()));
             }
             GatewayError::PayloadTooLarge(limit) => {
@@ -215,6 +236,7 @@ impl GatewayError {
     /// `error.data` for a 0.3 caller: any JSON value, or none.
     pub fn data_v03(&self) -> Option<Value> {
         match self {
+            GatewayError::Upstream { data, .. } => data.clone(),
             GatewayError::AgentNotFound { available, .. } => {
                 Some(json!({ "availableAgents": available }))
             }
@@ -227,6 +249,13 @@ impl GatewayError {
 
     /// `error.data` for a 1.0 caller: an array of google.rpc detail objects.
     pub fn data_v10(&self) -> Value {
+        if let GatewayError::Upstream {
+            data: Some(d @ Value::Array(_)),
+            ..
+        } = self
+        {
+            return d.clone();
+        }
         let mut details = vec![json!({
             "@type": "type.googleapis.com/google.rpc.ErrorInfo",
             "reason": self.reason(),
@@ -253,12 +282,42 @@ impl GatewayError {
     }
 }
 
+/// The A2A `ErrorInfo` reason of a code, for errors that arrive as bare codes.
+fn reason_for_code(code: i64) -> &'static str {
+    match code {
+        -32700 => "PARSE_ERROR",
+        -32600 => "INVALID_REQUEST",
+        -32601 => "METHOD_NOT_FOUND",
+        -32602 => "INVALID_PARAMS",
+        -32001 => "TASK_NOT_FOUND",
+        -32002 => "TASK_NOT_CANCELABLE",
+        -32003 => "PUSH_NOTIFICATION_NOT_SUPPORTED",
+        -32004 => "UNSUPPORTED_OPERATION",
+        -32005 => "CONTENT_TYPE_NOT_SUPPORTED",
+        -32006 => "INVALID_AGENT_RESPONSE",
+        -32007 => "EXTENDED_AGENT_CARD_NOT_CONFIGURED",
+        -32008 => "EXTENSION_SUPPORT_REQUIRED",
+        -32009 => "VERSION_NOT_SUPPORTED",
+        _ => "INTERNAL",
+    }
+}
+
+/// A2A 1.0.1's HTTP mapping, by code.
+fn rest_status_for_code(code: i64) -> u16 {
+    match code {
+        -32001 | -32601 => 404,
+        -32700 | -32600 | -32602 | -32005..=-32002 | -32009..=-32007 => 400,
+        _ => 500,
+    }
+}
+
 fn grpc_status_name(http: u16) -> &'static str {
     match http {
         400 => "INVALID_ARGUMENT",
         404 => "NOT_FOUND",
         413 => "RESOURCE_EXHAUSTED",
         503 => "UNAVAILABLE",
+        504 => "DEADLINE_EXCEEDED",
         _ => "INTERNAL",
     }
 }

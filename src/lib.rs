@@ -13,6 +13,7 @@ pub mod config;
 pub mod error;
 pub mod http;
 pub mod protocol;
+pub mod routing;
 pub mod rpc;
 pub mod service;
 pub mod tasks;

@@ -9,10 +9,11 @@ use crate::agents::Agent;
 use crate::error::GatewayError;
 use crate::protocol::jsonrpc::{render_error, render_result, Method, RpcRequest};
 use crate::protocol::model::{SendResult, StreamItem, Task};
+use crate::protocol::ops::{ItemStream, SendRequest};
 use crate::protocol::params::{self, ListTasksParams, SendParams, TaskIdParams};
 use crate::protocol::v03::{StreamItemV03, V03};
 use crate::protocol::Dialect;
-use crate::service::{A2aService, ItemStream, SendRequest};
+use crate::service::A2aService;
 
 pub enum RpcReply {
     /// A JSON-RPC response body, the HTTP status to send it with, and for overload
@@ -27,6 +28,8 @@ pub enum RpcReply {
         id: Value,
         dialect: Dialect,
         items: ItemStream,
+        /// The agent's own keep-alive period, if it sets one.
+        keepalive: Option<std::time::Duration>,
     },
 }
 
@@ -60,36 +63,38 @@ pub async fn dispatch(service: &A2aService, agent: &Arc<Agent>, req: RpcRequest)
             }
             Method::SendStreamingMessage => {
                 let send = send_request(params::decode(params)?, dialect)?;
-                let items = service.stream(agent, send)?;
+                let items = service.stream(agent, send).await?;
                 Ok(RpcReply::Stream {
                     id: id.clone(),
                     dialect,
                     items,
+                    keepalive: agent.remote().and_then(|r| r.stream_keepalive()),
                 })
             }
             Method::GetTask => {
                 let p: TaskIdParams = params::decode(params)?;
                 let history = params::history_length(p.history_length, dialect)?;
-                let task = service.get(agent, &p.id, history)?;
+                let task = service.get(agent, &p.id, history).await?;
                 ok_task(&id, dialect, &task)
             }
             Method::ListTasks => {
                 let p: ListTasksParams = params::decode(params)?;
-                let result = service.list(agent, &p.check()?)?;
+                let result = service.list(agent, &p.check()?).await?;
                 Ok(json(render_result(&id, &result)?))
             }
             Method::CancelTask => {
                 let p: TaskIdParams = params::decode(params)?;
-                let task = service.cancel(agent, &p.id)?;
+                let task = service.cancel(agent, &p.id).await?;
                 ok_task(&id, dialect, &task)
             }
             Method::SubscribeToTask => {
                 let p: TaskIdParams = params::decode(params)?;
-                let items = service.subscribe(agent, &p.id)?;
+                let items = service.subscribe(agent, &p.id).await?;
                 Ok(RpcReply::Stream {
                     id: id.clone(),
                     dialect,
                     items,
+                    keepalive: agent.remote().and_then(|r| r.stream_keepalive()),
                 })
             }
             Method::PushNotificationConfig => Err(GatewayError::PushNotSupported),
@@ -115,6 +120,8 @@ fn send_request(p: SendParams, dialect: Dialect) -> Result<SendRequest, GatewayE
     }
     Ok(SendRequest {
         blocking: config.blocking(),
+        accepted_output_modes: config.accepted_output_modes.clone(),
+        metadata: p.metadata,
         history_length: params::history_length(config.history_length, dialect)?,
         has_push_config: config
             .push_notification_config

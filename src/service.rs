@@ -1,43 +1,26 @@
 //! The A2A operations, independent of transport: JSON-RPC (both dialects) and, later, the
 //! HTTP+JSON binding call these and only render the results differently.
 
-use std::pin::Pin;
 use std::sync::Arc;
 
-use futures_util::stream::{self, Stream};
-use serde::Serialize;
+use futures_util::stream::{self, Stream, StreamExt};
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use crate::agents::{Agent, BackendError, EventSink, Execution, SinkProbe, SinkSetup, Update};
+use crate::agents::{
+    Admission, Agent, AgentBackend, Backend, BackendError, EventSink, Execution, SinkProbe,
+    SinkSetup, Update,
+};
 use crate::error::GatewayError;
 use crate::protocol::model::{
     Message, SendResult, StreamItem, Task, TaskEvent, TaskState, TaskStatus, TaskStatusUpdateEvent,
 };
+use crate::protocol::ops::{ItemStream, ListTasksResponse, SendRequest};
 use crate::protocol::params::ListQuery;
 use crate::tasks::{Applied, StoreError, Tasks};
 
-pub type ItemStream = Pin<Box<dyn Stream<Item = Result<StreamItem, GatewayError>> + Send>>;
-
 /// How many events an execution may run ahead of a slow caller before it waits.
 const CALLER_BUFFER: usize = 32;
-
-/// A send, checked and ready to run.
-pub struct SendRequest {
-    pub message: Message,
-    pub blocking: bool,
-    pub history_length: Option<usize>,
-    pub has_push_config: bool,
-}
-
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ListTasksResponse {
-    pub tasks: Vec<Task>,
-    pub next_page_token: String,
-    pub page_size: usize,
-    pub total_size: usize,
-}
 
 pub struct A2aService {
     tasks: Arc<Tasks>,
@@ -63,12 +46,94 @@ impl A2aService {
         agent: &Arc<Agent>,
         req: SendRequest,
     ) -> Result<SendResult, GatewayError> {
+        check_send(&req)?;
+        match &agent.backend {
+            Backend::Local(backend) => self.send_local(agent, backend, req).await,
+            Backend::Remote(remote) => {
+                let _turn = admit(agent, &req).await?;
+                remote.send(&req).await
+            }
+        }
+    }
+
+    /// `SendStreamingMessage` / `message/stream`: the task (or one Message) first, then
+    /// every event until the task finishes or needs input.
+    pub async fn stream(
+        &self,
+        agent: &Arc<Agent>,
+        req: SendRequest,
+    ) -> Result<ItemStream, GatewayError> {
+        check_send(&req)?;
+        match &agent.backend {
+            Backend::Local(backend) => {
+                let Started { updates, .. } = self.start(agent, backend, req, true)?;
+                Ok(until_stream_ends(updates))
+            }
+            Backend::Remote(remote) => {
+                // The turn is held for as long as the stream is open.
+                let turn = admit(agent, &req).await?;
+                let items = remote.stream(&req).await?;
+                Ok(Box::pin(items.map(move |item| {
+                    let _held = &turn;
+                    item
+                })))
+            }
+        }
+    }
+
+    /// `GetTask` / `tasks/get`.
+    pub async fn get(
+        &self,
+        agent: &Agent,
+        id: &str,
+        history_length: Option<usize>,
+    ) -> Result<Task, GatewayError> {
+        match &agent.backend {
+            Backend::Local(_) => self.get_local(agent, id, history_length),
+            Backend::Remote(remote) => remote.get(id, history_length).await,
+        }
+    }
+
+    /// `ListTasks` (1.0 only).
+    pub async fn list(
+        &self,
+        agent: &Agent,
+        query: &ListQuery,
+    ) -> Result<ListTasksResponse, GatewayError> {
+        match &agent.backend {
+            Backend::Local(_) => self.list_local(agent, query),
+            Backend::Remote(remote) => remote.list(query).await,
+        }
+    }
+
+    /// `CancelTask` / `tasks/cancel`.
+    pub async fn cancel(&self, agent: &Agent, id: &str) -> Result<Task, GatewayError> {
+        match &agent.backend {
+            Backend::Local(_) => self.cancel_local(agent, id),
+            Backend::Remote(remote) => remote.cancel(id).await,
+        }
+    }
+
+    /// `SubscribeToTask` / `tasks/resubscribe`: the current task, then its later events.
+    pub async fn subscribe(&self, agent: &Agent, id: &str) -> Result<ItemStream, GatewayError> {
+        match &agent.backend {
+            Backend::Local(_) => self.subscribe_local(agent, id),
+            Backend::Remote(remote) => remote.subscribe(id).await,
+        }
+    }
+
+    async fn send_local(
+        &self,
+        agent: &Arc<Agent>,
+        backend: &Arc<dyn AgentBackend>,
+        req: SendRequest,
+    ) -> Result<SendResult, GatewayError> {
         let blocking = req.blocking;
         let history_length = req.history_length;
         let Started {
             task_id,
             mut updates,
-        } = self.start(agent, req, false)?;
+        } = self.start(agent, backend, req, false)?;
         let mut saw_task = false;
         while let Some(update) = updates.recv().await {
             let ends_stream = match update? {
@@ -94,33 +159,14 @@ impl A2aService {
         Ok(SendResult::Task(task))
     }
 
-    /// `SendStreamingMessage` / `message/stream`: the task (or one Message) first, then
-    /// every event until the task finishes or needs input.
-    pub fn stream(&self, agent: &Arc<Agent>, req: SendRequest) -> Result<ItemStream, GatewayError> {
-        let Started { updates, .. } = self.start(agent, req, true)?;
-        Ok(until_stream_ends(updates))
-    }
-
     fn start(
         &self,
         agent: &Arc<Agent>,
+        backend: &Arc<dyn AgentBackend>,
         req: SendRequest,
         streaming: bool,
     ) -> Result<Started, GatewayError> {
-        if req.has_push_config {
-            return Err(GatewayError::PushNotSupported);
-        }
         let mut message = req.message;
-        if message.message_id.trim().is_empty() {
-            return Err(GatewayError::InvalidParams(
-                "params.message.messageId: must not be empty".into(),
-            ));
-        }
-        if message.parts.is_empty() {
-            return Err(GatewayError::InvalidParams(
-                "params.message.parts: a message needs at least one part".into(),
-            ));
-        }
         let continuing = match message.task_id.clone().filter(|t| !t.is_empty()) {
             Some(task_id) => {
                 let (context_id, state) = self
@@ -163,6 +209,7 @@ impl A2aService {
         let job = Job {
             tasks: self.tasks.clone(),
             agent: agent.clone(),
+            backend: backend.clone(),
             message,
             continuing,
             task_id: task_id.clone(),
@@ -177,8 +224,7 @@ impl A2aService {
         })
     }
 
-    /// `GetTask` / `tasks/get`.
-    pub fn get(
+    fn get_local(
         &self,
         agent: &Agent,
         id: &str,
@@ -189,8 +235,7 @@ impl A2aService {
             .ok_or_else(|| GatewayError::TaskNotFound(id.to_string()))
     }
 
-    /// `ListTasks` (1.0 only).
-    pub fn list(
+    fn list_local(
         &self,
         agent: &Agent,
         query: &ListQuery,
@@ -213,8 +258,8 @@ impl A2aService {
         })
     }
 
-    /// `CancelTask` / `tasks/cancel`: stops running work and marks the task canceled.
-    pub fn cancel(&self, agent: &Agent, id: &str) -> Result<Task, GatewayError> {
+    /// Stops running work and marks the task canceled.
+    fn cancel_local(&self, agent: &Agent, id: &str) -> Result<Task, GatewayError> {
         let (state, context_id) = self
             .tasks
             .inspect(&agent.name, id, |t| (t.status.state, t.context_id.clone()))
@@ -230,7 +275,7 @@ impl A2aService {
             metadata: None,
         });
         match self.tasks.apply(id, &event) {
-            Applied::Yes => self.get(agent, id, None),
+            Applied::Yes => self.get_local(agent, id, None),
             Applied::NotFound => Err(GatewayError::TaskNotFound(id.to_string())),
             Applied::TaskFinished => {
                 let state = self
@@ -242,8 +287,7 @@ impl A2aService {
         }
     }
 
-    /// `SubscribeToTask` / `tasks/resubscribe`: the current task, then its later events.
-    pub fn subscribe(&self, agent: &Agent, id: &str) -> Result<ItemStream, GatewayError> {
+    fn subscribe_local(&self, agent: &Agent, id: &str) -> Result<ItemStream, GatewayError> {
         let (task, rx) = self
             .tasks
             .subscribe(&agent.name, id)
@@ -286,6 +330,30 @@ trait ChainItems: Stream + Sized {
 }
 impl<S: Stream> ChainItems for S {}
 
+/// Checks what every send needs, whichever backend serves it.
+fn check_send(req: &SendRequest) -> Result<(), GatewayError> {
+    if req.has_push_config {
+        return Err(GatewayError::PushNotSupported);
+    }
+    if req.message.message_id.trim().is_empty() {
+        return Err(GatewayError::InvalidParams(
+            "params.message.messageId: must not be empty".into(),
+        ));
+    }
+    if req.message.parts.is_empty() {
+        return Err(GatewayError::InvalidParams(
+            "params.message.parts: a message needs at least one part".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Waits for the agent's actor to admit a forwarded message (mailbox, lane, concurrency).
+async fn admit(agent: &Agent, req: &SendRequest) -> Result<Admission, GatewayError> {
+    let context = req.message.context_id.as_deref().filter(|c| !c.is_empty());
+    Ok(agent.actor.enqueue(context)?.ready().await)
+}
+
 fn terminal_task_error(id: &str, state: TaskState) -> GatewayError {
     GatewayError::UnsupportedOperation(format!(
         "task {id} is already {}; start a new task (it may list this one in referenceTaskIds)",
@@ -321,6 +389,7 @@ fn until_stream_ends(updates: mpsc::Receiver<Result<Update, GatewayError>>) -> I
 struct Job {
     tasks: Arc<Tasks>,
     agent: Arc<Agent>,
+    backend: Arc<dyn AgentBackend>,
     message: Message,
     /// The task a follow-up message continues; None for a new task.
     continuing: Option<String>,
@@ -389,7 +458,7 @@ impl Job {
             events,
             cancel: cancel.clone(),
         };
-        match self.agent.backend.execute(exec).await {
+        match self.backend.execute(exec).await {
             Ok(()) if probe.unanswered() => {
                 let err = GatewayError::InvalidAgentResponse(format!(
                     "agent {} finished without a task or a message",

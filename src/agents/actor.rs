@@ -54,49 +54,125 @@ impl AgentActor {
         self.queued.load(Ordering::Relaxed)
     }
 
-    /// Admits `job` for `context_id`, or refuses at once with [`GatewayError::AgentBusy`].
-    /// The job runs detached: a caller that goes away does not stop it.
-    pub fn submit<F>(&self, context_id: &str, job: F) -> Result<(), GatewayError>
-    where
-        F: Future<Output = ()> + Send + 'static,
-    {
+    /// Takes a place in the mailbox (and in `context_id`'s lane, if any), or refuses at
+    /// once with [`GatewayError::AgentBusy`]. The place is kept until the returned ticket is
+    /// dropped or its [`Ticket::ready`] admission ends.
+    pub fn enqueue(&self, context_id: Option<&str>) -> Result<Ticket, GatewayError> {
         if self.queued.fetch_add(1, Ordering::AcqRel) >= self.limits.mailbox {
             self.queued.fetch_sub(1, Ordering::AcqRel);
             return Err(GatewayError::AgentBusy(self.name.clone()));
         }
-        let (ticket, mut turn) = {
-            let mut lane = self
-                .lanes
-                .entry(context_id.to_string())
-                .or_insert_with(|| Lane {
+        let slot = QueueSlot(Some(self.queued.clone()));
+        let lane = context_id.map(|ctx| {
+            let (ticket, turn) = {
+                let mut lane = self.lanes.entry(ctx.to_string()).or_insert_with(|| Lane {
                     next_ticket: 0,
                     now_serving: watch::channel(0).0,
                 });
-            let ticket = lane.next_ticket;
-            lane.next_ticket += 1;
-            (ticket, lane.now_serving.subscribe())
-        };
-        let guard = LaneTurn {
-            lanes: self.lanes.clone(),
-            context_id: context_id.to_string(),
-            ticket,
-        };
-        let queued = self.queued.clone();
-        let running = self.running.clone();
+                let ticket = lane.next_ticket;
+                lane.next_ticket += 1;
+                (ticket, lane.now_serving.subscribe())
+            };
+            LaneTicket {
+                turn,
+                guard: LaneTurn {
+                    lanes: self.lanes.clone(),
+                    context_id: ctx.to_string(),
+                    ticket,
+                },
+            }
+        });
+        Ok(Ticket {
+            slot,
+            lane,
+            running: self.running.clone(),
+        })
+    }
+
+    /// Admits `job` for `context_id` and runs it detached when its turn comes: a caller
+    /// that goes away does not stop it.
+    pub fn submit<F>(&self, context_id: &str, job: F) -> Result<(), GatewayError>
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let ticket = self.enqueue(Some(context_id))?;
         // Boxed so the spawned task holds a pointer, not a copy of a large future that the
         // runtime would move around at every stage.
         let job = Box::pin(job);
         tokio::spawn(async move {
-            let _turn_guard = guard;
-            // The sender lives as long as a ticket is outstanding, so this cannot fail;
-            // if it somehow did, running out of order beats never running.
-            let _ = turn.wait_for(|serving| *serving == ticket).await;
-            let permit = running.acquire_owned().await;
-            queued.fetch_sub(1, Ordering::AcqRel);
+            let _admission = ticket.ready().await;
             job.await;
-            drop(permit);
         });
         Ok(())
+    }
+}
+
+/// Counts a waiting execution until it starts (or gives up).
+struct QueueSlot(Option<Arc<AtomicUsize>>);
+
+impl Drop for QueueSlot {
+    fn drop(&mut self) {
+        if let Some(q) = self.0.take() {
+            q.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+struct LaneTicket {
+    turn: watch::Receiver<u64>,
+    guard: LaneTurn,
+}
+
+/// A place in an agent's mailbox.
+pub struct Ticket {
+    slot: QueueSlot,
+    lane: Option<LaneTicket>,
+    running: Arc<Semaphore>,
+}
+
+/// Permission to run: holds a concurrency permit and the context's turn until dropped.
+pub struct Admission {
+    _permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    _lane: Option<LaneTurn>,
+}
+
+impl Ticket {
+    /// Waits for the context's turn, then for a concurrency slot.
+    pub async fn ready(mut self) -> Admission {
+        // The lane stays in `self` while waiting, so that a caller giving up mid-wait goes
+        // through `Drop for Ticket` and keeps the order.
+        if let Some(lt) = self.lane.as_mut() {
+            let ticket = lt.guard.ticket;
+            // The sender lives as long as a ticket is outstanding, so this cannot fail; if
+            // it somehow did, running out of order beats never running.
+            let _ = lt.turn.wait_for(|serving| *serving == ticket).await;
+        }
+        let lane = self.lane.take().map(|lt| lt.guard);
+        // The semaphore is never closed, so acquiring only fails in theory; then the
+        // limit is skipped rather than the request.
+        let permit = self.running.clone().acquire_owned().await.ok();
+        drop(std::mem::replace(&mut self.slot, QueueSlot(None)));
+        Admission {
+            _permit: permit,
+            _lane: lane,
+        }
+    }
+}
+
+impl Drop for Ticket {
+    /// A ticket abandoned while waiting (its client went away) must still pass its turn
+    /// on, but only when that turn comes, or later messages would overtake earlier ones.
+    fn drop(&mut self) {
+        if let Some(mut lt) = self.lane.take() {
+            let ticket = lt.guard.ticket;
+            if *lt.turn.borrow() == ticket {
+                return; // dropping the guard hands the lane on now
+            }
+            tokio::spawn(async move {
+                let _ = lt.turn.wait_for(|serving| *serving == ticket).await;
+                drop(lt.guard);
+            });
+        }
     }
 }
 
@@ -153,5 +229,30 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(150)).await;
         assert_eq!(*order.lock().unwrap(), vec![0, 1, 2]);
         assert!(actor.lanes.is_empty(), "idle lanes are dropped");
+    }
+
+    #[tokio::test]
+    async fn an_abandoned_ticket_keeps_its_place_in_the_lane() {
+        let actor = AgentActor::new(
+            "a".into(),
+            ActorLimits {
+                mailbox: 10,
+                max_concurrency: 10,
+            },
+        );
+        let first = actor.enqueue(Some("c")).unwrap().ready().await;
+        drop(actor.enqueue(Some("c")).unwrap());
+        let third = actor.enqueue(Some("c")).unwrap();
+        let waiting = tokio::spawn(async move {
+            third.ready().await;
+        });
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        assert!(!waiting.is_finished(), "the third waits for the first");
+        drop(first);
+        tokio::time::timeout(Duration::from_secs(1), waiting)
+            .await
+            .expect("runs once the first is done")
+            .unwrap();
+        assert_eq!(actor.queued(), 0);
     }
 }

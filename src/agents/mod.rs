@@ -6,6 +6,7 @@
 
 mod actor;
 pub mod echo;
+pub mod remote;
 mod sink;
 
 use std::collections::BTreeMap;
@@ -14,7 +15,8 @@ use std::sync::Arc;
 use futures_util::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
-pub use actor::{ActorLimits, AgentActor};
+pub use actor::{ActorLimits, Admission, AgentActor, Ticket};
+pub use remote::RemoteAgent;
 pub(crate) use sink::SinkSetup;
 pub use sink::{EventSink, SinkClosed, SinkProbe, Update};
 
@@ -58,24 +60,49 @@ pub trait AgentBackend: Send + Sync + 'static {
     }
 }
 
+/// Who runs an agent's tasks.
+pub enum Backend {
+    /// The gateway does: it stores the tasks and the backend produces their events.
+    Local(Arc<dyn AgentBackend>),
+    /// An upstream A2A server does: the gateway forwards every operation.
+    Remote(Arc<RemoteAgent>),
+}
+
 /// A configured agent: its definition, its backend and the actor in front of it.
 pub struct Agent {
     pub name: Arc<str>,
     pub def: AgentDef,
-    pub backend: Arc<dyn AgentBackend>,
+    pub backend: Backend,
     pub actor: AgentActor,
 }
 
 impl Agent {
-    pub fn new(def: AgentDef, limits: ActorLimits) -> Agent {
-        let backend: Arc<dyn AgentBackend> = match &def.backend {
-            BackendSpec::Echo(cfg) => Arc::new(echo::EchoBackend::new(cfg.clone())),
+    pub fn new(def: AgentDef, limits: ActorLimits) -> Result<Agent, String> {
+        let backend = match &def.backend {
+            BackendSpec::Echo(cfg) => Backend::Local(Arc::new(echo::EchoBackend::new(cfg.clone()))),
+            BackendSpec::A2a(cfg) => {
+                Backend::Remote(Arc::new(RemoteAgent::new(&def.name, cfg.clone())?))
+            }
         };
-        Agent {
+        Ok(Agent {
             name: Arc::from(def.name.as_str()),
             actor: AgentActor::new(def.name.clone(), limits),
             def,
             backend,
+        })
+    }
+
+    pub fn health(&self) -> AgentHealth {
+        match &self.backend {
+            Backend::Local(b) => b.health(),
+            Backend::Remote(r) => r.health(),
+        }
+    }
+
+    pub fn remote(&self) -> Option<&Arc<RemoteAgent>> {
+        match &self.backend {
+            Backend::Remote(r) => Some(r),
+            Backend::Local(_) => None,
         }
     }
 }

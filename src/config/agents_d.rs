@@ -6,25 +6,27 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::{AgentDef, BackendSpec, Diagnostic, Diagnostics, Provider, Skill};
+use super::{A2aConfig, AgentDef, BackendSpec, Diagnostic, Diagnostics, Provider, Skill};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct AgentFile {
     name: Spanned<String>,
-    description: Spanned<String>,
-    #[serde(default = "default_agent_version")]
-    version: String,
+    /// Required, except for upstream agents, whose card supplies it.
+    #[serde(default)]
+    description: Option<Spanned<String>>,
+    #[serde(default)]
+    version: Option<String>,
     #[serde(default)]
     provider: Option<Provider>,
     #[serde(default)]
     documentation_url: Option<String>,
     #[serde(default)]
     icon_url: Option<String>,
-    #[serde(default = "default_modes")]
-    default_input_modes: Spanned<Vec<String>>,
-    #[serde(default = "default_modes")]
-    default_output_modes: Spanned<Vec<String>>,
+    #[serde(default)]
+    default_input_modes: Option<Spanned<Vec<String>>>,
+    #[serde(default)]
+    default_output_modes: Option<Spanned<Vec<String>>>,
     #[serde(default)]
     skills: Vec<Spanned<Skill>>,
     backend: BackendSpec,
@@ -37,14 +39,6 @@ struct AgentFile {
 struct AgentLimits {
     mailbox: Option<Spanned<usize>>,
     max_concurrency: Option<Spanned<usize>>,
-}
-
-fn default_agent_version() -> String {
-    "1.0.0".into()
-}
-
-fn default_modes() -> Spanned<Vec<String>> {
-    Spanned::new(0..0, vec!["text/plain".into()])
 }
 
 const MAX_NAME_LEN: usize = 64;
@@ -149,13 +143,25 @@ fn parse_agent(file: &Path, text: &str, diags: &mut Diagnostics) -> Option<(Agen
     if let Err(msg) = check_name(raw.name.get_ref()) {
         diags.push(at(raw.name.span().start, msg));
     }
-    if raw.description.get_ref().trim().is_empty() {
-        diags.push(at(
-            raw.description.span().start,
-            "description must not be empty".into(),
-        ));
+    let remote = matches!(raw.backend, BackendSpec::A2a(_));
+    match &raw.description {
+        Some(d) if d.get_ref().trim().is_empty() => {
+            diags.push(at(d.span().start, "description must not be empty".into()));
+        }
+        None if !remote => diags.push(at(
+            0,
+            "missing field `description` (only agents with kind = \"a2a\" may omit it)".into(),
+        )),
+        _ => {}
     }
-    for modes in [&raw.default_input_modes, &raw.default_output_modes] {
+    let mut backend = raw.backend;
+    if let BackendSpec::A2a(cfg) = &mut backend {
+        check_a2a(cfg, &mut |offset, msg| diags.push(at(offset, msg)), text);
+    }
+    for modes in [&raw.default_input_modes, &raw.default_output_modes]
+        .into_iter()
+        .flatten()
+    {
         if modes.get_ref().is_empty() || modes.get_ref().iter().any(|m| m.trim().is_empty()) {
             diags.push(at(
                 modes.span().start,
@@ -189,15 +195,15 @@ fn parse_agent(file: &Path, text: &str, diags: &mut Diagnostics) -> Option<(Agen
     let name_offset = raw.name.span().start;
     let def = AgentDef {
         name: raw.name.into_inner(),
-        description: raw.description.into_inner(),
+        description: raw.description.map(Spanned::into_inner).unwrap_or_default(),
         version: raw.version,
         provider: raw.provider,
         documentation_url: raw.documentation_url,
         icon_url: raw.icon_url,
-        default_input_modes: raw.default_input_modes.into_inner(),
-        default_output_modes: raw.default_output_modes.into_inner(),
+        default_input_modes: raw.default_input_modes.map(Spanned::into_inner),
+        default_output_modes: raw.default_output_modes.map(Spanned::into_inner),
         skills: raw.skills.into_iter().map(Spanned::into_inner).collect(),
-        backend: raw.backend,
+        backend,
         mailbox: raw.limits.mailbox.map(Spanned::into_inner),
         max_concurrency: raw.limits.max_concurrency.map(Spanned::into_inner),
         source: file.to_path_buf(),
@@ -205,9 +211,90 @@ fn parse_agent(file: &Path, text: &str, diags: &mut Diagnostics) -> Option<(Agen
     Some((def, name_offset))
 }
 
+/// Checks an upstream agent's settings and expands `${VAR}` in its headers. Values inside
+/// `[backend]` carry no spans (the table is read through its `kind` tag), so problems are
+/// located by finding the offending text in the file.
+fn check_a2a(cfg: &mut A2aConfig, report: &mut dyn FnMut(usize, String), text: &str) {
+    let find = |needle: &str| text.find(needle).unwrap_or(0);
+    if !(cfg.url.starts_with("http://") || cfg.url.starts_with("https://")) {
+        report(
+            find(&cfg.url),
+            format!("backend.url must be an http(s) URL, got \"{}\"", cfg.url),
+        );
+    }
+    if let Some(p) = &cfg.protocol {
+        if !matches!(p.as_str(), "0.3" | "1.0") {
+            report(
+                find("protocol"),
+                format!("backend.protocol must be \"0.3\" or \"1.0\", got \"{p}\""),
+            );
+        }
+    }
+    for (key, value) in [
+        ("timeout_secs", cfg.timeout_secs),
+        ("connect_timeout_secs", cfg.connect_timeout_secs),
+        ("card_refresh_secs", cfg.card_refresh_secs),
+        ("retry_secs", cfg.retry_secs),
+    ] {
+        if value == 0 {
+            report(find(key), format!("backend.{key} must be at least 1"));
+        }
+    }
+    for (name, value) in cfg.headers.iter_mut() {
+        if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+            report(
+                find(name),
+                format!("\"{name}\" is not a valid HTTP header name"),
+            );
+        }
+        match expand_env(value) {
+            Ok(expanded) => *value = expanded,
+            Err(var) => report(
+                find(&format!("${{{var}}}")),
+                format!("environment variable {var} (used in header {name}) is not set"),
+            ),
+        }
+        if reqwest::header::HeaderValue::from_str(value).is_err() {
+            report(
+                find(name),
+                format!("the value of header {name} is not a valid header value"),
+            );
+        }
+    }
+}
+
+/// Replaces every `${VAR}` with the variable's value; the first unset one is the error.
+fn expand_env(value: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(start) = rest.find("${") {
+        let Some(len) = rest[start + 2..].find('}') else {
+            break;
+        };
+        let var = &rest[start + 2..start + 2 + len];
+        let val = std::env::var(var).map_err(|_| var.to_string())?;
+        out.push_str(&rest[..start]);
+        out.push_str(&val);
+        rest = &rest[start + 3 + len..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn env_expansion() {
+        std::env::set_var("A2A_GW_TEST_TOKEN", "s3cret");
+        assert_eq!(
+            expand_env("Bearer ${A2A_GW_TEST_TOKEN}").unwrap(),
+            "Bearer s3cret"
+        );
+        assert_eq!(expand_env("plain").unwrap(), "plain");
+        assert_eq!(expand_env("${A2A_GW_NOPE_X}").unwrap_err(), "A2A_GW_NOPE_X");
+    }
 
     #[test]
     fn names_must_be_url_safe() {

@@ -184,13 +184,15 @@ pub struct Provider {
 #[derive(Debug, Clone)]
 pub struct AgentDef {
     pub name: String,
+    /// Empty only for upstream agents, whose card then supplies it.
     pub description: String,
-    pub version: String,
+    /// Unset fields of an upstream agent come from its card; of a local one, defaults.
+    pub version: Option<String>,
     pub provider: Option<Provider>,
     pub documentation_url: Option<String>,
     pub icon_url: Option<String>,
-    pub default_input_modes: Vec<String>,
-    pub default_output_modes: Vec<String>,
+    pub default_input_modes: Option<Vec<String>>,
+    pub default_output_modes: Option<Vec<String>>,
     pub skills: Vec<Skill>,
     pub backend: BackendSpec,
     pub mailbox: Option<usize>,
@@ -220,6 +222,49 @@ pub struct Skill {
 #[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
 pub enum BackendSpec {
     Echo(EchoConfig),
+    /// An A2A agent served elsewhere, reached over JSON-RPC.
+    A2a(A2aConfig),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct A2aConfig {
+    /// Base URL of the remote agent (its card is at `/.well-known/agent-card.json`), or
+    /// the URL of its card.
+    pub url: String,
+    /// "0.3" or "1.0"; otherwise learned from the remote card (1.0 preferred).
+    #[serde(default)]
+    pub protocol: Option<String>,
+    /// Sent with every request upstream; `${VAR}` is replaced from the environment.
+    #[serde(default)]
+    pub headers: std::collections::BTreeMap<String, String>,
+    /// Limit for one non-streaming call, in seconds.
+    #[serde(default = "default_upstream_timeout")]
+    pub timeout_secs: u64,
+    #[serde(default = "default_connect_timeout")]
+    pub connect_timeout_secs: u64,
+    /// Overrides `limits.stream_keepalive_secs` for this agent's streams.
+    #[serde(default)]
+    pub stream_keepalive_secs: Option<u64>,
+    /// How often the remote card is fetched again.
+    #[serde(default = "default_card_refresh")]
+    pub card_refresh_secs: u64,
+    /// While the remote is unreachable, how often to try again.
+    #[serde(default = "default_retry")]
+    pub retry_secs: u64,
+}
+
+fn default_upstream_timeout() -> u64 {
+    30
+}
+fn default_connect_timeout() -> u64 {
+    5
+}
+fn default_card_refresh() -> u64 {
+    300
+}
+fn default_retry() -> u64 {
+    5
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -21,7 +21,7 @@ pub async fn agent_card(
         return rest_error(404, err.public_message());
     };
     let base = state.base_url(&req);
-    let body = card::agent_card(&agent.def, &base);
+    let body = card::agent_card(agent, &base);
     card_response(&req, &state, &body)
 }
 
@@ -35,10 +35,10 @@ pub async fn list_agents(req: HttpRequest, state: web::Data<AppState>) -> HttpRe
             json!({
                 "name": a.def.name,
                 "description": a.def.description,
-                "version": a.def.version,
+                "version": card::agent_card(a, &base)["version"],
                 "url": format!("{base}{path}"),
                 "cardUrl": format!("{base}{path}/card"),
-                "health": a.backend.health(),
+                "health": a.health(),
             })
         })
         .collect();

@@ -10,7 +10,7 @@ pub async fn health(state: web::Data<AppState>) -> HttpResponse {
     let mut agents = Map::new();
     let mut all_healthy = true;
     for agent in state.registry.iter() {
-        let h = agent.backend.health();
+        let h = agent.health();
         all_healthy &= h == AgentHealth::Healthy;
         agents.insert(agent.def.name.clone(), json!(h));
     }

@@ -15,6 +15,7 @@ use super::AppState;
 use crate::error::GatewayError;
 use crate::protocol::jsonrpc::parse_request;
 use crate::protocol::Dialect;
+use crate::routing;
 use crate::rpc::{dispatch, render_stream_item, RpcReply};
 
 pub async fn default_agent(
@@ -74,7 +75,7 @@ async fn handle(
     };
     let agent = match &agent_name {
         Some(name) => state.registry.get(name),
-        None => state.registry.default_agent(),
+        None => routing::route(&state.registry, state.service.tasks(), &rpc),
     };
     let Some(agent) = agent.cloned() else {
         let err = match agent_name {
@@ -165,7 +166,12 @@ fn respond(req: &HttpRequest, state: &AppState, reply: RpcReply) -> HttpResponse
             }
             resp.body(body)
         }
-        RpcReply::Stream { id, dialect, items } => {
+        RpcReply::Stream {
+            id,
+            dialect,
+            items,
+            keepalive,
+        } => {
             let events = items.map(move |item| {
                 let (is_error, body) = render_stream_item(&id, dialect, &item);
                 let text = String::from_utf8(body)
@@ -177,7 +183,9 @@ fn respond(req: &HttpRequest, state: &AppState, reply: RpcReply) -> HttpResponse
                     data
                 }))
             });
-            let keepalive = Duration::from_secs(state.config.limits.stream_keepalive_secs.max(1));
+            let keepalive = keepalive.unwrap_or_else(|| {
+                Duration::from_secs(state.config.limits.stream_keepalive_secs.max(1))
+            });
             let mut resp = sse::Sse::from_stream(events)
                 .with_keep_alive(keepalive)
                 .respond_to(req);

@@ -3,6 +3,7 @@
 
 pub mod jsonrpc;
 pub mod model;
+pub mod ops;
 pub mod params;
 pub mod v03;
 

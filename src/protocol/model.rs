@@ -467,9 +467,17 @@ pub struct TaskStatus {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        serialize_with = "ser_timestamp"
+        serialize_with = "ser_timestamp",
+        deserialize_with = "de_timestamp"
     )]
     pub timestamp: Option<DateTime<Utc>>,
+}
+
+/// Peers write timestamps many ways (no zone, offsets, nanoseconds); an unreadable one is
+/// dropped rather than failing the whole message.
+fn de_timestamp<'de, D: Deserializer<'de>>(d: D) -> Result<Option<DateTime<Utc>>, D::Error> {
+    let raw: Option<String> = Option::deserialize(d)?;
+    Ok(raw.as_deref().and_then(parse_timestamp))
 }
 
 impl TaskStatus {
@@ -565,27 +573,33 @@ impl Task {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// Read from peers too; 0.3's `final` and `kind` are ignored (the gateway decides where
+/// its own streams end).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskStatusUpdateEvent {
+    #[serde(alias = "task_id")]
     pub task_id: String,
+    #[serde(default, alias = "context_id")]
     pub context_id: String,
     pub status: TaskStatus,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Metadata>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskArtifactUpdateEvent {
+    #[serde(alias = "task_id")]
     pub task_id: String,
+    #[serde(default, alias = "context_id")]
     pub context_id: String,
     pub artifact: Artifact,
-    #[serde(skip_serializing_if = "is_false")]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub append: bool,
-    #[serde(skip_serializing_if = "is_false")]
+    #[serde(default, alias = "last_chunk", skip_serializing_if = "is_false")]
     pub last_chunk: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Metadata>,
 }
 

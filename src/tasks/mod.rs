@@ -159,6 +159,13 @@ impl Tasks {
         out
     }
 
+    /// The agent that owns a task.
+    pub fn owner(&self, id: &str) -> Option<Arc<str>> {
+        let mut out = None;
+        self.store.read(id, &mut |st| out = Some(st.agent.clone()));
+        out
+    }
+
     /// Reads the agent's task through `f` without copying it.
     pub fn inspect<R>(&self, agent: &str, id: &str, f: impl FnOnce(&Task) -> R) -> Option<R> {
         let mut f = Some(f);

@@ -72,7 +72,7 @@ pub async fn spawn_with(files: &[(&str, &str)], gateway: &str) -> TestGateway {
     let (dir, agents, gateway_path) = write_config(files, Some(&gateway));
     let settings = config::load(gateway_path.as_deref(), &agents)
         .unwrap_or_else(|d| panic!("test config invalid:\n{d}"));
-    let app = Application::build(settings).expect("bind");
+    let app = Application::build(settings).await.expect("bind");
     let base = format!("http://127.0.0.1:{}", app.port());
     let handle = app.handle();
     tokio::spawn(app.run_until_stopped());

@@ -2,10 +2,26 @@
 
 Mirrors the a2a-gateway built-in echo agent so the interop client can be
 checked against a known-good server, and so the gateway's proxy tests have a
-real upstream agent. Serves A2A 1.0 JSON-RPC plus the SDK's 0.3 compat mode on
-the same endpoint, and the card at /.well-known/agent-card.json.
+real upstream agent. Serves JSON-RPC at / and the card at
+/.well-known/agent-card.json.
 
-    python echo_reference_agent.py --port 9999
+    python echo_reference_agent.py --port 9999 [--dialects 1.0,0.3] [--ready-file PATH]
+
+--dialects picks the JSON-RPC dialects the card advertises and the server answers:
+  1.0,0.3 (default) -> 1.0 plus the SDK's 0.3 compat mode on the same endpoint;
+                       the SDK's hybrid card (supportedInterfaces 1.0 + 0.3 and
+                       the 0.3 top-level url/protocolVersion/preferredTransport).
+  1.0               -> no 0.3 compat (0.3 methods get -32601); a pure 1.0 card
+                       with one JSONRPC 1.0 interface.
+  0.3               -> 0.3 methods only (1.0 method names get -32601, as from a
+                       0.3 server); a pure 0.3 card: top-level url,
+                       protocolVersion "0.3.0", preferredTransport "JSONRPC", no
+                       supportedInterfaces.
+A2A-Version handling is the SDK's: a missing header counts as 0.3; a 1.0 method
+needs a 1.x header (else -32009), a 0.3 method a 0.x header or none (else
+-32603 "A2A version '1.0' is not supported ...").
+--port 0 binds a free port; --ready-file PATH gets that port (decimal, then a
+newline) once the server accepts connections, written atomically.
 
 Behaviour (text = the user message's text parts joined with ""):
   - messageId starting "tck-message-response" -> Message "Direct message response"
@@ -22,11 +38,16 @@ Behaviour (text = the user message's text parts joined with ""):
 import argparse
 import asyncio
 import logging
+import os
 import re
+import socket
 import uuid
 
 import uvicorn
 from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from a2a.helpers import new_task, new_text_message, new_text_part
 from a2a.server.agent_execution import AgentExecutor, RequestContext
@@ -41,8 +62,18 @@ from a2a.types import (
     AgentSkill,
     TaskState,
 )
+from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
+
+# Only after a2a.server.routes: importing the compat adapter first is a circular import.
+from a2a.compat.v0_3.conversions import to_compat_agent_card  # noqa: E402, I001
+from a2a.compat.v0_3.jsonrpc_adapter import JSONRPC03Adapter  # noqa: E402
 
 STREAMING_METHODS = {'SendStreamingMessage', 'message/stream'}  # 1.0, 0.3
+DIALECTS = ('1.0', '0.3')
+# Interface protocolVersion per dialect. A 0.3-only card says "0.3.0" like a
+# real 0.3 agent; the hybrid card keeps the SDK's "0.3".
+PURE_03_VERSION = '0.3.0'
+V03_METHODS = frozenset(JSONRPC03Adapter.METHOD_TO_MODEL)
 TCK_MESSAGE_PREFIX = 'tck-message-response'
 
 
@@ -114,14 +145,28 @@ class EchoExecutor(AgentExecutor):
         await event_queue.enqueue_event(new_text_message(text, context_id=context.context_id))
 
 
-def agent_card(base_url: str) -> AgentCard:
+def parse_dialects(value: str) -> tuple[str, ...]:
+    """"1.0,0.3" -> ('1.0', '0.3'); order kept (it is the card's preference order)."""
+    out = []
+    for d in (x.strip() for x in value.split(',')):
+        if d not in DIALECTS:
+            raise argparse.ArgumentTypeError(f'unknown dialect {d!r} (choose from 1.0, 0.3)')
+        if d not in out:
+            out.append(d)
+    if not out:
+        raise argparse.ArgumentTypeError('no dialect given')
+    return tuple(out)
+
+
+def agent_card(base_url: str, dialects: tuple[str, ...] = DIALECTS) -> AgentCard:
+    versions = [PURE_03_VERSION if dialects == ('0.3',) else d for d in dialects]
     return AgentCard(
         name='echo',
         description='Echoes text back; A2A interop reference agent (a2a-sdk).',
         version='1.0.0',
         supported_interfaces=[
-            AgentInterface(url=base_url, protocol_binding='JSONRPC', protocol_version='1.0'),
-            AgentInterface(url=base_url, protocol_binding='JSONRPC', protocol_version='0.3'),
+            AgentInterface(url=base_url, protocol_binding='JSONRPC', protocol_version=v)
+            for v in versions
         ],
         capabilities=AgentCapabilities(streaming=True, push_notifications=False),
         default_input_modes=['text/plain'],
@@ -134,29 +179,99 @@ def agent_card(base_url: str) -> AgentCard:
     )
 
 
-def build_app(base_url: str) -> Starlette:
-    card = agent_card(base_url)
+def pure_03_card_routes(card: AgentCard) -> list[Route]:
+    """The card as a 0.3 agent serves it: the SDK's own 1.0 -> 0.3 conversion,
+    without the 1.0 fields its hybrid card adds (no supportedInterfaces)."""
+    body = to_compat_agent_card(card).model_dump(mode='json', by_alias=True, exclude_none=True)
+
+    async def get_card(_request: Request) -> Response:
+        return JSONResponse(body)
+    return [Route(AGENT_CARD_WELL_KNOWN_PATH, get_card, methods=['GET'])]
+
+
+def only_03_methods(route: Route) -> Route:
+    """Wraps the SDK's JSON-RPC endpoint so that 1.0 method names get -32601,
+    as a 0.3 server answers them. The body is read here first; Starlette caches
+    it on the Request, so the SDK dispatcher still sees it."""
+    sdk_endpoint = route.endpoint
+
+    async def endpoint(request: Request) -> Response:
+        try:
+            body = await request.json()
+        except Exception:  # noqa: BLE001 - let the SDK produce its parse error
+            body = None
+        method = body.get('method') if isinstance(body, dict) else None
+        if isinstance(method, str) and method not in V03_METHODS:
+            request_id = body.get('id')
+            if isinstance(request_id, bool) or not isinstance(request_id, str | int | None):
+                request_id = None
+            return JSONResponse({'jsonrpc': '2.0', 'id': request_id,
+                                 'error': {'code': -32601, 'message': 'Method not found'}})
+        return await sdk_endpoint(request)
+    return Route(route.path, endpoint, methods=['POST'])
+
+
+def build_app(base_url: str, dialects: tuple[str, ...] = DIALECTS) -> Starlette:
+    card = agent_card(base_url, dialects)
     handler = DefaultRequestHandler(
         agent_executor=EchoExecutor(), task_store=InMemoryTaskStore(), agent_card=card,
     )
-    routes = create_agent_card_routes(card) + create_jsonrpc_routes(
-        handler, rpc_url='/', enable_v0_3_compat=True,
+    rpc_routes = create_jsonrpc_routes(
+        handler, rpc_url='/', enable_v0_3_compat='0.3' in dialects,
     )
+    if dialects == ('0.3',):
+        routes = pure_03_card_routes(card) + [only_03_methods(r) for r in rpc_routes]
+    else:
+        routes = create_agent_card_routes(card) + rpc_routes
     return Starlette(routes=routes)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A bound (not yet listening) TCP socket, so --port 0 is resolved before
+    the card, which carries the port, is built."""
+    family = socket.AF_INET6 if ':' in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(True)
+    return sock
+
+
+async def serve(server: uvicorn.Server, sock: socket.socket, ready_file: str | None) -> None:
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started and not task.done():
+        await asyncio.sleep(0.02)
+    if server.started and ready_file:
+        tmp = f'{ready_file}.{os.getpid()}.tmp'
+        with open(tmp, 'w') as f:
+            f.write(f'{sock.getsockname()[1]}\n')
+        os.replace(tmp, ready_file)
+    await task
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--host', default='127.0.0.1')
-    parser.add_argument('--port', type=int, required=True)
+    parser.add_argument('--port', type=int, required=True, help='0 = any free port')
     parser.add_argument('--public-url', help='URL to advertise in the card '
                         '(default http://HOST:PORT/)')
+    parser.add_argument('--dialects', type=parse_dialects, default=DIALECTS,
+                        help='JSON-RPC dialects to advertise and answer: 1.0,0.3 '
+                        '(default), 1.0 or 0.3')
+    parser.add_argument('--ready-file', help='write the bound port here once listening')
     parser.add_argument('--log-level', default='warning')
     args = parser.parse_args()
     logging.basicConfig(level=args.log_level.upper())
-    base_url = args.public_url or f'http://{args.host}:{args.port}/'
-    uvicorn.run(build_app(base_url), host=args.host, port=args.port,
-                log_level=args.log_level)
+    try:
+        sock = bind(args.host, args.port)
+    except OSError as e:
+        parser.exit(1, f'echo agent: cannot bind {args.host}:{args.port}: {e}\n')
+    port = sock.getsockname()[1]
+    host = f'[{args.host}]' if ':' in args.host else args.host
+    base_url = args.public_url or f'http://{host}:{port}/'
+    config = uvicorn.Config(build_app(base_url, args.dialects), log_level=args.log_level,
+                            timeout_graceful_shutdown=2)
+    asyncio.run(serve(uvicorn.Server(config), sock, args.ready_file))
 
 
 if __name__ == '__main__':

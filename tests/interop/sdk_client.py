@@ -30,6 +30,7 @@ from a2a.types import (
 )
 
 TIMEOUT = 10.0  # seconds, for every call
+EXPECTED_NAME = 'echo'  # --expect-name: the gateway names a proxied agent after its file
 EXPECTED_TRANSPORT = {'1.0': 'JsonRpcTransport', '0.3': 'CompatJsonRpcTransport'}
 S = TaskState
 
@@ -114,7 +115,7 @@ class Checks:
         return events[0].task
 
     async def check_card(self):
-        expect(self.card.name == 'echo', f'card name {self.card.name!r}')
+        expect(self.card.name == EXPECTED_NAME, f'card name {self.card.name!r}')
         expect(len(self.card.skills) >= 1, 'card has no skills')
         ifaces = [(i.protocol_binding, i.protocol_version, i.url)
                   for i in self.card.supported_interfaces]
@@ -228,7 +229,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--card-url', required=True, help='full URL of the agent card')
     parser.add_argument('--dialect', choices=['1.0', '0.3'], required=True)
+    parser.add_argument('--expect-name', default='echo', help='the card name to expect')
     args = parser.parse_args()
+    global EXPECTED_NAME
+    EXPECTED_NAME = args.expect_name
     sys.exit(asyncio.run(run(args.card_url, args.dialect)))
 
 

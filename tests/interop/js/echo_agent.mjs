@@ -8,18 +8,34 @@
  * a real JS upstream.
  *
  *   node echo_agent.mjs --port 9999 [--host 127.0.0.1] [--public-url URL]
+ *                       [--dialects 1.0,0.3] [--ready-file PATH]
  *
  * Serves, all from one DefaultRequestHandler:
- *   GET  /.well-known/agent-card.json   card (1.0 shape for `A2A-Version: 1.0`,
- *                                        hybrid 0.3 shape when the header is
- *                                        absent or 0.x; `Vary: A2A-Version`)
- *   POST /                              JSON-RPC 1.0 + 0.3 (`legacyCompat`)
+ *   GET  /.well-known/agent-card.json   the card (see --dialects)
+ *   POST /                              JSON-RPC
  *   /rest/...                           HTTP+JSON 1.0 (`/rest/message:send`, ...)
- *                                        and 0.3 (`/rest/v1/message:send`, ...)
- * The card lists JSONRPC and HTTP+JSON interfaces for both 1.0 and 0.3: in
- * SDK 1.3.0 the servers accept an `A2A-Version` only if it equals (as a
- * string) a protocolVersion the card declares for that binding, and a missing
- * header counts as "0.3".
+ *                                        and/or 0.3 (`/rest/v1/message:send`, ...)
+ *
+ * --dialects picks the dialects the card advertises and the server answers:
+ *   1.0,0.3 (default)  JSONRPC and HTTP+JSON interfaces for 1.0 and 0.3, the
+ *                      SDK's `legacyCompat` on; card in 1.0 shape for
+ *                      `A2A-Version: 1.0`, hybrid 0.3 shape (0.3 top-level
+ *                      fields plus supportedInterfaces) when the header is
+ *                      absent or 0.x; `Vary: A2A-Version`.
+ *   1.0                1.0 interfaces only, no `legacyCompat`; always the 1.0 card.
+ *   0.3                0.3 interfaces only, `legacyCompat` on; always a pure 0.3
+ *                      card (top-level url, protocolVersion "0.3.0",
+ *                      preferredTransport JSONRPC, additionalInterfaces for
+ *                      HTTP+JSON, no supportedInterfaces) whatever the header.
+ * In SDK 1.3.0 the servers accept an `A2A-Version` only if it equals (as a
+ * string) a protocolVersion the card declares for that binding (-32009
+ * otherwise), a missing header counts as "0.3", and JSON-RPC goes to the 0.3
+ * handler iff the header is absent or exactly "0.3" (and legacyCompat is on).
+ * So in 0.3 mode a 1.0 method name, or any request with `A2A-Version: 1.0`,
+ * is refused.
+ *
+ * --port 0 binds a free port; --ready-file PATH gets that port (decimal, then
+ * a newline) once the server is listening, written atomically.
  *
  * Behaviour (text = the user message's text parts joined with ""):
  *   - messageId starting "tck-message-response" -> Message "Direct message response"
@@ -34,6 +50,8 @@
  */
 
 import { randomUUID } from 'node:crypto';
+import { renameSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:http';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 
@@ -50,6 +68,8 @@ import {
 
 const TCK_MESSAGE_PREFIX = 'tck-message-response';
 const STREAMING_KEY = 'echo.streaming'; // ServerCallContext.state flag, set below
+export const DIALECTS = ['1.0', '0.3'];
+const PURE_03_VERSION = '0.3.0'; // card protocolVersion in 0.3-only mode
 
 /** Split on whitespace into <= count chunks whose concatenation is text. */
 export function splitChunks(text, count = 3) {
@@ -226,7 +246,22 @@ class EchoRequestHandler extends DefaultRequestHandler {
   }
 }
 
-export function agentCard(baseUrl) {
+/** "1.0,0.3" -> ['1.0', '0.3'] (order kept: it is the card's preference order). */
+export function parseDialects(value) {
+  const out = [];
+  for (const d of value.split(',').map((x) => x.trim())) {
+    if (!DIALECTS.includes(d)) throw new Error(`unknown dialect '${d}' (choose from 1.0, 0.3)`);
+    if (!out.includes(d)) out.push(d);
+  }
+  if (out.length === 0) throw new Error('no dialect given');
+  return out;
+}
+
+/**
+ * The 1.0-shape card the request handler works from. Its interface versions
+ * are what the SDK checks `A2A-Version` against, so 0.3 stays "0.3" here.
+ */
+export function agentCard(baseUrl, dialects = DIALECTS) {
   const base = baseUrl.replace(/\/+$/, '');
   const iface = (url, protocolBinding, protocolVersion) =>
     ({ url, protocolBinding, protocolVersion, tenant: '' });
@@ -235,10 +270,8 @@ export function agentCard(baseUrl) {
     description: 'Echoes text back; A2A interop reference agent (@a2a-js/sdk).',
     version: '1.0.0',
     supportedInterfaces: [
-      iface(`${base}/`, 'JSONRPC', '1.0'),
-      iface(`${base}/`, 'JSONRPC', '0.3'),
-      iface(`${base}/rest`, 'HTTP+JSON', '1.0'),
-      iface(`${base}/rest`, 'HTTP+JSON', '0.3'),
+      ...dialects.map((d) => iface(`${base}/`, 'JSONRPC', d)),
+      ...dialects.map((d) => iface(`${base}/rest`, 'HTTP+JSON', d)),
     ],
     capabilities: { streaming: true, pushNotifications: false, extensions: [] },
     securitySchemes: {},
@@ -259,35 +292,93 @@ export function agentCard(baseUrl) {
   };
 }
 
-export function buildApp(baseUrl) {
+/**
+ * The card a 0.3 agent serves, for 0.3-only mode (the SDK's own 0.3 card
+ * converter is not exported, and its legacy card router always embeds
+ * supportedInterfaces).
+ */
+export function agentCard03(baseUrl) {
+  const core = agentCard(baseUrl, ['0.3']);
+  const [primary, ...rest] = core.supportedInterfaces;
+  return {
+    name: core.name,
+    description: core.description,
+    version: core.version,
+    url: primary.url,
+    preferredTransport: primary.protocolBinding,
+    protocolVersion: PURE_03_VERSION,
+    additionalInterfaces: rest.map((i) => ({ url: i.url, transport: i.protocolBinding })),
+    capabilities: { streaming: true, pushNotifications: false },
+    defaultInputModes: core.defaultInputModes,
+    defaultOutputModes: core.defaultOutputModes,
+    skills: core.skills.map(({ id, name, description, tags, examples }) =>
+      ({ id, name, description, tags, examples })),
+  };
+}
+
+export function buildApp(baseUrl, dialects = DIALECTS) {
   const requestHandler = new EchoRequestHandler(
-    agentCard(baseUrl), new InMemoryTaskStore(), new EchoExecutor());
-  const legacyCompat = { enabled: true };
+    agentCard(baseUrl, dialects), new InMemoryTaskStore(), new EchoExecutor());
+  const legacyCompat = { enabled: dialects.includes('0.3') };
   const userBuilder = UserBuilder.noAuthentication;
   const app = express();
-  app.use(`/${AGENT_CARD_PATH}`, agentCardHandler({ agentCardProvider: requestHandler, legacyCompat }));
+  if (dialects.length === 1 && dialects[0] === '0.3') {
+    const card = agentCard03(baseUrl);
+    app.get(`/${AGENT_CARD_PATH}`, (_req, res) => res.json(card));
+  } else {
+    app.use(`/${AGENT_CARD_PATH}`, agentCardHandler({ agentCardProvider: requestHandler, legacyCompat }));
+  }
   app.use('/rest', restHandler({ requestHandler, userBuilder, legacyCompat }));
   app.use('/', jsonRpcHandler({ requestHandler, userBuilder, legacyCompat }));
   return app;
 }
 
 function main() {
-  const { values } = parseArgs({
-    options: {
-      host: { type: 'string', default: '127.0.0.1' },
-      port: { type: 'string' },
-      'public-url': { type: 'string' },
-    },
-  });
-  const port = Number(values.port);
-  if (!values.port || !Number.isInteger(port) || port < 0 || port > 65535) {
-    console.error('usage: node echo_agent.mjs --port N [--host 127.0.0.1] [--public-url URL]');
+  const usage = 'usage: node echo_agent.mjs --port N [--host 127.0.0.1] [--public-url URL] '
+    + '[--dialects 1.0,0.3|1.0|0.3] [--ready-file PATH]';
+  let values;
+  let dialects;
+  try {
+    ({ values } = parseArgs({
+      options: {
+        host: { type: 'string', default: '127.0.0.1' },
+        port: { type: 'string' },
+        'public-url': { type: 'string' },
+        dialects: { type: 'string', default: DIALECTS.join(',') },
+        'ready-file': { type: 'string' },
+      },
+    }));
+    dialects = parseDialects(values.dialects);
+  } catch (err) {
+    console.error(`${err.message}\n${usage}`);
     process.exit(2);
   }
-  const baseUrl = values['public-url'] ?? `http://${values.host}:${port}/`;
-  const server = buildApp(baseUrl).listen(port, values.host, () => {
-    console.log(`echo agent (@a2a-js/sdk) on http://${values.host}:${server.address().port}/ `
-      + `card /${AGENT_CARD_PATH}`);
+  const port = Number(values.port);
+  if (!values.port || !Number.isInteger(port) || port < 0 || port > 65535) {
+    console.error(usage);
+    process.exit(2);
+  }
+  // Listen first so that --port 0 is resolved before the card (which carries
+  // the port) is built; the app is attached in the listening callback, before
+  // any connection can be served.
+  let app;
+  const server = createServer((req, res) => {
+    if (app) return app(req, res);
+    res.writeHead(503).end();
+  });
+  server.listen(port, values.host, () => {
+    const bound = server.address().port;
+    const host = values.host.includes(':') ? `[${values.host}]` : values.host;
+    const baseUrl = values['public-url'] ?? `http://${host}:${bound}/`;
+    app = buildApp(baseUrl, dialects);
+    const readyFile = values['ready-file'];
+    if (readyFile) {
+      const tmp = `${readyFile}.${process.pid}.tmp`;
+      writeFileSync(tmp, `${bound}\n`);
+      renameSync(tmp, readyFile);
+    }
+    console.log(`echo agent (@a2a-js/sdk) on http://${host}:${bound}/ `
+      + `card /${AGENT_CARD_PATH} dialects ${dialects.join(',')}`);
   });
   server.on('error', (err) => {
     console.error(`echo agent: cannot listen on ${values.host}:${port}: ${err.message}`);

@@ -159,7 +159,7 @@ class Checks {
   }
 
   async check_card() {
-    expect(this.card.name === 'echo', `card name ${JSON.stringify(this.card.name)}`);
+    expect(this.card.name === expectedName, `card name ${JSON.stringify(this.card.name)}`);
     expect((this.card.skills ?? []).length >= 1, 'card has no skills');
     const client = await this.client();
     // esbuild names self-referencing classes `_Name`; compare the plain name.
@@ -267,11 +267,16 @@ async function run(cardUrl, dialect) {
   return failures ? 1 : 0;
 }
 
+/** --expect-name: the gateway names a proxied agent after its file, not the remote card. */
+let expectedName = 'echo';
+
 function main() {
-  const usage = 'usage: node sdk_client.mjs --card-url URL --dialect 1.0|0.3';
+  const usage = 'usage: node sdk_client.mjs --card-url URL --dialect 1.0|0.3 [--expect-name NAME]';
   let values;
   try {
-    ({ values } = parseArgs({ options: { 'card-url': { type: 'string' }, dialect: { type: 'string' } } }));
+    ({ values } = parseArgs({
+      options: { 'card-url': { type: 'string' }, dialect: { type: 'string' }, 'expect-name': { type: 'string' } },
+    }));
   } catch (e) {
     console.error(`${usage}\n${e.message}`);
     process.exit(2);
@@ -280,6 +285,7 @@ function main() {
     console.error(usage);
     process.exit(2);
   }
+  expectedName = values['expect-name'] ?? expectedName;
   run(values['card-url'], values.dialect).then(
     (code) => process.exit(code),
     (e) => { console.error(e); process.exit(1); });

@@ -1,0 +1,666 @@
+//! The `a2a` backend: an A2A agent served elsewhere, reached over JSON-RPC in whichever
+//! dialect it speaks.
+//!
+//! The remote owns its tasks; the gateway forwards every operation and keeps no copy. Task
+//! ids are namespaced as `<agent>.<remote id>` on the way out, so ids from different
+//! remotes never collide and any task id names the agent that owns it.
+
+mod sse;
+mod wire;
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::stream::{self, BoxStream, StreamExt};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
+use serde_json::Value;
+
+use self::sse::{SseDecoder, SseEvent};
+use self::wire::TaskOp;
+use super::AgentHealth;
+use crate::config::A2aConfig;
+use crate::error::GatewayError;
+use crate::protocol::model::{
+    Message, SendResult, StreamItem, Task, TaskState, TaskStatus, TaskStatusUpdateEvent,
+};
+use crate::protocol::ops::{ItemStream, ListTasksResponse, SendRequest};
+use crate::protocol::params::ListQuery;
+use crate::protocol::Dialect;
+
+/// Where and how to talk to the remote.
+#[derive(Clone, Debug)]
+struct Upstream {
+    endpoint: Arc<str>,
+    dialect: Dialect,
+}
+
+#[derive(Default)]
+struct State {
+    card: Option<Arc<Value>>,
+    upstream: Option<Upstream>,
+    healthy: bool,
+}
+
+pub struct RemoteAgent {
+    name: Arc<str>,
+    config: A2aConfig,
+    client: reqwest::Client,
+    forced: Option<Dialect>,
+    state: RwLock<State>,
+    next_id: AtomicU64,
+}
+
+impl RemoteAgent {
+    pub fn new(name: &str, config: A2aConfig) -> Result<RemoteAgent, String> {
+        let mut headers = HeaderMap::new();
+        for (k, v) in &config.headers {
+            // Validated at load; a failure here is a bug, reported rather than ignored.
+            let name = HeaderName::from_bytes(k.as_bytes()).map_err(|e| e.to_string())?;
+            let mut value = HeaderValue::from_str(v).map_err(|e| e.to_string())?;
+            value.set_sensitive(true);
+            headers.insert(name, value);
+        }
+        let client = reqwest::Client::builder()
+            .default_headers(headers)
+            .connect_timeout(Duration::from_secs(config.connect_timeout_secs))
+            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_max_idle_per_host(4096)
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|e| format!("building the HTTP client: {e}"))?;
+        let forced = match config.protocol.as_deref() {
+            Some("0.3") => Some(Dialect::V03),
+            Some("1.0") => Some(Dialect::V10),
+            _ => None,
+        };
+        // With the protocol given and a base URL, calls can go out before (or without)
+        // the card: the base URL is the JSON-RPC endpoint of every SDK server.
+        let upstream = forced
+            .filter(|_| !is_card_url(&config.url))
+            .map(|dialect| Upstream {
+                endpoint: Arc::from(config.url.as_str()),
+                dialect,
+            });
+        Ok(RemoteAgent {
+            name: Arc::from(name),
+            config,
+            client,
+            forced,
+            state: RwLock::new(State {
+                upstream,
+                ..State::default()
+            }),
+            next_id: AtomicU64::new(1),
+        })
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        self.state
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, State> {
+        self.state
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub fn health(&self) -> AgentHealth {
+        if self.read().healthy {
+            AgentHealth::Healthy
+        } else {
+            AgentHealth::Unhealthy
+        }
+    }
+
+    /// The remote card as last fetched, if ever.
+    pub fn card(&self) -> Option<Arc<Value>> {
+        self.read().card.clone()
+    }
+
+    pub fn stream_keepalive(&self) -> Option<Duration> {
+        self.config.stream_keepalive_secs.map(Duration::from_secs)
+    }
+
+    fn card_urls(&self) -> Vec<String> {
+        let url = self.config.url.trim_end_matches('/');
+        if is_card_url(url) {
+            vec![url.to_string()]
+        } else {
+            vec![
+                format!("{url}/.well-known/agent-card.json"),
+                format!("{url}/.well-known/agent.json"),
+            ]
+        }
+    }
+
+    /// Fetches the remote card and picks the endpoint and dialect from it.
+    pub async fn refresh(&self) -> Result<(), String> {
+        let mut last_err = String::from("no card URL");
+        for url in self.card_urls() {
+            match self.fetch_card(&url).await {
+                Ok(card) => {
+                    let upstream = choose_upstream(&card, &url, self.forced)
+                        .ok_or_else(|| "the remote card offers no JSON-RPC interface".to_string());
+                    let mut state = self.write();
+                    match upstream {
+                        Ok(up) => {
+                            state.upstream = Some(up);
+                            state.card = Some(Arc::new(card));
+                            state.healthy = true;
+                            return Ok(());
+                        }
+                        Err(e) => {
+                            state.healthy = false;
+                            return Err(e);
+                        }
+                    }
+                }
+                Err(e) => last_err = e,
+            }
+        }
+        self.write().healthy = false;
+        Err(last_err)
+    }
+
+    async fn fetch_card(&self, url: &str) -> Result<Value, String> {
+        let resp = self
+            .client
+            .get(url)
+            .header("A2A-Version", "1.0")
+            .timeout(Duration::from_secs(self.config.timeout_secs))
+            .send()
+            .await
+            .map_err(|e| format!("fetching {url}: {}", root_cause(&e)))?;
+        if !resp.status().is_success() {
+            return Err(format!("fetching {url}: HTTP {}", resp.status()));
+        }
+        resp.json::<Value>()
+            .await
+            .map_err(|e| format!("reading the card at {url}: {e}"))
+    }
+
+    /// How long until the next card fetch: the refresh period, or the retry period while
+    /// the remote is down.
+    pub fn refresh_interval(&self, healthy: bool) -> Duration {
+        Duration::from_secs(if healthy {
+            self.config.card_refresh_secs
+        } else {
+            self.config.retry_secs
+        })
+    }
+
+    /// Keeps the card fresh for as long as the gateway runs; retries sooner while down.
+    pub async fn keep_fresh(self: Arc<Self>, first_delay: Duration) {
+        tokio::time::sleep(first_delay).await;
+        loop {
+            let healthy = match self.refresh().await {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!(agent = %self.name, error = %e, "upstream card unavailable");
+                    false
+                }
+            };
+            tokio::time::sleep(self.refresh_interval(healthy)).await;
+        }
+    }
+
+    fn upstream(&self) -> Result<Upstream, GatewayError> {
+        self.read()
+            .upstream
+            .clone()
+            .ok_or_else(|| self.unavailable("its agent card could not be fetched yet"))
+    }
+
+    fn unavailable(&self, reason: &str) -> GatewayError {
+        GatewayError::AgentUnavailable {
+            agent: self.name.to_string(),
+            reason: reason.to_string(),
+        }
+    }
+
+    fn request_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Maps a transport failure to an answer, and notes the remote as down when it is.
+    fn transport_error(&self, e: reqwest::Error) -> GatewayError {
+        tracing::warn!(agent = %self.name, error = %root_cause(&e), "upstream request failed");
+        if e.is_timeout() {
+            return GatewayError::UpstreamTimeout {
+                agent: self.name.to_string(),
+                secs: self.config.timeout_secs,
+            };
+        }
+        if e.is_connect() {
+            self.write().healthy = false;
+            let refused = std::error::Error::source(&e)
+                .map(|s| s.to_string().to_ascii_lowercase().contains("refused"))
+                .unwrap_or(false)
+                || root_cause(&e).to_ascii_lowercase().contains("refused");
+            return self.unavailable(if refused {
+                "connection refused"
+            } else {
+                "could not connect"
+            });
+        }
+        self.unavailable("the connection failed")
+    }
+
+    fn note_alive(&self) {
+        if !self.read().healthy {
+            self.write().healthy = true;
+        }
+    }
+
+    fn post(&self, up: &Upstream, body: Vec<u8>) -> reqwest::RequestBuilder {
+        let mut req = self
+            .client
+            .post(&*up.endpoint)
+            .header(CONTENT_TYPE, "application/json")
+            .body(body);
+        // Absent means 0.3 to every SDK; the JavaScript one compares the value exactly.
+        if up.dialect == Dialect::V10 {
+            req = req.header("A2A-Version", "1.0");
+        }
+        req
+    }
+
+    /// One non-streaming JSON-RPC call; returns the raw result.
+    async fn call(
+        &self,
+        up: &Upstream,
+        body: Vec<u8>,
+    ) -> Result<Box<serde_json::value::RawValue>, GatewayError> {
+        let resp = self
+            .post(up, body)
+            .timeout(Duration::from_secs(self.config.timeout_secs))
+            .send()
+            .await
+            .map_err(|e| self.transport_error(e))?;
+        let body = resp.bytes().await.map_err(|e| self.transport_error(e))?;
+        self.note_alive();
+        wire::read_response(&self.name, &body)
+    }
+
+    /// The remote's id for one of our namespaced ids, or "not found" when it is not ours.
+    fn inward<'a>(&self, id: &'a str) -> Result<&'a str, GatewayError> {
+        id.strip_prefix(&*self.name)
+            .and_then(|rest| rest.strip_prefix('.'))
+            .filter(|rest| !rest.is_empty())
+            .ok_or_else(|| GatewayError::TaskNotFound(id.to_string()))
+    }
+
+    fn outward(&self, id: &mut String) {
+        *id = format!("{}.{id}", self.name);
+    }
+
+    fn outward_message(&self, m: &mut Message) {
+        if let Some(t) = m.task_id.as_mut() {
+            self.outward(t);
+        }
+        for r in &mut m.reference_task_ids {
+            self.outward(r);
+        }
+    }
+
+    fn outward_task(&self, t: &mut Task) {
+        self.outward(&mut t.id);
+        if let Some(m) = t.status.message.as_mut() {
+            self.outward_message(m);
+        }
+        for m in &mut t.history {
+            self.outward_message(m);
+        }
+    }
+
+    fn outward_item(&self, item: &mut StreamItem) {
+        match item {
+            StreamItem::Task(t) => self.outward_task(t),
+            StreamItem::Message(m) => self.outward_message(m),
+            StreamItem::StatusUpdate(s) => {
+                self.outward(&mut s.task_id);
+                if let Some(m) = s.status.message.as_mut() {
+                    self.outward_message(m);
+                }
+            }
+            StreamItem::ArtifactUpdate(a) => self.outward(&mut a.task_id),
+        }
+    }
+
+    /// The caller's message with the remote's ids in it.
+    fn inward_message(&self, message: &Message) -> Result<Message, GatewayError> {
+        let mut m = message.clone();
+        if let Some(t) = &m.task_id {
+            m.task_id = Some(self.inward(t)?.to_string());
+        }
+        // References to tasks of other agents mean nothing upstream; drop them.
+        m.reference_task_ids = message
+            .reference_task_ids
+            .iter()
+            .filter_map(|r| self.inward(r).ok().map(str::to_string))
+            .collect();
+        Ok(m)
+    }
+
+    pub async fn send(&self, req: &SendRequest) -> Result<SendResult, GatewayError> {
+        let up = self.upstream()?;
+        let message = self.inward_message(&req.message)?;
+        let body = wire::send_body(up.dialect, false, self.request_id(), req, &message)?;
+        let raw = self.call(&up, body).await?;
+        Ok(match wire::read_send_result(&self.name, &raw)? {
+            SendResult::Task(mut t) => {
+                self.outward_task(&mut t);
+                SendResult::Task(t.view(req.history_length, true))
+            }
+            SendResult::Message(mut m) => {
+                self.outward_message(&mut m);
+                SendResult::Message(m)
+            }
+        })
+    }
+
+    pub async fn stream(self: &Arc<Self>, req: &SendRequest) -> Result<ItemStream, GatewayError> {
+        let up = self.upstream()?;
+        let message = self.inward_message(&req.message)?;
+        let body = wire::send_body(up.dialect, true, self.request_id(), req, &message)?;
+        self.open_stream(&up, body).await
+    }
+
+    pub async fn get(&self, id: &str, history_length: Option<usize>) -> Result<Task, GatewayError> {
+        self.task_call(TaskOp::Get, id, history_length).await
+    }
+
+    pub async fn cancel(&self, id: &str) -> Result<Task, GatewayError> {
+        self.task_call(TaskOp::Cancel, id, None).await
+    }
+
+    async fn task_call(
+        &self,
+        op: TaskOp,
+        id: &str,
+        history_length: Option<usize>,
+    ) -> Result<Task, GatewayError> {
+        let up = self.upstream()?;
+        let remote_id = self.inward(id)?;
+        let body = wire::task_body(up.dialect, op, self.request_id(), remote_id, history_length)?;
+        let raw = self.call(&up, body).await?;
+        let mut task = wire::read_task(&self.name, &raw)?;
+        self.outward_task(&mut task);
+        Ok(task.view(history_length, true))
+    }
+
+    pub async fn subscribe(self: &Arc<Self>, id: &str) -> Result<ItemStream, GatewayError> {
+        let up = self.upstream()?;
+        let remote_id = self.inward(id)?;
+        let body = wire::task_body(
+            up.dialect,
+            TaskOp::Subscribe,
+            self.request_id(),
+            remote_id,
+            None,
+        )?;
+        self.open_stream(&up, body).await
+    }
+
+    pub async fn list(&self, query: &ListQuery) -> Result<ListTasksResponse, GatewayError> {
+        let up = self.upstream()?;
+        if up.dialect == Dialect::V03 {
+            return Err(GatewayError::UnsupportedOperation(format!(
+                "agent {} speaks A2A 0.3, which has no ListTasks",
+                self.name
+            )));
+        }
+        let raw = self
+            .call(&up, wire::list_body(self.request_id(), query)?)
+            .await?;
+        let list = wire::read_list(&self.name, &raw)?;
+        Ok(ListTasksResponse {
+            tasks: list
+                .tasks
+                .into_iter()
+                .map(|mut t| {
+                    self.outward_task(&mut t);
+                    t.view(query.history_length, query.include_artifacts)
+                })
+                .collect(),
+            next_page_token: list.next_page_token,
+            page_size: query.page_size,
+            total_size: list.total_size,
+        })
+    }
+
+    /// Opens an upstream SSE call and relays its events as they arrive. Errors before the
+    /// stream starts come back as a plain JSON-RPC body and are returned as errors.
+    async fn open_stream(
+        self: &Arc<Self>,
+        up: &Upstream,
+        body: Vec<u8>,
+    ) -> Result<ItemStream, GatewayError> {
+        let resp = self
+            .post(up, body)
+            .header(ACCEPT, "text/event-stream")
+            .send()
+            .await
+            .map_err(|e| self.transport_error(e))?;
+        self.note_alive();
+        let is_sse = resp
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| {
+                v.trim_start()
+                    .to_ascii_lowercase()
+                    .starts_with("text/event-stream")
+            });
+        if !is_sse {
+            let body = resp.bytes().await.map_err(|e| self.transport_error(e))?;
+            wire::read_response(&self.name, &body)?;
+            return Err(GatewayError::InvalidAgentResponse(format!(
+                "agent {} answered a streaming call without a stream",
+                self.name
+            )));
+        }
+        let relay = Relay {
+            agent: self.clone(),
+            body: resp.bytes_stream().boxed(),
+            decoder: SseDecoder::default(),
+            pending: VecDeque::new(),
+            task: None,
+            done: false,
+        };
+        Ok(Box::pin(stream::unfold(relay, |mut r| async move {
+            let item = r.next_item().await?;
+            Some((item, r))
+        })))
+    }
+}
+
+/// State of one relayed upstream stream.
+struct Relay {
+    agent: Arc<RemoteAgent>,
+    body: BoxStream<'static, reqwest::Result<Bytes>>,
+    decoder: SseDecoder,
+    pending: VecDeque<SseEvent>,
+    /// (task id, context id) once known, to report a broken stream on that task.
+    task: Option<(String, String)>,
+    done: bool,
+}
+
+impl Relay {
+    async fn next_item(&mut self) -> Option<Result<StreamItem, GatewayError>> {
+        if self.done {
+            return None;
+        }
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                let item = self.convert(event);
+                match &item {
+                    Ok(i) if !i.ends_stream() => {}
+                    _ => self.done = true,
+                }
+                return Some(item);
+            }
+            match self.body.next().await {
+                Some(Ok(chunk)) => {
+                    if let Err(e) = self.decoder.feed(&chunk, &mut self.pending) {
+                        self.done = true;
+                        return Some(Err(GatewayError::InvalidAgentResponse(e)));
+                    }
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(agent = %self.agent.name, error = %root_cause(&e), "upstream stream broke");
+                    return Some(self.broken("the upstream connection broke mid-stream"));
+                }
+                None => {
+                    return Some(
+                        self.broken("the upstream closed the stream before the task finished"),
+                    )
+                }
+            }
+        }
+    }
+
+    fn convert(&mut self, event: SseEvent) -> Result<StreamItem, GatewayError> {
+        let name = &self.agent.name;
+        let raw = wire::read_response(name, event.data.as_bytes())?;
+        let mut item = wire::read_stream_item(name, &raw)?.ok_or_else(|| {
+            GatewayError::InvalidAgentResponse(format!("agent {name} sent an empty stream event"))
+        })?;
+        self.agent.outward_item(&mut item);
+        let ids = match &item {
+            StreamItem::Task(t) => Some((t.id.clone(), t.context_id.clone())),
+            StreamItem::StatusUpdate(s) => Some((s.task_id.clone(), s.context_id.clone())),
+            StreamItem::ArtifactUpdate(a) => Some((a.task_id.clone(), a.context_id.clone())),
+            StreamItem::Message(_) => None,
+        };
+        if self.task.is_none() {
+            self.task = ids;
+        }
+        Ok(item)
+    }
+
+    /// Ends the caller's stream with a failed status rather than leaving it hanging.
+    fn broken(&mut self, why: &str) -> Result<StreamItem, GatewayError> {
+        self.done = true;
+        match self.task.take() {
+            Some((task_id, context_id)) => Ok(StreamItem::StatusUpdate(TaskStatusUpdateEvent {
+                task_id,
+                context_id,
+                status: TaskStatus::now(TaskState::Failed, Some(Message::agent_text(why))),
+                metadata: None,
+            })),
+            None => Err(GatewayError::InvalidAgentResponse(format!(
+                "agent {}: {why}",
+                self.agent.name
+            ))),
+        }
+    }
+}
+
+fn is_card_url(url: &str) -> bool {
+    url.trim_end_matches('/').ends_with(".json")
+}
+
+/// The innermost error message (reqwest wraps hyper wraps io).
+fn root_cause(e: &dyn std::error::Error) -> String {
+    let mut cur = e;
+    while let Some(next) = cur.source() {
+        cur = next;
+    }
+    cur.to_string()
+}
+
+fn major_minor(v: &str) -> Option<Dialect> {
+    crate::protocol::Dialect::from_version_header(Some(v))
+        .ok()
+        .flatten()
+}
+
+/// Picks the remote's JSON-RPC endpoint: its 1.0 interface if it has one (or the forced
+/// dialect's), else its 0.3 one, else the 0.3 top-level `url`.
+fn choose_upstream(card: &Value, card_url: &str, forced: Option<Dialect>) -> Option<Upstream> {
+    let jsonrpc: Vec<(Option<Dialect>, &str)> = card["supportedInterfaces"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|i| i["protocolBinding"].as_str().unwrap_or("JSONRPC") == "JSONRPC")
+        .filter_map(|i| {
+            let url = i["url"].as_str()?;
+            Some((i["protocolVersion"].as_str().and_then(major_minor), url))
+        })
+        .collect();
+    let top_level = card["url"].as_str().filter(|_| {
+        card["preferredTransport"]
+            .as_str()
+            .is_none_or(|t| t == "JSONRPC")
+    });
+    let order = match forced {
+        Some(d) => vec![d],
+        None => vec![Dialect::V10, Dialect::V03],
+    };
+    for dialect in order {
+        let from_interfaces = jsonrpc
+            .iter()
+            .find(|(d, _)| *d == Some(dialect))
+            .map(|(_, u)| *u);
+        let url = match dialect {
+            Dialect::V10 => from_interfaces,
+            Dialect::V03 => from_interfaces.or(top_level),
+        }
+        .or_else(|| forced.and(jsonrpc.first().map(|(_, u)| *u).or(top_level)));
+        if let Some(url) = url {
+            return Some(Upstream {
+                endpoint: Arc::from(resolve(card_url, url).as_str()),
+                dialect,
+            });
+        }
+    }
+    None
+}
+
+/// Resolves an interface URL that is relative (some cards say "/a2a").
+fn resolve(card_url: &str, url: &str) -> String {
+    if url.starts_with("http://") || url.starts_with("https://") {
+        return url.to_string();
+    }
+    let origin_end = card_url
+        .find("://")
+        .and_then(|i| card_url[i + 3..].find('/').map(|j| i + 3 + j))
+        .unwrap_or(card_url.len());
+    format!(
+        "{}/{}",
+        &card_url[..origin_end],
+        url.trim_start_matches('/')
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn prefers_1_0_then_0_3_then_the_top_level_url() {
+        let both = json!({"supportedInterfaces": [
+            {"url": "http://r/v03", "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
+            {"url": "http://r/v10", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}]});
+        let up = choose_upstream(&both, "http://r/card.json", None).unwrap();
+        assert_eq!((&*up.endpoint, up.dialect), ("http://r/v10", Dialect::V10));
+        let up = choose_upstream(&both, "http://r/card.json", Some(Dialect::V03)).unwrap();
+        assert_eq!((&*up.endpoint, up.dialect), ("http://r/v03", Dialect::V03));
+        let legacy = json!({"url": "/rpc", "protocolVersion": "0.3.0"});
+        let up = choose_upstream(&legacy, "http://r:9/.well-known/agent-card.json", None).unwrap();
+        assert_eq!(
+            (&*up.endpoint, up.dialect),
+            ("http://r:9/rpc", Dialect::V03)
+        );
+        let rest_only = json!({"supportedInterfaces": [
+            {"url": "http://r/rest", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"}]});
+        assert!(choose_upstream(&rest_only, "http://r/c.json", None).is_none());
+    }
+}

@@ -1,0 +1,322 @@
+//! What goes over the wire to an upstream agent, in its dialect, and how its answers are
+//! read back into the canonical model. Reading is lenient about the dialect: a peer that
+//! answers in the other generation's shape is still understood.
+
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+use crate::error::GatewayError;
+use crate::protocol::model::{
+    Message, Metadata, SendResult, StreamItem, Task, TaskArtifactUpdateEvent, TaskState,
+    TaskStatusUpdateEvent,
+};
+use crate::protocol::ops::SendRequest;
+use crate::protocol::params::ListQuery;
+use crate::protocol::v03::V03;
+use crate::protocol::Dialect;
+
+#[derive(Serialize)]
+pub struct Envelope<'a, P: Serialize> {
+    pub jsonrpc: &'static str,
+    pub id: u64,
+    pub method: &'a str,
+    pub params: P,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ConfigV10<'a> {
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    accepted_output_modes: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    history_length: Option<usize>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    return_immediately: bool,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ConfigV03<'a> {
+    accepted_output_modes: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    history_length: Option<usize>,
+    blocking: bool,
+}
+
+#[derive(Serialize)]
+struct SendParamsOut<'a, M: Serialize, C: Serialize> {
+    message: M,
+    configuration: C,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    metadata: Option<&'a Metadata>,
+}
+
+/// `historyLength` as the upstream reads it: 0.3 peers take 0 as "everything", so only a
+/// positive limit is passed to them (the gateway trims again on the way back anyway).
+fn upstream_history(h: Option<usize>, dialect: Dialect) -> Option<usize> {
+    match dialect {
+        Dialect::V10 => h,
+        Dialect::V03 => h.filter(|n| *n > 0),
+    }
+}
+
+/// The body of a send (`message` already carrying upstream ids).
+pub fn send_body(
+    dialect: Dialect,
+    streaming: bool,
+    id: u64,
+    req: &SendRequest,
+    message: &Message,
+) -> Result<Vec<u8>, GatewayError> {
+    let history_length = upstream_history(req.history_length, dialect);
+    let metadata = req.metadata.as_ref();
+    let out = match dialect {
+        Dialect::V10 => serde_json::to_vec(&Envelope {
+            jsonrpc: "2.0",
+            id,
+            method: if streaming {
+                "SendStreamingMessage"
+            } else {
+                "SendMessage"
+            },
+            params: SendParamsOut {
+                message,
+                configuration: ConfigV10 {
+                    accepted_output_modes: &req.accepted_output_modes,
+                    history_length,
+                    return_immediately: !req.blocking,
+                },
+                metadata,
+            },
+        }),
+        Dialect::V03 => serde_json::to_vec(&Envelope {
+            jsonrpc: "2.0",
+            id,
+            method: if streaming {
+                "message/stream"
+            } else {
+                "message/send"
+            },
+            params: SendParamsOut {
+                message: V03(message),
+                configuration: ConfigV03 {
+                    accepted_output_modes: &req.accepted_output_modes,
+                    history_length,
+                    blocking: req.blocking,
+                },
+                metadata,
+            },
+        }),
+    };
+    out.map_err(|e| GatewayError::Internal(format!("serializing an upstream request: {e}")))
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct IdParams<'a> {
+    id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    history_length: Option<usize>,
+}
+
+/// Which task operation; each has one name per dialect.
+#[derive(Clone, Copy)]
+pub enum TaskOp {
+    Get,
+    Cancel,
+    Subscribe,
+}
+
+pub fn task_body(
+    dialect: Dialect,
+    op: TaskOp,
+    id: u64,
+    task_id: &str,
+    history_length: Option<usize>,
+) -> Result<Vec<u8>, GatewayError> {
+    let method = match (op, dialect) {
+        (TaskOp::Get, Dialect::V10) => "GetTask",
+        (TaskOp::Get, Dialect::V03) => "tasks/get",
+        (TaskOp::Cancel, Dialect::V10) => "CancelTask",
+        (TaskOp::Cancel, Dialect::V03) => "tasks/cancel",
+        (TaskOp::Subscribe, Dialect::V10) => "SubscribeToTask",
+        (TaskOp::Subscribe, Dialect::V03) => "tasks/resubscribe",
+    };
+    serde_json::to_vec(&Envelope {
+        jsonrpc: "2.0",
+        id,
+        method,
+        params: IdParams {
+            id: task_id,
+            history_length: upstream_history(history_length, dialect),
+        },
+    })
+    .map_err(|e| GatewayError::Internal(format!("serializing an upstream request: {e}")))
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ListParams<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    context_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<TaskState>,
+    page_size: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    page_token: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    history_length: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status_timestamp_after: Option<String>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    include_artifacts: bool,
+}
+
+pub fn list_body(id: u64, q: &ListQuery) -> Result<Vec<u8>, GatewayError> {
+    serde_json::to_vec(&Envelope {
+        jsonrpc: "2.0",
+        id,
+        method: "ListTasks",
+        params: ListParams {
+            context_id: q.context_id.as_deref(),
+            status: q.state,
+            page_size: q.page_size,
+            page_token: q.page_token.as_deref(),
+            history_length: q.history_length,
+            status_timestamp_after: q
+                .status_after
+                .as_ref()
+                .map(crate::protocol::model::format_timestamp),
+            include_artifacts: q.include_artifacts,
+        },
+    })
+    .map_err(|e| GatewayError::Internal(format!("serializing an upstream request: {e}")))
+}
+
+#[derive(Deserialize)]
+struct Response {
+    #[serde(default)]
+    result: Option<Box<RawValue>>,
+    #[serde(default)]
+    error: Option<ErrorObject>,
+}
+
+#[derive(Deserialize)]
+struct ErrorObject {
+    code: i64,
+    #[serde(default)]
+    message: String,
+    #[serde(default)]
+    data: Option<Value>,
+}
+
+fn invalid(agent: &str, what: impl std::fmt::Display) -> GatewayError {
+    GatewayError::InvalidAgentResponse(format!("agent {agent} {what}"))
+}
+
+/// Reads a JSON-RPC response: the raw result, or the upstream's error passed through.
+pub fn read_response(agent: &str, body: &[u8]) -> Result<Box<RawValue>, GatewayError> {
+    let resp: Response = serde_json::from_slice(body).map_err(|_| {
+        invalid(
+            agent,
+            "answered with something that is not a JSON-RPC response",
+        )
+    })?;
+    match (resp.result, resp.error) {
+        (_, Some(e)) => Err(GatewayError::Upstream {
+            code: e.code,
+            message: e.message,
+            data: e.data,
+        }),
+        (Some(result), None) => Ok(result),
+        (None, None) => Err(invalid(
+            agent,
+            "answered with neither a result nor an error",
+        )),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WrappedStream {
+    task: Option<Task>,
+    message: Option<Message>,
+    status_update: Option<TaskStatusUpdateEvent>,
+    artifact_update: Option<TaskArtifactUpdateEvent>,
+}
+
+fn bare_kind(raw: &RawValue) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Kind {
+        kind: Option<String>,
+    }
+    serde_json::from_str::<Kind>(raw.get()).ok()?.kind
+}
+
+/// A send result: 1.0 wraps it (`{"task":…}`), 0.3 tags it (`"kind":"task"`).
+pub fn read_send_result(agent: &str, raw: &RawValue) -> Result<SendResult, GatewayError> {
+    if let Some(item) = read_stream_item(agent, raw)? {
+        return match item {
+            StreamItem::Task(t) => Ok(SendResult::Task(t)),
+            StreamItem::Message(m) => Ok(SendResult::Message(m)),
+            _ => Err(invalid(
+                agent,
+                "answered a send with an event instead of a task",
+            )),
+        };
+    }
+    Err(invalid(
+        agent,
+        "answered a send with neither a task nor a message",
+    ))
+}
+
+/// A stream result, or a send result (the same shapes plus the two event kinds).
+pub fn read_stream_item(agent: &str, raw: &RawValue) -> Result<Option<StreamItem>, GatewayError> {
+    let bad = |e: serde_json::Error| invalid(agent, format!("sent a malformed result: {e}"));
+    if let Some(kind) = bare_kind(raw) {
+        let text = raw.get();
+        return Ok(Some(match kind.as_str() {
+            "task" => StreamItem::Task(serde_json::from_str(text).map_err(bad)?),
+            "message" => StreamItem::Message(serde_json::from_str(text).map_err(bad)?),
+            "status-update" => StreamItem::StatusUpdate(serde_json::from_str(text).map_err(bad)?),
+            "artifact-update" => {
+                StreamItem::ArtifactUpdate(serde_json::from_str(text).map_err(bad)?)
+            }
+            other => return Err(invalid(agent, format!("sent an unknown kind \"{other}\""))),
+        }));
+    }
+    let w: WrappedStream = serde_json::from_str(raw.get()).map_err(bad)?;
+    Ok(
+        match (w.task, w.message, w.status_update, w.artifact_update) {
+            (Some(t), _, _, _) => Some(StreamItem::Task(t)),
+            (_, Some(m), _, _) => Some(StreamItem::Message(m)),
+            (_, _, Some(s), _) => Some(StreamItem::StatusUpdate(s)),
+            (_, _, _, Some(a)) => Some(StreamItem::ArtifactUpdate(a)),
+            _ => None,
+        },
+    )
+}
+
+/// A Task (get, cancel), bare in both dialects.
+pub fn read_task(agent: &str, raw: &RawValue) -> Result<Task, GatewayError> {
+    serde_json::from_str(raw.get())
+        .map_err(|e| invalid(agent, format!("sent a malformed task: {e}")))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListResult {
+    #[serde(default)]
+    pub tasks: Vec<Task>,
+    #[serde(default)]
+    pub next_page_token: String,
+    #[serde(default)]
+    pub total_size: usize,
+}
+
+pub fn read_list(agent: &str, raw: &RawValue) -> Result<ListResult, GatewayError> {
+    serde_json::from_str(raw.get())
+        .map_err(|e| invalid(agent, format!("sent a malformed task list: {e}")))
+}

@@ -1,0 +1,33 @@
+//! The shapes of A2A operations, independent of dialect and transport: what the service
+//! takes and returns, whichever backend (local or upstream) answers.
+
+use std::pin::Pin;
+
+use futures_util::Stream;
+use serde::Serialize;
+
+use super::model::{Message, StreamItem, Task};
+use crate::error::GatewayError;
+
+/// A stream of task events in order; ends after the item that closes it.
+pub type ItemStream = Pin<Box<dyn Stream<Item = Result<StreamItem, GatewayError>> + Send>>;
+
+/// A send, checked and ready to run.
+#[derive(Debug, Clone)]
+pub struct SendRequest {
+    pub message: Message,
+    pub blocking: bool,
+    pub history_length: Option<usize>,
+    pub accepted_output_modes: Vec<String>,
+    pub metadata: Option<super::model::Metadata>,
+    pub has_push_config: bool,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListTasksResponse {
+    pub tasks: Vec<Task>,
+    pub next_page_token: String,
+    pub page_size: usize,
+    pub total_size: usize,
+}

@@ -1,0 +1,204 @@
+"""Fault-injecting fake A2A upstream for the gateway's proxy fault tests.
+
+This is NOT an A2A agent. It is a deliberately broken upstream, used only where
+a real SDK server (tests/interop/echo_reference_agent.py, js/echo_agent.mjs)
+cannot be made to misbehave: garbage bodies, non-JSON-RPC JSON, answers that
+take too long, canned upstream errors. Python standard library only.
+
+    python fault_server.py --port N --mode garbage|invalid|slow|error [--delay SECS]
+                           [--host 127.0.0.1] [--ready-file PATH]
+
+GET /.well-known/agent-card.json is always a VALID A2A 1.0 card (name "fault",
+one skill, capabilities.streaming true, one interface
+{url: "http://HOST:PORT/", protocolBinding: "JSONRPC", protocolVersion: "1.0"}),
+so the gateway resolves the upstream normally. Every POST (any path, any
+method, any A2A-Version) is answered per --mode:
+
+  garbage  HTTP 200, Content-Type text/plain, body "this is not json"
+  invalid  HTTP 200, application/json {"hello":"world"} (not a JSON-RPC response)
+  slow     sleeps --delay seconds (default 30), then a valid 1.0 JSON-RPC
+           SendMessage result echoing the request id:
+           {"jsonrpc":"2.0","id":ID,"result":{"task":{... "TASK_STATE_COMPLETED" ...}}}
+           holding one artifact "echo" with the request message's text. For
+           SendStreamingMessage / SubscribeToTask the same task is sent, after
+           the delay, as a one-event SSE stream (text/event-stream, LF endings)
+           that then closes.
+  error    HTTP 200, {"jsonrpc":"2.0","id":ID,"error":{"code":-32001,
+           "message":"Task not found: upstream says so"}}
+
+ID is the request's "id" when the body is a JSON object with a string or
+integer id, else null. Requests are served on separate threads, so several can
+be in flight (e.g. many slow ones). --port 0 binds a free port; --ready-file
+PATH then gets the bound port (decimal, then a newline) once the socket is
+listening, written atomically. Other GET paths are 404.
+"""
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+import uuid
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+CARD_PATH = '/.well-known/agent-card.json'
+MODES = ('garbage', 'invalid', 'slow', 'error')
+STREAMING_METHODS = {'SendStreamingMessage', 'SubscribeToTask'}
+
+
+def agent_card(base_url: str) -> dict:
+    return {
+        'name': 'fault',
+        'description': 'Deliberately broken A2A upstream (fault injector for gateway tests).',
+        'version': '1.0.0',
+        'supportedInterfaces': [
+            {'url': base_url, 'protocolBinding': 'JSONRPC', 'protocolVersion': '1.0'},
+        ],
+        'capabilities': {'streaming': True, 'pushNotifications': False},
+        'defaultInputModes': ['text/plain'],
+        'defaultOutputModes': ['text/plain'],
+        'skills': [{
+            'id': 'fault', 'name': 'Fault',
+            'description': 'Answers every call wrongly, slowly or with an error.',
+            'tags': ['test', 'fault'],
+        }],
+    }
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec='milliseconds').replace('+00:00', 'Z')
+
+
+def completed_task(params: object) -> dict:
+    """A completed 1.0 Task echoing the request message's text parts."""
+    message = params.get('message') if isinstance(params, dict) else None
+    message = message if isinstance(message, dict) else {}
+    parts = message.get('parts') if isinstance(message.get('parts'), list) else []
+    text = ''.join(p['text'] for p in parts if isinstance(p, dict) and isinstance(p.get('text'), str))
+    context_id = message.get('contextId')
+    return {
+        'id': str(uuid.uuid4()),
+        'contextId': context_id if isinstance(context_id, str) and context_id else str(uuid.uuid4()),
+        'status': {'state': 'TASK_STATE_COMPLETED', 'timestamp': now()},
+        'artifacts': [{'artifactId': str(uuid.uuid4()), 'name': 'echo', 'parts': [{'text': text}]}],
+    }
+
+
+class FaultHandler(BaseHTTPRequestHandler):
+    protocol_version = 'HTTP/1.1'
+    server_version = 'a2a-fault-server/1.0'
+    # Set on the class by main().
+    mode = 'error'
+    delay = 30.0
+    base_url = 'http://127.0.0.1:0/'
+    verbose = False
+
+    def log_message(self, format: str, *args) -> None:  # noqa: A002 - stdlib signature
+        if self.verbose:
+            super().log_message(format, *args)
+
+    def send_body(self, status: int, content_type: str, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header('Content-Type', content_type)
+        self.send_header('Content-Length', str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def send_json(self, obj: object, status: int = 200) -> None:
+        self.send_body(status, 'application/json', json.dumps(obj).encode())
+
+    def do_GET(self) -> None:  # noqa: N802 - stdlib name
+        if self.path.split('?', 1)[0] == CARD_PATH:
+            self.send_json(agent_card(self.base_url))
+        else:
+            self.send_body(404, 'text/plain', b'not found\n')
+
+    def do_POST(self) -> None:  # noqa: N802 - stdlib name
+        length = int(self.headers.get('Content-Length') or 0)
+        raw = self.rfile.read(length) if length > 0 else b''
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
+        request_id = body.get('id') if isinstance(body, dict) else None
+        if isinstance(request_id, bool) or not isinstance(request_id, (str, int)):
+            request_id = None
+
+        try:
+            if self.mode == 'garbage':
+                self.send_body(200, 'text/plain', b'this is not json')
+            elif self.mode == 'invalid':
+                self.send_json({'hello': 'world'})
+            elif self.mode == 'error':
+                self.send_json({'jsonrpc': '2.0', 'id': request_id, 'error': {
+                    'code': -32001, 'message': 'Task not found: upstream says so'}})
+            else:  # slow
+                time.sleep(self.delay)
+                result = {'task': completed_task(body.get('params') if isinstance(body, dict) else None)}
+                reply = {'jsonrpc': '2.0', 'id': request_id, 'result': result}
+                if isinstance(body, dict) and body.get('method') in STREAMING_METHODS:
+                    self.send_sse([reply])
+                else:
+                    self.send_json(reply)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True  # the caller gave up (e.g. a gateway timeout)
+
+    def send_sse(self, events: list) -> None:
+        self.send_response(200)
+        self.send_header('Content-Type', 'text/event-stream')
+        self.send_header('Cache-Control', 'no-cache')
+        self.send_header('Connection', 'close')
+        self.end_headers()
+        for event in events:
+            self.wfile.write(f'data: {json.dumps(event)}\n\n'.encode())
+        self.wfile.flush()
+        self.close_connection = True
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True  # in-flight slow requests do not block exit
+    allow_reuse_address = True
+    request_queue_size = 64
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--host', default='127.0.0.1')
+    parser.add_argument('--port', type=int, required=True, help='0 = any free port')
+    parser.add_argument('--mode', choices=MODES, required=True)
+    parser.add_argument('--delay', type=float, default=30.0,
+                        help='seconds a slow-mode answer takes (default 30)')
+    parser.add_argument('--ready-file', help='write the bound port here once listening')
+    parser.add_argument('--verbose', action='store_true', help='log every request to stderr')
+    args = parser.parse_args()
+
+    if ':' in args.host:
+        Server.address_family = socket.AF_INET6
+    try:
+        server = Server((args.host, args.port), FaultHandler)
+    except OSError as e:
+        parser.exit(1, f'fault server: cannot bind {args.host}:{args.port}: {e}\n')
+    port = server.server_address[1]
+    host = f'[{args.host}]' if ':' in args.host else args.host
+    FaultHandler.mode = args.mode
+    FaultHandler.delay = args.delay
+    FaultHandler.base_url = f'http://{host}:{port}/'
+    FaultHandler.verbose = args.verbose
+    if args.ready_file:
+        tmp = f'{args.ready_file}.{os.getpid()}.tmp'
+        with open(tmp, 'w') as f:
+            f.write(f'{port}\n')
+        os.replace(tmp, args.ready_file)
+    print(f'fault server ({args.mode}) on {FaultHandler.base_url}', file=sys.stderr, flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+if __name__ == '__main__':
+    main()
