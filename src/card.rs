@@ -12,11 +12,13 @@ use crate::config::{AgentDef, GatewayConfig, Skill};
 /// The 0.3 revision the hybrid card's top-level fields follow.
 const V03_PROTOCOL_VERSION: &str = "0.3.0";
 
-/// JSON-RPC interfaces at `url`, preferred (1.0) first.
+/// What the gateway offers at `url`: JSON-RPC in both dialects (1.0 preferred), and the
+/// 1.0 HTTP+JSON binding under `url/rest`.
 fn interfaces(url: &str) -> Value {
     json!([
         {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
         {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
+        {"url": format!("{url}/rest"), "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
     ])
 }
 

@@ -42,8 +42,11 @@ pub enum GatewayError {
     InvalidAgentResponse(String),
     #[error("This agent has no extended agent card")]
     ExtendedCardNotConfigured,
-    #[error("A2A protocol version {0} is not supported (supported: 0.3, 1.0)")]
-    VersionNotSupported(String),
+    #[error("A2A protocol version {requested} is not supported (supported: {supported})")]
+    VersionNotSupported {
+        requested: String,
+        supported: &'static str,
+    },
     #[error("Unknown agent: {name}")]
     AgentNotFound {
         name: String,
@@ -84,7 +87,7 @@ impl GatewayError {
             GatewayError::ContentTypeNotSupported(_) => -32005,
             GatewayError::InvalidAgentResponse(_) => -32006,
             GatewayError::ExtendedCardNotConfigured => -32007,
-            GatewayError::VersionNotSupported(_) => -32009,
+            GatewayError::VersionNotSupported { .. } => -32009,
             GatewayError::AgentNotFound { .. } => AGENT_NOT_FOUND,
             GatewayError::AgentBusy(_) => AGENT_BUSY,
             GatewayError::AgentUnavailable { .. } => AGENT_UNAVAILABLE,
@@ -110,7 +113,7 @@ impl GatewayError {
             GatewayError::ContentTypeNotSupported(_) => "CONTENT_TYPE_NOT_SUPPORTED",
             GatewayError::InvalidAgentResponse(_) => "INVALID_AGENT_RESPONSE",
             GatewayError::ExtendedCardNotConfigured => "EXTENDED_AGENT_CARD_NOT_CONFIGURED",
-            GatewayError::VersionNotSupported(_) => "VERSION_NOT_SUPPORTED",
+            GatewayError::VersionNotSupported { .. } => "VERSION_NOT_SUPPORTED",
             GatewayError::AgentNotFound { .. } => "AGENT_NOT_FOUND",
             GatewayError::AgentBusy(_) => "AGENT_BUSY",
             GatewayError::AgentUnavailable { .. } => "AGENT_UNAVAILABLE",
@@ -158,7 +161,7 @@ impl GatewayError {
             | GatewayError::UnsupportedOperation(_)
             | GatewayError::InvalidAgentResponse(_)
             | GatewayError::ExtendedCardNotConfigured
-            | GatewayError::VersionNotSupported(_) => 200,
+            | GatewayError::VersionNotSupported { .. } => 200,
         }
     }
 
@@ -173,7 +176,7 @@ impl GatewayError {
             | GatewayError::UnsupportedOperation(_)
             | GatewayError::ContentTypeNotSupported(_)
             | GatewayError::ExtendedCardNotConfigured
-            | GatewayError::VersionNotSupported(_) => 400,
+            | GatewayError::VersionNotSupported { .. } => 400,
             GatewayError::MethodNotFound(_)
             | GatewayError::TaskNotFound(_)
             | GatewayError::AgentNotFound { .. } => 404,
@@ -212,9 +215,8 @@ impl GatewayError {
             GatewayError::MethodNotFound(method) => {
                 m.insert("method".into(), Value::String(method.clone()));
             }
-            GatewayError::VersionNotSupported(v) => {
-                m.insert("requestedVersion".into(), Value::String(v.clone()));
-                m.insert("supportedVersions".into(), Value::String("0.3,1.0".into()));
+            GatewayError::VersionNotSupported { requested, .. } => {
+                m.insert("requestedVersion".into(), Value::String(requested.clone()));
             }
             GatewayError::AgentNotFound { name, available } => {
                 m.insert("agent".into(), Value::String(name.clone()));

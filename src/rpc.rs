@@ -112,7 +112,7 @@ pub async fn dispatch(service: &A2aService, agent: &Arc<Agent>, req: RpcRequest)
     outcome.unwrap_or_else(|e| RpcReply::error(&id, dialect, &e))
 }
 
-fn send_request(p: SendParams, dialect: Dialect) -> Result<SendRequest, GatewayError> {
+pub(crate) fn send_request(p: SendParams, dialect: Dialect) -> Result<SendRequest, GatewayError> {
     let config = p.configuration.unwrap_or_default();
     let mut message = p.message;
     if message.context_id.is_none() {

@@ -1,16 +1,12 @@
 //! `POST /a2a` and `POST /a2a/agents/{name}`: bytes in, JSON-RPC (or SSE) out. Every failure,
 //! including the ones before JSON-RPC parsing, answers with a JSON-RPC error body.
 
-use std::convert::Infallible;
-use std::time::Duration;
-
 use actix_web::http::header;
-use actix_web::{web, HttpRequest, HttpResponse, Responder};
-use actix_web_lab::sse;
-use bytes::{Bytes, BytesMut};
-use futures_util::StreamExt;
+use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::Value;
 
+use super::body::{check_content_type, read_body};
+use super::sse::event_stream;
 use super::AppState;
 use crate::error::GatewayError;
 use crate::protocol::jsonrpc::parse_request;
@@ -102,54 +98,6 @@ fn version_header(req: &HttpRequest) -> Option<String> {
         .map(str::to_string)
 }
 
-/// JSON-RPC travels as `application/json`; `application/a2a+json` and other `+json` types are
-/// accepted too. A missing Content-Type is tolerated: the body must still parse as JSON.
-fn check_content_type(req: &HttpRequest) -> Result<(), GatewayError> {
-    let Some(value) = req.headers().get(header::CONTENT_TYPE) else {
-        return Ok(());
-    };
-    let raw = String::from_utf8_lossy(value.as_bytes());
-    let essence = raw
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
-    if essence == "application/json" || essence.ends_with("+json") {
-        Ok(())
-    } else {
-        Err(GatewayError::ContentTypeNotSupported(format!(
-            "\"{essence}\"; send JSON-RPC as application/json"
-        )))
-    }
-}
-
-/// Reads the body, refusing at once (by Content-Length) or as soon as it exceeds `limit`.
-async fn read_body(
-    req: &HttpRequest,
-    mut body: web::Payload,
-    limit: usize,
-) -> Result<Bytes, GatewayError> {
-    let declared = req
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > limit) {
-        return Err(GatewayError::PayloadTooLarge(limit));
-    }
-    let mut buf = BytesMut::with_capacity(declared.unwrap_or(1024).min(limit));
-    while let Some(chunk) = body.next().await {
-        let chunk = chunk
-            .map_err(|e| GatewayError::InvalidRequest(format!("could not read the body: {e}")))?;
-        if buf.len() + chunk.len() > limit {
-            return Err(GatewayError::PayloadTooLarge(limit));
-        }
-        buf.extend_from_slice(&chunk);
-    }
-    Ok(buf.freeze())
-}
-
 fn respond(req: &HttpRequest, state: &AppState, reply: RpcReply) -> HttpResponse {
     match reply {
         RpcReply::Json {
@@ -172,29 +120,10 @@ fn respond(req: &HttpRequest, state: &AppState, reply: RpcReply) -> HttpResponse
             items,
             keepalive,
         } => {
-            let events = items.map(move |item| {
-                let (is_error, body) = render_stream_item(&id, dialect, &item);
-                let text = String::from_utf8(body)
-                    .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
-                let data = sse::Data::new(text);
-                Ok::<_, Infallible>(sse::Event::Data(if is_error {
-                    data.event("error")
-                } else {
-                    data
-                }))
-            });
-            let keepalive = keepalive.unwrap_or_else(|| {
-                Duration::from_secs(state.config.limits.stream_keepalive_secs.max(1))
-            });
-            let mut resp = sse::Sse::from_stream(events)
-                .with_keep_alive(keepalive)
-                .respond_to(req);
-            // Reverse proxies (nginx) buffer responses unless told not to.
-            resp.headers_mut().insert(
-                header::HeaderName::from_static("x-accel-buffering"),
-                header::HeaderValue::from_static("no"),
-            );
-            resp.map_into_boxed_body()
+            let keepalive = keepalive.unwrap_or_else(|| state.default_keepalive());
+            event_stream(req, items, keepalive, move |item| {
+                render_stream_item(&id, dialect, item)
+            })
         }
     }
 }

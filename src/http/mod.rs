@@ -1,9 +1,12 @@
 //! The HTTP surface: routes and thin handlers. Handlers extract, call the service or the
 //! card builders, and render; everything else lives in the layers below.
 
+mod body;
 mod cards;
 mod health;
 mod jsonrpc;
+mod rest;
+mod sse;
 
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -61,6 +64,10 @@ impl AppState {
         }
     }
 
+    pub fn default_keepalive(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.config.limits.stream_keepalive_secs.max(1))
+    }
+
     pub fn unknown_agent(&self, name: &str) -> GatewayError {
         GatewayError::AgentNotFound {
             name: name.to_string(),
@@ -77,6 +84,8 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     )
     .service(web::resource("/a2a/health").route(web::get().to(health::health)))
     .service(web::resource("/a2a/agents").route(web::get().to(cards::list_agents)))
+    .service(rest::scope("/a2a/rest"))
+    .service(rest::scope("/a2a/agents/{name}/rest"))
     .service(
         web::resource("/a2a/agents/{name}")
             .route(web::post().to(jsonrpc::named_agent))

@@ -29,7 +29,10 @@ impl Dialect {
         match (major, minor) {
             ("0", "3") => Ok(Some(Dialect::V03)),
             ("1", "0") => Ok(Some(Dialect::V10)),
-            _ => Err(GatewayError::VersionNotSupported(raw.to_string())),
+            _ => Err(GatewayError::VersionNotSupported {
+                requested: raw.to_string(),
+                supported: "0.3, 1.0",
+            }),
         }
     }
 

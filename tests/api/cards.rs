@@ -1,6 +1,6 @@
 //! Agent cards: aggregated and per-agent, URL derivation, caching.
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::helpers::{spawn, spawn_with, ECHO, OTHER};
 
@@ -35,12 +35,15 @@ async fn aggregated_card_unions_skills_and_points_at_the_shared_endpoint() {
         assert_eq!(card["url"], url.as_str());
         assert_eq!(card["protocolVersion"], "0.3.0");
         assert_eq!(card["preferredTransport"], "JSONRPC");
-        let ifaces = card["supportedInterfaces"].as_array().unwrap();
-        assert_eq!(ifaces[0]["protocolVersion"], "1.0", "1.0 preferred");
-        assert_eq!(ifaces[1]["protocolVersion"], "0.3");
-        assert!(ifaces
-            .iter()
-            .all(|i| i["url"] == url.as_str() && i["protocolBinding"] == "JSONRPC"));
+        assert_eq!(
+            card["supportedInterfaces"],
+            json!([
+                {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+                {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
+                {"url": format!("{url}/rest"), "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
+            ]),
+            "JSON-RPC 1.0 preferred, then 0.3, then REST"
+        );
         let ids: Vec<&str> = card["skills"]
             .as_array()
             .unwrap()
@@ -70,7 +73,11 @@ async fn agent_card_points_back_through_the_gateway() {
         let url = format!("{}/a2a/agents/echo", gw.base);
         assert_eq!(card["url"], url.as_str());
         for iface in card["supportedInterfaces"].as_array().unwrap() {
-            assert_eq!(iface["url"], url.as_str());
+            let want = match iface["protocolBinding"].as_str() {
+                Some("HTTP+JSON") => format!("{url}/rest"),
+                _ => url.clone(),
+            };
+            assert_eq!(iface["url"], want.as_str());
         }
         assert_eq!(
             card["skills"][0]["id"], "echo",

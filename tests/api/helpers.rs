@@ -343,3 +343,33 @@ pub async fn wait_for_state(gw: &TestGateway, d: D, id: &str, state: &str) -> Va
     }
     panic!("task {id} never reached {want}");
 }
+
+/// The kind of a stream result: 0.3 `kind`, 1.0 the wrapper's member name.
+pub fn kind(d: D, result: &Value) -> String {
+    match d {
+        D::V03 => result["kind"].as_str().unwrap_or("?").to_string(),
+        D::V10 => {
+            let obj = result.as_object().expect("object");
+            assert_eq!(
+                obj.len(),
+                1,
+                "a StreamResponse has exactly one member: {result}"
+            );
+            match obj.keys().next().map(String::as_str) {
+                Some("task") => "task",
+                Some("message") => "message",
+                Some("statusUpdate") => "status-update",
+                Some("artifactUpdate") => "artifact-update",
+                other => panic!("unexpected member {other:?}"),
+            }
+            .to_string()
+        }
+    }
+}
+
+pub fn inner(d: D, result: &Value) -> Value {
+    match d {
+        D::V03 => result.clone(),
+        D::V10 => result.as_object().unwrap().values().next().unwrap().clone(),
+    }
+}

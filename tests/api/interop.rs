@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
-use crate::helpers::{repo_root, spawn};
+use crate::helpers::{repo_root, spawn, TestGateway};
 
 /// Runs a setup script once per test run; panics with its output if it fails.
 fn setup(script: &str) {
@@ -35,17 +35,26 @@ pub fn node() -> PathBuf {
     PathBuf::from("node")
 }
 
-/// Runs an SDK client script against the echo agent's card and expects all checks to pass.
-async fn run_client(program: PathBuf, script: &str, dialect: &str) {
-    let gw = spawn().await;
-    let card = gw.url("/a2a/agents/echo/card");
+/// Runs an official SDK's client (`python` or `javascript`) against `agent`'s card on `gw`
+/// and expects all its checks to pass.
+pub async fn run_client_at(gw: &TestGateway, agent: &str, sdk: &str, dialect: &str) {
+    let (program, script) = match sdk {
+        "python" => (python(), "tests/interop/sdk_client.py"),
+        _ => (node(), "tests/interop/js/sdk_client.mjs"),
+    };
+    let card = gw.url(&format!("/a2a/agents/{agent}/card"));
     let script = repo_root().join(script);
-    let dialect = dialect.to_string();
+    let args = [
+        "--card-url",
+        &card,
+        "--dialect",
+        dialect,
+        "--expect-name",
+        agent,
+    ]
+    .map(String::from);
     let out = tokio::task::spawn_blocking(move || {
-        Command::new(program)
-            .arg(&script)
-            .args(["--card-url", &card, "--dialect", &dialect])
-            .output()
+        Command::new(program).arg(&script).args(&args).output()
     })
     .await
     .expect("client thread")
@@ -53,27 +62,32 @@ async fn run_client(program: PathBuf, script: &str, dialect: &str) {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success() && stdout.contains("7 passed, 0 failed"),
-        "SDK client failed:\n{stdout}\n{}",
+        "{sdk} SDK client over {dialect} against {agent} failed:\n{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
 }
 
+async fn run_client(sdk: &str, dialect: &str) {
+    let gw = spawn().await;
+    run_client_at(&gw, "echo", sdk, dialect).await;
+}
+
 #[tokio::test]
 async fn python_sdk_client_over_1_0() {
-    run_client(python(), "tests/interop/sdk_client.py", "1.0").await;
+    run_client("python", "1.0").await;
 }
 
 #[tokio::test]
 async fn python_sdk_client_over_0_3() {
-    run_client(python(), "tests/interop/sdk_client.py", "0.3").await;
+    run_client("python", "0.3").await;
 }
 
 #[tokio::test]
 async fn javascript_sdk_client_over_1_0() {
-    run_client(node(), "tests/interop/js/sdk_client.mjs", "1.0").await;
+    run_client("javascript", "1.0").await;
 }
 
 #[tokio::test]
 async fn javascript_sdk_client_over_0_3() {
-    run_client(node(), "tests/interop/js/sdk_client.mjs", "0.3").await;
+    run_client("javascript", "0.3").await;
 }

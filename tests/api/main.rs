@@ -8,4 +8,7 @@ mod errors;
 mod helpers;
 mod interop;
 mod lifecycle;
+mod peers;
+mod rest;
 mod streaming;
+mod upstream;

@@ -1,0 +1,710 @@
+//! Upstream A2A agents through the gateway: the official SDKs' servers as remotes, both
+//! client dialects against both remote dialects, the REST binding, and failures.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+
+use crate::helpers::{inner, kind, parse_sse, spawn_with, TestGateway, D, ECHO};
+use crate::peers::{fault_server, free_port, js_agent, python_agent, upstream_agent, Peer};
+
+const AGENT: &str = "/a2a/agents/up";
+
+fn text_of(artifacts: &Value) -> String {
+    artifacts
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|a| a["parts"].as_array().cloned().unwrap_or_default())
+        .filter_map(|p| p["text"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// A gateway with `echo` (the default) and `up`, proxying to `peer`.
+async fn gateway_for(peer: &Peer, extra: &str) -> TestGateway {
+    spawn_with(
+        &[
+            ("echo.toml", ECHO),
+            ("up.toml", &upstream_agent("up", &peer.url(), extra)),
+        ],
+        "default_agent = \"echo\"",
+    )
+    .await
+}
+
+async fn send(gw: &TestGateway, d: D, text: &str, config: Value) -> Value {
+    let r = gw
+        .call(
+            AGENT,
+            d,
+            d.send(),
+            json!({"message": d.message(text), "configuration": config}),
+        )
+        .await;
+    d.task_of(r.result())
+}
+
+fn nonblocking(d: D) -> Value {
+    match d {
+        D::V03 => json!({"blocking": false}),
+        D::V10 => json!({"returnImmediately": true}),
+    }
+}
+
+/// Every operation, in dialect `d`, against the proxied agent; `remote` labels failures.
+async fn exercise(gw: &TestGateway, d: D, remote: &str) {
+    let label = |case: &str| format!("{case}: client {d:?} -> {remote}");
+
+    // send
+    let task = send(gw, d, "hello upstream", json!({})).await;
+    assert_eq!(
+        task["status"]["state"],
+        d.state("completed"),
+        "{}",
+        label("send")
+    );
+    assert_eq!(
+        text_of(&task["artifacts"]),
+        "hello upstream",
+        "{}",
+        label("send")
+    );
+    let id = task["id"].as_str().unwrap().to_string();
+    assert!(
+        id.starts_with("up."),
+        "{}: ids are namespaced: {id}",
+        label("send")
+    );
+    assert_eq!(
+        task["history"][0]["taskId"],
+        id.as_str(),
+        "{}",
+        label("send")
+    );
+
+    // get, on the agent and through the shared endpoint (which must find the owner)
+    for path in [AGENT, "/a2a"] {
+        let got = gw.call(path, d, d.get(), json!({"id": id})).await;
+        assert_eq!(
+            got.result()["id"],
+            id.as_str(),
+            "{} via {path}",
+            label("get")
+        );
+        assert_eq!(
+            got.result()["status"]["state"],
+            d.state("completed"),
+            "{}",
+            label("get")
+        );
+        assert_eq!(
+            text_of(&got.result()["artifacts"]),
+            "hello upstream",
+            "{}",
+            label("get")
+        );
+    }
+
+    // stream
+    let text = "one two three four five six";
+    let events = gw
+        .sse(AGENT, d, d.stream(), json!({"message": d.message(text)}))
+        .await;
+    let kinds: Vec<String> = events.iter().map(|e| kind(d, &e.data["result"])).collect();
+    assert_eq!(
+        kinds.first().map(String::as_str),
+        Some("task"),
+        "{}: {kinds:?}",
+        label("stream")
+    );
+    assert_eq!(
+        kinds.last().map(String::as_str),
+        Some("status-update"),
+        "{}",
+        label("stream")
+    );
+    let joined: String = events
+        .iter()
+        .filter(|e| kind(d, &e.data["result"]) == "artifact-update")
+        .map(|e| {
+            inner(d, &e.data["result"])["artifact"]["parts"][0]["text"]
+                .as_str()
+                .unwrap_or("")
+                .to_string()
+        })
+        .collect();
+    assert_eq!(joined, text, "{}", label("stream"));
+    let last = inner(d, &events.last().unwrap().data["result"]);
+    assert_eq!(
+        last["status"]["state"],
+        d.state("completed"),
+        "{}",
+        label("stream")
+    );
+    assert!(
+        last["taskId"].as_str().unwrap().starts_with("up."),
+        "{}",
+        label("stream")
+    );
+    if d == D::V03 {
+        assert_eq!(last["final"], true, "{}", label("stream"));
+    }
+
+    // cancel
+    let slow = send(gw, d, "/delay 30 slow", nonblocking(d)).await;
+    let slow_id = slow["id"].as_str().unwrap();
+    let canceled = gw.call(AGENT, d, d.cancel(), json!({"id": slow_id})).await;
+    assert_eq!(
+        canceled.result()["status"]["state"],
+        d.state("canceled"),
+        "{}: {}",
+        label("cancel"),
+        canceled.body
+    );
+    let again = gw.call(AGENT, d, d.cancel(), json!({"id": slow_id})).await;
+    let code = again.body["error"]["code"].as_i64();
+    // Cancel of a canceled task: -32002, or the task again (both SDKs allow either).
+    assert!(
+        code == Some(-32002) || again.body["result"]["status"]["state"] == d.state("canceled"),
+        "{}: {}",
+        label("cancel twice"),
+        again.body
+    );
+
+    // subscribe
+    let watched = send(gw, d, "/delay 1 watch these words", nonblocking(d)).await;
+    let events = gw
+        .sse(AGENT, d, d.subscribe(), json!({"id": watched["id"]}))
+        .await;
+    let kinds: Vec<String> = events.iter().map(|e| kind(d, &e.data["result"])).collect();
+    assert_eq!(
+        kinds.first().map(String::as_str),
+        Some("task"),
+        "{}: {kinds:?}",
+        label("subscribe")
+    );
+    let last = inner(d, &events.last().unwrap().data["result"]);
+    assert_eq!(
+        last["status"]["state"],
+        d.state("completed"),
+        "{}",
+        label("subscribe")
+    );
+    wait_for_state_at(gw, d, watched["id"].as_str().unwrap(), "completed").await;
+
+    // input-required, continued by taskId
+    let asking = send(gw, d, "/input What is your name?", json!({})).await;
+    assert_eq!(
+        asking["status"]["state"],
+        d.state("input-required"),
+        "{}",
+        label("input-required")
+    );
+    assert_eq!(
+        asking["status"]["message"]["parts"][0]["text"],
+        "What is your name?",
+        "{}",
+        label("input-required")
+    );
+    let mut follow = d.message("Ada");
+    follow["taskId"] = asking["id"].clone();
+    follow["contextId"] = asking["contextId"].clone();
+    let done = gw
+        .call("/a2a", d, d.send(), json!({"message": follow}))
+        .await;
+    let done = d.task_of(done.result());
+    assert_eq!(
+        done["id"],
+        asking["id"],
+        "{}: the follow-up went through /a2a to the owner",
+        label("input-required")
+    );
+    assert_eq!(
+        done["status"]["state"],
+        d.state("completed"),
+        "{}",
+        label("input-required")
+    );
+    assert_eq!(
+        text_of(&done["artifacts"]),
+        "Ada",
+        "{}",
+        label("input-required")
+    );
+
+    // a plain Message reply
+    let r = gw
+        .call(
+            AGENT,
+            d,
+            d.send(),
+            json!({"message": d.message("/message just words")}),
+        )
+        .await;
+    let msg = match d {
+        D::V03 => r.result().clone(),
+        D::V10 => r.result()["message"].clone(),
+    };
+    assert_eq!(
+        msg["parts"][0]["text"],
+        "just words",
+        "{}: {}",
+        label("message"),
+        r.body
+    );
+
+    // errors pass through with their codes
+    let r = gw
+        .call(AGENT, d, d.get(), json!({"id": "up.no-such-task"}))
+        .await;
+    assert_eq!(r.code(), -32001, "{}: {}", label("unknown task"), r.body);
+    let r = gw
+        .call(AGENT, d, d.get(), json!({"id": "not-namespaced"}))
+        .await;
+    assert_eq!(r.code(), -32001, "{}: {}", label("foreign id"), r.body);
+}
+
+async fn wait_for_state_at(gw: &TestGateway, d: D, id: &str, state: &str) {
+    for _ in 0..100 {
+        let r = gw.call(AGENT, d, d.get(), json!({"id": id})).await;
+        if r.result()["status"]["state"] == d.state(state) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{id} never reached {state}");
+}
+
+/// The 1.0 HTTP+JSON binding in front of the proxied agent.
+async fn exercise_rest(gw: &TestGateway, remote: &str) {
+    let base = gw.url("/a2a/agents/up/rest");
+    let c = &gw.client;
+    let body = json!({"message": D::V10.message("rest hello")});
+    let r = c
+        .post(format!("{base}/message:send"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{remote}");
+    assert_eq!(r.headers()["content-type"], "application/a2a+json");
+    let v: Value = r.json().await.unwrap();
+    let id = v["task"]["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        text_of(&v["task"]["artifacts"]),
+        "rest hello",
+        "{remote}: {v}"
+    );
+
+    let got: Value = c
+        .get(format!("{base}/tasks/{id}?historyLength=0"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(got["status"]["state"], "TASK_STATE_COMPLETED", "{remote}");
+    assert!(
+        got.get("history").is_none(),
+        "{remote}: historyLength=0 means none: {got}"
+    );
+
+    let stream = c
+        .post(format!("{base}/message:stream"))
+        .json(&json!({"message": D::V10.message("a b c")}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.headers()["content-type"], "text/event-stream");
+    let events = parse_sse(&stream.text().await.unwrap());
+    assert!(
+        events[0].data.get("task").is_some(),
+        "{remote}: bare StreamResponse, task first: {:?}",
+        events[0]
+    );
+    assert_eq!(
+        events.last().unwrap().data["statusUpdate"]["status"]["state"],
+        "TASK_STATE_COMPLETED"
+    );
+
+    let slow: Value = c.post(format!("{base}/message:send"))
+        .json(&json!({"message": D::V10.message("/delay 30 x"), "configuration": {"returnImmediately": true}}))
+        .send().await.unwrap().json().await.unwrap();
+    let slow_id = slow["task"]["id"].as_str().unwrap();
+    let sub = tokio::spawn(c.get(format!("{base}/tasks/{slow_id}:subscribe")).send());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let canceled: Value = c
+        .post(format!("{base}/tasks/{slow_id}:cancel"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        canceled["status"]["state"], "TASK_STATE_CANCELED",
+        "{remote}: {canceled}"
+    );
+    let sub_text = tokio::time::timeout(Duration::from_secs(10), async {
+        sub.await.unwrap().unwrap().text().await.unwrap()
+    })
+    .await
+    .expect("the subscription ends with the task");
+    let sub_events = parse_sse(&sub_text);
+    assert!(
+        sub_events[0].data.get("task").is_some(),
+        "{remote}: {sub_text}"
+    );
+    assert_eq!(
+        sub_events.last().unwrap().data["statusUpdate"]["status"]["state"],
+        "TASK_STATE_CANCELED",
+        "{remote}: {sub_text}"
+    );
+
+    let missing = c.get(format!("{base}/tasks/up.nope")).send().await.unwrap();
+    assert_eq!(missing.status(), 404, "{remote}");
+    let err: Value = missing.json().await.unwrap();
+    assert_eq!(err["error"]["details"][0]["reason"], "TASK_NOT_FOUND");
+}
+
+#[tokio::test]
+async fn python_sdk_remote_speaking_1_0() {
+    let peer = python_agent("1.0", 0).await;
+    let gw = gateway_for(&peer, "").await;
+    for d in [D::V03, D::V10] {
+        exercise(&gw, d, "python 1.0").await;
+    }
+    exercise_rest(&gw, "python 1.0").await;
+}
+
+#[tokio::test]
+async fn python_sdk_remote_speaking_0_3() {
+    let peer = python_agent("0.3", 0).await;
+    let gw = gateway_for(&peer, "").await;
+    for d in [D::V03, D::V10] {
+        exercise(&gw, d, "python 0.3").await;
+    }
+    exercise_rest(&gw, "python 0.3").await;
+    let r = gw.call(AGENT, D::V10, "ListTasks", json!({})).await;
+    assert_eq!(r.code(), -32004, "0.3 has no ListTasks: {}", r.body);
+}
+
+#[tokio::test]
+async fn javascript_sdk_remote_speaking_1_0() {
+    let peer = js_agent("1.0").await;
+    let gw = gateway_for(&peer, "").await;
+    for d in [D::V03, D::V10] {
+        exercise(&gw, d, "javascript 1.0").await;
+    }
+    exercise_rest(&gw, "javascript 1.0").await;
+    let r = gw
+        .call(AGENT, D::V10, "ListTasks", json!({"pageSize": 2}))
+        .await;
+    let page = r.result();
+    assert!(
+        page["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["id"].as_str().unwrap().starts_with("up.")),
+        "{page}"
+    );
+}
+
+#[tokio::test]
+async fn javascript_sdk_remote_speaking_0_3() {
+    let peer = js_agent("0.3").await;
+    let gw = gateway_for(&peer, "").await;
+    for d in [D::V03, D::V10] {
+        exercise(&gw, d, "javascript 0.3").await;
+    }
+    exercise_rest(&gw, "javascript 0.3").await;
+}
+
+#[tokio::test]
+async fn the_remote_card_is_served_through_the_gateway() {
+    let peer = python_agent("1.0,0.3", 0).await;
+    let gw = spawn_with(
+        &[
+            ("echo.toml", ECHO),
+            ("up.toml", &upstream_agent("up", &peer.url(), "")),
+        ],
+        "default_agent = \"echo\"",
+    )
+    .await;
+    let card: Value = gw
+        .client
+        .get(gw.url("/a2a/agents/up/card"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let url = gw.url("/a2a/agents/up");
+    assert_eq!(card["name"], "up", "the gateway's name for the agent");
+    assert_eq!(card["url"], url.as_str());
+    assert_eq!(
+        card["description"], "Echoes text back; A2A interop reference agent (a2a-sdk).",
+        "from the remote"
+    );
+    for iface in card["supportedInterfaces"].as_array().unwrap() {
+        assert!(
+            iface["url"].as_str().unwrap().starts_with(&url),
+            "every URL points at the gateway: {iface}"
+        );
+    }
+    assert!(
+        !card.to_string().contains(&peer.url()),
+        "no remote URL leaks: {card}"
+    );
+    assert_eq!(card["capabilities"]["pushNotifications"], false);
+    let agg: Value = gw
+        .client
+        .get(gw.url("/.well-known/agent-card.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ids: Vec<&str> = agg["skills"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert!(
+        ids.contains(&"up/echo"),
+        "the remote's skills join the aggregated card: {ids:?}"
+    );
+
+    // Local fields override the remote card.
+    let local = "description = \"Our research agent\"\nversion = \"9.9.9\"\n";
+    let file = format!("{local}{}", upstream_agent("up", &peer.url(), ""));
+    let gw2 = spawn_with(&[("up.toml", &file)], "").await;
+    let card: Value = gw2
+        .client
+        .get(gw2.url("/a2a/agents/up/card"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (card["description"].as_str(), card["version"].as_str()),
+        (Some("Our research agent"), Some("9.9.9"))
+    );
+}
+
+#[tokio::test]
+async fn a_remote_down_at_startup_is_unhealthy_then_recovers() {
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let gw = spawn_with(
+        &[
+            ("echo.toml", ECHO),
+            (
+                "up.toml",
+                &upstream_agent("up", &url, "retry_secs = 1\nconnect_timeout_secs = 1"),
+            ),
+        ],
+        "default_agent = \"echo\"",
+    )
+    .await;
+    let health: Value = gw
+        .client
+        .get(gw.url("/a2a/health"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(health["agents"]["up"], "unhealthy");
+    assert_eq!(health["status"], "degraded");
+    let r = gw
+        .call(
+            AGENT,
+            D::V10,
+            "SendMessage",
+            json!({"message": D::V10.message("hi")}),
+        )
+        .await;
+    assert_eq!((r.status, r.code()), (503, -32051), "{}", r.body);
+    assert_eq!(
+        r.message(),
+        "Agent up is unavailable: its agent card could not be fetched yet"
+    );
+    let echo = gw
+        .call(
+            "/a2a/agents/echo",
+            D::V10,
+            "SendMessage",
+            json!({"message": D::V10.message("hi")}),
+        )
+        .await;
+    assert_eq!(echo.status, 200, "other agents are unaffected");
+
+    let _peer = python_agent("1.0", port).await;
+    let mut healthy = false;
+    for _ in 0..60 {
+        let h: Value = gw
+            .client
+            .get(gw.url("/a2a/health"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if h["agents"]["up"] == "healthy" {
+            healthy = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(healthy, "the agent recovers once its remote is up");
+    let r = gw
+        .call(
+            AGENT,
+            D::V10,
+            "SendMessage",
+            json!({"message": D::V10.message("back")}),
+        )
+        .await;
+    assert_eq!(text_of(&r.result()["task"]["artifacts"]), "back");
+}
+
+#[tokio::test]
+async fn a_remote_killed_mid_stream_ends_the_stream_with_a_failed_status() {
+    for d in [D::V10, D::V03] {
+        let mut peer = python_agent("1.0", 0).await;
+        let gw = gateway_for(&peer, "").await;
+        let mut req = gw
+            .client
+            .post(gw.url(AGENT))
+            .header("content-type", "application/json");
+        if let Some(v) = d.header() {
+            req = req.header("A2A-Version", v);
+        }
+        let body = json!({"jsonrpc":"2.0","id":1,"method": d.stream(),"params":{"message": d.message("/delay 20 never")}});
+        let resp = req.body(body.to_string()).send().await.unwrap();
+        let mut body = resp.bytes_stream();
+        let mut text = String::new();
+        // Wait until the remote has said it is working, then kill it.
+        while !text.contains(&format!("\"{}\"", d.state("working"))) {
+            let chunk = tokio::time::timeout(Duration::from_secs(10), body.next())
+                .await
+                .expect("events arrive")
+                .expect("the stream is open")
+                .expect("a chunk");
+            text.push_str(&String::from_utf8_lossy(&chunk));
+        }
+        peer.kill();
+        let text = tokio::time::timeout(Duration::from_secs(10), async move {
+            while let Some(chunk) = body.next().await {
+                text.push_str(&String::from_utf8_lossy(&chunk.expect("a chunk")));
+            }
+            text
+        })
+        .await
+        .expect("the stream ends instead of hanging");
+        let events = parse_sse(&text);
+        let last = inner(d, &events.last().unwrap().data["result"]);
+        assert_eq!(last["status"]["state"], d.state("failed"), "{d:?}: {text}");
+        assert_eq!(
+            last["status"]["message"]["parts"][0]["text"],
+            "the upstream connection broke mid-stream",
+            "{d:?}"
+        );
+        if d == D::V03 {
+            assert_eq!(last["final"], true, "0.3 clients see the stream end");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_slow_remote_times_out_with_a_clear_error() {
+    let peer = fault_server("slow", 10).await;
+    let gw = gateway_for(&peer, "timeout_secs = 1").await;
+    let started = std::time::Instant::now();
+    let r = gw
+        .call(
+            AGENT,
+            D::V10,
+            "SendMessage",
+            json!({"message": D::V10.message("hi")}),
+        )
+        .await;
+    assert_eq!((r.status, r.code()), (504, -32053), "{}", r.body);
+    assert_eq!(r.message(), "Agent up did not answer within 1 s");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test]
+async fn garbage_and_errors_from_the_remote_become_precise_answers() {
+    for (mode, code, message) in [
+        ("garbage", -32006, "Invalid agent response: agent up answered with something that is not a JSON-RPC response"),
+        ("invalid", -32006, "Invalid agent response: agent up answered with neither a result nor an error"),
+        ("error", -32001, "Task not found: upstream says so"),
+    ] {
+        let peer = fault_server(mode, 0).await;
+        let gw = gateway_for(&peer, "").await;
+        for d in [D::V03, D::V10] {
+            let r = gw.call(AGENT, d, d.send(), json!({"message": d.message("hi")})).await;
+            assert_eq!(r.code(), code, "{mode} {d:?}: {}", r.body);
+            assert_eq!(r.message(), message, "{mode} {d:?}");
+        }
+        let health = gw.client.get(gw.url("/a2a/health")).send().await.unwrap();
+        assert_eq!(health.status(), 200, "{mode}: the gateway stays healthy");
+    }
+}
+
+#[tokio::test]
+async fn idle_streams_get_keepalive_comments() {
+    let peer = python_agent("1.0", 0).await;
+    let gw = gateway_for(&peer, "stream_keepalive_secs = 1").await;
+    let resp = gw
+        .client
+        .post(gw.url(AGENT))
+        .header("A2A-Version", "1.0")
+        .body(json!({"jsonrpc":"2.0","id":1,"method":"SendStreamingMessage","params":{"message": D::V10.message("/delay 3 quiet")}}).to_string())
+        .send()
+        .await
+        .unwrap();
+    let text = resp.text().await.unwrap();
+    let comments = text.lines().filter(|l| l.starts_with(':')).count();
+    assert!(
+        comments >= 2,
+        "a comment at least every second while idle: {text}"
+    );
+    assert!(text.contains("TASK_STATE_COMPLETED"));
+}
+
+#[tokio::test]
+async fn sdk_clients_talk_to_sdk_remotes_through_the_gateway() {
+    let py = python_agent("1.0,0.3", 0).await;
+    let js = js_agent("1.0,0.3").await;
+    let gw = spawn_with(
+        &[
+            ("echo.toml", ECHO),
+            ("py.toml", &upstream_agent("py", &py.url(), "")),
+            (
+                "js.toml",
+                &upstream_agent("js", &js.url(), "protocol = \"0.3\""),
+            ),
+        ],
+        "default_agent = \"echo\"",
+    )
+    .await;
+    for agent in ["py", "js"] {
+        for dialect in ["1.0", "0.3"] {
+            crate::interop::run_client_at(&gw, agent, "python", dialect).await;
+            crate::interop::run_client_at(&gw, agent, "javascript", dialect).await;
+        }
+    }
+}
