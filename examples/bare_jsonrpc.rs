@@ -2,6 +2,8 @@
 //! and returns a fixed SendMessage result of the same shape and size as the echo agent's,
 //! so the gateway's throughput can be reported as a ratio against it in the same run.
 //!
+//! It also serves a minimal 1.0 agent card, so the gateway can use it as a fast upstream.
+//!
 //! `cargo run --release --example bare_jsonrpc -- 127.0.0.1:9001 [workers]`
 
 use actix_web::{web, App, HttpResponse, HttpServer};
@@ -14,14 +16,39 @@ async fn handler(_body: web::Bytes) -> HttpResponse {
         .body(RESULT)
 }
 
+fn card(addr: &str) -> String {
+    format!(
+        r#"{{"name":"bare","description":"fixed answers","version":"1.0.0",
+"supportedInterfaces":[{{"url":"http://{addr}/","protocolBinding":"JSONRPC","protocolVersion":"1.0"}}],
+"capabilities":{{"streaming":false}},"defaultInputModes":["text/plain"],
+"defaultOutputModes":["text/plain"],"skills":[]}}"#
+    )
+}
+
 #[actix_web::main]
 async fn main() -> std::io::Result<()> {
     let mut args = std::env::args().skip(1);
     let addr = args.next().unwrap_or_else(|| "127.0.0.1:9001".into());
     let workers: usize = args.next().and_then(|w| w.parse().ok()).unwrap_or(2);
-    HttpServer::new(|| App::new().default_service(web::post().to(handler)))
-        .workers(workers)
-        .bind(addr)?
-        .run()
-        .await
+    let card = card(&addr);
+    HttpServer::new(move || {
+        let card = card.clone();
+        App::new()
+            .route(
+                "/.well-known/agent-card.json",
+                web::get().to(move || {
+                    let card = card.clone();
+                    async move {
+                        HttpResponse::Ok()
+                            .content_type("application/json")
+                            .body(card)
+                    }
+                }),
+            )
+            .default_service(web::post().to(handler))
+    })
+    .workers(workers)
+    .bind(addr)?
+    .run()
+    .await
 }

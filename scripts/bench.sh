@@ -1,69 +1,142 @@
 #!/usr/bin/env bash
-# Load benchmark for the gateway core (a benchmark, not a test: numbers vary per machine).
+# Load benchmarks (benchmarks, not tests: absolute numbers vary with the machine and its
+# neighbours, so every figure is a ratio against a baseline measured in the same run).
 #
-#   scripts/bench.sh            # DURATION=10s CONNECTIONS=50 WORKERS=2 by default
+#   scripts/bench.sh [core|proxy|streams|all]      (default: all)
 #
-# 1. Throughput: A2A 1.0 SendMessage to the echo agent through the gateway, against a bare
-#    actix-web handler returning a fixed JSON-RPC result (examples/bare_jsonrpc.rs), in the
-#    same run, and the ratio. Targets: >= 0.70x.
-# 2. Memory per stored completed task (one-line message): RSS growth / tasks stored, with the
-#    store sized to keep every task. Target: < 4 KiB.
+# core    SendMessage to the echo agent through the gateway vs a bare actix-web handler
+#         returning a fixed result (examples/bare_jsonrpc.rs); memory per stored task.
+# proxy   SendMessage through the gateway to a fast upstream (bare_jsonrpc) vs a plain
+#         pooled actix+reqwest forwarder (examples/plain_forwarder.rs) to the same upstream;
+#         then p99 latency at a fixed moderate rate: direct, via forwarder, via gateway.
+# streams N SSE streams (default 10000) held open through the gateway to an upstream
+#         gateway over h2c; gateway memory per open stream.
+#
+# Knobs: DURATION (10s) CONNECTIONS (50) WORKERS (2) RATE (2000/s) STREAMS (10000).
+# Needs wrk (apt-get install wrk).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+SECTION="${1:-all}"
 DURATION="${DURATION:-10s}"
 CONNECTIONS="${CONNECTIONS:-50}"
 WORKERS="${WORKERS:-2}"
-WRK_THREADS="${WRK_THREADS:-2}"
+RATE="${RATE:-2000}"
+STREAMS="${STREAMS:-10000}"
 LUA="$ROOT/scripts/bench/send_message.lua"
+BODY="$ROOT/scripts/bench/send_message.json"
 
 command -v wrk >/dev/null || { echo "bench: wrk is required (apt-get install wrk)" >&2; exit 1; }
-cargo build --release --quiet --bin a2a-gateway --example bare_jsonrpc
+cargo build --release --quiet --bin a2a-gateway --examples
 BIN="$ROOT/target/release/a2a-gateway"
-BARE="$ROOT/target/release/examples/bare_jsonrpc"
+EX="$ROOT/target/release/examples"
 
 TMP="$(mktemp -d)"
 PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$TMP"; }
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$TMP"; }
 trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_up() { for _ in $(seq 100); do curl -s -o /dev/null "$1" && return 0; sleep 0.05; done; echo "bench: $1 never came up" >&2; exit 1; }
+wait_up() { for _ in $(seq 200); do curl -s -o /dev/null "$1" && return 0; sleep 0.05; done; echo "bench: $1 never came up" >&2; exit 1; }
 rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 rps() { awk '/Requests\/sec/ {print $2}'; }
+p99() { echo "$1" | awk '/ 99%/ {print $2}'; }
+health() { curl -s "http://127.0.0.1:$1/a2a/health" | python3 -c "import json,sys; print(json.load(sys.stdin)[\"$2\"])"; }
+wrk_run() { wrk -t2 -c"$CONNECTIONS" -d"$DURATION" --latency -s "$LUA" "$1"; }
 
-start_gateway() { # port [max_tasks]
-    printf 'default_agent = "echo"\n[limits]\nmax_tasks = %s\n' "${2:-100000}" > "$TMP/gateway-$1.toml"
-    A2A_GATEWAY_LOG=warn "$BIN" serve --config "$TMP/gateway-$1.toml" --agents-dir "$ROOT/agents.d" \
+# gateway PORT AGENTS_DIR [extra gateway.toml lines]; sets GW_PID
+gateway() {
+    printf '%b\n' "${3:-}" > "$TMP/gw-$1.toml"
+    A2A_GATEWAY_LOG=warn "$BIN" serve --config "$TMP/gw-$1.toml" --agents-dir "$2" \
         --port "$1" --workers "$WORKERS" > "$TMP/gw-$1.log" 2>&1 &
-    PIDS+=($!)
+    GW_PID=$!; PIDS+=("$GW_PID")
     wait_up "http://127.0.0.1:$1/a2a/health"
 }
 
-echo "== throughput: SendMessage, $CONNECTIONS connections, $DURATION, $WORKERS workers =="
-P_BARE=$(free_port); "$BARE" "127.0.0.1:$P_BARE" "$WORKERS" & PIDS+=($!)
-wait_up "http://127.0.0.1:$P_BARE/" || true
-# Default store size: past 100k tasks every insert also evicts, the steady state.
-P_GW=$(free_port); start_gateway "$P_GW"
-run() { wrk -t"$WRK_THREADS" -c"$CONNECTIONS" -d"$DURATION" --latency -s "$LUA" "$1"; }
-run "http://127.0.0.1:$P_BARE/" > /dev/null  # warm-up
-bare_out=$(run "http://127.0.0.1:$P_BARE/")
-gw_out=$(run "http://127.0.0.1:$P_GW/a2a/agents/echo")
-bare=$(echo "$bare_out" | rps); gw=$(echo "$gw_out" | rps)
-p99() { echo "$1" | awk '/ 99%/ {print $2}'; }
-printf '%-34s %12s req/s  p99 %s\n' "bare actix-web handler" "$bare" "$(p99 "$bare_out")"
-printf '%-34s %12s req/s  p99 %s\n' "gateway -> echo agent" "$gw" "$(p99 "$gw_out")"
-awk -v g="$gw" -v b="$bare" 'BEGIN { printf "ratio gateway/bare: %.2fx (target >= 0.70x)\n", g / b }'
+bench_core() {
+    echo "== core: SendMessage to the echo agent, $CONNECTIONS connections, $DURATION, $WORKERS workers =="
+    local pb pg
+    pb=$(free_port); "$EX/bare_jsonrpc" "127.0.0.1:$pb" "$WORKERS" & PIDS+=($!)
+    wait_up "http://127.0.0.1:$pb/.well-known/agent-card.json"
+    pg=$(free_port); gateway "$pg" "$ROOT/agents.d" 'default_agent = "echo"'
+    wrk_run "http://127.0.0.1:$pb/" > /dev/null # warm-up
+    local bare_out gw_out bare gw
+    bare_out=$(wrk_run "http://127.0.0.1:$pb/"); gw_out=$(wrk_run "http://127.0.0.1:$pg/a2a/agents/echo")
+    bare=$(echo "$bare_out" | rps); gw=$(echo "$gw_out" | rps)
+    printf '%-40s %10s req/s  p99 %s\n' "bare actix-web handler" "$bare" "$(p99 "$bare_out")"
+    printf '%-40s %10s req/s  p99 %s\n' "gateway -> echo agent" "$gw" "$(p99 "$gw_out")"
+    awk -v g="$gw" -v b="$bare" 'BEGIN { printf "ratio gateway/bare: %.2fx (target >= 0.70x)\n", g / b }'
 
-echo "== memory per stored completed task =="
-P_MEM=$(free_port); start_gateway "$P_MEM" 100000000
-GW_PID="${PIDS[-1]}"
-wrk -t1 -c4 -d1s -s "$LUA" "http://127.0.0.1:$P_MEM/a2a/agents/echo" > /dev/null  # warm allocator
-before_tasks=$(curl -s "http://127.0.0.1:$P_MEM/a2a/health" | python3 -c 'import json,sys; print(json.load(sys.stdin)["tasks"])')
-before_rss=$(rss_kib "$GW_PID")
-wrk -t"$WRK_THREADS" -c"$CONNECTIONS" -d"${MEM_DURATION:-5s}" -s "$LUA" "http://127.0.0.1:$P_MEM/a2a/agents/echo" > /dev/null
-after_tasks=$(curl -s "http://127.0.0.1:$P_MEM/a2a/health" | python3 -c 'import json,sys; print(json.load(sys.stdin)["tasks"])')
-after_rss=$(rss_kib "$GW_PID")
-awk -v r0="$before_rss" -v r1="$after_rss" -v t0="$before_tasks" -v t1="$after_tasks" 'BEGIN {
-    n = t1 - t0; per = (r1 - r0) * 1024 / n
-    printf "tasks stored: %d, RSS growth: %.1f MiB, per task: %.0f bytes (target < 4096)\n", n, (r1 - r0) / 1024, per }'
+    echo "== core: memory per stored completed task =="
+    local pm before_t before_r after_t after_r
+    pm=$(free_port); gateway "$pm" "$ROOT/agents.d" 'default_agent = "echo"\n[limits]\nmax_tasks = 100000000'
+    wrk -t1 -c4 -d1s -s "$LUA" "http://127.0.0.1:$pm/a2a/agents/echo" > /dev/null
+    before_t=$(health "$pm" tasks); before_r=$(rss_kib "$GW_PID")
+    wrk -t2 -c"$CONNECTIONS" -d5s -s "$LUA" "http://127.0.0.1:$pm/a2a/agents/echo" > /dev/null
+    after_t=$(health "$pm" tasks); after_r=$(rss_kib "$GW_PID")
+    awk -v r0="$before_r" -v r1="$after_r" -v t0="$before_t" -v t1="$after_t" 'BEGIN {
+        n = t1 - t0; printf "tasks stored: %d, RSS growth %.1f MiB, per task %.0f bytes (target < 4096)\n", n, (r1 - r0) / 1024, (r1 - r0) * 1024 / n }'
+}
+
+bench_proxy() {
+    echo "== proxy: SendMessage to a fast upstream, $CONNECTIONS connections, $DURATION, $WORKERS workers each =="
+    local pu pf pg agents
+    pu=$(free_port); "$EX/bare_jsonrpc" "127.0.0.1:$pu" 1 & PIDS+=($!)
+    wait_up "http://127.0.0.1:$pu/.well-known/agent-card.json"
+    pf=$(free_port); "$EX/plain_forwarder" "127.0.0.1:$pf" "http://127.0.0.1:$pu/" "$WORKERS" & PIDS+=($!)
+    agents="$TMP/proxy.d"; mkdir -p "$agents"
+    printf 'name = "fast"\n[backend]\nkind = "a2a"\nurl = "http://127.0.0.1:%s"\n' "$pu" > "$agents/fast.toml"
+    pg=$(free_port); gateway "$pg" "$agents"
+    wrk_run "http://127.0.0.1:$pf/" > /dev/null # warm-up
+    local fwd_out gw_out fwd gw
+    fwd_out=$(wrk_run "http://127.0.0.1:$pf/"); gw_out=$(wrk_run "http://127.0.0.1:$pg/a2a/agents/fast")
+    fwd=$(echo "$fwd_out" | rps); gw=$(echo "$gw_out" | rps)
+    printf '%-40s %10s req/s  p99 %s\n' "plain actix+reqwest forwarder" "$fwd" "$(p99 "$fwd_out")"
+    printf '%-40s %10s req/s  p99 %s\n' "gateway (a2a backend)" "$gw" "$(p99 "$gw_out")"
+    awk -v g="$gw" -v f="$fwd" 'BEGIN { printf "ratio gateway/forwarder: %.2fx (target >= 0.85x)\n", g / f }'
+
+    echo "== proxy: latency at a fixed $RATE req/s for 10 s =="
+    local h="A2A-Version:1.0" direct via_fwd via_gw
+    direct=$("$EX/loadgen" rate "http://127.0.0.1:$pu/" "$BODY" "$RATE" 10 "$h")
+    via_fwd=$("$EX/loadgen" rate "http://127.0.0.1:$pf/" "$BODY" "$RATE" 10 "$h")
+    via_gw=$("$EX/loadgen" rate "http://127.0.0.1:$pg/a2a/agents/fast" "$BODY" "$RATE" 10 "$h")
+    printf '%-20s %s\n' "direct" "$direct" "via forwarder" "$via_fwd" "via gateway" "$via_gw"
+    local p_f p_g
+    p_f=$(echo "$via_fwd" | sed -E 's/.*p99 ([0-9.]+)ms.*/\1/'); p_g=$(echo "$via_gw" | sed -E 's/.*p99 ([0-9.]+)ms.*/\1/')
+    awk -v g="$p_g" -v f="$p_f" 'BEGIN { printf "p99 added by the gateway over the forwarder: %.2f ms (target < 1 ms)\n", g - f }'
+}
+
+bench_streams() {
+    echo "== streams: $STREAMS SSE streams held open through the gateway (upstream over h2c) =="
+    local pu pg agents before after
+    agents="$TMP/up.d"; mkdir -p "$agents"; cp "$ROOT/agents.d/echo.toml" "$agents/"
+    pu=$(free_port)
+    gateway "$pu" "$agents" "[limits]\nagent_max_concurrency = 50000\nagent_mailbox = 50000\nmax_open_streams = 50000"
+    agents="$TMP/front.d"; mkdir -p "$agents"
+    printf 'name = "relay"\n[backend]\nkind = "a2a"\nurl = "http://127.0.0.1:%s/a2a/agents/echo"\nhttp2 = true\n[limits]\nmax_concurrency = 50000\nmailbox = 50000\n' "$pu" > "$agents/relay.toml"
+    pg=$(free_port)
+    gateway "$pg" "$agents" "[limits]\nmax_open_streams = 15000"
+    local front="$GW_PID"
+    "$EX/loadgen" streams "http://127.0.0.1:$pg/a2a/agents/relay" "$ROOT/scripts/bench/hold_stream.json" 50 1 "A2A-Version:1.0" > /dev/null # warm-up
+    sleep 1
+    before=$(rss_kib "$front")
+    "$EX/loadgen" streams "http://127.0.0.1:$pg/a2a/agents/relay" "$ROOT/scripts/bench/hold_stream.json" "$STREAMS" 30 "A2A-Version:1.0" > "$TMP/streams.out" &
+    local lg=$!; PIDS+=("$lg")
+    for _ in $(seq 600); do grep -q READY "$TMP/streams.out" 2>/dev/null && break; sleep 0.2; done
+    sleep 2
+    after=$(rss_kib "$front")
+    local open fds
+    open=$(health "$pg" openStreams); fds=$(ls "/proc/$front/fd" | wc -l)
+    echo "$(cat "$TMP/streams.out"); gateway reports $open open streams, $fds descriptors"
+    awk -v r0="$before" -v r1="$after" -v n="$open" 'BEGIN {
+        printf "gateway RSS %.1f -> %.1f MiB: %.1f KiB per open stream (target < 20 KiB)\n", r0/1024, r1/1024, (r1 - r0) / n }'
+    kill "$lg" 2>/dev/null || true
+}
+
+case "$SECTION" in
+    core) bench_core ;;
+    proxy) bench_proxy ;;
+    streams) bench_streams ;;
+    all) bench_core; bench_proxy; bench_streams ;;
+    *) echo "usage: scripts/bench.sh [core|proxy|streams|all]" >&2; exit 2 ;;
+esac

@@ -11,6 +11,7 @@ use tracing_actix_web::TracingLogger;
 use crate::agents::{ActorLimits, Agent, Registry};
 use crate::config::Settings;
 use crate::http::{routes, AppState, LeanRootSpan};
+use crate::limits::StreamGauge;
 use crate::service::A2aService;
 use crate::tasks::{MemoryTaskStore, Tasks};
 
@@ -37,9 +38,13 @@ pub fn build_state(settings: Settings) -> std::io::Result<AppState> {
         .collect::<Result<Vec<_>, _>>()?;
     let registry = Registry::new(agents, gateway.default_agent_name().map(str::to_string));
     let tasks = Arc::new(Tasks::new(Arc::new(MemoryTaskStore::new(limits.max_tasks))));
+    let stream_limit = limits
+        .max_open_streams
+        .unwrap_or_else(crate::limits::default_stream_limit);
     Ok(AppState {
         registry,
         service: A2aService::new(tasks),
+        streams: StreamGauge::new(stream_limit),
         config: gateway,
     })
 }
@@ -98,7 +103,9 @@ impl Application {
         if workers > 0 {
             http = http.workers(workers);
         }
-        let server = http.listen(listener)?.run();
+        // HTTP/2 without TLS is detected by its preface, so gateways can be chained over
+        // multiplexed connections (see the `http2` upstream option); HTTP/1 is unaffected.
+        let server = http.listen_auto_h2c(listener)?.run();
         Ok(Application { port, server })
     }
 

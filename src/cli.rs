@@ -105,6 +105,9 @@ fn init_tracing() {
 
 fn serve(args: ServeArgs) -> ExitCode {
     init_tracing();
+    if let Some(limit) = crate::limits::raise_open_file_limit() {
+        tracing::debug!(limit, "open-file limit");
+    }
     let mut settings = match load(&args.config) {
         Ok(s) => s,
         Err(diags) => {

@@ -12,6 +12,7 @@ pub mod gateway_codes {
     pub const AGENT_UNAVAILABLE: i64 = -32051;
     pub const TASK_STORE_FULL: i64 = -32052;
     pub const UPSTREAM_TIMEOUT: i64 = -32053;
+    pub const STREAM_CAPACITY: i64 = -32054;
     pub const PAYLOAD_TOO_LARGE: i64 = -32060;
 }
 
@@ -67,6 +68,8 @@ pub enum GatewayError {
     },
     #[error("The gateway is holding its maximum of {0} unfinished tasks; retry later")]
     TaskStoreFull(usize),
+    #[error("The gateway is holding its maximum of {0} open streams; retry later")]
+    StreamCapacity(usize),
     #[error("Request body exceeds the limit of {0} bytes")]
     PayloadTooLarge(usize),
 }
@@ -94,6 +97,7 @@ impl GatewayError {
             GatewayError::UpstreamTimeout { .. } => UPSTREAM_TIMEOUT,
             GatewayError::Upstream { code, .. } => *code,
             GatewayError::TaskStoreFull(_) => TASK_STORE_FULL,
+            GatewayError::StreamCapacity(_) => STREAM_CAPACITY,
             GatewayError::PayloadTooLarge(_) => PAYLOAD_TOO_LARGE,
         }
     }
@@ -120,6 +124,7 @@ impl GatewayError {
             GatewayError::UpstreamTimeout { .. } => "UPSTREAM_TIMEOUT",
             GatewayError::Upstream { code, .. } => reason_for_code(*code),
             GatewayError::TaskStoreFull(_) => "TASK_STORE_FULL",
+            GatewayError::StreamCapacity(_) => "STREAM_CAPACITY",
             GatewayError::PayloadTooLarge(_) => "PAYLOAD_TOO_LARGE",
         }
     }
@@ -132,6 +137,7 @@ impl GatewayError {
             | GatewayError::AgentUnavailable { .. }
             | GatewayError::UpstreamTimeout { .. }
             | GatewayError::TaskStoreFull(_)
+            | GatewayError::StreamCapacity(_)
             | GatewayError::PayloadTooLarge(_) => "a2a-gateway",
             _ => "a2a-protocol.org",
         }
@@ -147,6 +153,7 @@ impl GatewayError {
             GatewayError::ContentTypeNotSupported(_) => 415,
             GatewayError::AgentBusy(_)
             | GatewayError::AgentUnavailable { .. }
+            | GatewayError::StreamCapacity(_)
             | GatewayError::TaskStoreFull(_) => 503,
             GatewayError::UpstreamTimeout { .. } => 504,
             GatewayError::Upstream { .. }
@@ -184,6 +191,7 @@ impl GatewayError {
             GatewayError::Internal(_) | GatewayError::InvalidAgentResponse(_) => 500,
             GatewayError::AgentBusy(_)
             | GatewayError::AgentUnavailable { .. }
+            | GatewayError::StreamCapacity(_)
             | GatewayError::TaskStoreFull(_) => 503,
             GatewayError::UpstreamTimeout { .. } => 504,
             GatewayError::Upstream { code, .. } => rest_status_for_code(*code),
@@ -195,6 +203,7 @@ impl GatewayError {
         match self {
             GatewayError::AgentBusy(_)
             | GatewayError::AgentUnavailable { .. }
+            | GatewayError::StreamCapacity(_)
             | GatewayError::TaskStoreFull(_) => Some(1),
             _ => None,
         }

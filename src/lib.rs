@@ -12,6 +12,7 @@ pub mod cli;
 pub mod config;
 pub mod error;
 pub mod http;
+pub mod limits;
 pub mod protocol;
 pub mod routing;
 pub mod rpc;

@@ -137,8 +137,10 @@ impl A2aService {
         let mut saw_task = false;
         while let Some(update) = updates.recv().await {
             let ends_stream = match update? {
-                Update::Item(StreamItem::Message(m)) => return Ok(SendResult::Message(m)),
-                Update::Item(item) => item.ends_stream(),
+                Update::Item(item) => match *item {
+                    StreamItem::Message(m) => return Ok(SendResult::Message(m)),
+                    item => item.ends_stream(),
+                },
                 Update::Progress { ends_stream } => ends_stream,
             };
             saw_task = true;
@@ -374,7 +376,7 @@ fn until_stream_ends(updates: mpsc::Receiver<Result<Update, GatewayError>>) -> I
         let mut rx = rx?;
         loop {
             let item = match rx.recv().await? {
-                Ok(Update::Item(item)) => Ok(item),
+                Ok(Update::Item(item)) => Ok(*item),
                 // A relaying sink sends no bare progress; nothing to show if one came.
                 Ok(Update::Progress { .. }) => continue,
                 Err(e) => Err(e),
@@ -402,7 +404,7 @@ struct Job {
 impl Job {
     fn update_for(&self, task: &Task) -> Update {
         if self.streaming {
-            Update::Item(StreamItem::Task(task.clone()))
+            Update::Item(Box::new(StreamItem::Task(task.clone())))
         } else {
             Update::Progress { ends_stream: false }
         }

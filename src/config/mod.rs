@@ -139,6 +139,10 @@ pub struct Limits {
     /// Comment lines on idle SSE streams, so proxies keep them open.
     #[serde(default = "default_keepalive")]
     pub stream_keepalive_secs: u64,
+    /// SSE streams open at once, gateway-wide; beyond it new streams get 503. Default: what
+    /// the open-file limit allows at two descriptors per relayed stream.
+    #[serde(default)]
+    pub max_open_streams: Option<usize>,
 }
 
 impl Default for Limits {
@@ -150,6 +154,7 @@ impl Default for Limits {
             agent_max_concurrency: default_concurrency(),
             card_max_age_secs: default_card_max_age(),
             stream_keepalive_secs: default_keepalive(),
+            max_open_streams: None,
         }
     }
 }
@@ -252,6 +257,10 @@ pub struct A2aConfig {
     /// While the remote is unreachable, how often to try again.
     #[serde(default = "default_retry")]
     pub retry_secs: u64,
+    /// Speak HTTP/2 without TLS (prior knowledge) to the remote: every call and stream
+    /// shares a few connections instead of one descriptor each.
+    #[serde(default)]
+    pub http2: bool,
 }
 
 fn default_upstream_timeout() -> u64 {

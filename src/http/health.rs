@@ -21,6 +21,8 @@ pub async fn health(state: web::Data<AppState>) -> HttpResponse {
             "timestamp": format_timestamp(&chrono::Utc::now()),
             "version": env!("CARGO_PKG_VERSION"),
             "tasks": state.service.tasks().len(),
+            "openStreams": state.streams.open(),
+            "maxOpenStreams": state.streams.limit(),
             "agents": Value::Object(agents),
         }))
 }

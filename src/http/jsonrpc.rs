@@ -9,6 +9,7 @@ use super::body::{check_content_type, read_body};
 use super::sse::event_stream;
 use super::AppState;
 use crate::error::GatewayError;
+use crate::limits::StreamSlot;
 use crate::protocol::jsonrpc::parse_request;
 use crate::protocol::Dialect;
 use crate::routing;
@@ -83,8 +84,17 @@ async fn handle(
         };
         return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &err));
     };
+    // Counted before the stream opens upstream, so a refusal costs nothing there.
+    let slot = if rpc.method.is_streaming() {
+        match state.streams.try_open() {
+            Ok(slot) => Some(slot),
+            Err(e) => return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &e)),
+        }
+    } else {
+        None
+    };
     let reply = dispatch(&state.service, &agent, rpc).await;
-    respond(&req, &state, reply)
+    respond_with(&req, &state, reply, slot)
 }
 
 fn version_header(req: &HttpRequest) -> Option<String> {
@@ -99,12 +109,25 @@ fn version_header(req: &HttpRequest) -> Option<String> {
 }
 
 fn respond(req: &HttpRequest, state: &AppState, reply: RpcReply) -> HttpResponse {
-    match reply {
-        RpcReply::Json {
-            status,
-            body,
-            retry_after,
-        } => {
+    respond_with(req, state, reply, None)
+}
+
+/// Renders a reply; a stream needs the slot taken for it before dispatch.
+fn respond_with(
+    req: &HttpRequest,
+    state: &AppState,
+    reply: RpcReply,
+    slot: Option<StreamSlot>,
+) -> HttpResponse {
+    match (reply, slot) {
+        (
+            RpcReply::Json {
+                status,
+                body,
+                retry_after,
+            },
+            _,
+        ) => {
             let code = actix_web::http::StatusCode::from_u16(status)
                 .unwrap_or(actix_web::http::StatusCode::OK);
             let mut resp = HttpResponse::build(code);
@@ -114,16 +137,29 @@ fn respond(req: &HttpRequest, state: &AppState, reply: RpcReply) -> HttpResponse
             }
             resp.body(body)
         }
-        RpcReply::Stream {
-            id,
-            dialect,
-            items,
-            keepalive,
-        } => {
+        (
+            RpcReply::Stream {
+                id,
+                dialect,
+                items,
+                keepalive,
+            },
+            Some(slot),
+        ) => {
             let keepalive = keepalive.unwrap_or_else(|| state.default_keepalive());
-            event_stream(req, items, keepalive, move |item| {
+            event_stream(req, items, keepalive, slot, move |item| {
                 render_stream_item(&id, dialect, item)
             })
         }
+        // Only streaming methods produce streams, and they always take a slot first.
+        (RpcReply::Stream { id, dialect, .. }, None) => respond(
+            req,
+            state,
+            RpcReply::error(
+                &id,
+                dialect,
+                &GatewayError::Internal("stream without a slot".into()),
+            ),
+        ),
     }
 }

@@ -14,6 +14,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use crate::agents::Registry;
 use crate::config::GatewayConfig;
 use crate::error::GatewayError;
+use crate::limits::StreamGauge;
 use crate::service::A2aService;
 
 /// The request span: method, path and status only. The default builder records a dozen
@@ -49,6 +50,7 @@ pub struct AppState {
     pub config: GatewayConfig,
     pub registry: Registry,
     pub service: A2aService,
+    pub streams: StreamGauge,
 }
 
 impl AppState {

@@ -15,6 +15,7 @@ use super::sse::event_stream;
 use super::AppState;
 use crate::agents::Agent;
 use crate::error::GatewayError;
+use crate::limits::StreamSlot;
 use crate::protocol::ops::ItemStream;
 use crate::protocol::params::{self, ListTasksParams, SendParams};
 use crate::protocol::Dialect;
@@ -139,27 +140,34 @@ async fn send(req: HttpRequest, body: web::Payload, state: web::Data<AppState>) 
 async fn stream(req: HttpRequest, body: web::Payload, state: web::Data<AppState>) -> HttpResponse {
     let result = async {
         let p = send_params(&req, body, &state).await?;
+        let slot = state.streams.try_open()?;
         let agent = agent_for(&req, &state, p.message.task_id.as_deref())?;
         let items = state
             .service
             .stream(&agent, send_request(p, Dialect::V10)?)
             .await?;
-        Ok::<_, GatewayError>((agent, items))
+        Ok::<_, GatewayError>((agent, items, slot))
     }
     .await;
     match result {
-        Ok((agent, items)) => sse(&req, &state, &agent, items),
+        Ok((agent, items, slot)) => sse(&req, &state, &agent, items, slot),
         Err(e) => error_response(&e),
     }
 }
 
-fn sse(req: &HttpRequest, state: &AppState, agent: &Agent, items: ItemStream) -> HttpResponse {
+fn sse(
+    req: &HttpRequest,
+    state: &AppState,
+    agent: &Agent,
+    items: ItemStream,
+    slot: StreamSlot,
+) -> HttpResponse {
     let keepalive = agent
         .remote()
         .and_then(|r| r.stream_keepalive())
         .unwrap_or_else(|| state.default_keepalive());
     // REST events are the StreamResponse itself, without a JSON-RPC envelope.
-    event_stream(req, items, keepalive, |item| match item {
+    event_stream(req, items, keepalive, slot, |item| match item {
         Ok(item) => match serde_json::to_vec(item) {
             Ok(body) => (false, body),
             Err(e) => (
@@ -233,12 +241,13 @@ async fn subscribe(req: &HttpRequest, state: &AppState, id: &str) -> HttpRespons
     let result = async {
         check_version(req)?;
         let agent = agent_for(req, state, Some(id))?;
+        let slot = state.streams.try_open()?;
         let items = state.service.subscribe(&agent, id).await?;
-        Ok::<_, GatewayError>((agent, items))
+        Ok::<_, GatewayError>((agent, items, slot))
     }
     .await;
     match result {
-        Ok((agent, items)) => sse(req, state, &agent, items),
+        Ok((agent, items, slot)) => sse(req, state, &agent, items, slot),
         Err(e) => error_response(&e),
     }
 }

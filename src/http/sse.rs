@@ -9,21 +9,25 @@ use actix_web_lab::sse;
 use futures_util::StreamExt;
 
 use crate::error::GatewayError;
+use crate::limits::StreamSlot;
 use crate::protocol::model::StreamItem;
 use crate::protocol::ops::ItemStream;
 
 /// Streams `items` as SSE, each rendered by `render` into a `data:` payload (an error goes
 /// out as `event: error`), with keep-alive comments while idle.
+/// `slot` holds the stream's place in the gateway-wide count until the stream ends.
 pub fn event_stream<R>(
     req: &HttpRequest,
     items: ItemStream,
     keepalive: Duration,
+    slot: StreamSlot,
     render: R,
 ) -> HttpResponse
 where
     R: Fn(&Result<StreamItem, GatewayError>) -> (bool, Vec<u8>) + 'static,
 {
     let events = items.map(move |item| {
+        let _open = &slot;
         let (is_error, body) = render(&item);
         let text = String::from_utf8(body)
             .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());

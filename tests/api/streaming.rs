@@ -227,3 +227,89 @@ async fn sse_framing_and_headers() {
     assert!(text.starts_with("data: {"), "{text}");
     assert!(text.ends_with("\n\n"));
 }
+
+#[tokio::test]
+async fn stream_capacity_refuses_cleanly_and_disconnects_free_their_place() {
+    let gw = crate::helpers::spawn_with(
+        &[("echo.toml", crate::helpers::ECHO)],
+        // A disconnect is noticed at the next write: the keep-alive bounds how late.
+        "[limits]\nmax_open_streams = 1\nstream_keepalive_secs = 1",
+    )
+    .await;
+    let open_streams = || async {
+        let h: Value = gw
+            .client
+            .get(gw.url("/a2a/health"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        h["openStreams"].as_u64().unwrap()
+    };
+    let body = |text: &str| {
+        json!({"jsonrpc":"2.0","id":1,"method":"SendStreamingMessage","params":{"message": D::V10.message(text)}})
+            .to_string()
+    };
+    let held = gw
+        .client
+        .post(gw.url("/a2a/agents/echo"))
+        .header("A2A-Version", "1.0")
+        .body(body("/delay 30 hold"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(held.status(), 200);
+    assert_eq!(open_streams().await, 1);
+
+    let refused = gw
+        .call(
+            "/a2a/agents/echo",
+            D::V10,
+            "SendStreamingMessage",
+            json!({"message": D::V10.message("more")}),
+        )
+        .await;
+    assert_eq!(
+        (refused.status, refused.code()),
+        (503, -32054),
+        "{}",
+        refused.body
+    );
+    assert_eq!(refused.headers["retry-after"], "1");
+    assert_eq!(
+        refused.message(),
+        "The gateway is holding its maximum of 1 open streams; retry later"
+    );
+    let plain = gw
+        .call(
+            "/a2a/agents/echo",
+            D::V10,
+            "SendMessage",
+            json!({"message": D::V10.message("fine")}),
+        )
+        .await;
+    assert_eq!(plain.status, 200, "non-streaming calls are unaffected");
+
+    // The client goes away: the gateway notices and frees the place.
+    drop(held);
+    let mut freed = false;
+    for _ in 0..100 {
+        if open_streams().await == 0 {
+            freed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(freed, "a disconnected client's stream is released");
+    let again = gw
+        .sse(
+            "/a2a/agents/echo",
+            D::V10,
+            "SendStreamingMessage",
+            json!({"message": D::V10.message("ok")}),
+        )
+        .await;
+    assert!(!again.is_empty());
+}

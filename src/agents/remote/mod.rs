@@ -63,7 +63,11 @@ impl RemoteAgent {
             value.set_sensitive(true);
             headers.insert(name, value);
         }
-        let client = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder();
+        if config.http2 {
+            builder = builder.http2_prior_knowledge();
+        }
+        let client = builder
             .default_headers(headers)
             .connect_timeout(Duration::from_secs(config.connect_timeout_secs))
             .pool_idle_timeout(Duration::from_secs(90))

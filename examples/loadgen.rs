@@ -1,0 +1,157 @@
+//! A small load generator for what wrk cannot do here:
+//!
+//! - `rate URL BODY_FILE RPS SECS [HEADER:VALUE...]`: requests at a fixed rate (latency is
+//!   measured from each request's scheduled time, so a slow server cannot hide its queue);
+//!   prints achieved rate, errors and p50/p90/p99/max.
+//! - `streams URL BODY_FILE COUNT HOLD_SECS [HEADER:VALUE...]`: opens COUNT SSE streams,
+//!   waits for the first event on each, prints `READY <n>`, holds them HOLD_SECS, exits.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+
+fn usage() -> ! {
+    eprintln!("usage: loadgen rate URL BODY_FILE RPS SECS [H:V..] | streams URL BODY_FILE COUNT HOLD_SECS [H:V..]");
+    std::process::exit(2)
+}
+
+fn headers(rest: &[String]) -> reqwest::header::HeaderMap {
+    let mut map = reqwest::header::HeaderMap::new();
+    map.insert(
+        "content-type",
+        "application/json".parse().unwrap_or_else(|_| usage()),
+    );
+    for h in rest {
+        let Some((k, v)) = h.split_once(':') else {
+            usage()
+        };
+        let (Ok(k), Ok(v)) = (
+            reqwest::header::HeaderName::from_bytes(k.trim().as_bytes()),
+            v.trim().parse(),
+        ) else {
+            usage()
+        };
+        map.insert(k, v);
+    }
+    map
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 1)]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.len() < 5 {
+        usage();
+    }
+    let body = std::fs::read(&args[2]).unwrap_or_else(|_| usage());
+    let n: u64 = args[3].parse().unwrap_or_else(|_| usage());
+    let secs: u64 = args[4].parse().unwrap_or_else(|_| usage());
+    let client = reqwest::Client::builder()
+        .default_headers(headers(&args[5..]))
+        .pool_max_idle_per_host(20_000)
+        .build()
+        .unwrap_or_else(|_| usage());
+    match args[0].as_str() {
+        "rate" => rate(client, args[1].clone(), body, n, secs).await,
+        "streams" => streams(client, args[1].clone(), body, n as usize, secs).await,
+        _ => usage(),
+    }
+}
+
+async fn rate(client: reqwest::Client, url: String, body: Vec<u8>, rps: u64, secs: u64) {
+    let latencies = Arc::new(Mutex::new(Vec::with_capacity((rps * secs) as usize)));
+    let errors = Arc::new(AtomicUsize::new(0));
+    let period = Duration::from_nanos(1_000_000_000 / rps.max(1));
+    let start = Instant::now();
+    let mut tasks = Vec::with_capacity((rps * secs) as usize);
+    for i in 0..rps * secs {
+        let scheduled = start + period * i as u32;
+        tokio::time::sleep_until(scheduled.into()).await;
+        let (client, url, body) = (client.clone(), url.clone(), body.clone());
+        let (latencies, errors) = (latencies.clone(), errors.clone());
+        tasks.push(tokio::spawn(async move {
+            let ok = match client.post(&url).body(body).send().await {
+                Ok(resp) => resp.status().is_success() && resp.bytes().await.is_ok(),
+                Err(_) => false,
+            };
+            if ok {
+                let us = scheduled.elapsed().as_micros() as u64;
+                latencies.lock().unwrap_or_else(|e| e.into_inner()).push(us);
+            } else {
+                errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let mut l = latencies.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    l.sort_unstable();
+    let pct = |p: f64| {
+        l.get(((l.len() as f64 * p) as usize).min(l.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(0)
+    };
+    println!(
+        "rate {:.0} req/s ok {} errors {} p50 {:.2}ms p90 {:.2}ms p99 {:.2}ms max {:.2}ms",
+        l.len() as f64 / elapsed,
+        l.len(),
+        errors.load(Ordering::Relaxed),
+        pct(0.50) as f64 / 1000.0,
+        pct(0.90) as f64 / 1000.0,
+        pct(0.99) as f64 / 1000.0,
+        l.last().copied().unwrap_or(0) as f64 / 1000.0,
+    );
+}
+
+async fn streams(client: reqwest::Client, url: String, body: Vec<u8>, count: usize, hold: u64) {
+    let ready = Arc::new(AtomicUsize::new(0));
+    let failed = Arc::new(AtomicUsize::new(0));
+    // Connections are opened a few hundred at a time, not all in one burst.
+    let opening = Arc::new(tokio::sync::Semaphore::new(256));
+    for _ in 0..count {
+        let (client, url, body) = (client.clone(), url.clone(), body.clone());
+        let (ready, failed, opening) = (ready.clone(), failed.clone(), opening.clone());
+        tokio::spawn(async move {
+            let permit = opening.acquire_owned().await;
+            let resp = client
+                .post(&url)
+                .header("accept", "text/event-stream")
+                .body(body)
+                .send()
+                .await;
+            let Ok(resp) = resp else {
+                failed.fetch_add(1, Ordering::Relaxed);
+                return;
+            };
+            let mut events = resp.bytes_stream();
+            let mut seen = String::new();
+            while let Some(Ok(chunk)) = events.next().await {
+                seen.push_str(&String::from_utf8_lossy(&chunk));
+                if seen.contains("data:") {
+                    ready.fetch_add(1, Ordering::Relaxed);
+                    drop(permit);
+                    // Hold the stream open, reading whatever comes.
+                    while events.next().await.is_some() {}
+                    return;
+                }
+            }
+            failed.fetch_add(1, Ordering::Relaxed);
+        });
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while ready.load(Ordering::Relaxed) + failed.load(Ordering::Relaxed) < count
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!(
+        "READY {} failed {}",
+        ready.load(Ordering::Relaxed),
+        failed.load(Ordering::Relaxed)
+    );
+    tokio::time::sleep(Duration::from_secs(hold)).await;
+    std::process::exit(0);
+}
