@@ -41,7 +41,10 @@ pub fn build_state(settings: Settings) -> std::io::Result<AppState> {
     let stream_limit = limits
         .max_open_streams
         .unwrap_or_else(crate::limits::default_stream_limit);
+    let auth = crate::auth::Authenticator::build(&gateway.auth)
+        .map_err(|errors| std::io::Error::other(errors.join("; ")))?;
     Ok(AppState {
+        auth,
         registry,
         service: A2aService::new(tasks),
         streams: StreamGauge::new(stream_limit),
@@ -74,6 +77,41 @@ async fn start_upstreams(state: &AppState) {
     }
 }
 
+/// CORS for browser clients, from `[cors]`. Disallowed origins get no CORS headers.
+fn cors_middleware(cfg: &crate::config::CorsConfig) -> actix_cors::Cors {
+    let mut cors = actix_cors::Cors::default()
+        .allowed_methods(["GET", "POST", "OPTIONS"])
+        .allowed_headers([
+            "authorization",
+            "x-api-key",
+            "a2a-version",
+            "content-type",
+            "a2a-extensions",
+            "x-a2a-extensions",
+            "last-event-id",
+        ])
+        .expose_headers([
+            "x-ratelimit-limit",
+            "x-ratelimit-remaining",
+            "x-ratelimit-reset",
+            "retry-after",
+            "www-authenticate",
+            "a2a-extensions",
+        ])
+        .max_age(cfg.max_age_secs);
+    for origin in &cfg.allowed_origins {
+        cors = if origin == "*" {
+            cors.allow_any_origin().send_wildcard()
+        } else {
+            cors.allowed_origin(origin)
+        };
+    }
+    if cfg.allow_credentials {
+        cors = cors.supports_credentials();
+    }
+    cors
+}
+
 impl Application {
     /// Binds the configured host and port (port 0 picks a free one).
     pub async fn build(settings: Settings) -> std::io::Result<Application> {
@@ -91,11 +129,18 @@ impl Application {
         let state = build_state(settings)?;
         start_upstreams(&state).await;
         let state = web::Data::new(state);
+        let cors = state.config.cors.clone();
         let mut http = HttpServer::new(move || {
             App::new()
                 .app_data(state.clone())
                 .wrap(TracingLogger::<LeanRootSpan>::new())
                 .configure(routes)
+                // Registered last, so it runs first: preflights are answered before auth
+                // and without touching any limit.
+                .wrap(actix_web::middleware::Condition::new(
+                    !cors.allowed_origins.is_empty(),
+                    cors_middleware(&cors),
+                ))
         })
         // Slow clients cannot hold a worker: headers must arrive within this time.
         .client_request_timeout(Duration::from_secs(10))

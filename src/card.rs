@@ -6,7 +6,8 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::agents::{Agent, Registry};
+use crate::agents::Agent;
+use crate::auth::SchemeKind;
 use crate::config::{AgentDef, GatewayConfig, Skill};
 
 /// The 0.3 revision the hybrid card's top-level fields follow.
@@ -55,13 +56,83 @@ fn modes(m: &Option<Vec<String>>) -> Vec<String> {
     m.clone().unwrap_or_else(|| vec![DEFAULT_MODE.to_string()])
 }
 
+/// How a card states its security: the schemes the gateway accepts, whether calling
+/// requires them, and which generation's shapes to write (0.3 OpenAPI style, or 1.0 oneof
+/// wrappers; the one field cannot hold both, so cards follow the caller's `A2A-Version`).
+pub struct Security<'a> {
+    pub schemes: &'a [SchemeKind],
+    pub required: bool,
+    pub v10: bool,
+}
+
+fn scheme_json(kind: SchemeKind, v10: bool) -> Value {
+    match (kind, v10) {
+        (SchemeKind::ApiKey, false) => {
+            json!({"type": "apiKey", "in": "header", "name": crate::auth::API_KEY_HEADER})
+        }
+        (SchemeKind::ApiKey, true) => json!({"apiKeySecurityScheme":
+            {"location": "header", "name": crate::auth::API_KEY_HEADER}}),
+        (SchemeKind::Bearer { jwt }, false) => {
+            let mut s = json!({"type": "http", "scheme": "bearer"});
+            if jwt {
+                s["bearerFormat"] = json!("JWT");
+            }
+            s
+        }
+        (SchemeKind::Bearer { jwt }, true) => {
+            let mut s = json!({"scheme": "Bearer"});
+            if jwt {
+                s["bearerFormat"] = json!("JWT");
+            }
+            json!({ "httpAuthSecurityScheme": s })
+        }
+    }
+}
+
+fn apply_security(obj: &mut Map<String, Value>, sec: &Security) {
+    if sec.schemes.is_empty() {
+        return;
+    }
+    let schemes: Map<String, Value> = sec
+        .schemes
+        .iter()
+        .map(|k| (k.name().to_string(), scheme_json(*k, sec.v10)))
+        .collect();
+    obj.insert("securitySchemes".into(), Value::Object(schemes));
+    if !sec.required {
+        return;
+    }
+    // Alternatives: any one scheme will do.
+    let requirements: Vec<Value> = sec
+        .schemes
+        .iter()
+        .map(|k| {
+            if sec.v10 {
+                json!({"schemes": { k.name(): {"list": []} }})
+            } else {
+                json!({ k.name(): [] })
+            }
+        })
+        .collect();
+    let key = if sec.v10 {
+        "securityRequirements"
+    } else {
+        "security"
+    };
+    obj.insert(key.into(), Value::Array(requirements));
+}
+
 /// The card of one agent; `base` is the gateway's public base URL without trailing slash.
-pub fn agent_card(agent: &Agent, base: &str) -> Value {
+pub fn agent_card(agent: &Agent, base: &str, sec: &Security) -> Value {
     let url = format!("{base}{}", agent_path(&agent.def.name));
-    match agent.remote().and_then(|r| r.card()) {
+    let mut card = match agent.remote().and_then(|r| r.card()) {
         Some(remote) => upstream_card(&agent.def, &remote, &url),
         None => local_card(&agent.def, &url),
+    };
+    if let Some(obj) = card.as_object_mut() {
+        apply_security(obj, sec);
     }
+    card
 }
 
 fn local_card(def: &AgentDef, url: &str) -> Value {
@@ -194,13 +265,19 @@ pub fn namespaced_skill_id(agent: &str, skill: &str) -> String {
     format!("{agent}/{skill}")
 }
 
-/// The gateway's own card: its identity, the union of all agents' skills, interfaces at `/a2a`.
-pub fn gateway_card(config: &GatewayConfig, registry: &Registry, base: &str) -> Value {
+/// The gateway's own card: its identity, the union of the skills of `agents` (those the
+/// caller may call), interfaces at `/a2a`.
+pub fn gateway_card<'a>(
+    config: &GatewayConfig,
+    agents: impl Iterator<Item = &'a std::sync::Arc<Agent>>,
+    base: &str,
+    sec: &Security,
+) -> Value {
     let url = format!("{base}/a2a");
     let mut skills = Vec::new();
     let mut input_modes: Vec<String> = Vec::new();
     let mut output_modes: Vec<String> = Vec::new();
-    for agent in registry.iter() {
+    for agent in agents {
         let name = &agent.def.name;
         for mut skill in agent_skills(agent) {
             let Some(obj) = skill.as_object_mut() else {
@@ -245,6 +322,7 @@ pub fn gateway_card(config: &GatewayConfig, registry: &Registry, base: &str) -> 
         if let Some(d) = &config.documentation_url {
             obj.insert("documentationUrl".into(), json!(d));
         }
+        apply_security(obj, sec);
     }
     card
 }

@@ -130,6 +130,19 @@ fn serve(args: ServeArgs) -> ExitCode {
         server.workers = workers;
     }
     let host = server.host.clone();
+    let loopback = host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    let no_auth = settings.gateway.auth.api_keys.is_empty()
+        && settings.gateway.auth.bearer_tokens.is_empty()
+        && settings.gateway.auth.jwt.is_empty();
+    if no_auth && !loopback {
+        tracing::warn!(
+            %host,
+            "serving without authentication on a non-loopback address: anyone who can reach it can call every agent"
+        );
+    }
     let public_url = settings.gateway.public_url().map(str::to_string);
     let agents: Vec<String> = settings.agents.iter().map(|a| a.name.clone()).collect();
     let default_agent = settings.gateway.default_agent_name().map(str::to_string);

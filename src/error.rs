@@ -8,6 +8,8 @@ use serde_json::{json, Map, Value};
 /// implementation-defined server range, away from A2A's -32001..-32009.
 pub mod gateway_codes {
     pub const AGENT_NOT_FOUND: i64 = -32040;
+    pub const UNAUTHENTICATED: i64 = -32041;
+    pub const FORBIDDEN: i64 = -32043;
     pub const AGENT_BUSY: i64 = -32050;
     pub const AGENT_UNAVAILABLE: i64 = -32051;
     pub const TASK_STORE_FULL: i64 = -32052;
@@ -48,6 +50,11 @@ pub enum GatewayError {
         requested: String,
         supported: &'static str,
     },
+    /// 401, with the challenge for `WWW-Authenticate`.
+    #[error("Unauthenticated: {message}")]
+    Unauthenticated { message: String, challenge: String },
+    #[error("Forbidden: these credentials may not call this agent")]
+    Forbidden,
     #[error("Unknown agent: {name}")]
     AgentNotFound {
         name: String,
@@ -92,6 +99,8 @@ impl GatewayError {
             GatewayError::ExtendedCardNotConfigured => -32007,
             GatewayError::VersionNotSupported { .. } => -32009,
             GatewayError::AgentNotFound { .. } => AGENT_NOT_FOUND,
+            GatewayError::Unauthenticated { .. } => UNAUTHENTICATED,
+            GatewayError::Forbidden => FORBIDDEN,
             GatewayError::AgentBusy(_) => AGENT_BUSY,
             GatewayError::AgentUnavailable { .. } => AGENT_UNAVAILABLE,
             GatewayError::UpstreamTimeout { .. } => UPSTREAM_TIMEOUT,
@@ -119,6 +128,8 @@ impl GatewayError {
             GatewayError::ExtendedCardNotConfigured => "EXTENDED_AGENT_CARD_NOT_CONFIGURED",
             GatewayError::VersionNotSupported { .. } => "VERSION_NOT_SUPPORTED",
             GatewayError::AgentNotFound { .. } => "AGENT_NOT_FOUND",
+            GatewayError::Unauthenticated { .. } => "UNAUTHENTICATED",
+            GatewayError::Forbidden => "PERMISSION_DENIED",
             GatewayError::AgentBusy(_) => "AGENT_BUSY",
             GatewayError::AgentUnavailable { .. } => "AGENT_UNAVAILABLE",
             GatewayError::UpstreamTimeout { .. } => "UPSTREAM_TIMEOUT",
@@ -133,6 +144,8 @@ impl GatewayError {
     pub fn domain(&self) -> &'static str {
         match self {
             GatewayError::AgentNotFound { .. }
+            | GatewayError::Unauthenticated { .. }
+            | GatewayError::Forbidden
             | GatewayError::AgentBusy(_)
             | GatewayError::AgentUnavailable { .. }
             | GatewayError::UpstreamTimeout { .. }
@@ -149,6 +162,8 @@ impl GatewayError {
     pub fn jsonrpc_http_status(&self) -> u16 {
         match self {
             GatewayError::AgentNotFound { .. } => 404,
+            GatewayError::Unauthenticated { .. } => 401,
+            GatewayError::Forbidden => 403,
             GatewayError::PayloadTooLarge(_) => 413,
             GatewayError::ContentTypeNotSupported(_) => 415,
             GatewayError::AgentBusy(_)
@@ -187,6 +202,8 @@ impl GatewayError {
             GatewayError::MethodNotFound(_)
             | GatewayError::TaskNotFound(_)
             | GatewayError::AgentNotFound { .. } => 404,
+            GatewayError::Unauthenticated { .. } => 401,
+            GatewayError::Forbidden => 403,
             GatewayError::PayloadTooLarge(_) => 413,
             GatewayError::Internal(_) | GatewayError::InvalidAgentResponse(_) => 500,
             GatewayError::AgentBusy(_)
@@ -205,6 +222,14 @@ impl GatewayError {
             | GatewayError::AgentUnavailable { .. }
             | GatewayError::StreamCapacity(_)
             | GatewayError::TaskStoreFull(_) => Some(1),
+            _ => None,
+        }
+    }
+
+    /// The `WWW-Authenticate` challenge of a 401.
+    pub fn challenge(&self) -> Option<&str> {
+        match self {
+            GatewayError::Unauthenticated { challenge, .. } => Some(challenge),
             _ => None,
         }
     }
@@ -325,6 +350,8 @@ fn rest_status_for_code(code: i64) -> u16 {
 fn grpc_status_name(http: u16) -> &'static str {
     match http {
         400 => "INVALID_ARGUMENT",
+        401 => "UNAUTHENTICATED",
+        403 => "PERMISSION_DENIED",
         404 => "NOT_FOUND",
         413 => "RESOURCE_EXHAUSTED",
         503 => "UNAVAILABLE",

@@ -7,6 +7,7 @@
 
 pub mod agents;
 pub mod app;
+pub mod auth;
 pub mod card;
 pub mod cli;
 pub mod config;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::agents::Agent;
+use crate::auth::Principal;
 use crate::error::GatewayError;
 use crate::protocol::jsonrpc::{render_error, render_result, Method, RpcRequest};
 use crate::protocol::model::{SendResult, StreamItem, Task};
@@ -22,6 +23,8 @@ pub enum RpcReply {
         status: u16,
         body: Vec<u8>,
         retry_after: Option<u64>,
+        /// `WWW-Authenticate`, for a 401.
+        challenge: Option<String>,
     },
     /// An SSE stream; each item is rendered with [`render_stream_item`].
     Stream {
@@ -42,11 +45,17 @@ impl RpcReply {
             status: error.jsonrpc_http_status(),
             body: render_error(id, dialect, error),
             retry_after: error.retry_after(),
+            challenge: error.challenge().map(str::to_string),
         }
     }
 }
 
-pub async fn dispatch(service: &A2aService, agent: &Arc<Agent>, req: RpcRequest) -> RpcReply {
+pub async fn dispatch(
+    service: &A2aService,
+    agent: &Arc<Agent>,
+    caller: &Principal,
+    req: RpcRequest,
+) -> RpcReply {
     let RpcRequest {
         id,
         method,
@@ -58,12 +67,12 @@ pub async fn dispatch(service: &A2aService, agent: &Arc<Agent>, req: RpcRequest)
         match method {
             Method::SendMessage => {
                 let send = send_request(params::decode(params)?, dialect)?;
-                let result = service.send(agent, send).await?;
+                let result = service.send(agent, caller, send).await?;
                 ok(&id, dialect, &result)
             }
             Method::SendStreamingMessage => {
                 let send = send_request(params::decode(params)?, dialect)?;
-                let items = service.stream(agent, send).await?;
+                let items = service.stream(agent, caller, send).await?;
                 Ok(RpcReply::Stream {
                     id: id.clone(),
                     dialect,
@@ -74,22 +83,22 @@ pub async fn dispatch(service: &A2aService, agent: &Arc<Agent>, req: RpcRequest)
             Method::GetTask => {
                 let p: TaskIdParams = params::decode(params)?;
                 let history = params::history_length(p.history_length, dialect)?;
-                let task = service.get(agent, &p.id, history).await?;
+                let task = service.get(agent, caller, &p.id, history).await?;
                 ok_task(&id, dialect, &task)
             }
             Method::ListTasks => {
                 let p: ListTasksParams = params::decode(params)?;
-                let result = service.list(agent, &p.check()?).await?;
+                let result = service.list(agent, caller, &p.check()?).await?;
                 Ok(json(render_result(&id, &result)?))
             }
             Method::CancelTask => {
                 let p: TaskIdParams = params::decode(params)?;
-                let task = service.cancel(agent, &p.id).await?;
+                let task = service.cancel(agent, caller, &p.id).await?;
                 ok_task(&id, dialect, &task)
             }
             Method::SubscribeToTask => {
                 let p: TaskIdParams = params::decode(params)?;
-                let items = service.subscribe(agent, &p.id).await?;
+                let items = service.subscribe(agent, caller, &p.id).await?;
                 Ok(RpcReply::Stream {
                     id: id.clone(),
                     dialect,
@@ -136,6 +145,7 @@ fn json(body: Vec<u8>) -> RpcReply {
         status: 200,
         body,
         retry_after: None,
+        challenge: None,
     }
 }
 

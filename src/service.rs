@@ -11,19 +11,21 @@ use crate::agents::{
     Admission, Agent, AgentBackend, Backend, BackendError, EventSink, Execution, SinkProbe,
     SinkSetup, Update,
 };
+use crate::auth::Principal;
 use crate::error::GatewayError;
 use crate::protocol::model::{
     Message, SendResult, StreamItem, Task, TaskEvent, TaskState, TaskStatus, TaskStatusUpdateEvent,
 };
 use crate::protocol::ops::{ItemStream, ListTasksResponse, SendRequest};
 use crate::protocol::params::ListQuery;
-use crate::tasks::{Applied, StoreError, Tasks};
+use crate::tasks::{Applied, StoreError, Tasks, Viewer};
 
 /// How many events an execution may run ahead of a slow caller before it waits.
 const CALLER_BUFFER: usize = 32;
 
 pub struct A2aService {
     tasks: Arc<Tasks>,
+    remote_owners: Arc<RemoteOwners>,
 }
 
 struct Started {
@@ -33,7 +35,11 @@ struct Started {
 
 impl A2aService {
     pub fn new(tasks: Arc<Tasks>) -> A2aService {
-        A2aService { tasks }
+        let remote_owners = Arc::new(RemoteOwners::new(tasks_capacity_hint()));
+        A2aService {
+            tasks,
+            remote_owners,
+        }
     }
 
     pub fn tasks(&self) -> &Tasks {
@@ -44,14 +50,20 @@ impl A2aService {
     pub async fn send(
         &self,
         agent: &Arc<Agent>,
+        caller: &Principal,
         req: SendRequest,
     ) -> Result<SendResult, GatewayError> {
         check_send(&req)?;
         match &agent.backend {
-            Backend::Local(backend) => self.send_local(agent, backend, req).await,
+            Backend::Local(backend) => self.send_local(agent, caller, backend, req).await,
             Backend::Remote(remote) => {
+                self.remote_owners.check_message(&req.message, caller)?;
                 let _turn = admit(agent, &req).await?;
-                remote.send(&req).await
+                let result = remote.send(&req).await?;
+                if let SendResult::Task(t) = &result {
+                    self.remote_owners.record(&t.id, caller);
+                }
+                Ok(result)
             }
         }
     }
@@ -61,20 +73,27 @@ impl A2aService {
     pub async fn stream(
         &self,
         agent: &Arc<Agent>,
+        caller: &Principal,
         req: SendRequest,
     ) -> Result<ItemStream, GatewayError> {
         check_send(&req)?;
         match &agent.backend {
             Backend::Local(backend) => {
-                let Started { updates, .. } = self.start(agent, backend, req, true)?;
+                let Started { updates, .. } = self.start(agent, caller, backend, req, true)?;
                 Ok(until_stream_ends(updates))
             }
             Backend::Remote(remote) => {
+                self.remote_owners.check_message(&req.message, caller)?;
                 // The turn is held for as long as the stream is open.
                 let turn = admit(agent, &req).await?;
                 let items = remote.stream(&req).await?;
+                let owners = self.remote_owners.clone();
+                let caller = caller.id.clone();
                 Ok(Box::pin(items.map(move |item| {
                     let _held = &turn;
+                    if let Ok(StreamItem::Task(t)) = &item {
+                        owners.record_id(&t.id, &caller);
+                    }
                     item
                 })))
             }
@@ -85,12 +104,16 @@ impl A2aService {
     pub async fn get(
         &self,
         agent: &Agent,
+        caller: &Principal,
         id: &str,
         history_length: Option<usize>,
     ) -> Result<Task, GatewayError> {
         match &agent.backend {
-            Backend::Local(_) => self.get_local(agent, id, history_length),
-            Backend::Remote(remote) => remote.get(id, history_length).await,
+            Backend::Local(_) => self.get_local(viewer(agent, caller), id, history_length),
+            Backend::Remote(remote) => {
+                self.remote_owners.check(id, caller)?;
+                remote.get(id, history_length).await
+            }
         }
     }
 
@@ -98,33 +121,57 @@ impl A2aService {
     pub async fn list(
         &self,
         agent: &Agent,
+        caller: &Principal,
         query: &ListQuery,
     ) -> Result<ListTasksResponse, GatewayError> {
         match &agent.backend {
-            Backend::Local(_) => self.list_local(agent, query),
-            Backend::Remote(remote) => remote.list(query).await,
+            Backend::Local(_) => self.list_local(viewer(agent, caller), query),
+            Backend::Remote(remote) => {
+                let mut page = remote.list(query).await?;
+                // The remote does not know our callers: keep only what this one created.
+                page.tasks
+                    .retain(|t| self.remote_owners.check(&t.id, caller).is_ok());
+                Ok(page)
+            }
         }
     }
 
     /// `CancelTask` / `tasks/cancel`.
-    pub async fn cancel(&self, agent: &Agent, id: &str) -> Result<Task, GatewayError> {
+    pub async fn cancel(
+        &self,
+        agent: &Agent,
+        caller: &Principal,
+        id: &str,
+    ) -> Result<Task, GatewayError> {
         match &agent.backend {
-            Backend::Local(_) => self.cancel_local(agent, id),
-            Backend::Remote(remote) => remote.cancel(id).await,
+            Backend::Local(_) => self.cancel_local(viewer(agent, caller), id),
+            Backend::Remote(remote) => {
+                self.remote_owners.check(id, caller)?;
+                remote.cancel(id).await
+            }
         }
     }
 
     /// `SubscribeToTask` / `tasks/resubscribe`: the current task, then its later events.
-    pub async fn subscribe(&self, agent: &Agent, id: &str) -> Result<ItemStream, GatewayError> {
+    pub async fn subscribe(
+        &self,
+        agent: &Agent,
+        caller: &Principal,
+        id: &str,
+    ) -> Result<ItemStream, GatewayError> {
         match &agent.backend {
-            Backend::Local(_) => self.subscribe_local(agent, id),
-            Backend::Remote(remote) => remote.subscribe(id).await,
+            Backend::Local(_) => self.subscribe_local(viewer(agent, caller), id),
+            Backend::Remote(remote) => {
+                self.remote_owners.check(id, caller)?;
+                remote.subscribe(id).await
+            }
         }
     }
 
     async fn send_local(
         &self,
         agent: &Arc<Agent>,
+        caller: &Principal,
         backend: &Arc<dyn AgentBackend>,
         req: SendRequest,
     ) -> Result<SendResult, GatewayError> {
@@ -133,7 +180,7 @@ impl A2aService {
         let Started {
             task_id,
             mut updates,
-        } = self.start(agent, backend, req, false)?;
+        } = self.start(agent, caller, backend, req, false)?;
         let mut saw_task = false;
         while let Some(update) = updates.recv().await {
             let ends_stream = match update? {
@@ -156,7 +203,9 @@ impl A2aService {
         }
         let task = self
             .tasks
-            .inspect(&agent.name, &task_id, |t| t.view(history_length, true))
+            .inspect(viewer(agent, caller), &task_id, |t| {
+                t.view(history_length, true)
+            })
             .ok_or_else(|| GatewayError::TaskNotFound(task_id.clone()))?;
         Ok(SendResult::Task(task))
     }
@@ -164,6 +213,7 @@ impl A2aService {
     fn start(
         &self,
         agent: &Arc<Agent>,
+        caller: &Principal,
         backend: &Arc<dyn AgentBackend>,
         req: SendRequest,
         streaming: bool,
@@ -173,7 +223,7 @@ impl A2aService {
             Some(task_id) => {
                 let (context_id, state) = self
                     .tasks
-                    .inspect(&agent.name, &task_id, |t| {
+                    .inspect(viewer(agent, caller), &task_id, |t| {
                         (t.context_id.clone(), t.status.state)
                     })
                     .ok_or_else(|| GatewayError::TaskNotFound(task_id.clone()))?;
@@ -211,6 +261,7 @@ impl A2aService {
         let job = Job {
             tasks: self.tasks.clone(),
             agent: agent.clone(),
+            owner: caller.id.clone(),
             backend: backend.clone(),
             message,
             continuing,
@@ -228,21 +279,21 @@ impl A2aService {
 
     fn get_local(
         &self,
-        agent: &Agent,
+        v: Viewer<'_>,
         id: &str,
         history_length: Option<usize>,
     ) -> Result<Task, GatewayError> {
         self.tasks
-            .inspect(&agent.name, id, |t| t.view(history_length, true))
+            .inspect(v, id, |t| t.view(history_length, true))
             .ok_or_else(|| GatewayError::TaskNotFound(id.to_string()))
     }
 
     fn list_local(
         &self,
-        agent: &Agent,
+        v: Viewer<'_>,
         query: &ListQuery,
     ) -> Result<ListTasksResponse, GatewayError> {
-        let page = self.tasks.list(&agent.name, query).map_err(|e| match e {
+        let page = self.tasks.list(v, query).map_err(|e| match e {
             StoreError::BadPageToken => GatewayError::InvalidParams(
                 "params.pageToken: not a token this gateway issued".into(),
             ),
@@ -261,15 +312,15 @@ impl A2aService {
     }
 
     /// Stops running work and marks the task canceled.
-    fn cancel_local(&self, agent: &Agent, id: &str) -> Result<Task, GatewayError> {
+    fn cancel_local(&self, v: Viewer<'_>, id: &str) -> Result<Task, GatewayError> {
         let (state, context_id) = self
             .tasks
-            .inspect(&agent.name, id, |t| (t.status.state, t.context_id.clone()))
+            .inspect(v, id, |t| (t.status.state, t.context_id.clone()))
             .ok_or_else(|| GatewayError::TaskNotFound(id.to_string()))?;
         if state.is_terminal() {
             return Err(not_cancelable(id, state));
         }
-        self.tasks.cancel_work(&agent.name, id);
+        self.tasks.cancel_work(v, id);
         let event = TaskEvent::Status(TaskStatusUpdateEvent {
             task_id: id.to_string(),
             context_id,
@@ -277,22 +328,22 @@ impl A2aService {
             metadata: None,
         });
         match self.tasks.apply(id, &event) {
-            Applied::Yes => self.get_local(agent, id, None),
+            Applied::Yes => self.get_local(v, id, None),
             Applied::NotFound => Err(GatewayError::TaskNotFound(id.to_string())),
             Applied::TaskFinished => {
                 let state = self
                     .tasks
-                    .inspect(&agent.name, id, |t| t.status.state)
+                    .inspect(v, id, |t| t.status.state)
                     .unwrap_or(TaskState::Unspecified);
                 Err(not_cancelable(id, state))
             }
         }
     }
 
-    fn subscribe_local(&self, agent: &Agent, id: &str) -> Result<ItemStream, GatewayError> {
+    fn subscribe_local(&self, v: Viewer<'_>, id: &str) -> Result<ItemStream, GatewayError> {
         let (task, rx) = self
             .tasks
-            .subscribe(&agent.name, id)
+            .subscribe(v, id)
             .ok_or_else(|| GatewayError::TaskNotFound(id.to_string()))?;
         if task.status.state.is_terminal() {
             return Err(terminal_task_error(id, task.status.state));
@@ -331,6 +382,83 @@ trait ChainItems: Stream + Sized {
     }
 }
 impl<S: Stream> ChainItems for S {}
+
+fn viewer<'a>(agent: &'a Agent, caller: &'a Principal) -> Viewer<'a> {
+    Viewer {
+        agent: &agent.name,
+        principal: &caller.id,
+    }
+}
+
+/// How many upstream task owners are remembered (the oldest are forgotten first).
+fn tasks_capacity_hint() -> usize {
+    100_000
+}
+
+/// Who created each upstream task. The remote owns the task and knows nothing of the
+/// gateway's callers, so the gateway remembers, bounded, the creator of every task id it
+/// has handed out. An id it does not remember (created before a restart, or long ago) is
+/// visible only to the anonymous principal, which is what every caller is when no
+/// credentials are configured.
+pub struct RemoteOwners {
+    owners: crate::tasks::FastMap<String, Arc<str>>,
+    order: std::sync::Mutex<std::collections::VecDeque<String>>,
+    capacity: usize,
+}
+
+impl RemoteOwners {
+    fn new(capacity: usize) -> RemoteOwners {
+        RemoteOwners {
+            owners: Default::default(),
+            order: Default::default(),
+            capacity,
+        }
+    }
+
+    fn record(&self, task_id: &str, caller: &Principal) {
+        self.record_id(task_id, &caller.id);
+    }
+
+    fn record_id(&self, task_id: &str, owner: &Arc<str>) {
+        if self
+            .owners
+            .insert(task_id.to_string(), owner.clone())
+            .is_some()
+        {
+            return;
+        }
+        let mut order = self
+            .order
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        order.push_back(task_id.to_string());
+        while order.len() > self.capacity {
+            if let Some(old) = order.pop_front() {
+                self.owners.remove(&old);
+            }
+        }
+    }
+
+    fn check(&self, task_id: &str, caller: &Principal) -> Result<(), GatewayError> {
+        let visible = match self.owners.get(task_id) {
+            Some(owner) => **owner == *caller.id,
+            None => caller.anonymous,
+        };
+        if visible {
+            Ok(())
+        } else {
+            Err(GatewayError::TaskNotFound(task_id.to_string()))
+        }
+    }
+
+    /// A follow-up message may only continue the caller's own task.
+    fn check_message(&self, message: &Message, caller: &Principal) -> Result<(), GatewayError> {
+        match message.task_id.as_deref().filter(|t| !t.is_empty()) {
+            Some(t) => self.check(t, caller),
+            None => Ok(()),
+        }
+    }
+}
 
 /// Checks what every send needs, whichever backend serves it.
 fn check_send(req: &SendRequest) -> Result<(), GatewayError> {
@@ -391,6 +519,7 @@ fn until_stream_ends(updates: mpsc::Receiver<Result<Update, GatewayError>>) -> I
 struct Job {
     tasks: Arc<Tasks>,
     agent: Arc<Agent>,
+    owner: Arc<str>,
     backend: Arc<dyn AgentBackend>,
     message: Message,
     /// The task a follow-up message continues; None for a new task.
@@ -414,6 +543,7 @@ impl Job {
         EventSink::new(SinkSetup {
             tasks: self.tasks.clone(),
             agent: self.agent.name.clone(),
+            owner: self.owner.clone(),
             task_id: self.task_id.clone(),
             context_id: self.context_id.clone(),
             pending,

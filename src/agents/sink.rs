@@ -65,6 +65,7 @@ impl SinkProbe {
 pub(crate) struct SinkSetup {
     pub tasks: Arc<Tasks>,
     pub agent: Arc<str>,
+    pub owner: Arc<str>,
     pub task_id: String,
     pub context_id: String,
     pub pending: Option<Message>,
@@ -76,6 +77,7 @@ pub(crate) struct SinkSetup {
 pub struct EventSink {
     tasks: Arc<Tasks>,
     agent: Arc<str>,
+    owner: Arc<str>,
     task_id: String,
     context_id: String,
     /// The user message of a new task. The task is only created when the backend first
@@ -99,6 +101,7 @@ impl EventSink {
         let sink = EventSink {
             tasks: setup.tasks,
             agent: setup.agent,
+            owner: setup.owner,
             task_id: setup.task_id,
             context_id: setup.context_id,
             pending: setup.pending,
@@ -156,10 +159,12 @@ impl EventSink {
         } else {
             Update::Progress { ends_stream: false }
         };
-        match self
-            .tasks
-            .create(self.agent.clone(), task, self.cancel.clone())
-        {
+        match self.tasks.create(
+            self.agent.clone(),
+            self.owner.clone(),
+            task,
+            self.cancel.clone(),
+        ) {
             Ok(()) => {
                 self.phase.set(HAS_TASK);
                 self.forward(Ok(update)).await;

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::{A2aConfig, AgentDef, BackendSpec, Diagnostic, Diagnostics, Provider, Skill};
+use super::{A2aConfig, Access, AgentDef, BackendSpec, Diagnostic, Diagnostics, Provider, Skill};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -32,6 +32,8 @@ struct AgentFile {
     backend: BackendSpec,
     #[serde(default)]
     limits: AgentLimits,
+    #[serde(default)]
+    access: Option<Access>,
 }
 
 #[derive(Default, Deserialize)]
@@ -206,6 +208,7 @@ fn parse_agent(file: &Path, text: &str, diags: &mut Diagnostics) -> Option<(Agen
         backend,
         mailbox: raw.limits.mailbox.map(Spanned::into_inner),
         max_concurrency: raw.limits.max_concurrency.map(Spanned::into_inner),
+        access: raw.access,
         source: file.to_path_buf(),
     };
     Some((def, name_offset))

@@ -47,6 +47,10 @@ pub struct GatewayConfig {
     pub server: ServerConfig,
     #[serde(default)]
     pub limits: Limits,
+    #[serde(default)]
+    pub auth: AuthConfig,
+    #[serde(default)]
+    pub cors: CorsConfig,
 }
 
 impl Default for GatewayConfig {
@@ -61,6 +65,8 @@ impl Default for GatewayConfig {
             documentation_url: None,
             server: ServerConfig::default(),
             limits: Limits::default(),
+            auth: AuthConfig::default(),
+            cors: CorsConfig::default(),
         }
     }
 }
@@ -178,6 +184,108 @@ fn default_keepalive() -> u64 {
     15
 }
 
+/// Who may call an agent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Access {
+    /// Anyone, with or without credentials.
+    #[default]
+    Public,
+    /// Only callers with valid credentials that name this agent (or all agents).
+    Authenticated,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    /// Access of agents whose file does not say.
+    #[serde(default)]
+    pub default_access: Access,
+    /// Keys presented in `X-API-Key`.
+    #[serde(default)]
+    pub api_keys: Vec<CredentialConfig>,
+    /// Static tokens presented as `Authorization: Bearer <token>`.
+    #[serde(default)]
+    pub bearer_tokens: Vec<CredentialConfig>,
+    /// JWT issuers whose tokens are accepted as `Authorization: Bearer <jwt>`.
+    #[serde(default)]
+    pub jwt: Vec<JwtConfig>,
+}
+
+/// A shared secret, never inline: from an environment variable, a file, or given as the
+/// hex SHA-256 of the secret (so the file holds no secret at all).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CredentialConfig {
+    pub id: String,
+    #[serde(default)]
+    pub secret_env: Option<String>,
+    #[serde(default)]
+    pub secret_file: Option<PathBuf>,
+    #[serde(default)]
+    pub secret_sha256: Option<String>,
+    /// Agents it may call; `["*"]` (the default) means all.
+    #[serde(default = "all_agents")]
+    pub agents: Vec<String>,
+    #[serde(default)]
+    pub revoked: bool,
+}
+
+fn all_agents() -> Vec<String> {
+    vec!["*".into()]
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JwtConfig {
+    pub id: String,
+    /// Pinned: tokens signed any other way (or `none`) are refused. HS256, RS256 or ES256.
+    pub algorithm: String,
+    /// HS256 secret, from the environment or a file.
+    #[serde(default)]
+    pub secret_env: Option<String>,
+    #[serde(default)]
+    pub secret_file: Option<PathBuf>,
+    /// RS256/ES256: a PEM public key, or a JWKS file (keys chosen by `kid`).
+    #[serde(default)]
+    pub public_key_file: Option<PathBuf>,
+    #[serde(default)]
+    pub jwks_file: Option<PathBuf>,
+    #[serde(default)]
+    pub issuer: Option<String>,
+    #[serde(default)]
+    pub audience: Option<String>,
+    /// Claim listing the agents a token may call (array, or space-separated string; "*"
+    /// means all). Without the claim, the token may call no restricted agent.
+    #[serde(default = "default_agents_claim")]
+    pub agents_claim: String,
+    #[serde(default = "default_leeway")]
+    pub leeway_secs: u64,
+}
+
+fn default_agents_claim() -> String {
+    "agents".into()
+}
+fn default_leeway() -> u64 {
+    30
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CorsConfig {
+    /// Origins browsers may call from (`"*"` for any). Empty: no CORS headers at all.
+    #[serde(default)]
+    pub allowed_origins: Vec<String>,
+    #[serde(default)]
+    pub allow_credentials: bool,
+    #[serde(default = "default_cors_max_age")]
+    pub max_age_secs: usize,
+}
+
+fn default_cors_max_age() -> usize {
+    600
+}
+
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Provider {
@@ -202,6 +310,8 @@ pub struct AgentDef {
     pub backend: BackendSpec,
     pub mailbox: Option<usize>,
     pub max_concurrency: Option<usize>,
+    /// Unset: `auth.default_access`.
+    pub access: Option<Access>,
     /// The file it came from, for messages.
     pub source: PathBuf,
 }
@@ -359,6 +469,19 @@ fn validate_gateway(
             gateway.default_agent = Some(Spanned::new(0..0, agents[0].name.clone()));
         }
         _ => {}
+    }
+    // Secrets and keys are read now, so `check` reports a missing variable or file.
+    if let Err(errors) = crate::auth::Authenticator::build(&gateway.auth) {
+        for e in errors {
+            diags.push(Diagnostic::file(file, format!("auth: {e}")));
+        }
+    }
+    let cors = &gateway.cors;
+    if cors.allow_credentials && cors.allowed_origins.iter().any(|o| o == "*") {
+        diags.push(Diagnostic::file(
+            file,
+            "cors: allow_credentials cannot be combined with the origin \"*\" (browsers refuse it)",
+        ));
     }
     let l = &gateway.limits;
     for (key, value) in [

@@ -3,11 +3,40 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::{json, Value};
 
 use super::{rest_error, AppState};
+use crate::auth::Principal;
 use crate::card;
+use crate::config::Access;
+
+/// Cards need no credentials. Presented ones (if valid) show the caller which restricted
+/// agents it may call; anonymous callers see only the agents open to them.
+fn card_caller(req: &HttpRequest, state: &AppState) -> Principal {
+    state
+        .authenticate(req)
+        .unwrap_or_else(|_| Principal::anonymous())
+}
+
+/// Security shapes follow the caller's generation: `A2A-Version: 1.x` gets 1.0 shapes.
+fn wants_v10(req: &HttpRequest) -> bool {
+    req.headers()
+        .get("A2A-Version")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim().starts_with('1'))
+}
 
 pub async fn gateway_card(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
     let base = state.base_url(&req);
-    let body = card::gateway_card(&state.config, &state.registry, &base);
+    let caller = card_caller(&req, &state);
+    let schemes = state.auth.schemes();
+    let sec = card::Security {
+        schemes: &schemes,
+        required: state.auth.default_access() == Access::Authenticated,
+        v10: wants_v10(&req),
+    };
+    let visible = state
+        .registry
+        .iter()
+        .filter(|a| state.auth.authorize(&caller, &a.def).is_ok());
+    let body = card::gateway_card(&state.config, visible, &base, &sec);
     card_response(&req, &state, &body)
 }
 
@@ -21,21 +50,31 @@ pub async fn agent_card(
         return rest_error(404, err.public_message());
     };
     let base = state.base_url(&req);
-    let body = card::agent_card(agent, &base);
+    let schemes = state.auth.schemes();
+    let sec = card::Security {
+        schemes: &schemes,
+        required: state.auth.access_of(&agent.def) == Access::Authenticated,
+        v10: wants_v10(&req),
+    };
+    let body = card::agent_card(agent, &base, &sec);
     card_response(&req, &state, &body)
 }
 
 pub async fn list_agents(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
     let base = state.base_url(&req);
+    let caller = card_caller(&req, &state);
     let agents: Vec<Value> = state
         .registry
         .iter()
+        .filter(|a| state.auth.authorize(&caller, &a.def).is_ok())
         .map(|a| {
             let path = card::agent_path(&a.def.name);
             json!({
                 "name": a.def.name,
                 "description": a.def.description,
-                "version": card::agent_card(a, &base)["version"],
+                "version": a.def.version.clone()
+                    .or_else(|| a.remote().and_then(|r| r.card()).and_then(|c| c["version"].as_str().map(str::to_string)))
+                    .unwrap_or_else(|| "1.0.0".into()),
                 "url": format!("{base}{path}"),
                 "cardUrl": format!("{base}{path}/card"),
                 "health": a.health(),
@@ -83,7 +122,8 @@ fn card_response(req: &HttpRequest, state: &AppState, card: &Value) -> HttpRespo
         // Card URLs follow these headers unless a public URL is configured.
         (
             header::VARY,
-            "Host, Forwarded, X-Forwarded-Host, X-Forwarded-Proto".to_string(),
+            "Host, Forwarded, X-Forwarded-Host, X-Forwarded-Proto, A2A-Version, Authorization, X-API-Key"
+                .to_string(),
         ),
     ] {
         if let Ok(v) = header::HeaderValue::from_str(&value) {

@@ -48,6 +48,11 @@ async fn handle(
         .unwrap_or(Dialect::V03);
     let early = |e: GatewayError| RpcReply::error(&Value::Null, early_dialect, &e);
 
+    // Credentials first: a caller that cannot get in learns nothing about the request.
+    let caller = match state.authenticate(&req) {
+        Ok(c) => c,
+        Err(e) => return respond(&req, &state, early(e)),
+    };
     if let Err(e) = check_content_type(&req) {
         return respond(&req, &state, early(e));
     }
@@ -76,7 +81,7 @@ async fn handle(
     };
     let Some(agent) = agent.cloned() else {
         let err = match agent_name {
-            Some(name) => state.unknown_agent(&name),
+            Some(name) => state.missing_agent(&caller, &name),
             None => GatewayError::AgentNotFound {
                 name: "(default)".into(),
                 available: state.registry.names(),
@@ -84,6 +89,9 @@ async fn handle(
         };
         return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &err));
     };
+    if let Err(e) = state.authorize(&caller, &agent) {
+        return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &e));
+    }
     // Counted before the stream opens upstream, so a refusal costs nothing there.
     let slot = if rpc.method.is_streaming() {
         match state.streams.try_open() {
@@ -93,7 +101,7 @@ async fn handle(
     } else {
         None
     };
-    let reply = dispatch(&state.service, &agent, rpc).await;
+    let reply = dispatch(&state.service, &agent, &caller, rpc).await;
     respond_with(&req, &state, reply, slot)
 }
 
@@ -125,6 +133,7 @@ fn respond_with(
                 status,
                 body,
                 retry_after,
+                challenge,
             },
             _,
         ) => {
@@ -134,6 +143,9 @@ fn respond_with(
             resp.content_type("application/json");
             if let Some(secs) = retry_after {
                 resp.insert_header((header::RETRY_AFTER, secs.to_string()));
+            }
+            if let Some(c) = challenge {
+                resp.insert_header((header::WWW_AUTHENTICATE, c));
             }
             resp.body(body)
         }

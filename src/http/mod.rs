@@ -11,7 +11,9 @@ mod sse;
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 
-use crate::agents::Registry;
+use crate::agents::{Agent, Registry};
+use crate::auth::{AuthError, Authenticator, Principal};
+use crate::config::Access;
 use crate::config::GatewayConfig;
 use crate::error::GatewayError;
 use crate::limits::StreamGauge;
@@ -48,6 +50,7 @@ impl tracing_actix_web::RootSpanBuilder for LeanRootSpan {
 /// Shared by every worker; built once.
 pub struct AppState {
     pub config: GatewayConfig,
+    pub auth: Authenticator,
     pub registry: Registry,
     pub service: A2aService,
     pub streams: StreamGauge,
@@ -68,6 +71,43 @@ impl AppState {
 
     pub fn default_keepalive(&self) -> std::time::Duration {
         std::time::Duration::from_secs(self.config.limits.stream_keepalive_secs.max(1))
+    }
+
+    /// The caller, or the 401 to answer with. Runs before any body is read.
+    pub fn authenticate(&self, req: &HttpRequest) -> Result<Principal, GatewayError> {
+        self.auth
+            .authenticate(req.headers())
+            .map_err(|e| self.auth_error(e))
+    }
+
+    /// Whether `caller` may call `agent`: a 401 or a 403 if not.
+    pub fn authorize(&self, caller: &Principal, agent: &Agent) -> Result<(), GatewayError> {
+        self.auth
+            .authorize(caller, &agent.def)
+            .map_err(|e| self.auth_error(e))
+    }
+
+    fn auth_error(&self, e: AuthError) -> GatewayError {
+        if let AuthError::Rejected { reason, .. } = &e {
+            // The reason, never the credential.
+            tracing::info!(%reason, "credentials rejected");
+        }
+        match e {
+            AuthError::Forbidden => GatewayError::Forbidden,
+            other => GatewayError::Unauthenticated {
+                message: other.to_string(),
+                challenge: self.auth.challenge(&other),
+            },
+        }
+    }
+
+    /// An unknown agent is a 404, except for anonymous callers when agents are private by
+    /// default: they learn nothing beyond "authenticate first".
+    pub fn missing_agent(&self, caller: &Principal, name: &str) -> GatewayError {
+        if caller.anonymous && self.auth.default_access() == Access::Authenticated {
+            return self.auth_error(AuthError::Missing);
+        }
+        self.unknown_agent(name)
     }
 
     pub fn unknown_agent(&self, name: &str) -> GatewayError {

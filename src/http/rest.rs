@@ -14,6 +14,7 @@ use super::body::{check_content_type, read_body};
 use super::sse::event_stream;
 use super::AppState;
 use crate::agents::Agent;
+use crate::auth::Principal;
 use crate::error::GatewayError;
 use crate::limits::StreamSlot;
 use crate::protocol::ops::ItemStream;
@@ -55,6 +56,9 @@ fn error_response(e: &GatewayError) -> HttpResponse {
     if let Some(secs) = e.retry_after() {
         resp.insert_header((header::RETRY_AFTER, secs.to_string()));
     }
+    if let Some(c) = e.challenge() {
+        resp.insert_header((header::WWW_AUTHENTICATE, c.to_string()));
+    }
     resp.body(e.rest_body().to_string())
 }
 
@@ -89,48 +93,55 @@ fn check_version(req: &HttpRequest) -> Result<(), GatewayError> {
     }
 }
 
-/// The agent a request is for: named in the path, or chosen as on the shared endpoint.
+/// The agent a request is for (named in the path, or chosen as on the shared endpoint),
+/// once the caller is known to be allowed to call it.
 fn agent_for(
     req: &HttpRequest,
     state: &AppState,
+    caller: &Principal,
     task: Option<&str>,
 ) -> Result<Arc<Agent>, GatewayError> {
-    if let Some(name) = req.match_info().get("name") {
-        return state
+    let agent = match req.match_info().get("name") {
+        Some(name) => state
             .registry
             .get(name)
             .cloned()
-            .ok_or_else(|| state.unknown_agent(name));
-    }
-    task.and_then(|t| routing::owner(&state.registry, state.service.tasks(), t))
-        .or_else(|| state.registry.default_agent())
-        .cloned()
-        .ok_or_else(|| GatewayError::AgentNotFound {
-            name: "(default)".into(),
-            available: state.registry.names(),
-        })
+            .ok_or_else(|| state.missing_agent(caller, name))?,
+        None => task
+            .and_then(|t| routing::owner(&state.registry, state.service.tasks(), t))
+            .or_else(|| state.registry.default_agent())
+            .cloned()
+            .ok_or_else(|| GatewayError::AgentNotFound {
+                name: "(default)".into(),
+                available: state.registry.names(),
+            })?,
+    };
+    state.authorize(caller, &agent)?;
+    Ok(agent)
 }
 
+/// The caller and the checked body of a send.
 async fn send_params(
     req: &HttpRequest,
     body: web::Payload,
     state: &AppState,
-) -> Result<SendParams, GatewayError> {
+) -> Result<(Principal, SendParams), GatewayError> {
+    let caller = state.authenticate(req)?;
     check_version(req)?;
     check_content_type(req)?;
     let bytes = read_body(req, body, state.config.limits.max_body_bytes).await?;
     let raw: Box<RawValue> =
         serde_json::from_slice(&bytes).map_err(|e| GatewayError::Parse(e.to_string()))?;
-    params::decode(Some(&raw))
+    Ok((caller, params::decode(Some(&raw))?))
 }
 
 async fn send(req: HttpRequest, body: web::Payload, state: web::Data<AppState>) -> HttpResponse {
     let result = async {
-        let p = send_params(&req, body, &state).await?;
-        let agent = agent_for(&req, &state, p.message.task_id.as_deref())?;
+        let (caller, p) = send_params(&req, body, &state).await?;
+        let agent = agent_for(&req, &state, &caller, p.message.task_id.as_deref())?;
         state
             .service
-            .send(&agent, send_request(p, Dialect::V10)?)
+            .send(&agent, &caller, send_request(p, Dialect::V10)?)
             .await
     }
     .await;
@@ -139,12 +150,12 @@ async fn send(req: HttpRequest, body: web::Payload, state: web::Data<AppState>) 
 
 async fn stream(req: HttpRequest, body: web::Payload, state: web::Data<AppState>) -> HttpResponse {
     let result = async {
-        let p = send_params(&req, body, &state).await?;
+        let (caller, p) = send_params(&req, body, &state).await?;
+        let agent = agent_for(&req, &state, &caller, p.message.task_id.as_deref())?;
         let slot = state.streams.try_open()?;
-        let agent = agent_for(&req, &state, p.message.task_id.as_deref())?;
         let items = state
             .service
-            .stream(&agent, send_request(p, Dialect::V10)?)
+            .stream(&agent, &caller, send_request(p, Dialect::V10)?)
             .await?;
         Ok::<_, GatewayError>((agent, items, slot))
     }
@@ -203,11 +214,12 @@ async fn task_get_or_subscribe(req: HttpRequest, state: web::Data<AppState>) -> 
         }
         _ => {
             let result = async {
+                let caller = state.authenticate(&req)?;
                 check_version(&req)?;
                 let q: HistoryQuery = query(&req)?;
                 let history = params::history_length(q.history_length, Dialect::V10)?;
-                let agent = agent_for(&req, &state, Some(&target))?;
-                state.service.get(&agent, &target, history).await
+                let agent = agent_for(&req, &state, &caller, Some(&target))?;
+                state.service.get(&agent, &caller, &target, history).await
             }
             .await;
             reply(result)
@@ -222,9 +234,10 @@ async fn task_action(req: HttpRequest, state: web::Data<AppState>) -> HttpRespon
     match target.rsplit_once(':') {
         Some((id, "cancel")) => {
             let result = async {
+                let caller = state.authenticate(&req)?;
                 check_version(&req)?;
-                let agent = agent_for(&req, &state, Some(id))?;
-                state.service.cancel(&agent, id).await
+                let agent = agent_for(&req, &state, &caller, Some(id))?;
+                state.service.cancel(&agent, &caller, id).await
             }
             .await;
             reply(result)
@@ -239,10 +252,11 @@ async fn task_action(req: HttpRequest, state: web::Data<AppState>) -> HttpRespon
 
 async fn subscribe(req: &HttpRequest, state: &AppState, id: &str) -> HttpResponse {
     let result = async {
+        let caller = state.authenticate(req)?;
         check_version(req)?;
-        let agent = agent_for(req, state, Some(id))?;
+        let agent = agent_for(req, state, &caller, Some(id))?;
         let slot = state.streams.try_open()?;
-        let items = state.service.subscribe(&agent, id).await?;
+        let items = state.service.subscribe(&agent, &caller, id).await?;
         Ok::<_, GatewayError>((agent, items, slot))
     }
     .await;
@@ -254,10 +268,11 @@ async fn subscribe(req: &HttpRequest, state: &AppState, id: &str) -> HttpRespons
 
 async fn list(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
     let result = async {
+        let caller = state.authenticate(&req)?;
         check_version(&req)?;
         let p: ListTasksParams = query(&req)?;
-        let agent = agent_for(&req, &state, None)?;
-        state.service.list(&agent, &p.check()?).await
+        let agent = agent_for(&req, &state, &caller, None)?;
+        state.service.list(&agent, &caller, &p.check()?).await
     }
     .await;
     reply(result)

@@ -3,7 +3,7 @@
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
-use super::{FastMap, StoreError, StoredTask, TaskPage, TaskStore};
+use super::{FastMap, StoreError, StoredTask, TaskPage, TaskStore, Viewer};
 use crate::protocol::params::ListQuery;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -105,12 +105,12 @@ impl TaskStore for MemoryTaskStore {
         true
     }
 
-    fn list(&self, agent: &str, query: &ListQuery) -> Result<TaskPage, StoreError> {
+    fn list(&self, viewer: Viewer<'_>, query: &ListQuery) -> Result<TaskPage, StoreError> {
         let after = query.page_token.as_deref().map(decode_token).transpose()?;
         let mut matching: Vec<((i64, u64), String)> = self
             .tasks
             .iter()
-            .filter(|st| &*st.agent == agent)
+            .filter(|st| viewer.sees(st))
             .filter(|st| {
                 query
                     .context_id
@@ -172,6 +172,7 @@ mod tests {
                 metadata: None,
             },
             agent: Arc::from("a"),
+            owner: Arc::from("anonymous"),
             seq: 0,
             cancel: None,
         }

@@ -26,6 +26,8 @@ pub struct StoredTask {
     pub task: Task,
     /// The agent that owns the task; other agents answer "not found" for it.
     pub agent: Arc<str>,
+    /// The principal that created it; everyone else is told it does not exist.
+    pub owner: Arc<str>,
     /// Creation order, the tie-breaker when status timestamps are equal.
     pub seq: u64,
     /// Stops the work in progress on this task; dropped once the task finishes.
@@ -58,10 +60,23 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Runs `f` on the task mutably; false when there is no such task.
     fn update(&self, id: &str, f: &mut dyn FnMut(&mut StoredTask)) -> bool;
     /// One page of an agent's tasks, newest status first (full tasks; callers trim them).
-    fn list(&self, agent: &str, query: &ListQuery) -> Result<TaskPage, StoreError>;
+    fn list(&self, viewer: Viewer<'_>, query: &ListQuery) -> Result<TaskPage, StoreError>;
     fn len(&self) -> usize;
     fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// Who is looking: tasks are visible only through their agent, to their creator.
+#[derive(Debug, Clone, Copy)]
+pub struct Viewer<'a> {
+    pub agent: &'a str,
+    pub principal: &'a str,
+}
+
+impl Viewer<'_> {
+    pub fn sees(&self, st: &StoredTask) -> bool {
+        &*st.agent == self.agent && &*st.owner == self.principal
     }
 }
 
@@ -125,6 +140,7 @@ impl Tasks {
     pub fn create(
         &self,
         agent: Arc<str>,
+        owner: Arc<str>,
         task: Task,
         cancel: CancellationToken,
     ) -> Result<(), StoreError> {
@@ -132,15 +148,16 @@ impl Tasks {
         self.store.insert(StoredTask {
             task,
             agent,
+            owner,
             seq,
             cancel: Some(cancel),
         })
     }
 
     /// Stops the work in progress on the agent's task, if any.
-    pub fn cancel_work(&self, agent: &str, id: &str) {
+    pub fn cancel_work(&self, viewer: Viewer<'_>, id: &str) {
         self.store.read(id, &mut |st| {
-            if &*st.agent == agent {
+            if viewer.sees(st) {
                 if let Some(token) = &st.cancel {
                     token.cancel();
                 }
@@ -149,10 +166,10 @@ impl Tasks {
     }
 
     /// A copy of the agent's task, or None (also for another agent's task).
-    pub fn get(&self, agent: &str, id: &str) -> Option<Task> {
+    pub fn get(&self, viewer: Viewer<'_>, id: &str) -> Option<Task> {
         let mut out = None;
         self.store.read(id, &mut |st| {
-            if &*st.agent == agent {
+            if viewer.sees(st) {
                 out = Some(st.task.clone());
             }
         });
@@ -167,11 +184,16 @@ impl Tasks {
     }
 
     /// Reads the agent's task through `f` without copying it.
-    pub fn inspect<R>(&self, agent: &str, id: &str, f: impl FnOnce(&Task) -> R) -> Option<R> {
+    pub fn inspect<R>(
+        &self,
+        viewer: Viewer<'_>,
+        id: &str,
+        f: impl FnOnce(&Task) -> R,
+    ) -> Option<R> {
         let mut f = Some(f);
         let mut out = None;
         self.store.read(id, &mut |st| {
-            if &*st.agent == agent {
+            if viewer.sees(st) {
                 if let Some(f) = f.take() {
                     out = Some(f(&st.task));
                 }
@@ -225,20 +247,20 @@ impl Tasks {
     /// The current task and a receiver of every later event, taken atomically.
     pub fn subscribe(
         &self,
-        agent: &str,
+        viewer: Viewer<'_>,
         id: &str,
     ) -> Option<(Task, broadcast::Receiver<Arc<StreamItem>>)> {
         let mut out = None;
         self.store.read(id, &mut |st| {
-            if &*st.agent == agent {
+            if viewer.sees(st) {
                 out = Some((st.task.clone(), self.fanout.subscribe(id)));
             }
         });
         out
     }
 
-    pub fn list(&self, agent: &str, query: &ListQuery) -> Result<TaskPage, StoreError> {
-        self.store.list(agent, query)
+    pub fn list(&self, viewer: Viewer<'_>, query: &ListQuery) -> Result<TaskPage, StoreError> {
+        self.store.list(viewer, query)
     }
 
     pub fn len(&self) -> usize {

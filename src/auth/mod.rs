@@ -1,0 +1,339 @@
+//! Who is calling: API keys, static bearer tokens and JWTs, turned into a [`Principal`], and
+//! whether that principal may call an agent.
+//!
+//! Secrets are never inline in configuration and are kept only as SHA-256 digests, compared
+//! in constant time. Failures are deliberately vague: a caller learns that its credentials
+//! were not accepted, never whether a key id or an agent exists.
+
+mod jwt;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use actix_web::http::header::HeaderMap;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::config::{Access, AgentDef, AuthConfig, CredentialConfig};
+use jwt::JwtVerifier;
+
+pub const API_KEY_HEADER: &str = "X-API-Key";
+
+/// Which agents a principal may call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    All,
+    Agents(HashSet<String>),
+}
+
+impl Scope {
+    fn from_list<I: IntoIterator<Item = String>>(list: I) -> Scope {
+        let set: HashSet<String> = list.into_iter().collect();
+        if set.contains("*") {
+            Scope::All
+        } else {
+            Scope::Agents(set)
+        }
+    }
+
+    fn allows(&self, agent: &str) -> bool {
+        match self {
+            Scope::All => true,
+            Scope::Agents(set) => set.contains(agent),
+        }
+    }
+}
+
+/// The caller of a request. Anonymous callers share one principal: without credentials
+/// there is no identity to keep tasks apart by.
+#[derive(Debug, Clone)]
+pub struct Principal {
+    /// Stable and unique per credential: `key:<id>`, `bearer:<id>`, `jwt:<id>:<sub>`.
+    pub id: Arc<str>,
+    pub scope: Scope,
+    pub anonymous: bool,
+}
+
+impl Principal {
+    pub fn anonymous() -> Principal {
+        Principal {
+            id: Arc::from("anonymous"),
+            scope: Scope::Agents(HashSet::new()),
+            anonymous: true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    /// 401: no credentials where they are needed.
+    #[error("credentials are required")]
+    Missing,
+    /// 401: credentials were presented and not accepted (any reason: unknown, revoked,
+    /// expired, wrong signature...). The reason is logged, not sent.
+    #[error("the credentials were not accepted")]
+    Rejected { scheme: Scheme, reason: String },
+    /// 403: valid credentials that do not cover the agent.
+    #[error("these credentials may not call this agent")]
+    Forbidden,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheme {
+    ApiKey,
+    Bearer,
+}
+
+impl AuthError {
+    pub fn status(&self) -> u16 {
+        match self {
+            AuthError::Missing | AuthError::Rejected { .. } => 401,
+            AuthError::Forbidden => 403,
+        }
+    }
+}
+
+struct StaticCredential {
+    id: String,
+    digest: [u8; 32],
+    scope: Scope,
+    revoked: bool,
+}
+
+pub struct Authenticator {
+    default_access: Access,
+    api_keys: Vec<StaticCredential>,
+    bearer_tokens: Vec<StaticCredential>,
+    jwt: Vec<JwtVerifier>,
+}
+
+fn digest(secret: &[u8]) -> [u8; 32] {
+    Sha256::digest(secret).into()
+}
+
+fn load_static(c: &CredentialConfig, what: &str) -> Result<StaticCredential, String> {
+    let sources = [
+        c.secret_env.is_some(),
+        c.secret_file.is_some(),
+        c.secret_sha256.is_some(),
+    ];
+    if sources.iter().filter(|s| **s).count() != 1 {
+        return Err(format!(
+            "{what} \"{}\": give exactly one of secret_env, secret_file, secret_sha256",
+            c.id
+        ));
+    }
+    let digest = if let Some(var) = &c.secret_env {
+        let value = std::env::var(var)
+            .map_err(|_| format!("{what} \"{}\": environment variable {var} is not set", c.id))?;
+        digest(value.trim().as_bytes())
+    } else if let Some(path) = &c.secret_file {
+        let value = std::fs::read_to_string(path)
+            .map_err(|e| format!("{what} \"{}\": cannot read {}: {e}", c.id, path.display()))?;
+        digest(value.trim().as_bytes())
+    } else {
+        let hex = c.secret_sha256.as_deref().unwrap_or_default();
+        parse_hex32(hex)
+            .ok_or_else(|| format!("{what} \"{}\": secret_sha256 must be 64 hex digits", c.id))?
+    };
+    Ok(StaticCredential {
+        id: c.id.clone(),
+        digest,
+        scope: Scope::from_list(c.agents.iter().cloned()),
+        revoked: c.revoked,
+    })
+}
+
+fn parse_hex32(hex: &str) -> Option<[u8; 32]> {
+    if hex.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(hex.get(i * 2..i * 2 + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// Finds the credential whose digest matches, comparing against every entry so the time
+/// taken does not depend on which one (or whether any) matched.
+fn find<'a>(list: &'a [StaticCredential], presented: &[u8]) -> Option<&'a StaticCredential> {
+    let d = digest(presented);
+    let mut found = None;
+    for c in list {
+        if bool::from(c.digest.ct_eq(&d)) {
+            found = Some(c);
+        }
+    }
+    found
+}
+
+impl Authenticator {
+    /// Reads every secret and key the configuration names; errors name the credential.
+    pub fn build(cfg: &AuthConfig) -> Result<Authenticator, Vec<String>> {
+        let mut errors = Vec::new();
+        let mut keep = |r: Result<StaticCredential, String>| match r {
+            Ok(c) => Some(c),
+            Err(e) => {
+                errors.push(e);
+                None
+            }
+        };
+        let api_keys = cfg
+            .api_keys
+            .iter()
+            .filter_map(|c| keep(load_static(c, "api key")))
+            .collect();
+        let bearer_tokens = cfg
+            .bearer_tokens
+            .iter()
+            .filter_map(|c| keep(load_static(c, "bearer token")))
+            .collect();
+        let mut jwt = Vec::new();
+        for j in &cfg.jwt {
+            match JwtVerifier::build(j) {
+                Ok(v) => jwt.push(v),
+                Err(e) => errors.push(format!("jwt \"{}\": {e}", j.id)),
+            }
+        }
+        if errors.is_empty() {
+            Ok(Authenticator {
+                default_access: cfg.default_access,
+                api_keys,
+                bearer_tokens,
+                jwt,
+            })
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// Whether any credential is configured at all.
+    pub fn enabled(&self) -> bool {
+        !(self.api_keys.is_empty() && self.bearer_tokens.is_empty() && self.jwt.is_empty())
+    }
+
+    pub fn default_access(&self) -> Access {
+        self.default_access
+    }
+
+    pub fn access_of(&self, agent: &AgentDef) -> Access {
+        agent.access.unwrap_or(self.default_access)
+    }
+
+    /// The caller, from `X-API-Key` or `Authorization: Bearer`. Presented credentials that
+    /// are not accepted are an error even for public agents: a client with a broken key
+    /// should hear so, not be served as someone else.
+    pub fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, AuthError> {
+        if let Some(key) = headers.get(API_KEY_HEADER) {
+            let rejected = |reason: &str| AuthError::Rejected {
+                scheme: Scheme::ApiKey,
+                reason: reason.into(),
+            };
+            return match find(&self.api_keys, key.as_bytes()) {
+                Some(c) if c.revoked => Err(rejected(&format!("api key {} is revoked", c.id))),
+                Some(c) => Ok(Principal {
+                    id: Arc::from(format!("key:{}", c.id)),
+                    scope: c.scope.clone(),
+                    anonymous: false,
+                }),
+                None => Err(rejected("unknown api key")),
+            };
+        }
+        let Some(auth) = headers.get(actix_web::http::header::AUTHORIZATION) else {
+            return Ok(Principal::anonymous());
+        };
+        let rejected = |reason: String| AuthError::Rejected {
+            scheme: Scheme::Bearer,
+            reason,
+        };
+        let value = auth
+            .to_str()
+            .map_err(|_| rejected("malformed Authorization header".into()))?;
+        let token = match value.split_once(' ') {
+            Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => token.trim(),
+            _ => return Err(rejected("Authorization is not a Bearer credential".into())),
+        };
+        if token.is_empty() {
+            return Err(rejected("empty bearer token".into()));
+        }
+        if let Some(c) = find(&self.bearer_tokens, token.as_bytes()) {
+            if c.revoked {
+                return Err(rejected(format!("bearer token {} is revoked", c.id)));
+            }
+            return Ok(Principal {
+                id: Arc::from(format!("bearer:{}", c.id)),
+                scope: c.scope.clone(),
+                anonymous: false,
+            });
+        }
+        if token.split('.').count() == 3 && !self.jwt.is_empty() {
+            let mut last = String::from("no issuer accepted the token");
+            for v in &self.jwt {
+                match v.verify(token) {
+                    Ok(p) => return Ok(p),
+                    Err(e) => last = e,
+                }
+            }
+            return Err(rejected(last));
+        }
+        Err(rejected("unknown bearer token".into()))
+    }
+
+    /// Whether `p` may call `agent`.
+    pub fn authorize(&self, p: &Principal, agent: &AgentDef) -> Result<(), AuthError> {
+        match self.access_of(agent) {
+            Access::Public => Ok(()),
+            Access::Authenticated if p.anonymous => Err(AuthError::Missing),
+            Access::Authenticated if p.scope.allows(&agent.name) => Ok(()),
+            Access::Authenticated => Err(AuthError::Forbidden),
+        }
+    }
+
+    /// The `WWW-Authenticate` challenge for a 401.
+    pub fn challenge(&self, error: &AuthError) -> String {
+        match error {
+            AuthError::Rejected {
+                scheme: Scheme::ApiKey,
+                ..
+            } => format!("ApiKey header=\"{API_KEY_HEADER}\", realm=\"a2a-gateway\""),
+            AuthError::Rejected { .. } => {
+                "Bearer realm=\"a2a-gateway\", error=\"invalid_token\"".to_string()
+            }
+            _ if self.bearer_tokens.is_empty() && self.jwt.is_empty() => {
+                format!("ApiKey header=\"{API_KEY_HEADER}\", realm=\"a2a-gateway\"")
+            }
+            _ => "Bearer realm=\"a2a-gateway\"".to_string(),
+        }
+    }
+
+    /// Security schemes as the configuration makes them, keyed by scheme name.
+    pub fn schemes(&self) -> Vec<SchemeKind> {
+        let mut out = Vec::new();
+        if !self.api_keys.is_empty() {
+            out.push(SchemeKind::ApiKey);
+        }
+        if !self.bearer_tokens.is_empty() || !self.jwt.is_empty() {
+            out.push(SchemeKind::Bearer {
+                jwt: !self.jwt.is_empty(),
+            });
+        }
+        out
+    }
+}
+
+/// A security scheme the gateway accepts, for the cards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SchemeKind {
+    ApiKey,
+    Bearer { jwt: bool },
+}
+
+impl SchemeKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            SchemeKind::ApiKey => "apiKey",
+            SchemeKind::Bearer { .. } => "bearer",
+        }
+    }
+}
