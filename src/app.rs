@@ -43,8 +43,11 @@ pub fn build_state(settings: Settings) -> std::io::Result<AppState> {
         .unwrap_or_else(crate::limits::default_stream_limit);
     let auth = crate::auth::Authenticator::build(&gateway.auth)
         .map_err(|errors| std::io::Error::other(errors.join("; ")))?;
+    let rates = crate::limits::RateLimits::build(&gateway.rate_limits, &gateway.auth)
+        .map_err(|errors| std::io::Error::other(errors.join("; ")))?;
     Ok(AppState {
         auth,
+        rates,
         registry,
         service: A2aService::new(tasks),
         streams: StreamGauge::new(stream_limit),
@@ -133,6 +136,9 @@ impl Application {
         let mut http = HttpServer::new(move || {
             App::new()
                 .app_data(state.clone())
+                .wrap(actix_web::middleware::from_fn(
+                    crate::http::rate_limit_headers,
+                ))
                 .wrap(TracingLogger::<LeanRootSpan>::new())
                 .configure(routes)
                 // Registered last, so it runs first: preflights are answered before auth

@@ -15,6 +15,8 @@ pub mod gateway_codes {
     pub const TASK_STORE_FULL: i64 = -32052;
     pub const UPSTREAM_TIMEOUT: i64 = -32053;
     pub const STREAM_CAPACITY: i64 = -32054;
+    pub const RATE_LIMITED: i64 = -32070;
+    pub const TOO_MANY_STREAMS: i64 = -32071;
     pub const PAYLOAD_TOO_LARGE: i64 = -32060;
 }
 
@@ -77,6 +79,13 @@ pub enum GatewayError {
     TaskStoreFull(usize),
     #[error("The gateway is holding its maximum of {0} open streams; retry later")]
     StreamCapacity(usize),
+    #[error("Rate limit exceeded ({scope}): retry in {retry_after} s")]
+    RateLimited {
+        scope: &'static str,
+        retry_after: u64,
+    },
+    #[error("Too many open streams: this caller may hold {0} at once")]
+    TooManyStreams(usize),
     #[error("Request body exceeds the limit of {0} bytes")]
     PayloadTooLarge(usize),
 }
@@ -107,6 +116,8 @@ impl GatewayError {
             GatewayError::Upstream { code, .. } => *code,
             GatewayError::TaskStoreFull(_) => TASK_STORE_FULL,
             GatewayError::StreamCapacity(_) => STREAM_CAPACITY,
+            GatewayError::RateLimited { .. } => RATE_LIMITED,
+            GatewayError::TooManyStreams(_) => TOO_MANY_STREAMS,
             GatewayError::PayloadTooLarge(_) => PAYLOAD_TOO_LARGE,
         }
     }
@@ -136,6 +147,8 @@ impl GatewayError {
             GatewayError::Upstream { code, .. } => reason_for_code(*code),
             GatewayError::TaskStoreFull(_) => "TASK_STORE_FULL",
             GatewayError::StreamCapacity(_) => "STREAM_CAPACITY",
+            GatewayError::RateLimited { .. } => "RATE_LIMITED",
+            GatewayError::TooManyStreams(_) => "TOO_MANY_STREAMS",
             GatewayError::PayloadTooLarge(_) => "PAYLOAD_TOO_LARGE",
         }
     }
@@ -151,6 +164,8 @@ impl GatewayError {
             | GatewayError::UpstreamTimeout { .. }
             | GatewayError::TaskStoreFull(_)
             | GatewayError::StreamCapacity(_)
+            | GatewayError::RateLimited { .. }
+            | GatewayError::TooManyStreams(_)
             | GatewayError::PayloadTooLarge(_) => "a2a-gateway",
             _ => "a2a-protocol.org",
         }
@@ -164,6 +179,7 @@ impl GatewayError {
             GatewayError::AgentNotFound { .. } => 404,
             GatewayError::Unauthenticated { .. } => 401,
             GatewayError::Forbidden => 403,
+            GatewayError::RateLimited { .. } | GatewayError::TooManyStreams(_) => 429,
             GatewayError::PayloadTooLarge(_) => 413,
             GatewayError::ContentTypeNotSupported(_) => 415,
             GatewayError::AgentBusy(_)
@@ -204,6 +220,7 @@ impl GatewayError {
             | GatewayError::AgentNotFound { .. } => 404,
             GatewayError::Unauthenticated { .. } => 401,
             GatewayError::Forbidden => 403,
+            GatewayError::RateLimited { .. } | GatewayError::TooManyStreams(_) => 429,
             GatewayError::PayloadTooLarge(_) => 413,
             GatewayError::Internal(_) | GatewayError::InvalidAgentResponse(_) => 500,
             GatewayError::AgentBusy(_)
@@ -221,7 +238,9 @@ impl GatewayError {
             GatewayError::AgentBusy(_)
             | GatewayError::AgentUnavailable { .. }
             | GatewayError::StreamCapacity(_)
+            | GatewayError::TooManyStreams(_)
             | GatewayError::TaskStoreFull(_) => Some(1),
+            GatewayError::RateLimited { retry_after, .. } => Some(*retry_after),
             _ => None,
         }
     }
@@ -352,6 +371,7 @@ fn grpc_status_name(http: u16) -> &'static str {
         400 => "INVALID_ARGUMENT",
         401 => "UNAUTHENTICATED",
         403 => "PERMISSION_DENIED",
+        429 => "RESOURCE_EXHAUSTED",
         404 => "NOT_FOUND",
         413 => "RESOURCE_EXHAUSTED",
         503 => "UNAVAILABLE",

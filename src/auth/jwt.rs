@@ -22,6 +22,7 @@ pub struct JwtVerifier {
     keys: Keys,
     validation: Validation,
     agents_claim: String,
+    tier: Arc<str>,
 }
 
 fn read(path: &std::path::Path) -> Result<Vec<u8>, String> {
@@ -106,6 +107,7 @@ impl JwtVerifier {
             keys,
             validation,
             agents_claim: cfg.agents_claim.clone(),
+            tier: super::tier_of(&cfg.tier),
         })
     }
 
@@ -146,6 +148,7 @@ impl JwtVerifier {
                 Scope::from_list(agents)
             },
             anonymous: false,
+            tier: self.tier.clone(),
         })
     }
 }

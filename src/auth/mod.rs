@@ -52,6 +52,8 @@ pub struct Principal {
     pub id: Arc<str>,
     pub scope: Scope,
     pub anonymous: bool,
+    /// Rate-limit tier.
+    pub tier: Arc<str>,
 }
 
 impl Principal {
@@ -60,8 +62,15 @@ impl Principal {
             id: Arc::from("anonymous"),
             scope: Scope::Agents(HashSet::new()),
             anonymous: true,
+            tier: Arc::from(DEFAULT_TIER),
         }
     }
+}
+
+pub const DEFAULT_TIER: &str = "default";
+
+fn tier_of(t: &Option<String>) -> Arc<str> {
+    Arc::from(t.as_deref().unwrap_or(DEFAULT_TIER))
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -98,6 +107,7 @@ struct StaticCredential {
     digest: [u8; 32],
     scope: Scope,
     revoked: bool,
+    tier: Arc<str>,
 }
 
 pub struct Authenticator {
@@ -141,6 +151,7 @@ fn load_static(c: &CredentialConfig, what: &str) -> Result<StaticCredential, Str
         digest,
         scope: Scope::from_list(c.agents.iter().cloned()),
         revoked: c.revoked,
+        tier: tier_of(&c.tier),
     })
 }
 
@@ -236,6 +247,7 @@ impl Authenticator {
                     id: Arc::from(format!("key:{}", c.id)),
                     scope: c.scope.clone(),
                     anonymous: false,
+                    tier: c.tier.clone(),
                 }),
                 None => Err(rejected("unknown api key")),
             };
@@ -265,6 +277,7 @@ impl Authenticator {
                 id: Arc::from(format!("bearer:{}", c.id)),
                 scope: c.scope.clone(),
                 anonymous: false,
+                tier: c.tier.clone(),
             });
         }
         if token.split('.').count() == 3 && !self.jwt.is_empty() {

@@ -51,6 +51,8 @@ pub struct GatewayConfig {
     pub auth: AuthConfig,
     #[serde(default)]
     pub cors: CorsConfig,
+    #[serde(default)]
+    pub rate_limits: RateLimitConfig,
 }
 
 impl Default for GatewayConfig {
@@ -67,6 +69,7 @@ impl Default for GatewayConfig {
             limits: Limits::default(),
             auth: AuthConfig::default(),
             cors: CorsConfig::default(),
+            rate_limits: RateLimitConfig::default(),
         }
     }
 }
@@ -229,6 +232,9 @@ pub struct CredentialConfig {
     pub agents: Vec<String>,
     #[serde(default)]
     pub revoked: bool,
+    /// Rate-limit tier; unset: `default`.
+    #[serde(default)]
+    pub tier: Option<String>,
 }
 
 fn all_agents() -> Vec<String> {
@@ -261,6 +267,44 @@ pub struct JwtConfig {
     pub agents_claim: String,
     #[serde(default = "default_leeway")]
     pub leeway_secs: u64,
+    /// Rate-limit tier of its tokens; unset: `default`.
+    #[serde(default)]
+    pub tier: Option<String>,
+}
+
+/// Requests per caller (by tier) and per agent. Nothing configured: no limits.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitConfig {
+    /// Proxies whose `X-Forwarded-For` is believed when identifying anonymous callers.
+    #[serde(default)]
+    pub trusted_proxies: Vec<String>,
+    /// By name; `default` applies to anonymous callers and credentials without a tier.
+    #[serde(default)]
+    pub tiers: std::collections::BTreeMap<String, TierConfig>,
+    /// Per agent, all callers together.
+    #[serde(default)]
+    pub agents: std::collections::BTreeMap<String, QuotaConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TierConfig {
+    pub requests_per_minute: u32,
+    /// Requests allowed at once before the rate applies; default: a tenth of a minute's.
+    #[serde(default)]
+    pub burst: Option<u32>,
+    /// Streams one caller may hold open.
+    #[serde(default)]
+    pub max_streams: Option<usize>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaConfig {
+    pub requests_per_minute: u32,
+    #[serde(default)]
+    pub burst: Option<u32>,
 }
 
 fn default_agents_claim() -> String {
@@ -482,6 +526,19 @@ fn validate_gateway(
             file,
             "cors: allow_credentials cannot be combined with the origin \"*\" (browsers refuse it)",
         ));
+    }
+    if let Err(errors) = crate::limits::RateLimits::build(&gateway.rate_limits, &gateway.auth) {
+        for e in errors {
+            diags.push(Diagnostic::file(file, format!("rate_limits: {e}")));
+        }
+    }
+    for name in gateway.rate_limits.agents.keys() {
+        if !agents.iter().any(|a| &a.name == name) {
+            diags.push(Diagnostic::file(
+                file,
+                format!("rate_limits.agents.{name}: no such agent in agents.d"),
+            ));
+        }
     }
     let l = &gateway.limits;
     for (key, value) in [

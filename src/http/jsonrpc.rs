@@ -89,12 +89,15 @@ async fn handle(
         };
         return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &err));
     };
-    if let Err(e) = state.authorize(&caller, &agent) {
+    if let Err(e) = state
+        .authorize(&caller, &agent)
+        .and_then(|()| state.admit(&req, &caller, &agent))
+    {
         return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &e));
     }
     // Counted before the stream opens upstream, so a refusal costs nothing there.
     let slot = if rpc.method.is_streaming() {
-        match state.streams.try_open() {
+        match state.open_stream(&req, &caller) {
             Ok(slot) => Some(slot),
             Err(e) => return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &e)),
         }

@@ -9,14 +9,14 @@ mod rest;
 mod sse;
 
 use actix_web::http::header;
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
 
 use crate::agents::{Agent, Registry};
 use crate::auth::{AuthError, Authenticator, Principal};
 use crate::config::Access;
 use crate::config::GatewayConfig;
 use crate::error::GatewayError;
-use crate::limits::StreamGauge;
+use crate::limits::{RateInfo, RateLimits, StreamGauge, StreamSlot};
 use crate::service::A2aService;
 
 /// The request span: method, path and status only. The default builder records a dozen
@@ -51,6 +51,7 @@ impl tracing_actix_web::RootSpanBuilder for LeanRootSpan {
 pub struct AppState {
     pub config: GatewayConfig,
     pub auth: Authenticator,
+    pub rates: RateLimits,
     pub registry: Registry,
     pub service: A2aService,
     pub streams: StreamGauge,
@@ -101,6 +102,50 @@ impl AppState {
         }
     }
 
+    /// The key a caller is counted under (its credential, or its address when anonymous).
+    fn caller_key(&self, req: &HttpRequest, caller: &Principal) -> String {
+        let xff = req
+            .headers()
+            .get("x-forwarded-for")
+            .and_then(|v| v.to_str().ok());
+        let ip = self.rates.client_ip(req.peer_addr().map(|a| a.ip()), xff);
+        self.rates.caller_key(caller, ip)
+    }
+
+    /// Counts one request against the caller's and the agent's rate; the numbers go out
+    /// as `X-RateLimit-*` headers (see [`rate_limit_headers`]), also on a refusal.
+    pub fn admit(
+        &self,
+        req: &HttpRequest,
+        caller: &Principal,
+        agent: &Agent,
+    ) -> Result<(), GatewayError> {
+        let key = self.caller_key(req, caller);
+        match self.rates.check(caller, &key, &agent.def.name) {
+            Ok(info) => {
+                if let Some(info) = info {
+                    req.extensions_mut().insert(info);
+                }
+                Ok(())
+            }
+            Err((e, info)) => {
+                req.extensions_mut().insert(info);
+                Err(e)
+            }
+        }
+    }
+
+    /// A stream slot counted against the gateway and against the caller's tier.
+    pub fn open_stream(
+        &self,
+        req: &HttpRequest,
+        caller: &Principal,
+    ) -> Result<StreamSlot, GatewayError> {
+        let key = self.caller_key(req, caller);
+        self.streams
+            .try_open_for(&key, self.rates.max_streams(caller))
+    }
+
     /// An unknown agent is a 404, except for anonymous callers when agents are private by
     /// default: they learn nothing beyond "authenticate first".
     pub fn missing_agent(&self, caller: &Principal, name: &str) -> GatewayError {
@@ -146,6 +191,28 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .route(web::get().to(cards::gateway_card)),
     )
     .default_service(web::to(not_found));
+}
+
+/// Middleware: writes the `X-RateLimit-*` headers a handler recorded for its request.
+pub async fn rate_limit_headers(
+    req: actix_web::dev::ServiceRequest,
+    next: actix_web::middleware::Next<impl actix_web::body::MessageBody + 'static>,
+) -> Result<actix_web::dev::ServiceResponse<impl actix_web::body::MessageBody>, actix_web::Error> {
+    let mut resp = next.call(req).await?;
+    let info = resp.request().extensions().get::<RateInfo>().copied();
+    if let Some(info) = info {
+        let headers = resp.headers_mut();
+        for (name, value) in [
+            ("x-ratelimit-limit", info.limit.to_string()),
+            ("x-ratelimit-remaining", info.remaining.to_string()),
+            ("x-ratelimit-reset", info.reset_secs.to_string()),
+        ] {
+            if let Ok(v) = header::HeaderValue::from_str(&value) {
+                headers.insert(header::HeaderName::from_static(name), v);
+            }
+        }
+    }
+    Ok(resp)
 }
 
 /// Errors outside JSON-RPC use the HTTP+JSON binding's body (google.rpc.Status).

@@ -117,6 +117,7 @@ fn agent_for(
             })?,
     };
     state.authorize(caller, &agent)?;
+    state.admit(req, caller, &agent)?;
     Ok(agent)
 }
 
@@ -152,7 +153,7 @@ async fn stream(req: HttpRequest, body: web::Payload, state: web::Data<AppState>
     let result = async {
         let (caller, p) = send_params(&req, body, &state).await?;
         let agent = agent_for(&req, &state, &caller, p.message.task_id.as_deref())?;
-        let slot = state.streams.try_open()?;
+        let slot = state.open_stream(&req, &caller)?;
         let items = state
             .service
             .stream(&agent, &caller, send_request(p, Dialect::V10)?)
@@ -255,7 +256,7 @@ async fn subscribe(req: &HttpRequest, state: &AppState, id: &str) -> HttpRespons
         let caller = state.authenticate(req)?;
         check_version(req)?;
         let agent = agent_for(req, state, &caller, Some(id))?;
-        let slot = state.streams.try_open()?;
+        let slot = state.open_stream(req, &caller)?;
         let items = state.service.subscribe(&agent, &caller, id).await?;
         Ok::<_, GatewayError>((agent, items, slot))
     }

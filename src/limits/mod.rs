@@ -1,9 +1,15 @@
-//! Gateway-wide limits that protect the process itself.
+//! Limits that protect the gateway and share it fairly: open streams (gateway-wide and per
+//! caller) and request rates.
+
+mod rate;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+pub use rate::{RateInfo, RateLimits};
+
 use crate::error::GatewayError;
+use crate::tasks::FastMap;
 
 /// Descriptors kept back for listeners, logs, upstream calls and accepting connections
 /// that will only be told "no".
@@ -14,14 +20,26 @@ const RESERVED_DESCRIPTORS: u64 = 512;
 pub struct StreamGauge {
     open: Arc<AtomicUsize>,
     limit: usize,
+    per_caller: Arc<FastMap<String, usize>>,
 }
 
 /// One open stream; dropping it (the stream ended or its client left) frees the place.
-pub struct StreamSlot(Arc<AtomicUsize>);
+pub struct StreamSlot {
+    open: Arc<AtomicUsize>,
+    caller: Option<(Arc<FastMap<String, usize>>, String)>,
+}
 
 impl Drop for StreamSlot {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.open.fetch_sub(1, Ordering::AcqRel);
+        if let Some((map, key)) = self.caller.take() {
+            if let dashmap::Entry::Occupied(mut e) = map.entry(key) {
+                *e.get_mut() -= 1;
+                if *e.get() == 0 {
+                    e.remove();
+                }
+            }
+        }
     }
 }
 
@@ -30,6 +48,7 @@ impl StreamGauge {
         StreamGauge {
             open: Arc::new(AtomicUsize::new(0)),
             limit: limit.max(1),
+            per_caller: Arc::new(FastMap::default()),
         }
     }
 
@@ -38,7 +57,30 @@ impl StreamGauge {
             self.open.fetch_sub(1, Ordering::AcqRel);
             return Err(GatewayError::StreamCapacity(self.limit));
         }
-        Ok(StreamSlot(self.open.clone()))
+        Ok(StreamSlot {
+            open: self.open.clone(),
+            caller: None,
+        })
+    }
+
+    /// A slot counted against the gateway and against `caller`, who may hold `max` at once.
+    pub fn try_open_for(
+        &self,
+        caller: &str,
+        max: Option<usize>,
+    ) -> Result<StreamSlot, GatewayError> {
+        let mut slot = self.try_open()?;
+        let Some(max) = max else {
+            return Ok(slot);
+        };
+        let mut count = self.per_caller.entry(caller.to_string()).or_insert(0);
+        if *count >= max {
+            return Err(GatewayError::TooManyStreams(max));
+        }
+        *count += 1;
+        drop(count);
+        slot.caller = Some((self.per_caller.clone(), caller.to_string()));
+        Ok(slot)
     }
 
     pub fn open(&self) -> usize {

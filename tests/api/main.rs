@@ -9,6 +9,7 @@ mod errors;
 mod helpers;
 mod interop;
 mod lifecycle;
+mod limits;
 mod peers;
 mod rest;
 mod streaming;

@@ -1,0 +1,224 @@
+//! Request rate limits: per caller (by tier) and per agent, with the numbers a client needs
+//! to pace itself (`X-RateLimit-*`).
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use governor::clock::{Clock, DefaultClock};
+use governor::middleware::StateInformationMiddleware;
+use governor::state::keyed::DashMapStateStore;
+use governor::state::{InMemoryState, NotKeyed};
+use governor::{Quota, RateLimiter};
+
+use crate::auth::Principal;
+use crate::config::{AuthConfig, RateLimitConfig};
+use crate::error::GatewayError;
+
+type Keyed =
+    RateLimiter<String, DashMapStateStore<String>, DefaultClock, StateInformationMiddleware>;
+type Direct = RateLimiter<NotKeyed, InMemoryState, DefaultClock, StateInformationMiddleware>;
+
+/// What a limited response tells its client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateInfo {
+    pub limit: u32,
+    pub remaining: u32,
+    /// Seconds until the allowance is full again.
+    pub reset_secs: u64,
+}
+
+struct Tier {
+    limiter: Keyed,
+    quota: Quota,
+    max_streams: Option<usize>,
+}
+
+struct AgentLimit {
+    limiter: Direct,
+    quota: Quota,
+}
+
+pub struct RateLimits {
+    tiers: HashMap<String, Tier>,
+    agents: HashMap<String, AgentLimit>,
+    trusted: Vec<IpAddr>,
+    clock: DefaultClock,
+}
+
+fn quota(rpm: u32, burst: Option<u32>) -> Result<Quota, String> {
+    let rpm = NonZeroU32::new(rpm).ok_or("requests_per_minute must be at least 1")?;
+    let burst = burst.unwrap_or((rpm.get() / 10).max(1));
+    let burst = NonZeroU32::new(burst).ok_or("burst must be at least 1")?;
+    Ok(Quota::per_minute(rpm).allow_burst(burst))
+}
+
+fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+impl RateLimits {
+    pub fn build(cfg: &RateLimitConfig, auth: &AuthConfig) -> Result<RateLimits, Vec<String>> {
+        let mut errors = Vec::new();
+        let mut tiers = HashMap::new();
+        for (name, t) in &cfg.tiers {
+            match quota(t.requests_per_minute, t.burst) {
+                Ok(q) => {
+                    tiers.insert(
+                        name.clone(),
+                        Tier {
+                            limiter: RateLimiter::keyed(q).with_middleware(),
+                            quota: q,
+                            max_streams: t.max_streams,
+                        },
+                    );
+                }
+                Err(e) => errors.push(format!("tiers.{name}: {e}")),
+            }
+        }
+        let mut agents = HashMap::new();
+        for (name, a) in &cfg.agents {
+            match quota(a.requests_per_minute, a.burst) {
+                Ok(q) => {
+                    agents.insert(
+                        name.clone(),
+                        AgentLimit {
+                            limiter: RateLimiter::direct(q).with_middleware(),
+                            quota: q,
+                        },
+                    );
+                }
+                Err(e) => errors.push(format!("agents.{name}: {e}")),
+            }
+        }
+        let named = auth
+            .api_keys
+            .iter()
+            .chain(&auth.bearer_tokens)
+            .filter_map(|c| c.tier.as_deref())
+            .chain(auth.jwt.iter().filter_map(|j| j.tier.as_deref()));
+        for tier in named {
+            if !tiers.contains_key(tier) {
+                errors.push(format!(
+                    "tier \"{tier}\" is used by a credential but not defined"
+                ));
+            }
+        }
+        let mut trusted = Vec::new();
+        for p in &cfg.trusted_proxies {
+            match p.parse() {
+                Ok(ip) => trusted.push(ip),
+                Err(_) => errors.push(format!("trusted_proxies: \"{p}\" is not an IP address")),
+            }
+        }
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        Ok(RateLimits {
+            tiers,
+            agents,
+            trusted,
+            clock: DefaultClock::default(),
+        })
+    }
+
+    /// The client's address: the peer, or for a trusted proxy the nearest address in
+    /// `X-Forwarded-For` that is not itself a trusted proxy.
+    pub fn client_ip(&self, peer: Option<IpAddr>, forwarded_for: Option<&str>) -> Option<IpAddr> {
+        let peer = peer?;
+        if !self.trusted.contains(&peer) {
+            return Some(peer);
+        }
+        let Some(xff) = forwarded_for else {
+            return Some(peer);
+        };
+        xff.rsplit(',')
+            .filter_map(|a| a.trim().parse::<IpAddr>().ok())
+            .find(|ip| !self.trusted.contains(ip))
+            .or(Some(peer))
+    }
+
+    /// The key a caller is counted under: its credential, or its address when anonymous.
+    pub fn caller_key(&self, caller: &Principal, ip: Option<IpAddr>) -> String {
+        if caller.anonymous {
+            match ip {
+                Some(ip) => format!("anon:{ip}"),
+                None => "anon:unknown".into(),
+            }
+        } else {
+            caller.id.to_string()
+        }
+    }
+
+    fn tier(&self, caller: &Principal) -> Option<&Tier> {
+        self.tiers.get(caller.tier.as_ref())
+    }
+
+    /// Streams one caller may hold open, if limited.
+    pub fn max_streams(&self, caller: &Principal) -> Option<usize> {
+        self.tier(caller).and_then(|t| t.max_streams)
+    }
+
+    /// Counts one request. `Ok(None)` when nothing limits it; otherwise the tighter of the
+    /// caller's and the agent's allowance, or the refusal.
+    pub fn check(
+        &self,
+        caller: &Principal,
+        key: &str,
+        agent: &str,
+    ) -> Result<Option<RateInfo>, (GatewayError, RateInfo)> {
+        let mut info: Option<RateInfo> = None;
+        let mut tighten = |i: RateInfo| {
+            if info.is_none_or(|cur| i.remaining < cur.remaining) {
+                info = Some(i);
+            }
+        };
+        if let Some(tier) = self.tier(caller) {
+            let outcome = tier.limiter.check_key(&key.to_string());
+            tighten(self.outcome(outcome, tier.quota, "caller")?);
+        }
+        if let Some(a) = self.agents.get(agent) {
+            tighten(self.outcome(a.limiter.check(), a.quota, "agent")?);
+        }
+        Ok(info)
+    }
+
+    fn outcome(
+        &self,
+        outcome: Result<
+            governor::middleware::StateSnapshot,
+            governor::NotUntil<<DefaultClock as Clock>::Instant>,
+        >,
+        quota: Quota,
+        scope: &'static str,
+    ) -> Result<RateInfo, (GatewayError, RateInfo)> {
+        let limit = quota.burst_size().get();
+        match outcome {
+            Ok(snapshot) => {
+                let remaining = snapshot.remaining_burst_capacity();
+                let refill = quota.replenish_interval() * (limit - remaining);
+                Ok(RateInfo {
+                    limit,
+                    remaining,
+                    reset_secs: ceil_secs(refill),
+                })
+            }
+            Err(not_until) => {
+                let wait = ceil_secs(not_until.wait_time_from(self.clock.now())).max(1);
+                let info = RateInfo {
+                    limit,
+                    remaining: 0,
+                    reset_secs: wait,
+                };
+                Err((
+                    GatewayError::RateLimited {
+                        scope,
+                        retry_after: wait,
+                    },
+                    info,
+                ))
+            }
+        }
+    }
+}
