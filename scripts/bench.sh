@@ -2,13 +2,15 @@
 # Load benchmarks (benchmarks, not tests: absolute numbers vary with the machine and its
 # neighbours, so every figure is a ratio against a baseline measured in the same run).
 #
-#   scripts/bench.sh [core|proxy|streams|all]      (default: all)
+#   scripts/bench.sh [core|proxy|auth|streams|all]      (default: all)
 #
 # core    SendMessage to the echo agent through the gateway vs a bare actix-web handler
 #         returning a fixed result (examples/bare_jsonrpc.rs); memory per stored task.
 # proxy   SendMessage through the gateway to a fast upstream (bare_jsonrpc) vs a plain
 #         pooled actix+reqwest forwarder (examples/plain_forwarder.rs) to the same upstream;
 #         then p99 latency at a fixed moderate rate: direct, via forwarder, via gateway.
+# auth    the core benchmark with auth off, with an API-key caller and with an RS256 JWT
+#         caller (rate limiting on, with a tier too generous to refuse anything).
 # streams N SSE streams (default 10000) held open through the gateway to an upstream
 #         gateway over h2c; gateway memory per open stream.
 #
@@ -133,10 +135,45 @@ bench_streams() {
     kill "$lg" 2>/dev/null || true
 }
 
+bench_auth() {
+    echo "== auth: SendMessage to the echo agent, auth off vs API key vs RS256 JWT, $DURATION =="
+    local off on token key="bench-api-key-0123456789"
+    local sha; sha=$(printf '%s' "$key" | sha256sum | cut -d' ' -f1)
+    off=$(free_port); gateway "$off" "$ROOT/agents.d" 'default_agent = "echo"'
+    on=$(free_port)
+    gateway "$on" "$ROOT/agents.d" "default_agent = \"echo\"
+[auth]
+default_access = \"authenticated\"
+[[auth.api_keys]]
+id = \"bench\"
+secret_sha256 = \"$sha\"
+[[auth.jwt]]
+id = \"bench\"
+algorithm = \"RS256\"
+public_key_file = \"$ROOT/tests/fixtures/jwt/rs256-public.pem\"
+issuer = \"https://issuer.bench\"
+audience = \"a2a-gateway\"
+[rate_limits.tiers.default]
+requests_per_minute = 1000000000
+burst = 1000000000"
+    token=$("$EX/mint_jwt" "$ROOT/tests/fixtures/jwt/rs256-private.pem" https://issuer.bench a2a-gateway '*')
+    { cat "$LUA"; echo "wrk.headers[\"X-API-Key\"] = \"$key\""; } > "$TMP/key.lua"
+    { cat "$LUA"; echo "wrk.headers[\"Authorization\"] = \"Bearer $token\""; } > "$TMP/jwt.lua"
+    local url_off="http://127.0.0.1:$off/a2a/agents/echo" url_on="http://127.0.0.1:$on/a2a/agents/echo"
+    wrk_run "$url_off" > /dev/null # warm-up
+    local o k j
+    o=$(wrk_run "$url_off" | rps)
+    k=$(wrk -t2 -c"$CONNECTIONS" -d"$DURATION" -s "$TMP/key.lua" "$url_on" | rps)
+    j=$(wrk -t2 -c"$CONNECTIONS" -d"$DURATION" -s "$TMP/jwt.lua" "$url_on" | rps)
+    printf '%-40s %10s req/s\n' "auth off" "$o" "API key + rate limit" "$k" "RS256 JWT + rate limit" "$j"
+    awk -v o="$o" -v k="$k" -v j="$j" 'BEGIN { printf "ratio API key/off: %.2fx, JWT/off: %.2fx (target >= 0.85x)\n", k / o, j / o }'
+}
+
 case "$SECTION" in
     core) bench_core ;;
     proxy) bench_proxy ;;
     streams) bench_streams ;;
-    all) bench_core; bench_proxy; bench_streams ;;
-    *) echo "usage: scripts/bench.sh [core|proxy|streams|all]" >&2; exit 2 ;;
+    auth) bench_auth ;;
+    all) bench_core; bench_proxy; bench_auth; bench_streams ;;
+    *) echo "usage: scripts/bench.sh [core|proxy|auth|streams|all]" >&2; exit 2 ;;
 esac

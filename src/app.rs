@@ -131,6 +131,9 @@ impl Application {
         let workers = settings.gateway.server.workers;
         let state = build_state(settings)?;
         start_upstreams(&state).await;
+        for source in state.auth.jwks_sources() {
+            tokio::spawn(source.keep_fresh());
+        }
         let state = web::Data::new(state);
         let cors = state.config.cors.clone();
         let mut http = HttpServer::new(move || {

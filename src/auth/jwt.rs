@@ -2,7 +2,8 @@
 //! including `none` or an HMAC over a public key, is refused by construction.
 
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{decode, decode_header, Algorithm, DecodingKey, Validation};
@@ -11,10 +12,71 @@ use serde_json::Value;
 use super::{Principal, Scope};
 use crate::config::JwtConfig;
 
+type KeySet = Vec<(Option<String>, DecodingKey)>;
+
 enum Keys {
     One(DecodingKey),
-    /// From a JWKS: by `kid`, each key usable only with the pinned algorithm.
-    Set(Vec<(Option<String>, DecodingKey)>),
+    /// From a JWKS file: by `kid`, each key usable only with the pinned algorithm.
+    Set(KeySet),
+    /// From a JWKS URL: empty until first fetched, then replaced at each refresh.
+    Remote(Arc<RwLock<KeySet>>),
+}
+
+/// A JWKS URL to keep fetched.
+pub struct JwksSource {
+    pub issuer_id: String,
+    pub url: String,
+    pub refresh: Duration,
+    keys: Arc<RwLock<KeySet>>,
+}
+
+fn key_set(set: &JwkSet) -> KeySet {
+    set.keys
+        .iter()
+        .filter_map(|k| {
+            DecodingKey::from_jwk(k)
+                .ok()
+                .map(|d| (k.common.key_id.clone(), d))
+        })
+        .collect()
+}
+
+impl JwksSource {
+    /// Fetches the key set once; on failure the previous keys stay in use.
+    pub async fn fetch(&self, client: &reqwest::Client) -> Result<usize, String> {
+        let set: JwkSet = client
+            .get(&self.url)
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .map_err(|e| format!("fetching {}: {e}", self.url))?
+            .json()
+            .await
+            .map_err(|e| format!("{}: not a JWKS: {e}", self.url))?;
+        let keys = key_set(&set);
+        let n = keys.len();
+        *self
+            .keys
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = keys;
+        Ok(n)
+    }
+
+    /// Fetches now and then every refresh period, for as long as the gateway runs.
+    pub async fn keep_fresh(self) {
+        let client = reqwest::Client::new();
+        loop {
+            let wait = match self.fetch(&client).await {
+                Ok(_) => self.refresh,
+                Err(e) => {
+                    tracing::warn!(issuer = %self.issuer_id, error = %e, "JWKS unavailable");
+                    self.refresh.min(Duration::from_secs(5))
+                }
+            };
+            tokio::time::sleep(wait).await;
+        }
+    }
 }
 
 pub struct JwtVerifier {
@@ -23,6 +85,7 @@ pub struct JwtVerifier {
     validation: Validation,
     agents_claim: String,
     tier: Arc<str>,
+    source: Option<(String, Duration)>,
 }
 
 fn read(path: &std::path::Path) -> Result<Vec<u8>, String> {
@@ -57,7 +120,8 @@ impl JwtVerifier {
                 Keys::One(DecodingKey::from_secret(&secret))
             }
             _ => match (&cfg.public_key_file, &cfg.jwks_file) {
-                (Some(path), None) => {
+                (None, None) if cfg.jwks_url.is_some() => Keys::Remote(Arc::default()),
+                (Some(path), None) if cfg.jwks_url.is_none() => {
                     let pem = read(path)?;
                     let key = if alg == Algorithm::RS256 {
                         DecodingKey::from_rsa_pem(&pem)
@@ -66,18 +130,10 @@ impl JwtVerifier {
                     };
                     Keys::One(key.map_err(|e| format!("{}: {e}", path.display()))?)
                 }
-                (None, Some(path)) => {
+                (None, Some(path)) if cfg.jwks_url.is_none() => {
                     let set: JwkSet = serde_json::from_slice(&read(path)?)
                         .map_err(|e| format!("{}: not a JWKS: {e}", path.display()))?;
-                    let keys = set
-                        .keys
-                        .iter()
-                        .filter_map(|k| {
-                            DecodingKey::from_jwk(k)
-                                .ok()
-                                .map(|d| (k.common.key_id.clone(), d))
-                        })
-                        .collect::<Vec<_>>();
+                    let keys = key_set(&set);
                     if keys.is_empty() {
                         return Err(format!("{}: no usable keys", path.display()));
                     }
@@ -85,7 +141,7 @@ impl JwtVerifier {
                 }
                 _ => {
                     return Err(format!(
-                        "{} needs exactly one of public_key_file, jwks_file",
+                        "{} needs exactly one of public_key_file, jwks_file, jwks_url",
                         cfg.algorithm
                     ))
                 }
@@ -108,11 +164,29 @@ impl JwtVerifier {
             validation,
             agents_claim: cfg.agents_claim.clone(),
             tier: super::tier_of(&cfg.tier),
+            source: cfg
+                .jwks_url
+                .clone()
+                .map(|u| (u, Duration::from_secs(cfg.jwks_refresh_secs.max(1)))),
         })
     }
 
-    /// The principal a token stands for, or why it was refused (for the log).
-    pub fn verify(&self, token: &str) -> Result<Principal, String> {
+    /// The JWKS URL this verifier depends on, to be kept fetched.
+    pub fn jwks_source(&self) -> Option<JwksSource> {
+        let (url, refresh) = self.source.clone()?;
+        match &self.keys {
+            Keys::Remote(keys) => Some(JwksSource {
+                issuer_id: self.id.clone(),
+                url,
+                refresh,
+                keys: keys.clone(),
+            }),
+            _ => None,
+        }
+    }
+
+    /// The principal a token stands for and its `exp`, or why it was refused (for the log).
+    pub fn verify(&self, token: &str) -> Result<(Principal, i64), String> {
         let header = decode_header(token).map_err(|e| format!("jwt {}: {e}", self.id))?;
         if header.alg != self.validation.algorithms[0] {
             return Err(format!(
@@ -120,17 +194,24 @@ impl JwtVerifier {
                 self.id, header.alg
             ));
         }
-        let key = match &self.keys {
-            Keys::One(k) => k,
-            Keys::Set(set) => set
-                .iter()
+        let pick = |set: &KeySet| {
+            set.iter()
                 .find(|(kid, _)| header.kid.is_none() || *kid == header.kid)
-                .map(|(_, k)| k)
-                .ok_or_else(|| format!("jwt {}: no key with kid {:?}", self.id, header.kid))?,
+                .map(|(_, k)| k.clone())
+                .ok_or_else(|| format!("jwt {}: no key with kid {:?}", self.id, header.kid))
         };
-        let data = decode::<Value>(token, key, &self.validation)
+        let key = match &self.keys {
+            Keys::One(k) => k.clone(),
+            Keys::Set(set) => pick(set)?,
+            Keys::Remote(set) => pick(
+                &set.read()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            )?,
+        };
+        let data = decode::<Value>(token, &key, &self.validation)
             .map_err(|e| format!("jwt {}: {e}", self.id))?;
         let claims = data.claims;
+        let exp = claims["exp"].as_i64().unwrap_or(0);
         let sub = claims["sub"].as_str().unwrap_or("-");
         let agents: Vec<String> = match &claims[&self.agents_claim] {
             Value::Array(a) => a
@@ -140,7 +221,7 @@ impl JwtVerifier {
             Value::String(s) => s.split_whitespace().map(str::to_string).collect(),
             _ => Vec::new(),
         };
-        Ok(Principal {
+        let principal = Principal {
             id: Arc::from(format!("jwt:{}:{sub}", self.id)),
             scope: if agents.is_empty() {
                 Scope::Agents(HashSet::new())
@@ -149,6 +230,7 @@ impl JwtVerifier {
             },
             anonymous: false,
             tier: self.tier.clone(),
-        })
+        };
+        Ok((principal, exp))
     }
 }

@@ -7,6 +7,8 @@
 
 mod jwt;
 
+pub use jwt::JwksSource;
+
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -110,11 +112,20 @@ struct StaticCredential {
     tier: Arc<str>,
 }
 
+/// How long a verified JWT is trusted without checking its signature again (never past
+/// its `exp`). Bounds how long a key dropped from a JWKS keeps working.
+const JWT_CACHE_SECS: i64 = 60;
+/// Verified tokens kept; past this the cache starts over.
+const JWT_CACHE_ENTRIES: usize = 10_000;
+
 pub struct Authenticator {
     default_access: Access,
     api_keys: Vec<StaticCredential>,
     bearer_tokens: Vec<StaticCredential>,
     jwt: Vec<JwtVerifier>,
+    /// An RS256 check costs more than the rest of a request; a client sends the same
+    /// token many times. Keyed by the token's digest; holds the principal and until when.
+    verified: crate::tasks::FastMap<[u8; 32], (Principal, i64)>,
 }
 
 fn digest(secret: &[u8]) -> [u8; 32] {
@@ -213,10 +224,16 @@ impl Authenticator {
                 api_keys,
                 bearer_tokens,
                 jwt,
+                verified: Default::default(),
             })
         } else {
             Err(errors)
         }
+    }
+
+    /// JWKS URLs to keep fetched (see [`JwksSource::keep_fresh`]).
+    pub fn jwks_sources(&self) -> Vec<JwksSource> {
+        self.jwt.iter().filter_map(|v| v.jwks_source()).collect()
     }
 
     /// Whether any credential is configured at all.
@@ -281,16 +298,34 @@ impl Authenticator {
             });
         }
         if token.split('.').count() == 3 && !self.jwt.is_empty() {
-            let mut last = String::from("no issuer accepted the token");
-            for v in &self.jwt {
-                match v.verify(token) {
-                    Ok(p) => return Ok(p),
-                    Err(e) => last = e,
-                }
-            }
-            return Err(rejected(last));
+            return self.verify_jwt(token).map_err(rejected);
         }
         Err(rejected("unknown bearer token".into()))
+    }
+
+    fn verify_jwt(&self, token: &str) -> Result<Principal, String> {
+        let key = digest(token.as_bytes());
+        let now = chrono::Utc::now().timestamp();
+        if let Some(hit) = self.verified.get(&key) {
+            if hit.1 > now {
+                return Ok(hit.0.clone());
+            }
+        }
+        let mut last = String::from("no issuer accepted the token");
+        for v in &self.jwt {
+            match v.verify(token) {
+                Ok((principal, exp)) => {
+                    if self.verified.len() >= JWT_CACHE_ENTRIES {
+                        self.verified.clear();
+                    }
+                    let until = exp.min(now + JWT_CACHE_SECS);
+                    self.verified.insert(key, (principal.clone(), until));
+                    return Ok(principal);
+                }
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
     }
 
     /// Whether `p` may call `agent`.

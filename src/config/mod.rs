@@ -257,6 +257,11 @@ pub struct JwtConfig {
     pub public_key_file: Option<PathBuf>,
     #[serde(default)]
     pub jwks_file: Option<PathBuf>,
+    /// A JWKS fetched over HTTP(S), kept and fetched again every `jwks_refresh_secs`.
+    #[serde(default)]
+    pub jwks_url: Option<String>,
+    #[serde(default = "default_jwks_refresh")]
+    pub jwks_refresh_secs: u64,
     #[serde(default)]
     pub issuer: Option<String>,
     #[serde(default)]
@@ -305,6 +310,10 @@ pub struct QuotaConfig {
     pub requests_per_minute: u32,
     #[serde(default)]
     pub burst: Option<u32>,
+}
+
+fn default_jwks_refresh() -> u64 {
+    300
 }
 
 fn default_agents_claim() -> String {

@@ -637,3 +637,71 @@ fn bad_auth_configuration_is_reported_by_check() {
         "{err}"
     );
 }
+
+/// Kills the child process when dropped.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn jwks_url_keys_are_fetched_from_a_local_server() {
+    let port = crate::peers::free_port();
+    let _server = Child(
+        std::process::Command::new("python3")
+            .args([
+                "-m",
+                "http.server",
+                "--bind",
+                "127.0.0.1",
+                &port.to_string(),
+                "--directory",
+            ])
+            .arg(repo_root().join("tests/fixtures/jwt"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("python3 -m http.server"),
+    );
+    let gateway = format!(
+        "[auth]\ndefault_access = \"authenticated\"\n[[auth.jwt]]\nid = \"remote\"\nalgorithm = \"ES256\"\njwks_url = \"http://127.0.0.1:{port}/es256-jwks.json\"\njwks_refresh_secs = 1\nissuer = \"{ISS}\"\naudience = \"{AUD}\"\n"
+    );
+    let secure = ECHO.replace("name = \"echo\"", "name = \"secure\"");
+    let gw = spawn_with(&[("secure.toml", &secure)], &gateway).await;
+    let token = jwt(Algorithm::ES256, &claims());
+    let mut status = 0;
+    // The server may still be starting; the gateway retries the fetch until it answers.
+    for _ in 0..100 {
+        let r = request(&gw, reqwest::Method::POST, "/a2a/agents/secure", "Authorization", &format!("Bearer {token}"))
+            .body(json!({"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message": D::V10.message("hi")}}).to_string())
+            .send()
+            .await
+            .unwrap();
+        status = r.status().as_u16();
+        if status == 200 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        status, 200,
+        "a token signed by a key from the JWKS URL is accepted"
+    );
+    let forged = jwt(Algorithm::RS256, &claims());
+    let r = request(
+        &gw,
+        reqwest::Method::POST,
+        "/a2a/agents/secure",
+        "Authorization",
+        &format!("Bearer {forged}"),
+    )
+    .body("{}")
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 401);
+}
