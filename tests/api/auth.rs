@@ -3,20 +3,12 @@
 
 use jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 
-use crate::helpers::{repo_root, spawn_with, TestGateway, D, ECHO};
+use crate::helpers::{repo_root, sha, spawn_with, TestGateway, D, ECHO};
 
 const HS_SECRET: &str = "a-test-only-hmac-secret-of-at-least-32-bytes";
 const ISS: &str = "https://issuer.test";
 const AUD: &str = "a2a-gateway";
-
-fn sha(s: &str) -> String {
-    Sha256::digest(s.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
 
 fn fixture(name: &str) -> String {
     repo_root()

@@ -373,3 +373,23 @@ pub fn inner(d: D, result: &Value) -> Value {
         D::V10 => result.as_object().unwrap().values().next().unwrap().clone(),
     }
 }
+
+/// The text of every artifact's text parts, joined.
+pub fn text_of(artifacts: &Value) -> String {
+    artifacts
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|a| a["parts"].as_array().cloned().unwrap_or_default())
+        .filter_map(|p| p["text"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// Hex SHA-256, as `secret_sha256` takes it.
+pub fn sha(s: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(s.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}

@@ -3,17 +3,7 @@
 
 use serde_json::{json, Value};
 
-use crate::helpers::{spawn, spawn_with, wait_for_state, D, ECHO};
-
-fn text_of(artifacts: &Value) -> String {
-    artifacts
-        .as_array()
-        .into_iter()
-        .flatten()
-        .flat_map(|a| a["parts"].as_array().cloned().unwrap_or_default())
-        .filter_map(|p| p["text"].as_str().map(str::to_string))
-        .collect()
-}
+use crate::helpers::{spawn, spawn_with, text_of, wait_for_state, D, ECHO};
 
 #[tokio::test]
 async fn blocking_send_returns_the_completed_task_in_the_callers_dialect() {

@@ -4,16 +4,8 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 
-use crate::helpers::{spawn_with, TestGateway, D, ECHO};
-
-fn sha(s: &str) -> String {
-    Sha256::digest(s.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
+use crate::helpers::{sha, spawn_with, TestGateway, D, ECHO};
 
 async fn limited(extra: &str) -> TestGateway {
     let gateway = format!(

@@ -6,20 +6,10 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 
-use crate::helpers::{inner, kind, parse_sse, spawn_with, TestGateway, D, ECHO};
+use crate::helpers::{inner, kind, parse_sse, spawn_with, text_of, TestGateway, D, ECHO};
 use crate::peers::{fault_server, free_port, js_agent, python_agent, upstream_agent, Peer};
 
 const AGENT: &str = "/a2a/agents/up";
-
-fn text_of(artifacts: &Value) -> String {
-    artifacts
-        .as_array()
-        .into_iter()
-        .flatten()
-        .flat_map(|a| a["parts"].as_array().cloned().unwrap_or_default())
-        .filter_map(|p| p["text"].as_str().map(str::to_string))
-        .collect()
-}
 
 /// A gateway with `echo` (the default) and `up`, proxying to `peer`.
 async fn gateway_for(peer: &Peer, extra: &str) -> TestGateway {
