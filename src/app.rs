@@ -45,9 +45,17 @@ pub fn build_state(settings: Settings) -> std::io::Result<AppState> {
         .map_err(|errors| std::io::Error::other(errors.join("; ")))?;
     let rates = crate::limits::RateLimits::build(&gateway.rate_limits, &gateway.auth)
         .map_err(|errors| std::io::Error::other(errors.join("; ")))?;
+    let rules = gateway
+        .routing
+        .rules
+        .iter()
+        .map(crate::routing::Rule::build)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(std::io::Error::other)?;
     Ok(AppState {
         auth,
         rates,
+        router: crate::routing::Router::new(rules),
         registry,
         service: A2aService::new(tasks),
         streams: StreamGauge::new(stream_limit),
@@ -99,6 +107,8 @@ fn cors_middleware(cfg: &crate::config::CorsConfig) -> actix_cors::Cors {
             "x-ratelimit-reset",
             "retry-after",
             "www-authenticate",
+            "a2a-gateway-agent",
+            "a2a-gateway-route",
             "a2a-extensions",
         ])
         .max_age(cfg.max_age_secs);

@@ -1,38 +1,160 @@
-//! Which agent serves a request on the shared `/a2a` endpoint.
+//! Which agent serves a request on the shared `/a2a` endpoint. In order:
 //!
-//! Today: follow-ups (`GetTask`, `CancelTask`, `SubscribeToTask`, or a message carrying a
-//! `taskId`) go to the agent that owns the task; everything else to the default agent.
+//! 1. **Follow-ups** stay with their agent: the owner of the `taskId` (GetTask, CancelTask,
+//!    SubscribeToTask, or a message carrying one), else the agent that served the message's
+//!    `contextId` before (context affinity).
+//! 2. **The caller's choice**, in the message's or the request's metadata:
+//!    `gateway/agent` (an agent name) or `gateway/skill` (a skill id from the aggregated
+//!    card, `agent/skill`).
+//! 3. **Rules** from `gateway.toml` (`[[routing.rules]]`), first match wins; a rule matches
+//!    when all its conditions do: `tags` (any of the message's `gateway/tags` metadata),
+//!    `text` (a regular expression over the message text), `principal` (the caller's id,
+//!    `key:<id>`, `bearer:<id>`, `jwt:<issuer>:<sub>`; a trailing `*` matches a prefix).
+//! 4. The **default agent**; with none, an error listing the agents.
 
 use std::sync::Arc;
 
+use regex::Regex;
 use serde::Deserialize;
+use serde_json::{Map, Value};
 
 use crate::agents::{Agent, Registry};
+use crate::auth::Principal;
+use crate::config::RuleConfig;
+use crate::error::GatewayError;
 use crate::protocol::jsonrpc::{Method, RpcRequest};
-use crate::tasks::Tasks;
+use crate::tasks::{FastMap, Tasks};
+
+pub const AGENT_KEY: &str = "gateway/agent";
+pub const SKILL_KEY: &str = "gateway/skill";
+pub const TAGS_KEY: &str = "gateway/tags";
 
 #[derive(Deserialize)]
 struct Probe {
     id: Option<String>,
     message: Option<MessageProbe>,
+    metadata: Option<Map<String, Value>>,
 }
 
 #[derive(Deserialize)]
 struct MessageProbe {
     #[serde(rename = "taskId", alias = "task_id")]
     task_id: Option<String>,
+    #[serde(rename = "contextId", alias = "context_id")]
+    context_id: Option<String>,
+    metadata: Option<Map<String, Value>>,
+    #[serde(default, alias = "content")]
+    parts: Vec<PartProbe>,
 }
 
-/// The task a request is about, if it is a follow-up.
-fn task_of(rpc: &RpcRequest) -> Option<String> {
-    let params = rpc.params.as_deref()?;
-    let probe: Probe = serde_json::from_str(params.get()).ok()?;
-    match rpc.method {
-        Method::GetTask | Method::CancelTask | Method::SubscribeToTask => probe.id,
-        Method::SendMessage | Method::SendStreamingMessage => probe.message?.task_id,
-        Method::ListTasks | Method::PushNotificationConfig | Method::GetExtendedAgentCard => None,
+#[derive(Deserialize)]
+struct PartProbe {
+    text: Option<String>,
+}
+
+/// Why a request went where it went (logged, and sent back in a header).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reason {
+    Task,
+    Context,
+    MetadataAgent,
+    MetadataSkill,
+    Rule(usize),
+    Default,
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Reason::Task => f.write_str("task"),
+            Reason::Context => f.write_str("context"),
+            Reason::MetadataAgent => f.write_str("metadata-agent"),
+            Reason::MetadataSkill => f.write_str("metadata-skill"),
+            Reason::Rule(i) => write!(f, "rule-{}", i + 1),
+            Reason::Default => f.write_str("default"),
+        }
     }
-    .filter(|id| !id.is_empty())
+}
+
+pub struct Rule {
+    agent: String,
+    tags: Vec<String>,
+    text: Option<Regex>,
+    principal: Option<String>,
+}
+
+impl Rule {
+    pub fn build(cfg: &RuleConfig) -> Result<Rule, String> {
+        let text = cfg
+            .text
+            .as_deref()
+            .map(|t| {
+                Regex::new(t).map_err(|e| format!("text is not a valid regular expression: {e}"))
+            })
+            .transpose()?;
+        if cfg.tags.is_empty() && text.is_none() && cfg.principal.is_none() {
+            return Err("a rule needs at least one of tags, text, principal".into());
+        }
+        Ok(Rule {
+            agent: cfg.agent.get_ref().clone(),
+            tags: cfg.tags.clone(),
+            text,
+            principal: cfg.principal.clone(),
+        })
+    }
+
+    fn matches(&self, tags: &[&str], text: &str, caller: &Principal) -> bool {
+        let tags_ok = self.tags.is_empty() || self.tags.iter().any(|t| tags.contains(&t.as_str()));
+        let text_ok = self.text.as_ref().is_none_or(|r| r.is_match(text));
+        let principal_ok = self
+            .principal
+            .as_deref()
+            .is_none_or(|p| match p.strip_suffix('*') {
+                Some(prefix) => caller.id.starts_with(prefix),
+                None => *caller.id == *p,
+            });
+        tags_ok && text_ok && principal_ok
+    }
+}
+
+/// Which agent served each contextId, bounded (oldest forgotten first).
+#[derive(Default)]
+pub struct ContextIndex {
+    agents: FastMap<String, Arc<str>>,
+    order: std::sync::Mutex<std::collections::VecDeque<String>>,
+}
+
+const CONTEXTS_REMEMBERED: usize = 100_000;
+
+impl ContextIndex {
+    pub fn record(&self, context_id: &str, agent: &Arc<str>) {
+        if context_id.is_empty()
+            || self
+                .agents
+                .insert(context_id.to_string(), agent.clone())
+                .is_some()
+        {
+            return;
+        }
+        let mut order = self
+            .order
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        order.push_back(context_id.to_string());
+        while order.len() > CONTEXTS_REMEMBERED {
+            if let Some(old) = order.pop_front() {
+                self.agents.remove(&old);
+            }
+        }
+    }
+
+    pub fn agent(&self, context_id: &str) -> Option<Arc<str>> {
+        self.agents.get(context_id).map(|a| a.clone())
+    }
+}
+
+pub struct Router {
+    rules: Vec<Rule>,
 }
 
 /// The agent that owns `task_id`: upstream ids name their agent (`<agent>.<id>`), the
@@ -47,13 +169,112 @@ pub fn owner<'a>(registry: &'a Registry, tasks: &Tasks, task_id: &str) -> Option
     registry.get(&owner)
 }
 
-/// The agent for a request on `/a2a`.
-pub fn route<'a>(
-    registry: &'a Registry,
-    tasks: &Tasks,
-    rpc: &RpcRequest,
-) -> Option<&'a Arc<Agent>> {
-    task_of(rpc)
-        .and_then(|id| owner(registry, tasks, &id))
-        .or_else(|| registry.default_agent())
+fn text_of(message: &MessageProbe) -> String {
+    message
+        .parts
+        .iter()
+        .filter_map(|p| p.text.as_deref())
+        .collect()
+}
+
+impl Router {
+    pub fn new(rules: Vec<Rule>) -> Router {
+        Router { rules }
+    }
+
+    /// Chooses the agent for `rpc` on `/a2a`.
+    pub fn route<'a>(
+        &self,
+        registry: &'a Registry,
+        tasks: &Tasks,
+        contexts: &ContextIndex,
+        rpc: &RpcRequest,
+        caller: &Principal,
+    ) -> Result<(&'a Arc<Agent>, Reason), GatewayError> {
+        let probe: Option<Probe> = rpc
+            .params
+            .as_deref()
+            .and_then(|p| serde_json::from_str(p.get()).ok());
+        let probe = probe.unwrap_or(Probe {
+            id: None,
+            message: None,
+            metadata: None,
+        });
+        let sending = matches!(
+            rpc.method,
+            Method::SendMessage | Method::SendStreamingMessage
+        );
+        let task_id = match rpc.method {
+            Method::GetTask | Method::CancelTask | Method::SubscribeToTask => probe.id.clone(),
+            _ if sending => probe.message.as_ref().and_then(|m| m.task_id.clone()),
+            _ => None,
+        };
+        if let Some(agent) = task_id
+            .filter(|t| !t.is_empty())
+            .and_then(|t| owner(registry, tasks, &t))
+        {
+            return Ok((agent, Reason::Task));
+        }
+        let Some(message) = probe.message.as_ref().filter(|_| sending) else {
+            return default(registry);
+        };
+        if let Some(agent) = message
+            .context_id
+            .as_deref()
+            .and_then(|c| contexts.agent(c))
+            .and_then(|name| registry.get(&name))
+        {
+            return Ok((agent, Reason::Context));
+        }
+        let meta = |key: &str| {
+            message
+                .metadata
+                .as_ref()
+                .and_then(|m| m.get(key))
+                .or_else(|| probe.metadata.as_ref().and_then(|m| m.get(key)))
+        };
+        if let Some(name) = meta(AGENT_KEY).and_then(Value::as_str) {
+            let agent = registry
+                .get(name)
+                .ok_or_else(|| GatewayError::AgentNotFound {
+                    name: name.to_string(),
+                    available: registry.names(),
+                })?;
+            return Ok((agent, Reason::MetadataAgent));
+        }
+        if let Some(skill) = meta(SKILL_KEY).and_then(Value::as_str) {
+            let agent = skill
+                .split_once('/')
+                .and_then(|(agent, _)| registry.get(agent))
+                .ok_or_else(|| {
+                    GatewayError::InvalidParams(format!(
+                        "metadata {SKILL_KEY}: \"{skill}\" is not a skill id of the gateway card (agent/skill)"
+                    ))
+                })?;
+            return Ok((agent, Reason::MetadataSkill));
+        }
+        let tags: Vec<&str> = meta(TAGS_KEY)
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let text = text_of(message);
+        for (i, rule) in self.rules.iter().enumerate() {
+            if rule.matches(&tags, &text, caller) {
+                if let Some(agent) = registry.get(&rule.agent) {
+                    return Ok((agent, Reason::Rule(i)));
+                }
+            }
+        }
+        default(registry)
+    }
+}
+
+fn default(registry: &Registry) -> Result<(&Arc<Agent>, Reason), GatewayError> {
+    registry
+        .default_agent()
+        .map(|a| (a, Reason::Default))
+        .ok_or_else(|| GatewayError::AgentNotFound {
+            name: "(no route: no rule matched and there is no default agent)".into(),
+            available: registry.names(),
+        })
 }

@@ -18,6 +18,7 @@ use crate::protocol::model::{
 };
 use crate::protocol::ops::{ItemStream, ListTasksResponse, SendRequest};
 use crate::protocol::params::ListQuery;
+use crate::routing::ContextIndex;
 use crate::tasks::{Applied, StoreError, Tasks, Viewer};
 
 /// How many events an execution may run ahead of a slow caller before it waits.
@@ -26,6 +27,7 @@ const CALLER_BUFFER: usize = 32;
 pub struct A2aService {
     tasks: Arc<Tasks>,
     remote_owners: Arc<RemoteOwners>,
+    contexts: Arc<ContextIndex>,
 }
 
 struct Started {
@@ -39,11 +41,17 @@ impl A2aService {
         A2aService {
             tasks,
             remote_owners,
+            contexts: Arc::default(),
         }
     }
 
     pub fn tasks(&self) -> &Tasks {
         &self.tasks
+    }
+
+    /// Which agent served each conversation, for context affinity on `/a2a`.
+    pub fn contexts(&self) -> &ContextIndex {
+        &self.contexts
     }
 
     /// `SendMessage` / `message/send`.
@@ -60,8 +68,16 @@ impl A2aService {
                 self.remote_owners.check_message(&req.message, caller)?;
                 let _turn = admit(agent, &req).await?;
                 let result = remote.send(&req).await?;
-                if let SendResult::Task(t) = &result {
-                    self.remote_owners.record(&t.id, caller);
+                match &result {
+                    SendResult::Task(t) => {
+                        self.remote_owners.record(&t.id, caller);
+                        self.contexts.record(&t.context_id, &agent.name);
+                    }
+                    SendResult::Message(m) => {
+                        if let Some(c) = &m.context_id {
+                            self.contexts.record(c, &agent.name);
+                        }
+                    }
                 }
                 Ok(result)
             }
@@ -88,11 +104,14 @@ impl A2aService {
                 let turn = admit(agent, &req).await?;
                 let items = remote.stream(&req).await?;
                 let owners = self.remote_owners.clone();
+                let contexts = self.contexts.clone();
                 let caller = caller.id.clone();
+                let agent_name = agent.name.clone();
                 Ok(Box::pin(items.map(move |item| {
                     let _held = &turn;
                     if let Ok(StreamItem::Task(t)) = &item {
                         owners.record_id(&t.id, &caller);
+                        contexts.record(&t.context_id, &agent_name);
                     }
                     item
                 })))
@@ -257,6 +276,7 @@ impl A2aService {
         };
         let task_id = message.task_id.clone().unwrap_or_default();
         let context_id = message.context_id.clone().unwrap_or_default();
+        self.contexts.record(&context_id, &agent.name);
         let (tx, rx) = mpsc::channel(CALLER_BUFFER);
         let job = Job {
             tasks: self.tasks.clone(),

@@ -53,6 +53,8 @@ pub struct GatewayConfig {
     pub cors: CorsConfig,
     #[serde(default)]
     pub rate_limits: RateLimitConfig,
+    #[serde(default)]
+    pub routing: RoutingConfig,
 }
 
 impl Default for GatewayConfig {
@@ -70,6 +72,7 @@ impl Default for GatewayConfig {
             auth: AuthConfig::default(),
             cors: CorsConfig::default(),
             rate_limits: RateLimitConfig::default(),
+            routing: RoutingConfig::default(),
         }
     }
 }
@@ -275,6 +278,27 @@ pub struct JwtConfig {
     /// Rate-limit tier of its tokens; unset: `default`.
     #[serde(default)]
     pub tier: Option<String>,
+}
+
+/// How `POST /a2a` chooses an agent beyond follow-ups and explicit choices.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoutingConfig {
+    #[serde(default)]
+    pub rules: Vec<RuleConfig>,
+}
+
+/// One routing rule: all the conditions it has must match.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleConfig {
+    pub agent: Spanned<String>,
+    #[serde(default)]
+    pub tags: Vec<String>,
+    #[serde(default)]
+    pub text: Option<String>,
+    #[serde(default)]
+    pub principal: Option<String>,
 }
 
 /// Requests per caller (by tier) and per agent. Nothing configured: no limits.
@@ -539,6 +563,29 @@ fn validate_gateway(
     if let Err(errors) = crate::limits::RateLimits::build(&gateway.rate_limits, &gateway.auth) {
         for e in errors {
             diags.push(Diagnostic::file(file, format!("rate_limits: {e}")));
+        }
+    }
+    for (i, rule) in gateway.routing.rules.iter().enumerate() {
+        let at = rule.agent.span().start;
+        if !agents.iter().any(|a| a.name == *rule.agent.get_ref()) {
+            diags.push(Diagnostic::at(
+                file,
+                &text,
+                at,
+                format!(
+                    "routing rule {}: agent \"{}\" is not defined in agents.d",
+                    i + 1,
+                    rule.agent.get_ref()
+                ),
+            ));
+        }
+        if let Err(e) = crate::routing::Rule::build(rule) {
+            diags.push(Diagnostic::at(
+                file,
+                &text,
+                at,
+                format!("routing rule {}: {e}", i + 1),
+            ));
         }
     }
     for name in gateway.rate_limits.agents.keys() {

@@ -12,7 +12,6 @@ use crate::error::GatewayError;
 use crate::limits::StreamSlot;
 use crate::protocol::jsonrpc::parse_request;
 use crate::protocol::Dialect;
-use crate::routing;
 use crate::rpc::{dispatch, render_stream_item, RpcReply};
 
 pub async fn default_agent(
@@ -75,19 +74,28 @@ async fn handle(
         Ok(r) => r,
         Err(f) => return respond(&req, &state, RpcReply::error(&f.id, f.dialect, &f.error)),
     };
-    let agent = match &agent_name {
-        Some(name) => state.registry.get(name),
-        None => routing::route(&state.registry, state.service.tasks(), &rpc),
-    };
-    let Some(agent) = agent.cloned() else {
-        let err = match agent_name {
-            Some(name) => state.missing_agent(&caller, &name),
-            None => GatewayError::AgentNotFound {
-                name: "(default)".into(),
-                available: state.registry.names(),
-            },
-        };
-        return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &err));
+    let (agent, reason) = match &agent_name {
+        Some(name) => match state.registry.get(name) {
+            Some(agent) => (agent.clone(), None),
+            None => {
+                let err = state.missing_agent(&caller, name);
+                return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &err));
+            }
+        },
+        None => {
+            let tasks = state.service.tasks();
+            let contexts = state.service.contexts();
+            match state
+                .router
+                .route(&state.registry, tasks, contexts, &rpc, &caller)
+            {
+                Ok((agent, reason)) => {
+                    tracing::debug!(agent = %agent.name, %reason, "routed");
+                    (agent.clone(), Some(reason))
+                }
+                Err(e) => return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &e)),
+            }
+        }
     };
     if let Err(e) = state
         .authorize(&caller, &agent)
@@ -105,7 +113,16 @@ async fn handle(
         None
     };
     let reply = dispatch(&state.service, &agent, &caller, rpc).await;
-    respond_with(&req, &state, reply, slot)
+    let mut resp = respond_with(&req, &state, reply, slot);
+    // Which agent answered, and on the shared endpoint why.
+    let headers = resp.headers_mut();
+    if let Ok(v) = header::HeaderValue::from_str(&agent.name) {
+        headers.insert(header::HeaderName::from_static("a2a-gateway-agent"), v);
+    }
+    if let Some(Ok(v)) = reason.map(|r| header::HeaderValue::from_str(&r.to_string())) {
+        headers.insert(header::HeaderName::from_static("a2a-gateway-route"), v);
+    }
+    resp
 }
 
 fn version_header(req: &HttpRequest) -> Option<String> {

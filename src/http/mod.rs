@@ -17,6 +17,7 @@ use crate::config::Access;
 use crate::config::GatewayConfig;
 use crate::error::GatewayError;
 use crate::limits::{RateInfo, RateLimits, StreamGauge, StreamSlot};
+use crate::routing::Router;
 use crate::service::A2aService;
 
 /// The request span: method, path and status only. The default builder records a dozen
@@ -52,6 +53,7 @@ pub struct AppState {
     pub config: GatewayConfig,
     pub auth: Authenticator,
     pub rates: RateLimits,
+    pub router: Router,
     pub registry: Registry,
     pub service: A2aService,
     pub streams: StreamGauge,

@@ -12,5 +12,6 @@ mod lifecycle;
 mod limits;
 mod peers;
 mod rest;
+mod routing;
 mod streaming;
 mod upstream;

@@ -1,0 +1,244 @@
+//! Routing on the shared /a2a endpoint: each request's agent and the reason, in order.
+
+use serde_json::{json, Value};
+
+use crate::helpers::{sha, spawn_with, write_config, TestGateway, D, ECHO};
+
+fn agent(name: &str) -> String {
+    ECHO.replace("name = \"echo\"", &format!("name = \"{name}\""))
+        .replace("id = \"echo\"", &format!("id = \"{name}-skill\""))
+}
+
+async fn routed_gateway(default: bool) -> TestGateway {
+    let gateway = format!(
+        r#"{}
+[[auth.api_keys]]
+id = "fin-1"
+secret_sha256 = "{}"
+[[routing.rules]]
+agent = "finance"
+tags = ["finance"]
+[[routing.rules]]
+agent = "other"
+text = "(?i)^translate"
+[[routing.rules]]
+agent = "finance"
+principal = "key:fin*"
+"#,
+        if default {
+            "default_agent = \"echo\""
+        } else {
+            ""
+        },
+        sha("fin-key")
+    );
+    spawn_with(
+        &[
+            ("echo.toml", &agent("echo")),
+            ("other.toml", &agent("other")),
+            ("finance.toml", &agent("finance")),
+        ],
+        &gateway,
+    )
+    .await
+}
+
+/// Sends to /a2a and returns (agent header, route header, body).
+async fn via_shared(
+    gw: &TestGateway,
+    method: &str,
+    params: Value,
+    key: Option<&str>,
+) -> (String, String, Value) {
+    let mut req = gw.client.post(gw.url("/a2a")).header("A2A-Version", "1.0");
+    if let Some(k) = key {
+        req = req.header("X-API-Key", k);
+    }
+    let resp = req
+        .body(json!({"jsonrpc":"2.0","id":1,"method":method,"params":params}).to_string())
+        .send()
+        .await
+        .unwrap();
+    let h = |n: &str| {
+        resp.headers()
+            .get(n)
+            .map(|v| v.to_str().unwrap().to_string())
+            .unwrap_or_default()
+    };
+    let (a, r) = (h("a2a-gateway-agent"), h("a2a-gateway-route"));
+    (a, r, resp.json().await.unwrap())
+}
+
+fn msg(text: &str, edit: impl FnOnce(&mut Value)) -> Value {
+    let mut m = D::V10.message(text);
+    edit(&mut m);
+    json!({"message": m})
+}
+
+/// (label, method, params, API key, expected agent, expected reason)
+type Case = (
+    &'static str,
+    &'static str,
+    Value,
+    Option<&'static str>,
+    &'static str,
+    &'static str,
+);
+
+#[tokio::test]
+async fn each_request_reaches_the_right_agent_for_the_right_reason() {
+    let gw = routed_gateway(true).await;
+    // Set-up: a task and a conversation that belong to `other`.
+    let r = gw
+        .call(
+            "/a2a/agents/other",
+            D::V10,
+            "SendMessage",
+            msg("hi", |m| m["contextId"] = json!("ctx-affinity")),
+        )
+        .await;
+    let task_id = r.result()["task"]["id"].as_str().unwrap().to_string();
+
+    let cases: Vec<Case> = vec![
+        (
+            "task affinity",
+            "GetTask",
+            json!({"id": task_id}),
+            None,
+            "other",
+            "task",
+        ),
+        (
+            "context affinity",
+            "SendMessage",
+            msg("again", |m| m["contextId"] = json!("ctx-affinity")),
+            None,
+            "other",
+            "context",
+        ),
+        (
+            "agent in message metadata",
+            "SendMessage",
+            msg("x", |m| m["metadata"] = json!({"gateway/agent": "other"})),
+            None,
+            "other",
+            "metadata-agent",
+        ),
+        (
+            "skill in request metadata",
+            "SendMessage",
+            json!({"message": D::V10.message("x"), "metadata": {"gateway/skill": "finance/finance-skill"}}),
+            None,
+            "finance",
+            "metadata-skill",
+        ),
+        (
+            "rule 1: tags",
+            "SendMessage",
+            msg("x", |m| {
+                m["metadata"] = json!({"gateway/tags": ["finance"]})
+            }),
+            None,
+            "finance",
+            "rule-1",
+        ),
+        (
+            "rule 2: text",
+            "SendMessage",
+            msg("Translate this please", |_| {}),
+            None,
+            "other",
+            "rule-2",
+        ),
+        (
+            "rule 3: principal",
+            "SendMessage",
+            msg("plain", |_| {}),
+            Some("fin-key"),
+            "finance",
+            "rule-3",
+        ),
+        (
+            "rules in order: tags beat text",
+            "SendMessage",
+            msg("translate", |m| {
+                m["metadata"] = json!({"gateway/tags": ["finance"]})
+            }),
+            None,
+            "finance",
+            "rule-1",
+        ),
+        (
+            "default",
+            "SendMessage",
+            msg("hello", |_| {}),
+            None,
+            "echo",
+            "default",
+        ),
+    ];
+    for (label, method, params, key, want_agent, want_reason) in cases {
+        let (agent, reason, body) = via_shared(&gw, method, params, key).await;
+        assert!(body.get("result").is_some(), "{label}: {body}");
+        assert_eq!(
+            (agent.as_str(), reason.as_str()),
+            (want_agent, want_reason),
+            "{label}"
+        );
+    }
+    // A new conversation started on /a2a stays with the agent that took it.
+    let (_, _, body) = via_shared(&gw, "SendMessage", msg("translate me", |_| {}), None).await;
+    let ctx = body["result"]["task"]["contextId"].clone();
+    let (agent, reason, _) = via_shared(
+        &gw,
+        "SendMessage",
+        msg("and then", |m| m["contextId"] = ctx),
+        None,
+    )
+    .await;
+    assert_eq!((agent.as_str(), reason.as_str()), ("other", "context"));
+}
+
+#[tokio::test]
+async fn no_match_without_a_default_lists_the_agents() {
+    let gw = routed_gateway(false).await;
+    let (_, _, body) = via_shared(&gw, "SendMessage", msg("hello", |_| {}), None).await;
+    assert_eq!(body["error"]["code"], -32040, "{body}");
+    assert_eq!(
+        body["error"]["data"][0]["metadata"]["availableAgents"],
+        "echo,finance,other"
+    );
+    let (_, _, body) = via_shared(
+        &gw,
+        "SendMessage",
+        msg("x", |m| m["metadata"] = json!({"gateway/agent": "ghost"})),
+        None,
+    )
+    .await;
+    assert_eq!(body["error"]["message"], "Unknown agent: ghost");
+}
+
+#[test]
+fn bad_rules_are_reported_with_file_and_line() {
+    let (_dir, agents, gateway) = write_config(
+        &[("echo.toml", ECHO)],
+        Some("[[routing.rules]]\nagent = \"ghost\"\ntags = [\"x\"]\n[[routing.rules]]\nagent = \"echo\"\ntext = \"(unclosed\"\n[[routing.rules]]\nagent = \"echo\"\n"),
+    );
+    let err = a2a_gateway::config::load(gateway.as_deref(), &agents)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("gateway.toml:2:9: routing rule 1: agent \"ghost\" is not defined"),
+        "{err}"
+    );
+    assert!(
+        err.contains("gateway.toml:5:9: routing rule 2: text is not a valid regular expression"),
+        "{err}"
+    );
+    assert!(
+        err.contains(
+            "gateway.toml:8:9: routing rule 3: a rule needs at least one of tags, text, principal"
+        ),
+        "{err}"
+    );
+}
