@@ -5,6 +5,7 @@
 //! backend gets them identically.
 
 mod actor;
+pub mod command;
 pub mod echo;
 pub mod remote;
 mod sink;
@@ -80,6 +81,9 @@ impl Agent {
     pub fn new(def: AgentDef, limits: ActorLimits) -> Result<Agent, String> {
         let backend = match &def.backend {
             BackendSpec::Echo(cfg) => Backend::Local(Arc::new(echo::EchoBackend::new(cfg.clone()))),
+            BackendSpec::Command(cfg) => {
+                Backend::Local(Arc::new(command::CommandBackend::new(cfg.clone())))
+            }
             BackendSpec::A2a(cfg) => {
                 Backend::Remote(Arc::new(RemoteAgent::new(&def.name, cfg.clone())?))
             }

@@ -6,7 +6,10 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::{A2aConfig, Access, AgentDef, BackendSpec, Diagnostic, Diagnostics, Provider, Skill};
+use super::{
+    A2aConfig, Access, AgentDef, BackendSpec, CommandConfig, Diagnostic, Diagnostics, Provider,
+    Skill,
+};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -157,8 +160,14 @@ fn parse_agent(file: &Path, text: &str, diags: &mut Diagnostics) -> Option<(Agen
         _ => {}
     }
     let mut backend = raw.backend;
-    if let BackendSpec::A2a(cfg) = &mut backend {
-        check_a2a(cfg, &mut |offset, msg| diags.push(at(offset, msg)), text);
+    match &mut backend {
+        BackendSpec::A2a(cfg) => {
+            check_a2a(cfg, &mut |offset, msg| diags.push(at(offset, msg)), text)
+        }
+        BackendSpec::Command(cfg) => {
+            check_command(cfg, &mut |offset, msg| diags.push(at(offset, msg)), text)
+        }
+        BackendSpec::Echo(_) => {}
     }
     for modes in [&raw.default_input_modes, &raw.default_output_modes]
         .into_iter()
@@ -262,6 +271,58 @@ fn check_a2a(cfg: &mut A2aConfig, report: &mut dyn FnMut(usize, String), text: &
                 find(name),
                 format!("the value of header {name} is not a valid header value"),
             );
+        }
+    }
+}
+
+/// Checks a command agent: the program must exist now, not at the first request.
+fn check_command(cfg: &mut CommandConfig, report: &mut dyn FnMut(usize, String), text: &str) {
+    let find = |needle: &str| text.find(needle).unwrap_or(0);
+    let Some(program) = cfg.command.first().cloned() else {
+        report(
+            find("command"),
+            "backend.command must name a program".into(),
+        );
+        return;
+    };
+    // Relative paths are resolved against cwd, itself relative to the gateway's directory.
+    let cwd = cfg.cwd.clone().unwrap_or_else(|| PathBuf::from("."));
+    let found = if program.contains('/') {
+        let path = cwd.join(&program);
+        path.is_file().then_some(path)
+    } else {
+        std::env::var_os("PATH").and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|d| d.join(&program))
+                .find(|p| p.is_file())
+        })
+    };
+    if found.is_none() {
+        report(
+            find(&program),
+            format!(
+                "backend.command: program \"{program}\" not found{}",
+                if program.contains('/') {
+                    ""
+                } else {
+                    " on PATH"
+                },
+            ),
+        );
+    }
+    if cfg.timeout_secs == 0 || cfg.max_concurrent == 0 {
+        report(
+            find("[backend]"),
+            "backend.timeout_secs and max_concurrent must be at least 1".into(),
+        );
+    }
+    for (name, value) in cfg.env.iter_mut() {
+        match expand_env(value) {
+            Ok(v) => *value = v,
+            Err(var) => report(
+                find(&format!("${{{var}}}")),
+                format!("environment variable {var} (used in env {name}) is not set"),
+            ),
         }
     }
 }

@@ -416,6 +416,53 @@ pub enum BackendSpec {
     Echo(EchoConfig),
     /// An A2A agent served elsewhere, reached over JSON-RPC.
     A2a(A2aConfig),
+    /// A local program, one process per task.
+    Command(CommandConfig),
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CommandIo {
+    /// Message text on stdin; each stdout line is an artifact chunk.
+    #[default]
+    Text,
+    /// The message as one JSON line on stdin; stdout lines are JSON events.
+    Jsonl,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommandConfig {
+    /// argv; no shell is involved.
+    pub command: Vec<String>,
+    /// Working directory (relative to the gateway's); default: the gateway's.
+    #[serde(default)]
+    pub cwd: Option<PathBuf>,
+    /// The only environment the process gets, besides PATH, HOME and LANG; `${VAR}` is
+    /// replaced from the gateway's environment.
+    #[serde(default)]
+    pub env: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    pub io: CommandIo,
+    /// A run longer than this is stopped and its task failed.
+    #[serde(default = "default_command_timeout")]
+    pub timeout_secs: u64,
+    /// Processes running at once for this agent; more wait their turn.
+    #[serde(default = "default_command_concurrency")]
+    pub max_concurrent: usize,
+    /// Between SIGTERM and SIGKILL when stopping a process.
+    #[serde(default = "default_kill_grace")]
+    pub kill_grace_ms: u64,
+}
+
+fn default_command_timeout() -> u64 {
+    300
+}
+fn default_command_concurrency() -> usize {
+    4
+}
+fn default_kill_grace() -> u64 {
+    2000
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -38,7 +38,7 @@ fn each_invalid_definition_points_at_file_and_line() {
         ("wrong type", "name = \"a\"\ndescription = \"d\"\nversion = 3\n[backend]\nkind = \"echo\"\n",
          "a.toml:3:11: invalid type: integer `3`, expected a string"),
         ("unknown backend", "name = \"a\"\ndescription = \"d\"\n[backend]\nkind = \"teleport\"\n",
-         "a.toml:4:8: unknown variant `teleport`, expected `echo`"),
+         "a.toml:4:8: unknown variant `teleport`, expected one of `echo`, `a2a`, `command`"),
         ("missing backend", "name = \"a\"\ndescription = \"d\"\n",
          "a.toml:1:1: missing field `backend`"),
         ("unknown backend key", "name = \"a\"\ndescription = \"d\"\n[backend]\nkind = \"echo\"\nspeed = 1\n",

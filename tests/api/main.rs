@@ -4,6 +4,7 @@
 mod auth;
 mod cards;
 mod cli;
+mod command;
 mod config;
 mod errors;
 mod helpers;
