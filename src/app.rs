@@ -146,11 +146,13 @@ impl Application {
         }
         let state = web::Data::new(state);
         let cors = state.config.cors.clone();
+        let rate_limited = state.rates.active();
         let mut http = HttpServer::new(move || {
             App::new()
                 .app_data(state.clone())
-                .wrap(actix_web::middleware::from_fn(
-                    crate::http::rate_limit_headers,
+                .wrap(actix_web::middleware::Condition::new(
+                    rate_limited,
+                    actix_web::middleware::from_fn(crate::http::rate_limit_headers),
                 ))
                 .wrap(TracingLogger::<LeanRootSpan>::new())
                 .configure(routes)

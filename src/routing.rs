@@ -117,39 +117,62 @@ impl Rule {
     }
 }
 
-/// Which agent served each contextId, bounded (oldest forgotten first).
-#[derive(Default)]
-pub struct ContextIndex {
-    agents: FastMap<String, Arc<str>>,
-    order: std::sync::Mutex<std::collections::VecDeque<String>>,
+/// A map that forgets its oldest entries past a capacity, without a lock on the write
+/// path: entries carry an insertion number, and once the map is a tenth over capacity
+/// one `retain` drops the oldest tenth (amortized constant per insert).
+pub struct BoundedMap<V> {
+    map: FastMap<String, (V, u64)>,
+    next: std::sync::atomic::AtomicU64,
+    capacity: usize,
 }
 
-const CONTEXTS_REMEMBERED: usize = 100_000;
-
-impl ContextIndex {
-    pub fn record(&self, context_id: &str, agent: &Arc<str>) {
-        if context_id.is_empty()
-            || self
-                .agents
-                .insert(context_id.to_string(), agent.clone())
-                .is_some()
-        {
-            return;
-        }
-        let mut order = self
-            .order
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        order.push_back(context_id.to_string());
-        while order.len() > CONTEXTS_REMEMBERED {
-            if let Some(old) = order.pop_front() {
-                self.agents.remove(&old);
-            }
+impl<V: Clone> BoundedMap<V> {
+    pub fn new(capacity: usize) -> BoundedMap<V> {
+        BoundedMap {
+            map: FastMap::default(),
+            next: Default::default(),
+            capacity: capacity.max(10),
         }
     }
 
+    pub fn insert(&self, key: &str, value: V) {
+        let n = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.map.insert(key.to_string(), (value, n));
+        if n % 1024 == 0 && self.map.len() > self.capacity + self.capacity / 10 {
+            let keep_from = n.saturating_sub(self.capacity as u64);
+            self.map.retain(|_, (_, seq)| *seq >= keep_from);
+        }
+    }
+
+    pub fn get(&self, key: &str) -> Option<V> {
+        self.map.get(key).map(|e| e.0.clone())
+    }
+}
+
+/// Which agent served each contextId (the newest 100k conversations).
+pub struct ContextIndex {
+    agents: BoundedMap<Arc<str>>,
+}
+
+impl Default for ContextIndex {
+    fn default() -> Self {
+        ContextIndex {
+            agents: BoundedMap::new(100_000),
+        }
+    }
+}
+
+impl ContextIndex {
+    pub fn record(&self, context_id: &str, agent: &Arc<str>) {
+        // Most messages continue a known conversation: a read is cheaper than a write.
+        if context_id.is_empty() || self.agents.get(context_id).is_some_and(|a| a == *agent) {
+            return;
+        }
+        self.agents.insert(context_id, agent.clone());
+    }
+
     pub fn agent(&self, context_id: &str) -> Option<Arc<str>> {
-        self.agents.get(context_id).map(|a| a.clone())
+        self.agents.get(context_id)
     }
 }
 

@@ -18,7 +18,7 @@ use crate::protocol::model::{
 };
 use crate::protocol::ops::{ItemStream, ListTasksResponse, SendRequest};
 use crate::protocol::params::ListQuery;
-use crate::routing::ContextIndex;
+use crate::routing::{BoundedMap, ContextIndex};
 use crate::tasks::{Applied, StoreError, Tasks, Viewer};
 
 /// How many events an execution may run ahead of a slow caller before it waits.
@@ -105,12 +105,12 @@ impl A2aService {
                 let items = remote.stream(&req).await?;
                 let owners = self.remote_owners.clone();
                 let contexts = self.contexts.clone();
-                let caller = caller.id.clone();
+                let (caller, anonymous) = (caller.id.clone(), caller.anonymous);
                 let agent_name = agent.name.clone();
                 Ok(Box::pin(items.map(move |item| {
                     let _held = &turn;
                     if let Ok(StreamItem::Task(t)) = &item {
-                        owners.record_id(&t.id, &caller);
+                        owners.record_id(&t.id, &caller, anonymous);
                         contexts.record(&t.context_id, &agent_name);
                     }
                     item
@@ -421,47 +421,32 @@ fn tasks_capacity_hint() -> usize {
 /// visible only to the anonymous principal, which is what every caller is when no
 /// credentials are configured.
 pub struct RemoteOwners {
-    owners: crate::tasks::FastMap<String, Arc<str>>,
-    order: std::sync::Mutex<std::collections::VecDeque<String>>,
-    capacity: usize,
+    owners: BoundedMap<Arc<str>>,
 }
 
 impl RemoteOwners {
     fn new(capacity: usize) -> RemoteOwners {
         RemoteOwners {
-            owners: Default::default(),
-            order: Default::default(),
-            capacity,
+            owners: BoundedMap::new(capacity),
         }
     }
 
     fn record(&self, task_id: &str, caller: &Principal) {
-        self.record_id(task_id, &caller.id);
+        self.record_id(task_id, &caller.id, caller.anonymous);
     }
 
-    fn record_id(&self, task_id: &str, owner: &Arc<str>) {
-        if self
-            .owners
-            .insert(task_id.to_string(), owner.clone())
-            .is_some()
-        {
-            return;
-        }
-        let mut order = self
-            .order
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        order.push_back(task_id.to_string());
-        while order.len() > self.capacity {
-            if let Some(old) = order.pop_front() {
-                self.owners.remove(&old);
-            }
+    /// Anonymous callers are not recorded: an id nobody claimed is visible to exactly the
+    /// anonymous principal anyway, so the record would change nothing (and cost on every
+    /// call of a gateway without credentials).
+    fn record_id(&self, task_id: &str, owner: &Arc<str>, anonymous: bool) {
+        if !anonymous {
+            self.owners.insert(task_id, owner.clone());
         }
     }
 
     fn check(&self, task_id: &str, caller: &Principal) -> Result<(), GatewayError> {
         let visible = match self.owners.get(task_id) {
-            Some(owner) => **owner == *caller.id,
+            Some(owner) => *owner == *caller.id,
             None => caller.anonymous,
         };
         if visible {

@@ -123,6 +123,11 @@ impl RateLimits {
         })
     }
 
+    /// Whether any limit is configured at all.
+    pub fn active(&self) -> bool {
+        !self.tiers.is_empty() || !self.agents.is_empty()
+    }
+
     /// The client's address: the peer, or for a trusted proxy the nearest address in
     /// `X-Forwarded-For` that is not itself a trusted proxy.
     pub fn client_ip(&self, peer: Option<IpAddr>, forwarded_for: Option<&str>) -> Option<IpAddr> {
