@@ -66,7 +66,7 @@ impl A2aService {
             Backend::Local(backend) => self.send_local(agent, caller, backend, req).await,
             Backend::Remote(remote) => {
                 self.remote_owners.check_message(&req.message, caller)?;
-                let _turn = admit(agent, &req).await?;
+                let _turn = take_turn(agent, &req).await?;
                 let result = remote.send(&req).await?;
                 match &result {
                     SendResult::Task(t) => {
@@ -101,7 +101,7 @@ impl A2aService {
             Backend::Remote(remote) => {
                 self.remote_owners.check_message(&req.message, caller)?;
                 // The turn is held for as long as the stream is open.
-                let turn = admit(agent, &req).await?;
+                let turn = take_turn(agent, &req).await?;
                 let items = remote.stream(&req).await?;
                 let owners = self.remote_owners.clone();
                 let contexts = self.contexts.clone();
@@ -484,7 +484,7 @@ fn check_send(req: &SendRequest) -> Result<(), GatewayError> {
 }
 
 /// Waits for the agent's actor to admit a forwarded message (mailbox, lane, concurrency).
-async fn admit(agent: &Agent, req: &SendRequest) -> Result<Admission, GatewayError> {
+async fn take_turn(agent: &Agent, req: &SendRequest) -> Result<Admission, GatewayError> {
     let context = req.message.context_id.as_deref().filter(|c| !c.is_empty());
     Ok(agent.actor.enqueue(context)?.ready().await)
 }

@@ -2,10 +2,11 @@ use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::{json, Value};
 
-use super::{rest_error, AppState};
+use super::{error_response, version_header, AppState};
 use crate::auth::Principal;
 use crate::card;
 use crate::config::Access;
+use crate::error::GatewayError;
 
 /// Cards need no credentials. Presented ones (if valid) show the caller which restricted
 /// agents it may call; anonymous callers see only the agents open to them.
@@ -17,10 +18,7 @@ fn card_caller(req: &HttpRequest, state: &AppState) -> Principal {
 
 /// Security shapes follow the caller's generation: `A2A-Version: 1.x` gets 1.0 shapes.
 fn wants_v10(req: &HttpRequest) -> bool {
-    req.headers()
-        .get("A2A-Version")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.trim().starts_with('1'))
+    version_header(req).is_some_and(|v| v.trim().starts_with('1'))
 }
 
 pub async fn gateway_card(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
@@ -46,8 +44,7 @@ pub async fn agent_card(
     state: web::Data<AppState>,
 ) -> HttpResponse {
     let Some(agent) = state.registry.get(&name) else {
-        let err = state.unknown_agent(&name);
-        return rest_error(404, err.public_message());
+        return error_response(&state.unknown_agent(&name));
     };
     let base = state.base_url(&req);
     let schemes = state.auth.schemes();
@@ -92,9 +89,9 @@ pub async fn list_agents(req: HttpRequest, state: web::Data<AppState>) -> HttpRe
 fn card_response(req: &HttpRequest, state: &AppState, card: &Value) -> HttpResponse {
     let body = match serde_json::to_vec(card) {
         Ok(b) => b,
+        // error_response logs the detail; the client sees "Internal error".
         Err(e) => {
-            tracing::error!(error = %e, "serializing an agent card");
-            return rest_error(500, "Internal error".into());
+            return error_response(&GatewayError::Internal(format!("serializing a card: {e}")))
         }
     };
     let etag = card::etag(&body);

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::body::{check_content_type, read_body};
 use super::sse::event_stream;
-use super::AppState;
+use super::{version_header, AppState};
 use crate::error::GatewayError;
 use crate::limits::StreamSlot;
 use crate::protocol::jsonrpc::parse_request;
@@ -123,17 +123,6 @@ async fn handle(
         headers.insert(header::HeaderName::from_static("a2a-gateway-route"), v);
     }
     resp
-}
-
-fn version_header(req: &HttpRequest) -> Option<String> {
-    if let Some(v) = req.headers().get("A2A-Version") {
-        return Some(String::from_utf8_lossy(v.as_bytes()).into_owned());
-    }
-    // The reference allows `?A2A-Version=1.0` for clients that cannot set headers.
-    req.query_string()
-        .split('&')
-        .find_map(|kv| kv.strip_prefix("A2A-Version="))
-        .map(str::to_string)
 }
 
 fn respond(req: &HttpRequest, state: &AppState, reply: RpcReply) -> HttpResponse {

@@ -217,8 +217,39 @@ pub async fn rate_limit_headers(
     Ok(resp)
 }
 
-/// Errors outside JSON-RPC use the HTTP+JSON binding's body (google.rpc.Status).
-pub fn rest_error(status: u16, message: String) -> HttpResponse {
+/// The caller's `A2A-Version`: the header, or `?A2A-Version=` for clients that cannot set
+/// headers (the reference allows both).
+pub fn version_header(req: &HttpRequest) -> Option<String> {
+    if let Some(v) = req.headers().get("A2A-Version") {
+        return Some(String::from_utf8_lossy(v.as_bytes()).into_owned());
+    }
+    req.query_string()
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("A2A-Version="))
+        .map(str::to_string)
+}
+
+/// A `GatewayError` on the HTTP+JSON binding: google.rpc.Status with its `ErrorInfo`, the
+/// 1.0.1 HTTP status, and the retry / challenge headers it calls for.
+pub fn error_response(e: &GatewayError) -> HttpResponse {
+    if let GatewayError::Internal(detail) = e {
+        tracing::error!(%detail, "internal error");
+    }
+    let status = actix_web::http::StatusCode::from_u16(e.rest_http_status())
+        .unwrap_or(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR);
+    let mut resp = HttpResponse::build(status);
+    resp.content_type("application/a2a+json");
+    if let Some(secs) = e.retry_after() {
+        resp.insert_header((header::RETRY_AFTER, secs.to_string()));
+    }
+    if let Some(c) = e.challenge() {
+        resp.insert_header((header::WWW_AUTHENTICATE, c.to_string()));
+    }
+    resp.body(e.rest_body().to_string())
+}
+
+/// Errors of routes outside any agent (no such path, wrong method), in the same body shape.
+fn rest_error(status: u16, message: String) -> HttpResponse {
     let code = actix_web::http::StatusCode::from_u16(status)
         .unwrap_or(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR);
     HttpResponse::build(code).json(serde_json::json!({"error": {

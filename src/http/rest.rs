@@ -5,14 +5,13 @@
 
 use std::sync::Arc;
 
-use actix_web::http::{header, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use super::body::{check_content_type, read_body};
 use super::sse::event_stream;
-use super::AppState;
+use super::{error_response, version_header, AppState};
 use crate::agents::Agent;
 use crate::auth::Principal;
 use crate::error::GatewayError;
@@ -45,23 +44,6 @@ pub fn scope(prefix: &str) -> actix_web::Scope {
         .default_service(web::to(unknown_route))
 }
 
-fn error_response(e: &GatewayError) -> HttpResponse {
-    if let GatewayError::Internal(detail) = e {
-        tracing::error!(%detail, "internal error");
-    }
-    let status =
-        StatusCode::from_u16(e.rest_http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut resp = HttpResponse::build(status);
-    resp.content_type(MEDIA_TYPE);
-    if let Some(secs) = e.retry_after() {
-        resp.insert_header((header::RETRY_AFTER, secs.to_string()));
-    }
-    if let Some(c) = e.challenge() {
-        resp.insert_header((header::WWW_AUTHENTICATE, c.to_string()));
-    }
-    resp.body(e.rest_body().to_string())
-}
-
 fn ok_json<T: Serialize>(value: &T) -> HttpResponse {
     match serde_json::to_vec(value) {
         Ok(body) => HttpResponse::Ok().content_type(MEDIA_TYPE).body(body),
@@ -80,11 +62,7 @@ fn reply<T: Serialize>(result: Result<T, GatewayError>) -> HttpResponse {
 
 /// This binding is 1.0's; 0.3 served its REST routes elsewhere (`/v1/...`).
 fn check_version(req: &HttpRequest) -> Result<(), GatewayError> {
-    let header = req
-        .headers()
-        .get("A2A-Version")
-        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-    match Dialect::from_version_header(header.as_deref())? {
+    match Dialect::from_version_header(version_header(req).as_deref())? {
         None | Some(Dialect::V10) => Ok(()),
         Some(Dialect::V03) => Err(GatewayError::VersionNotSupported {
             requested: "0.3".into(),

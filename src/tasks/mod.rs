@@ -165,17 +165,6 @@ impl Tasks {
         });
     }
 
-    /// A copy of the agent's task, or None (also for another agent's task).
-    pub fn get(&self, viewer: Viewer<'_>, id: &str) -> Option<Task> {
-        let mut out = None;
-        self.store.read(id, &mut |st| {
-            if viewer.sees(st) {
-                out = Some(st.task.clone());
-            }
-        });
-        out
-    }
-
     /// The agent that owns a task.
     pub fn owner(&self, id: &str) -> Option<Arc<str>> {
         let mut out = None;

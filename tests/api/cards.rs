@@ -88,6 +88,10 @@ async fn agent_card_points_back_through_the_gateway() {
     let (status, _, body) = get(&gw, "/a2a/agents/ghost/card", &[]).await;
     assert_eq!(status, 404);
     assert_eq!(body["error"]["message"], "Unknown agent: ghost");
+    assert_eq!(
+        body["error"]["details"][0]["reason"], "AGENT_NOT_FOUND",
+        "{body}"
+    );
 }
 
 #[tokio::test]
