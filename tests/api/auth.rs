@@ -4,7 +4,7 @@
 use jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
 use serde_json::{json, Value};
 
-use crate::helpers::{repo_root, sha, spawn_with, TestGateway, D, ECHO};
+use crate::helpers::{repo_root, rpc, sha, spawn_with, TestGateway, D, ECHO};
 
 const HS_SECRET: &str = "a-test-only-hmac-secret-of-at-least-32-bytes";
 const ISS: &str = "https://issuer.test";
@@ -280,7 +280,7 @@ async fn every_credential_case_on_every_route_kind() {
     let gw = secured().await;
     // A task to subscribe to, created with valid credentials.
     let created: Value = request(&gw, reqwest::Method::POST, "/a2a/agents/secure", "X-API-Key", "alice-key")
-        .body(json!({"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message": D::V10.message("/delay 30 x"),"configuration":{"returnImmediately":true}}}).to_string())
+        .body(rpc("SendMessage", json!({"message": D::V10.message("/delay 30 x"),"configuration":{"returnImmediately":true}})))
         .send().await.unwrap().json().await.unwrap();
     let task_id = created["result"]["task"]["id"]
         .as_str()
@@ -288,7 +288,7 @@ async fn every_credential_case_on_every_route_kind() {
         .to_string();
 
     for (label, header, value, want) in credential_cases() {
-        let send = json!({"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message": D::V10.message("hi")}}).to_string();
+        let send = rpc("SendMessage", json!({"message": D::V10.message("hi")}));
         let resp = request(
             &gw,
             reqwest::Method::POST,
@@ -302,7 +302,10 @@ async fn every_credential_case_on_every_route_kind() {
         .unwrap();
         check_refusal(resp, want, &format!("{label} (JSON-RPC)")).await;
 
-        let stream = json!({"jsonrpc":"2.0","id":1,"method":"SendStreamingMessage","params":{"message": D::V10.message("hi")}}).to_string();
+        let stream = rpc(
+            "SendStreamingMessage",
+            json!({"message": D::V10.message("hi")}),
+        );
         let resp = request(
             &gw,
             reqwest::Method::POST,
@@ -372,9 +375,7 @@ async fn every_credential_case_on_every_route_kind() {
 #[tokio::test]
 async fn public_agents_are_open_but_bad_credentials_still_fail() {
     let gw = secured().await;
-    let send = || {
-        json!({"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message": D::V10.message("hi")}}).to_string()
-    };
+    let send = || rpc("SendMessage", json!({"message": D::V10.message("hi")}));
     let anon = request(&gw, reqwest::Method::POST, "/a2a/agents/open", "", "")
         .body(send())
         .send()
@@ -437,7 +438,7 @@ async fn tasks_are_visible_only_to_their_creator() {
             "X-API-Key",
             key,
         )
-        .body(json!({"jsonrpc":"2.0","id":1,"method":method,"params":params}).to_string())
+        .body(rpc(method, json!(params)))
         .send()
     };
     let created: Value = call("alice-key", "SendMessage", json!({"message": D::V10.message("/delay 30 mine"), "configuration": {"returnImmediately": true}}))
@@ -593,10 +594,16 @@ async fn cors_preflight_skips_auth_and_disallowed_origins_get_nothing() {
     let bad = preflight("https://evil.example").await.unwrap();
     assert!(bad.headers().get("access-control-allow-origin").is_none());
 
-    let actual = gw.client.post(gw.url("/a2a/agents/secure"))
-        .header("Origin", "https://app.example").header("X-API-Key", "alice-key").header("A2A-Version", "1.0")
-        .body(json!({"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message": D::V10.message("hi")}}).to_string())
-        .send().await.unwrap();
+    let actual = gw
+        .client
+        .post(gw.url("/a2a/agents/secure"))
+        .header("Origin", "https://app.example")
+        .header("X-API-Key", "alice-key")
+        .header("A2A-Version", "1.0")
+        .body(rpc("SendMessage", json!({"message": D::V10.message("hi")})))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(
         actual.headers()["access-control-allow-origin"],
         "https://app.example"
@@ -668,11 +675,17 @@ async fn jwks_url_keys_are_fetched_from_a_local_server() {
     let mut status = 0;
     // The server may still be starting; the gateway retries the fetch until it answers.
     for _ in 0..100 {
-        let r = request(&gw, reqwest::Method::POST, "/a2a/agents/secure", "Authorization", &format!("Bearer {token}"))
-            .body(json!({"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message": D::V10.message("hi")}}).to_string())
-            .send()
-            .await
-            .unwrap();
+        let r = request(
+            &gw,
+            reqwest::Method::POST,
+            "/a2a/agents/secure",
+            "Authorization",
+            &format!("Bearer {token}"),
+        )
+        .body(rpc("SendMessage", json!({"message": D::V10.message("hi")})))
+        .send()
+        .await
+        .unwrap();
         status = r.status().as_u16();
         if status == 200 {
             break;

@@ -393,3 +393,8 @@ pub fn sha(s: &str) -> String {
         .map(|b| format!("{b:02x}"))
         .collect()
 }
+
+/// A JSON-RPC request body with id 1.
+pub fn rpc(method: &str, params: Value) -> String {
+    json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string()
+}

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::helpers::{sha, spawn_with, TestGateway, D, ECHO};
+use crate::helpers::{rpc, sha, spawn_with, TestGateway, D, ECHO};
 
 async fn limited(extra: &str) -> TestGateway {
     let gateway = format!(
@@ -40,7 +40,7 @@ async fn send(gw: &TestGateway, headers: &[(&str, &str)]) -> reqwest::Response {
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
-    req.body(json!({"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message": D::V10.message("hi")}}).to_string())
+    req.body(rpc("SendMessage", json!({"message": D::V10.message("hi")})))
         .send()
         .await
         .unwrap()
@@ -173,7 +173,10 @@ async fn one_caller_cannot_hold_more_streams_than_its_tier_allows() {
             .post(gw.url("/a2a/agents/echo"))
             .header("A2A-Version", "1.0")
             .header("X-Forwarded-For", who)
-            .body(json!({"jsonrpc":"2.0","id":1,"method":"SendStreamingMessage","params":{"message": D::V10.message("/delay 30 x")}}).to_string())
+            .body(rpc(
+                "SendStreamingMessage",
+                json!({"message": D::V10.message("/delay 30 x")}),
+            ))
             .send()
     };
     let held = stream("10.2.2.2").await.unwrap();

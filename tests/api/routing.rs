@@ -2,7 +2,7 @@
 
 use serde_json::{json, Value};
 
-use crate::helpers::{sha, spawn_with, write_config, TestGateway, D, ECHO};
+use crate::helpers::{rpc, sha, spawn_with, write_config, TestGateway, D, ECHO};
 
 fn agent(name: &str) -> String {
     ECHO.replace("name = \"echo\"", &format!("name = \"{name}\""))
@@ -54,11 +54,7 @@ async fn via_shared(
     if let Some(k) = key {
         req = req.header("X-API-Key", k);
     }
-    let resp = req
-        .body(json!({"jsonrpc":"2.0","id":1,"method":method,"params":params}).to_string())
-        .send()
-        .await
-        .unwrap();
+    let resp = req.body(rpc(method, json!(params))).send().await.unwrap();
     let h = |n: &str| {
         resp.headers()
             .get(n)

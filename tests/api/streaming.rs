@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::helpers::{inner, kind, spawn, D};
+use crate::helpers::{inner, kind, rpc, spawn, D};
 
 #[tokio::test]
 async fn streaming_send_orders_task_then_events_and_closes_at_the_end() {
@@ -217,7 +217,10 @@ async fn sse_framing_and_headers() {
         .client
         .post(gw.url("/a2a/agents/echo"))
         .header("A2A-Version", "1.0")
-        .body(json!({"jsonrpc":"2.0","id":1,"method":"SendStreamingMessage","params":{"message": D::V10.message("hi")}}).to_string())
+        .body(rpc(
+            "SendStreamingMessage",
+            json!({"message": D::V10.message("hi")}),
+        ))
         .send()
         .await
         .unwrap();

@@ -6,7 +6,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 
-use crate::helpers::{inner, kind, parse_sse, spawn_with, text_of, TestGateway, D, ECHO};
+use crate::helpers::{inner, kind, parse_sse, rpc, spawn_with, text_of, TestGateway, D, ECHO};
 use crate::peers::{fault_server, free_port, js_agent, python_agent, upstream_agent, Peer};
 
 const AGENT: &str = "/a2a/agents/up";
@@ -662,7 +662,10 @@ async fn idle_streams_get_keepalive_comments() {
         .client
         .post(gw.url(AGENT))
         .header("A2A-Version", "1.0")
-        .body(json!({"jsonrpc":"2.0","id":1,"method":"SendStreamingMessage","params":{"message": D::V10.message("/delay 3 quiet")}}).to_string())
+        .body(rpc(
+            "SendStreamingMessage",
+            json!({"message": D::V10.message("/delay 3 quiet")}),
+        ))
         .send()
         .await
         .unwrap();
