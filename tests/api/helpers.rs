@@ -202,6 +202,17 @@ impl TestGateway {
         format!("{}{path}", self.base)
     }
 
+    /// GET `path` and parse the JSON body.
+    pub async fn get_json(&self, path: &str) -> Value {
+        let resp = self
+            .client
+            .get(self.url(path))
+            .send()
+            .await
+            .expect("request");
+        resp.json().await.expect("a JSON body")
+    }
+
     pub async fn post_raw(
         &self,
         path: &str,

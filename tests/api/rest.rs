@@ -189,15 +189,7 @@ async fn rest_errors_use_google_rpc_status_with_http_statuses() {
 #[tokio::test]
 async fn cards_list_the_rest_interface() {
     let gw = spawn().await;
-    let card: Value = gw
-        .client
-        .get(gw.url("/a2a/agents/echo/card"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let card: Value = gw.get_json("/a2a/agents/echo/card").await;
     let rest = card["supportedInterfaces"]
         .as_array()
         .unwrap()

@@ -240,15 +240,7 @@ async fn stream_capacity_refuses_cleanly_and_disconnects_free_their_place() {
     )
     .await;
     let open_streams = || async {
-        let h: Value = gw
-            .client
-            .get(gw.url("/a2a/health"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let h: Value = gw.get_json("/a2a/health").await;
         h["openStreams"].as_u64().unwrap()
     };
     let body = |text: &str| {

@@ -424,15 +424,7 @@ async fn the_remote_card_is_served_through_the_gateway() {
         "default_agent = \"echo\"",
     )
     .await;
-    let card: Value = gw
-        .client
-        .get(gw.url("/a2a/agents/up/card"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let card: Value = gw.get_json("/a2a/agents/up/card").await;
     let url = gw.url("/a2a/agents/up");
     assert_eq!(card["name"], "up", "the gateway's name for the agent");
     assert_eq!(card["url"], url.as_str());
@@ -451,15 +443,7 @@ async fn the_remote_card_is_served_through_the_gateway() {
         "no remote URL leaks: {card}"
     );
     assert_eq!(card["capabilities"]["pushNotifications"], false);
-    let agg: Value = gw
-        .client
-        .get(gw.url("/.well-known/agent-card.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let agg: Value = gw.get_json("/.well-known/agent-card.json").await;
     let ids: Vec<&str> = agg["skills"]
         .as_array()
         .unwrap()
@@ -475,15 +459,7 @@ async fn the_remote_card_is_served_through_the_gateway() {
     let local = "description = \"Our research agent\"\nversion = \"9.9.9\"\n";
     let file = format!("{local}{}", upstream_agent("up", &peer.url(), ""));
     let gw2 = spawn_with(&[("up.toml", &file)], "").await;
-    let card: Value = gw2
-        .client
-        .get(gw2.url("/a2a/agents/up/card"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let card: Value = gw2.get_json("/a2a/agents/up/card").await;
     assert_eq!(
         (card["description"].as_str(), card["version"].as_str()),
         (Some("Our research agent"), Some("9.9.9"))
@@ -505,15 +481,7 @@ async fn a_remote_down_at_startup_is_unhealthy_then_recovers() {
         "default_agent = \"echo\"",
     )
     .await;
-    let health: Value = gw
-        .client
-        .get(gw.url("/a2a/health"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let health: Value = gw.get_json("/a2a/health").await;
     assert_eq!(health["agents"]["up"], "unhealthy");
     assert_eq!(health["status"], "degraded");
     let r = gw
@@ -542,15 +510,7 @@ async fn a_remote_down_at_startup_is_unhealthy_then_recovers() {
     let _peer = python_agent("1.0", port).await;
     let mut healthy = false;
     for _ in 0..60 {
-        let h: Value = gw
-            .client
-            .get(gw.url("/a2a/health"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let h: Value = gw.get_json("/a2a/health").await;
         if h["agents"]["up"] == "healthy" {
             healthy = true;
             break;
