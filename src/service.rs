@@ -95,8 +95,9 @@ impl A2aService {
         check_send(&req)?;
         match &agent.backend {
             Backend::Local(backend) => {
+                let continuing = req.message.task_id.as_ref().is_some_and(|t| !t.is_empty());
                 let Started { updates, .. } = self.start(agent, caller, backend, req, true)?;
-                Ok(until_stream_ends(updates))
+                Ok(until_stream_ends(updates, continuing))
             }
             Backend::Remote(remote) => {
                 self.remote_owners.check_message(&req.message, caller)?;
@@ -503,21 +504,30 @@ fn not_cancelable(id: &str, state: TaskState) -> GatewayError {
     }
 }
 
-/// Ends the caller's stream after the item that closes it, or after an error.
-fn until_stream_ends(updates: mpsc::Receiver<Result<Update, GatewayError>>) -> ItemStream {
-    Box::pin(stream::unfold(Some(updates), |rx| async move {
-        let mut rx = rx?;
-        loop {
-            let item = match rx.recv().await? {
-                Ok(Update::Item(item)) => Ok(*item),
-                // A relaying sink sends no bare progress; nothing to show if one came.
-                Ok(Update::Progress { .. }) => continue,
-                Err(e) => Err(e),
-            };
-            let more = matches!(&item, Ok(i) if !i.ends_stream());
-            return Some((item, more.then_some(rx)));
-        }
-    }))
+/// Ends the caller's stream after the item that closes it, or after an error. A follow-up's
+/// stream opens with the task as it was before the follow-up (input-required, say): that
+/// snapshot does not end the stream.
+fn until_stream_ends(
+    updates: mpsc::Receiver<Result<Update, GatewayError>>,
+    continuing: bool,
+) -> ItemStream {
+    Box::pin(stream::unfold(
+        Some((updates, continuing)),
+        |state| async move {
+            let (mut rx, opening) = state?;
+            loop {
+                let item = match rx.recv().await? {
+                    Ok(Update::Item(item)) => Ok(*item),
+                    // A relaying sink sends no bare progress; nothing to show if one came.
+                    Ok(Update::Progress { .. }) => continue,
+                    Err(e) => Err(e),
+                };
+                let snapshot = opening && matches!(&item, Ok(StreamItem::Task(_)));
+                let more = matches!(&item, Ok(i) if snapshot || !i.ends_stream());
+                return Some((item, more.then_some((rx, false))));
+            }
+        },
+    ))
 }
 
 /// One message's work for a backend, run by the agent's actor when its turn comes.

@@ -1,14 +1,29 @@
 #!/usr/bin/env python3
 """jsonl-mode command agent with an input-required step: greeted without a name, it asks
-for one; the follow-up message (its text is the name) gets the greeting."""
+for one and waits; the task's follow-up message arrives as the next stdin line, and the
+same process greets that name."""
 import json
 import sys
 
-message = json.loads(sys.stdin.readline())
-text = "".join(p.get("text", "") for p in message.get("parts", [])).strip()
-if not text or text.lower() in ("hi", "hello", "hey"):
-    print(json.dumps({"inputRequired": "What is your name?"}), flush=True)
-else:
-    print(json.dumps({"status": "working", "message": "composing a greeting"}), flush=True)
-    print(json.dumps({"artifact": {"data": {"name": text}}, "name": "who", "lastChunk": True}), flush=True)
-    print(json.dumps({"result": f"Hello, {text}!"}), flush=True)
+
+def emit(event):
+    print(json.dumps(event), flush=True)
+
+
+def text_of(line):
+    message = json.loads(line)
+    return "".join(p.get("text", "") for p in message.get("parts", [])).strip()
+
+
+line = sys.stdin.readline()
+name = text_of(line) if line else ""
+while not name or name.lower() in ("hi", "hello", "hey"):
+    emit({"inputRequired": "What is your name?"})
+    line = sys.stdin.readline()
+    if not line:
+        sys.exit(0)  # the gateway closed our input: nobody is left to answer
+    name = text_of(line)
+
+emit({"status": "working", "message": "composing a greeting"})
+emit({"artifact": {"data": {"name": name}}, "name": "who", "lastChunk": True})
+emit({"result": f"Hello, {name}!"})

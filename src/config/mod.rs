@@ -444,7 +444,8 @@ pub struct CommandConfig {
     pub env: std::collections::BTreeMap<String, String>,
     #[serde(default)]
     pub io: CommandIo,
-    /// A run longer than this is stopped and its task failed.
+    /// A process living longer than this, waiting for input included, is stopped and its
+    /// task failed.
     #[serde(default = "default_command_timeout")]
     pub timeout_secs: u64,
     /// Processes running at once for this agent; more wait their turn.

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::helpers::{repo_root, spawn_with, text_of, write_config, TestGateway, D};
+use crate::helpers::{inner, kind, repo_root, spawn_with, text_of, write_config, TestGateway, D};
 
 fn agent(name: &str, io: &str, command: &[&str], extra: &str) -> String {
     let argv: Vec<String> = command.iter().map(|a| format!("{a:?}")).collect();
@@ -235,16 +235,20 @@ async fn no_more_processes_than_the_limit_run_at_once() {
 }
 
 async fn wait_for_state_at(gw: &TestGateway, id: &str) {
-    for _ in 0..100 {
-        let r = gw
-            .call("/a2a/agents/one", D::V10, "GetTask", json!({"id": id}))
-            .await;
-        if r.result()["status"]["state"] == "TASK_STATE_COMPLETED" {
-            return;
+    wait_for_state_of(gw, "/a2a/agents/one", D::V10, id, "completed").await;
+}
+
+/// Polls GetTask on `path` until the task reaches `state`; returns the task.
+async fn wait_for_state_of(gw: &TestGateway, path: &str, d: D, id: &str, state: &str) -> Value {
+    let want = d.state(state);
+    for _ in 0..200 {
+        let r = gw.call(path, d, d.get(), json!({"id": id})).await;
+        if r.result()["status"]["state"] == want.as_str() {
+            return r.result().clone();
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    panic!("{id} did not complete");
+    panic!("{id} never reached {want}");
 }
 
 #[test]
@@ -270,4 +274,272 @@ fn a_bad_command_path_is_reported_at_load_time() {
         err.contains("program \"no-such-program-on-path\" not found on PATH"),
         "{err}"
     );
+}
+
+/// Asks a question naming its pid, then answers the next line naming its pid again.
+const ASKS_AND_WAITS: &str = r#"import json, os, sys
+def text(line): return "".join(p.get("text", "") for p in json.loads(line).get("parts", []))
+sys.stdin.readline()
+print(json.dumps({"inputRequired": "pid %d: name?" % os.getpid()}), flush=True)
+line = sys.stdin.readline()
+print(json.dumps({"result": "%s from pid %d" % (text(line), os.getpid())}), flush=True)
+"#;
+
+/// The old way: asks, naming its pid, and exits; started anew, it answers.
+const ASKS_AND_EXITS: &str = r#"import json, os, sys
+t = "".join(p.get("text", "") for p in json.loads(sys.stdin.readline()).get("parts", []))
+if t == "hello":
+    print(json.dumps({"inputRequired": "pid %d: name?" % os.getpid()}), flush=True)
+else:
+    print(json.dumps({"result": "%s from pid %d" % (t, os.getpid())}), flush=True)
+"#;
+
+/// The pid in an input-required task's question ("pid 123: name?").
+fn asking_pid(task: &Value) -> i32 {
+    let question = task["status"]["message"]["parts"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    question
+        .strip_prefix("pid ")
+        .and_then(|rest| rest.split(':').next())
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in the question: {task}"))
+}
+
+fn follow_up(d: D, task: &Value, text: &str) -> Value {
+    let mut message = d.message(text);
+    message["taskId"] = task["id"].clone();
+    message
+}
+
+fn result_text(task: &Value) -> String {
+    task["artifacts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|a| a["artifactId"] == "result")
+        .and_then(|a| a["parts"][0]["text"].as_str())
+        .unwrap_or_else(|| panic!("no result artifact: {task}"))
+        .to_string()
+}
+
+async fn wait_until_gone(pid: i32, why: &str) {
+    for _ in 0..100 {
+        if !alive(pid) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("process {pid} is still alive {why}");
+}
+
+#[tokio::test]
+async fn the_answer_to_input_required_goes_to_the_waiting_process() {
+    let ask = agent("ask", "jsonl", &["python3", "-c", ASKS_AND_WAITS], "");
+    let gw = gateway(&[("ask.toml", &ask)]).await;
+    let path = "/a2a/agents/ask";
+    for d in [D::V03, D::V10] {
+        let asking = send(&gw, path, d, "hello").await;
+        assert_eq!(
+            asking["status"]["state"],
+            d.state("input-required"),
+            "{asking}"
+        );
+        let pid = asking_pid(&asking);
+        assert!(alive(pid), "the process waits for the answer");
+        let r = gw
+            .call(
+                path,
+                d,
+                d.send(),
+                json!({"message": follow_up(d, &asking, "Ada")}),
+            )
+            .await;
+        let done = d.task_of(r.result());
+        assert_eq!(done["status"]["state"], d.state("completed"), "{done}");
+        assert_eq!(result_text(&done), format!("Ada from pid {pid}"));
+        wait_until_gone(pid, "after its task completed").await;
+    }
+    // A streamed answer reaches the same process too.
+    for d in [D::V03, D::V10] {
+        let asking = send(&gw, path, d, "hello").await;
+        let pid = asking_pid(&asking);
+        let events = gw
+            .sse(
+                path,
+                d,
+                d.stream(),
+                json!({"message": follow_up(d, &asking, "Grace")}),
+            )
+            .await;
+        assert!(!events.is_empty());
+        let id = asking["id"].as_str().unwrap();
+        let done = wait_for_state_of(&gw, path, d, id, "completed").await;
+        assert_eq!(result_text(&done), format!("Grace from pid {pid}"));
+    }
+}
+
+#[tokio::test]
+async fn a_streamed_answer_streams_the_waiting_process_events() {
+    let ask = agent("ask", "jsonl", &["python3", "-c", ASKS_AND_WAITS], "");
+    let gw = gateway(&[("ask.toml", &ask)]).await;
+    let path = "/a2a/agents/ask";
+    for d in [D::V03, D::V10] {
+        let asking = send(&gw, path, d, "hello").await;
+        let pid = asking_pid(&asking);
+        let events = gw
+            .sse(
+                path,
+                d,
+                d.stream(),
+                json!({"message": follow_up(d, &asking, "Grace")}),
+            )
+            .await;
+        let results: Vec<&Value> = events.iter().map(|e| &e.data["result"]).collect();
+        let answer = results
+            .iter()
+            .filter(|r| kind(d, r) == "artifact-update")
+            .map(|r| inner(d, r)["artifact"]["parts"][0]["text"].clone())
+            .collect::<Vec<_>>();
+        assert_eq!(
+            answer,
+            [json!(format!("Grace from pid {pid}"))],
+            "{results:?}"
+        );
+        let last = results.last().expect("events");
+        assert_eq!(kind(d, last), "status-update", "{last}");
+        assert_eq!(inner(d, last)["status"]["state"], d.state("completed"));
+    }
+}
+
+#[tokio::test]
+async fn canceling_a_task_that_waits_for_input_stops_its_process() {
+    let ask = agent(
+        "ask",
+        "jsonl",
+        &["python3", "-c", ASKS_AND_WAITS],
+        "kill_grace_ms = 500",
+    );
+    let gw = gateway(&[("ask.toml", &ask)]).await;
+    let path = "/a2a/agents/ask";
+    for d in [D::V03, D::V10] {
+        let asking = send(&gw, path, d, "hello").await;
+        let pid = asking_pid(&asking);
+        assert!(alive(pid), "the process waits for the answer");
+        let canceled = gw
+            .call(path, d, d.cancel(), json!({"id": asking["id"]}))
+            .await;
+        assert_eq!(canceled.result()["status"]["state"], d.state("canceled"));
+        wait_until_gone(pid, "after its task was canceled").await;
+    }
+}
+
+#[tokio::test]
+async fn a_process_waiting_for_input_keeps_its_slot() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let code = r#"import json, os, sys
+def text(line): return "".join(p.get("text", "") for p in json.loads(line).get("parts", []))
+log = open(os.environ["LOG"], "a")
+t = text(sys.stdin.readline())
+log.write("start %s\n" % t); log.flush()
+if t == "ask":
+    print(json.dumps({"inputRequired": "and?"}), flush=True)
+    t = text(sys.stdin.readline())
+log.write("end %s\n" % t); log.flush()
+print(json.dumps({"result": t}), flush=True)
+"#;
+    let one = agent(
+        "one",
+        "jsonl",
+        &["python3", "-c", code],
+        &format!(
+            "max_concurrent = 1\nenv = {{ LOG = {:?} }}",
+            log.display().to_string()
+        ),
+    );
+    let gw = gateway(&[("one.toml", &one)]).await;
+    let path = "/a2a/agents/one";
+    let asking = send(&gw, path, D::V10, "ask").await;
+    assert_eq!(asking["status"]["state"], "TASK_STATE_INPUT_REQUIRED");
+
+    let second = send(&gw, path, D::V10, "second");
+    tokio::pin!(second);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(800), &mut second)
+            .await
+            .is_err(),
+        "a new task waits while the only slot's process waits for input"
+    );
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "start ask\n");
+
+    let answer = gw.call(
+        path,
+        D::V10,
+        "SendMessage",
+        json!({"message": follow_up(D::V10, &asking, "answer")}),
+    );
+    let (answered, second) = tokio::join!(answer, second);
+    let answered = D::V10.task_of(answered.result());
+    assert_eq!(answered["status"]["state"], "TASK_STATE_COMPLETED");
+    assert_eq!(second["status"]["state"], "TASK_STATE_COMPLETED");
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        "start ask\nend answer\nstart second\nend second\n",
+        "the second process starts only once the first has finished"
+    );
+}
+
+#[tokio::test]
+async fn a_process_waiting_past_its_timeout_is_stopped_and_its_task_failed() {
+    let late = agent(
+        "late",
+        "jsonl",
+        &["python3", "-c", ASKS_AND_WAITS],
+        "timeout_secs = 1\nkill_grace_ms = 200",
+    );
+    let gw = gateway(&[("late.toml", &late)]).await;
+    let path = "/a2a/agents/late";
+    let asking = send(&gw, path, D::V10, "hello").await;
+    assert_eq!(asking["status"]["state"], "TASK_STATE_INPUT_REQUIRED");
+    let pid = asking_pid(&asking);
+    let id = asking["id"].as_str().unwrap();
+    let failed = wait_for_state_of(&gw, path, D::V10, id, "failed").await;
+    assert_eq!(
+        failed["status"]["message"]["parts"][0]["text"],
+        "the agent's program did not finish within 1 s (it was waiting for input)"
+    );
+    wait_until_gone(pid, "after its time ran out").await;
+}
+
+#[tokio::test]
+async fn a_program_that_asks_and_exits_is_started_anew_for_the_answer() {
+    let old = agent("old", "jsonl", &["python3", "-c", ASKS_AND_EXITS], "");
+    let gw = gateway(&[("old.toml", &old)]).await;
+    let path = "/a2a/agents/old";
+    // Answered at once, the exit races the answer; every round must still be served.
+    for round in 0..4 {
+        let asking = send(&gw, path, D::V10, "hello").await;
+        let pid = asking_pid(&asking);
+        if round % 2 == 1 {
+            wait_until_gone(pid, "after asking").await;
+        }
+        let r = gw
+            .call(
+                path,
+                D::V10,
+                "SendMessage",
+                json!({"message": follow_up(D::V10, &asking, "Ada")}),
+            )
+            .await;
+        let done = D::V10.task_of(r.result());
+        assert_eq!(done["status"]["state"], "TASK_STATE_COMPLETED", "{done}");
+        let answer = result_text(&done);
+        assert!(answer.starts_with("Ada from pid "), "{answer}");
+        assert_ne!(
+            answer,
+            format!("Ada from pid {pid}"),
+            "a new process answered"
+        );
+    }
 }
