@@ -2,6 +2,9 @@
 //! and returns a fixed SendMessage result of the same shape and size as the echo agent's,
 //! so the gateway's throughput can be reported as a ratio against it in the same run.
 //!
+//! `POST /jsonrpc` is the same with the least a real JSON-RPC server must do: parse the
+//! request envelope and answer with its `id`. Both baselines are reported.
+//!
 //! It also serves a minimal 1.0 agent card, so the gateway can use it as a fast upstream.
 //!
 //! `cargo run --release --example bare_jsonrpc -- 127.0.0.1:9001 [workers]`
@@ -9,6 +12,43 @@
 use actix_web::{web, App, HttpResponse, HttpServer};
 
 const RESULT: &str = r#"{"jsonrpc":"2.0","id":1,"result":{"task":{"id":"0bdcadd3-4bd1-40ad-9c00-0429134e5dbc","contextId":"461117a0-1503-431d-b982-5c588135eb66","status":{"state":"TASK_STATE_COMPLETED","timestamp":"2026-11-21T22:13:35.763Z"},"artifacts":[{"artifactId":"echo","name":"echo","parts":[{"text":"hello"}]}],"history":[{"messageId":"m1","contextId":"461117a0-1503-431d-b982-5c588135eb66","taskId":"0bdcadd3-4bd1-40ad-9c00-0429134e5dbc","role":"ROLE_USER","parts":[{"text":"hello"}]}]}}}"#;
+
+const RESULT_OBJECT: &str = r#"{"task":{"id":"0bdcadd3-4bd1-40ad-9c00-0429134e5dbc","contextId":"461117a0-1503-431d-b982-5c588135eb66","status":{"state":"TASK_STATE_COMPLETED","timestamp":"2026-11-21T22:13:35.763Z"},"artifacts":[{"artifactId":"echo","name":"echo","parts":[{"text":"hello"}]}],"history":[{"messageId":"m1","contextId":"461117a0-1503-431d-b982-5c588135eb66","taskId":"0bdcadd3-4bd1-40ad-9c00-0429134e5dbc","role":"ROLE_USER","parts":[{"text":"hello"}]}]}}"#;
+
+#[derive(serde::Deserialize)]
+struct Request<'a> {
+    #[serde(borrow)]
+    id: &'a serde_json::value::RawValue,
+    #[allow(dead_code)]
+    method: &'a str,
+    #[allow(dead_code)]
+    #[serde(borrow)]
+    params: Option<&'a serde_json::value::RawValue>,
+}
+
+#[derive(serde::Serialize)]
+struct Response<'a> {
+    jsonrpc: &'static str,
+    id: &'a serde_json::value::RawValue,
+    result: &'a serde_json::value::RawValue,
+}
+
+async fn parsing_handler(body: web::Bytes) -> HttpResponse {
+    let Ok(req) = serde_json::from_slice::<Request>(&body) else {
+        return HttpResponse::BadRequest().finish();
+    };
+    let result: &serde_json::value::RawValue =
+        serde_json::from_str(RESULT_OBJECT).expect("a valid constant");
+    let body = serde_json::to_vec(&Response {
+        jsonrpc: "2.0",
+        id: req.id,
+        result,
+    })
+    .expect("serializable");
+    HttpResponse::Ok()
+        .content_type("application/json")
+        .body(body)
+}
 
 async fn handler(_body: web::Bytes) -> HttpResponse {
     HttpResponse::Ok()
@@ -45,6 +85,7 @@ async fn main() -> std::io::Result<()> {
                     }
                 }),
             )
+            .route("/jsonrpc", web::post().to(parsing_handler))
             .default_service(web::post().to(handler))
     })
     .workers(workers)

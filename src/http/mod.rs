@@ -173,13 +173,14 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     )
     .service(web::resource("/a2a/health").route(web::get().to(health::health)))
     .service(web::resource("/a2a/agents").route(web::get().to(cards::list_agents)))
-    .service(rest::scope("/a2a/rest"))
-    .service(rest::scope("/a2a/agents/{name}/rest"))
+    // The hot route before the scopes, so it is matched without trying them first.
     .service(
         web::resource("/a2a/agents/{name}")
             .route(web::post().to(jsonrpc::named_agent))
             .default_service(web::to(method_not_allowed)),
     )
+    .service(rest::scope("/a2a/rest"))
+    .service(rest::scope("/a2a/agents/{name}/rest"))
     .service(
         web::resource([
             "/a2a/agents/{name}/card",

@@ -1,6 +1,7 @@
 //! The in-memory [`TaskStore`]: bounded in count, evicting the oldest finished tasks first.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use super::{FastMap, StoreError, StoredTask, TaskPage, TaskStore, Viewer};
@@ -13,6 +14,8 @@ pub struct MemoryTaskStore {
     /// Ids in the order their tasks finished; eviction takes from the front. An id may be
     /// stale (already evicted), which eviction tolerates.
     finished: Mutex<VecDeque<String>>,
+    /// `tasks.len()` without visiting every shard of the map on each insert.
+    count: AtomicUsize,
     capacity: usize,
 }
 
@@ -21,6 +24,7 @@ impl MemoryTaskStore {
         MemoryTaskStore {
             tasks: FastMap::default(),
             finished: Mutex::new(VecDeque::new()),
+            count: AtomicUsize::new(0),
             capacity: capacity.max(1),
         }
     }
@@ -34,11 +38,13 @@ impl MemoryTaskStore {
     }
 
     fn make_room(&self) -> Result<(), StoreError> {
-        while self.tasks.len() >= self.capacity {
+        while self.count.load(Ordering::Acquire) >= self.capacity {
             let Some(victim) = self.finished_queue().pop_front() else {
                 return Err(StoreError::Full(self.capacity));
             };
-            self.tasks.remove(&victim);
+            if self.tasks.remove(&victim).is_some() {
+                self.count.fetch_sub(1, Ordering::AcqRel);
+            }
         }
         Ok(())
     }
@@ -75,6 +81,7 @@ impl TaskStore for MemoryTaskStore {
             dashmap::Entry::Occupied(_) => return Err(StoreError::Duplicate(id)),
             dashmap::Entry::Vacant(v) => {
                 v.insert(task);
+                self.count.fetch_add(1, Ordering::AcqRel);
             }
         }
         if finished {
@@ -151,7 +158,7 @@ impl TaskStore for MemoryTaskStore {
     }
 
     fn len(&self) -> usize {
-        self.tasks.len()
+        self.count.load(Ordering::Acquire)
     }
 }
 
