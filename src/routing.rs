@@ -14,6 +14,7 @@
 
 use std::sync::Arc;
 
+use futures_util::StreamExt;
 use regex::Regex;
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -23,17 +24,31 @@ use crate::auth::Principal;
 use crate::config::RuleConfig;
 use crate::error::GatewayError;
 use crate::protocol::jsonrpc::{Method, RpcRequest};
+use crate::protocol::model::{Metadata, SendResult, StreamItem, Task};
+use crate::protocol::ops::{ItemStream, ListTasksResponse};
 use crate::tasks::{FastMap, Tasks};
 
 pub const AGENT_KEY: &str = "gateway/agent";
 pub const SKILL_KEY: &str = "gateway/skill";
 pub const TAGS_KEY: &str = "gateway/tags";
+/// Reply metadata: why the shared endpoint chose the agent (see [`Reason`]).
+pub const ROUTE_KEY: &str = "gateway/route";
 
-#[derive(Deserialize)]
+/// The few request fields routing looks at, read leniently: a request routing cannot read
+/// goes to the default agent, which then reports what is wrong with it.
+#[derive(Deserialize, Default)]
 struct Probe {
     id: Option<String>,
     message: Option<MessageProbe>,
     metadata: Option<Map<String, Value>>,
+}
+
+impl Probe {
+    fn read(params: Option<&serde_json::value::RawValue>) -> Probe {
+        params
+            .and_then(|p| serde_json::from_str(p.get()).ok())
+            .unwrap_or_default()
+    }
 }
 
 #[derive(Deserialize)]
@@ -73,6 +88,62 @@ impl std::fmt::Display for Reason {
             Reason::Rule(i) => write!(f, "rule-{}", i + 1),
             Reason::Default => f.write_str("default"),
         }
+    }
+}
+
+/// Which agent served a request and, on the shared endpoints, why. Replies say it twice: in
+/// the `A2A-Gateway-Agent` / `A2A-Gateway-Route` headers, and in the metadata of what they
+/// return (`gateway/agent`, `gateway/route`), for clients that never see headers.
+#[derive(Debug, Clone)]
+pub struct Served {
+    pub agent: Arc<str>,
+    pub reason: Option<Reason>,
+}
+
+impl Served {
+    pub fn new(agent: &Agent, reason: Option<Reason>) -> Served {
+        Served {
+            agent: agent.name.clone(),
+            reason,
+        }
+    }
+
+    fn stamp(&self, metadata: &mut Option<Metadata>) {
+        let metadata = metadata.get_or_insert_with(Metadata::new);
+        metadata.insert(AGENT_KEY.into(), Value::from(&*self.agent));
+        if let Some(reason) = &self.reason {
+            metadata.insert(ROUTE_KEY.into(), Value::from(reason.to_string()));
+        }
+    }
+
+    pub fn stamp_task(&self, task: &mut Task) {
+        self.stamp(&mut task.metadata);
+    }
+
+    pub fn stamp_result(&self, result: &mut SendResult) {
+        match result {
+            SendResult::Task(t) => self.stamp(&mut t.metadata),
+            SendResult::Message(m) => self.stamp(&mut m.metadata),
+        }
+    }
+
+    pub fn stamp_list(&self, page: &mut ListTasksResponse) {
+        page.tasks.iter_mut().for_each(|t| self.stamp_task(t));
+    }
+
+    /// Every item of a stream: each event says who sent it.
+    pub fn stamp_stream(self, items: ItemStream) -> ItemStream {
+        Box::pin(items.map(move |mut item| {
+            if let Ok(item) = &mut item {
+                match item {
+                    StreamItem::Task(t) => self.stamp(&mut t.metadata),
+                    StreamItem::Message(m) => self.stamp(&mut m.metadata),
+                    StreamItem::StatusUpdate(e) => self.stamp(&mut e.metadata),
+                    StreamItem::ArtifactUpdate(e) => self.stamp(&mut e.metadata),
+                }
+            }
+            item
+        }))
     }
 }
 
@@ -214,33 +285,50 @@ impl Router {
         rpc: &RpcRequest,
         caller: &Principal,
     ) -> Result<(&'a Arc<Agent>, Reason), GatewayError> {
-        let probe: Option<Probe> = rpc
-            .params
-            .as_deref()
-            .and_then(|p| serde_json::from_str(p.get()).ok());
-        let probe = probe.unwrap_or(Probe {
-            id: None,
-            message: None,
-            metadata: None,
-        });
-        let sending = matches!(
-            rpc.method,
-            Method::SendMessage | Method::SendStreamingMessage
-        );
-        let task_id = match rpc.method {
-            Method::GetTask | Method::CancelTask | Method::SubscribeToTask => probe.id.clone(),
-            _ if sending => probe.message.as_ref().and_then(|m| m.task_id.clone()),
-            _ => None,
+        let probe = Probe::read(rpc.params.as_deref());
+        match rpc.method {
+            Method::SendMessage | Method::SendStreamingMessage => {
+                self.route_message(registry, tasks, contexts, probe, caller)
+            }
+            Method::GetTask | Method::CancelTask | Method::SubscribeToTask => {
+                route_task(registry, tasks, probe.id.as_deref())
+            }
+            _ => default(registry),
+        }
+    }
+
+    /// Chooses the agent for a send whose parameters (`SendMessageRequest`) are `params`,
+    /// as on `/a2a`; the HTTP+JSON binding's shared `message:send`/`message:stream` use it.
+    pub fn route_send<'a>(
+        &self,
+        registry: &'a Registry,
+        tasks: &Tasks,
+        contexts: &ContextIndex,
+        params: &serde_json::value::RawValue,
+        caller: &Principal,
+    ) -> Result<(&'a Arc<Agent>, Reason), GatewayError> {
+        self.route_message(registry, tasks, contexts, Probe::read(Some(params)), caller)
+    }
+
+    fn route_message<'a>(
+        &self,
+        registry: &'a Registry,
+        tasks: &Tasks,
+        contexts: &ContextIndex,
+        probe: Probe,
+        caller: &Principal,
+    ) -> Result<(&'a Arc<Agent>, Reason), GatewayError> {
+        let Some(message) = probe.message.as_ref() else {
+            return default(registry);
         };
-        if let Some(agent) = task_id
+        if let Some(agent) = message
+            .task_id
+            .as_deref()
             .filter(|t| !t.is_empty())
-            .and_then(|t| owner(registry, tasks, &t))
+            .and_then(|t| owner(registry, tasks, t))
         {
             return Ok((agent, Reason::Task));
         }
-        let Some(message) = probe.message.as_ref().filter(|_| sending) else {
-            return default(registry);
-        };
         if let Some(agent) = message
             .context_id
             .as_deref()
@@ -292,7 +380,24 @@ impl Router {
     }
 }
 
-fn default(registry: &Registry) -> Result<(&Arc<Agent>, Reason), GatewayError> {
+/// A request about one task (get, cancel, subscribe) goes to the task's agent, else to the
+/// default agent (which then answers "task not found" in its own terms).
+pub fn route_task<'a>(
+    registry: &'a Registry,
+    tasks: &Tasks,
+    task_id: Option<&str>,
+) -> Result<(&'a Arc<Agent>, Reason), GatewayError> {
+    match task_id
+        .filter(|t| !t.is_empty())
+        .and_then(|t| owner(registry, tasks, t))
+    {
+        Some(agent) => Ok((agent, Reason::Task)),
+        None => default(registry),
+    }
+}
+
+/// The default agent, or the error that lists the agents to choose from.
+pub fn default(registry: &Registry) -> Result<(&Arc<Agent>, Reason), GatewayError> {
     registry
         .default_agent()
         .map(|a| (a, Reason::Default))

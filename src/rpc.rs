@@ -14,6 +14,7 @@ use crate::protocol::ops::{ItemStream, SendRequest};
 use crate::protocol::params::{self, ListTasksParams, SendParams, TaskIdParams};
 use crate::protocol::v03::{StreamItemV03, V03};
 use crate::protocol::Dialect;
+use crate::routing::Served;
 use crate::service::A2aService;
 
 pub enum RpcReply {
@@ -50,11 +51,13 @@ impl RpcReply {
     }
 }
 
+/// Runs `req` on `agent`; results and stream events carry `served` in their metadata.
 pub async fn dispatch(
     service: &A2aService,
     agent: &Arc<Agent>,
     caller: &Principal,
     req: RpcRequest,
+    served: &Served,
 ) -> RpcReply {
     let RpcRequest {
         id,
@@ -67,7 +70,8 @@ pub async fn dispatch(
         match method {
             Method::SendMessage => {
                 let send = send_request(params::decode(params)?, dialect)?;
-                let result = service.send(agent, caller, send).await?;
+                let mut result = service.send(agent, caller, send).await?;
+                served.stamp_result(&mut result);
                 ok(&id, dialect, &result)
             }
             Method::SendStreamingMessage => {
@@ -76,24 +80,27 @@ pub async fn dispatch(
                 Ok(RpcReply::Stream {
                     id: id.clone(),
                     dialect,
-                    items,
+                    items: served.clone().stamp_stream(items),
                     keepalive: agent.remote().and_then(|r| r.stream_keepalive()),
                 })
             }
             Method::GetTask => {
                 let p: TaskIdParams = params::decode(params)?;
                 let history = params::history_length(p.history_length, dialect)?;
-                let task = service.get(agent, caller, &p.id, history).await?;
+                let mut task = service.get(agent, caller, &p.id, history).await?;
+                served.stamp_task(&mut task);
                 ok_task(&id, dialect, &task)
             }
             Method::ListTasks => {
                 let p: ListTasksParams = params::decode(params)?;
-                let result = service.list(agent, caller, &p.check()?).await?;
+                let mut result = service.list(agent, caller, &p.check()?).await?;
+                served.stamp_list(&mut result);
                 Ok(json(render_result(&id, &result)?))
             }
             Method::CancelTask => {
                 let p: TaskIdParams = params::decode(params)?;
-                let task = service.cancel(agent, caller, &p.id).await?;
+                let mut task = service.cancel(agent, caller, &p.id).await?;
+                served.stamp_task(&mut task);
                 ok_task(&id, dialect, &task)
             }
             Method::SubscribeToTask => {
@@ -102,7 +109,7 @@ pub async fn dispatch(
                 Ok(RpcReply::Stream {
                     id: id.clone(),
                     dialect,
-                    items,
+                    items: served.clone().stamp_stream(items),
                     keepalive: agent.remote().and_then(|r| r.stream_keepalive()),
                 })
             }

@@ -7,11 +7,12 @@ use serde_json::Value;
 
 use super::body::{check_content_type, read_body};
 use super::sse::event_stream;
-use super::{version_header, AppState};
+use super::{served_headers, version_header, AppState};
 use crate::error::GatewayError;
 use crate::limits::StreamSlot;
 use crate::protocol::jsonrpc::parse_request;
 use crate::protocol::Dialect;
+use crate::routing::Served;
 use crate::rpc::{dispatch, render_stream_item, RpcReply};
 
 pub async fn default_agent(
@@ -112,16 +113,10 @@ async fn handle(
     } else {
         None
     };
-    let reply = dispatch(&state.service, &agent, &caller, rpc).await;
+    let served = Served::new(&agent, reason);
+    let reply = dispatch(&state.service, &agent, &caller, rpc, &served).await;
     let mut resp = respond_with(&req, &state, reply, slot);
-    // Which agent answered, and on the shared endpoint why.
-    let headers = resp.headers_mut();
-    if let Ok(v) = header::HeaderValue::from_str(&agent.name) {
-        headers.insert(header::HeaderName::from_static("a2a-gateway-agent"), v);
-    }
-    if let Some(Ok(v)) = reason.map(|r| header::HeaderValue::from_str(&r.to_string())) {
-        headers.insert(header::HeaderName::from_static("a2a-gateway-route"), v);
-    }
+    served_headers(&mut resp, &served);
     resp
 }
 

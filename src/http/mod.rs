@@ -17,7 +17,7 @@ use crate::config::Access;
 use crate::config::GatewayConfig;
 use crate::error::GatewayError;
 use crate::limits::{RateInfo, RateLimits, StreamGauge, StreamSlot};
-use crate::routing::Router;
+use crate::routing::{Router, Served};
 use crate::service::A2aService;
 
 /// The request span: method, path and status only. The default builder records a dozen
@@ -194,6 +194,21 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .route(web::get().to(cards::gateway_card)),
     )
     .default_service(web::to(not_found));
+}
+
+/// Which agent answered, and on the shared endpoints why.
+pub fn served_headers(resp: &mut HttpResponse, served: &Served) {
+    let headers = resp.headers_mut();
+    if let Ok(v) = header::HeaderValue::from_str(&served.agent) {
+        headers.insert(header::HeaderName::from_static("a2a-gateway-agent"), v);
+    }
+    if let Some(Ok(v)) = served
+        .reason
+        .as_ref()
+        .map(|r| header::HeaderValue::from_str(&r.to_string()))
+    {
+        headers.insert(header::HeaderName::from_static("a2a-gateway-route"), v);
+    }
 }
 
 /// Middleware: writes the `X-RateLimit-*` headers a handler recorded for its request.

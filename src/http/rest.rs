@@ -1,6 +1,6 @@
 //! The A2A 1.0 HTTP+JSON binding, for every agent: `/a2a/agents/{name}/rest/...`, and
-//! `/a2a/rest/...` for the shared endpoint (follow-ups reach the task's agent, the rest the
-//! default agent). Mapped onto the same service calls as JSON-RPC; errors are
+//! `/a2a/rest/...` for the shared endpoint (routed as `/a2a` is: sends by the full routing
+//! order, task routes to the task's agent, the task list to the default agent). Mapped onto the same service calls as JSON-RPC; errors are
 //! `google.rpc.Status` bodies with the A2A 1.0.1 HTTP statuses.
 
 use std::sync::Arc;
@@ -11,7 +11,7 @@ use serde_json::value::RawValue;
 
 use super::body::{check_content_type, read_body};
 use super::sse::event_stream;
-use super::{error_response, version_header, AppState};
+use super::{error_response, served_headers, version_header, AppState};
 use crate::agents::Agent;
 use crate::auth::Principal;
 use crate::error::GatewayError;
@@ -19,7 +19,7 @@ use crate::limits::StreamSlot;
 use crate::protocol::ops::ItemStream;
 use crate::protocol::params::{self, ListTasksParams, SendParams};
 use crate::protocol::Dialect;
-use crate::routing;
+use crate::routing::{self, Served};
 use crate::rpc::send_request;
 
 const MEDIA_TYPE: &str = "application/a2a+json";
@@ -53,11 +53,14 @@ fn ok_json<T: Serialize>(value: &T) -> HttpResponse {
     }
 }
 
-fn reply<T: Serialize>(result: Result<T, GatewayError>) -> HttpResponse {
-    match result {
+/// The answer of an agent: its result or error, saying which agent it was.
+fn reply<T: Serialize>(served: &Served, result: Result<T, GatewayError>) -> HttpResponse {
+    let mut resp = match result {
         Ok(v) => ok_json(&v),
         Err(e) => error_response(&e),
-    }
+    };
+    served_headers(&mut resp, served);
+    resp
 }
 
 /// This binding is 1.0's; 0.3 served its REST routes elsewhere (`/v1/...`).
@@ -71,32 +74,51 @@ fn check_version(req: &HttpRequest) -> Result<(), GatewayError> {
     }
 }
 
-/// The agent a request is for (named in the path, or chosen as on the shared endpoint),
-/// once the caller is known to be allowed to call it.
+/// What a request is about, which on the shared routes decides its agent as on `/a2a`.
+#[derive(Clone, Copy)]
+enum Target<'a> {
+    /// A send, with its `SendMessageRequest`.
+    Send(&'a RawValue),
+    Task(&'a str),
+    TaskList,
+}
+
+/// The agent a request is for (named in the path, or routed on the shared routes), once the
+/// caller is known to be allowed to call it.
 fn agent_for(
     req: &HttpRequest,
     state: &AppState,
     caller: &Principal,
-    task: Option<&str>,
-) -> Result<Arc<Agent>, GatewayError> {
-    let agent = match req.match_info().get("name") {
-        Some(name) => state
-            .registry
-            .get(name)
-            .cloned()
-            .ok_or_else(|| state.missing_agent(caller, name))?,
-        None => task
-            .and_then(|t| routing::owner(&state.registry, state.service.tasks(), t))
-            .or_else(|| state.registry.default_agent())
-            .cloned()
-            .ok_or_else(|| GatewayError::AgentNotFound {
-                name: "(default)".into(),
-                available: state.registry.names(),
-            })?,
+    target: Target<'_>,
+) -> Result<(Arc<Agent>, Served), GatewayError> {
+    let (agent, reason) = match req.match_info().get("name") {
+        Some(name) => {
+            let agent = state
+                .registry
+                .get(name)
+                .ok_or_else(|| state.missing_agent(caller, name))?;
+            (agent, None)
+        }
+        None => {
+            let (registry, tasks) = (&state.registry, state.service.tasks());
+            let (agent, reason) = match target {
+                Target::Send(params) => state.router.route_send(
+                    registry,
+                    tasks,
+                    state.service.contexts(),
+                    params,
+                    caller,
+                )?,
+                Target::Task(id) => routing::route_task(registry, tasks, Some(id))?,
+                Target::TaskList => routing::default(registry)?,
+            };
+            tracing::debug!(agent = %agent.name, %reason, "routed");
+            (agent, Some(reason))
+        }
     };
-    state.authorize(caller, &agent)?;
-    state.admit(req, caller, &agent)?;
-    Ok(agent)
+    state.authorize(caller, agent)?;
+    state.admit(req, caller, agent)?;
+    Ok((agent.clone(), Served::new(agent, reason)))
 }
 
 /// The caller and the checked body of a send.
@@ -104,60 +126,81 @@ async fn send_params(
     req: &HttpRequest,
     body: web::Payload,
     state: &AppState,
-) -> Result<(Principal, SendParams), GatewayError> {
+) -> Result<(Principal, Box<RawValue>, SendParams), GatewayError> {
     let caller = state.authenticate(req)?;
     check_version(req)?;
     check_content_type(req)?;
     let bytes = read_body(req, body, state.config.limits.max_body_bytes).await?;
     let raw: Box<RawValue> =
         serde_json::from_slice(&bytes).map_err(|e| GatewayError::Parse(e.to_string()))?;
-    Ok((caller, params::decode(Some(&raw))?))
+    let params = params::decode(Some(&raw))?;
+    Ok((caller, raw, params))
 }
 
 async fn send(req: HttpRequest, body: web::Payload, state: web::Data<AppState>) -> HttpResponse {
-    let result = async {
-        let (caller, p) = send_params(&req, body, &state).await?;
-        let agent = agent_for(&req, &state, &caller, p.message.task_id.as_deref())?;
-        state
-            .service
-            .send(&agent, &caller, send_request(p, Dialect::V10)?)
-            .await
+    let routed = async {
+        let (caller, raw, p) = send_params(&req, body, &state).await?;
+        let (agent, served) = agent_for(&req, &state, &caller, Target::Send(&raw))?;
+        Ok::<_, GatewayError>((caller, agent, served, send_request(p, Dialect::V10)))
     }
     .await;
-    reply(result)
+    let (caller, agent, served, send) = match routed {
+        Ok(r) => r,
+        Err(e) => return error_response(&e),
+    };
+    let result = match send {
+        Ok(send) => state.service.send(&agent, &caller, send).await,
+        Err(e) => Err(e),
+    };
+    reply(
+        &served,
+        result.map(|mut r| {
+            served.stamp_result(&mut r);
+            r
+        }),
+    )
 }
 
 async fn stream(req: HttpRequest, body: web::Payload, state: web::Data<AppState>) -> HttpResponse {
-    let result = async {
-        let (caller, p) = send_params(&req, body, &state).await?;
-        let agent = agent_for(&req, &state, &caller, p.message.task_id.as_deref())?;
-        let slot = state.open_stream(&req, &caller)?;
-        let items = state
-            .service
-            .stream(&agent, &caller, send_request(p, Dialect::V10)?)
-            .await?;
-        Ok::<_, GatewayError>((agent, items, slot))
+    let routed = async {
+        let (caller, raw, p) = send_params(&req, body, &state).await?;
+        let (agent, served) = agent_for(&req, &state, &caller, Target::Send(&raw))?;
+        Ok::<_, GatewayError>((caller, agent, served, send_request(p, Dialect::V10)))
     }
     .await;
-    match result {
-        Ok((agent, items, slot)) => sse(&req, &state, &agent, items, slot),
-        Err(e) => error_response(&e),
+    let (caller, agent, served, send) = match routed {
+        Ok(r) => r,
+        Err(e) => return error_response(&e),
+    };
+    let opened = async {
+        let send = send?;
+        let slot = state.open_stream(&req, &caller)?;
+        let items = state.service.stream(&agent, &caller, send).await?;
+        Ok::<_, GatewayError>((items, slot))
     }
+    .await;
+    sse(&req, &state, &agent, &served, opened)
 }
 
+/// An event stream, or the error that prevented it.
 fn sse(
     req: &HttpRequest,
     state: &AppState,
     agent: &Agent,
-    items: ItemStream,
-    slot: StreamSlot,
+    served: &Served,
+    opened: Result<(ItemStream, StreamSlot), GatewayError>,
 ) -> HttpResponse {
+    let (items, slot) = match opened {
+        Ok(o) => o,
+        Err(e) => return reply::<()>(served, Err(e)),
+    };
     let keepalive = agent
         .remote()
         .and_then(|r| r.stream_keepalive())
         .unwrap_or_else(|| state.default_keepalive());
     // REST events are the StreamResponse itself, without a JSON-RPC envelope.
-    event_stream(req, items, keepalive, slot, |item| match item {
+    let items = served.clone().stamp_stream(items);
+    let mut resp = event_stream(req, items, keepalive, slot, |item| match item {
         Ok(item) => match serde_json::to_vec(item) {
             Ok(body) => (false, body),
             Err(e) => (
@@ -169,7 +212,9 @@ fn sse(
             ),
         },
         Err(e) => (true, e.rest_body().to_string().into_bytes()),
-    })
+    });
+    served_headers(&mut resp, served);
+    resp
 }
 
 #[derive(Deserialize)]
@@ -183,6 +228,18 @@ fn query<T: serde::de::DeserializeOwned>(req: &HttpRequest) -> Result<T, Gateway
         .map_err(|e| GatewayError::InvalidParams(format!("query: {e}")))
 }
 
+/// The caller and the agent of a request that has no body.
+fn caller_and_agent(
+    req: &HttpRequest,
+    state: &AppState,
+    target: Target<'_>,
+) -> Result<(Principal, Arc<Agent>, Served), GatewayError> {
+    let caller = state.authenticate(req)?;
+    check_version(req)?;
+    let (agent, served) = agent_for(req, state, &caller, target)?;
+    Ok((caller, agent, served))
+}
+
 /// `GET /tasks/{id}` and `GET /tasks/{id}:subscribe`.
 async fn task_get_or_subscribe(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
     let target = req.match_info().get("task").unwrap_or_default().to_string();
@@ -192,16 +249,20 @@ async fn task_get_or_subscribe(req: HttpRequest, state: web::Data<AppState>) -> 
             error_response(&GatewayError::InvalidRequest("cancel is a POST".into()))
         }
         _ => {
+            let (caller, agent, served) =
+                match caller_and_agent(&req, &state, Target::Task(&target)) {
+                    Ok(r) => r,
+                    Err(e) => return error_response(&e),
+                };
             let result = async {
-                let caller = state.authenticate(&req)?;
-                check_version(&req)?;
                 let q: HistoryQuery = query(&req)?;
                 let history = params::history_length(q.history_length, Dialect::V10)?;
-                let agent = agent_for(&req, &state, &caller, Some(&target))?;
-                state.service.get(&agent, &caller, &target, history).await
+                let mut task = state.service.get(&agent, &caller, &target, history).await?;
+                served.stamp_task(&mut task);
+                Ok(task)
             }
             .await;
-            reply(result)
+            reply(&served, result)
         }
     }
 }
@@ -212,14 +273,18 @@ async fn task_action(req: HttpRequest, state: web::Data<AppState>) -> HttpRespon
     let target = req.match_info().get("task").unwrap_or_default().to_string();
     match target.rsplit_once(':') {
         Some((id, "cancel")) => {
-            let result = async {
-                let caller = state.authenticate(&req)?;
-                check_version(&req)?;
-                let agent = agent_for(&req, &state, &caller, Some(id))?;
-                state.service.cancel(&agent, &caller, id).await
-            }
-            .await;
-            reply(result)
+            let (caller, agent, served) = match caller_and_agent(&req, &state, Target::Task(id)) {
+                Ok(r) => r,
+                Err(e) => return error_response(&e),
+            };
+            let result = state.service.cancel(&agent, &caller, id).await;
+            reply(
+                &served,
+                result.map(|mut t| {
+                    served.stamp_task(&mut t);
+                    t
+                }),
+            )
         }
         Some((id, "subscribe")) => subscribe(&req, &state, id).await,
         _ => error_response(&GatewayError::MethodNotFound(format!(
@@ -230,31 +295,32 @@ async fn task_action(req: HttpRequest, state: web::Data<AppState>) -> HttpRespon
 }
 
 async fn subscribe(req: &HttpRequest, state: &AppState, id: &str) -> HttpResponse {
-    let result = async {
-        let caller = state.authenticate(req)?;
-        check_version(req)?;
-        let agent = agent_for(req, state, &caller, Some(id))?;
+    let (caller, agent, served) = match caller_and_agent(req, state, Target::Task(id)) {
+        Ok(r) => r,
+        Err(e) => return error_response(&e),
+    };
+    let opened = async {
         let slot = state.open_stream(req, &caller)?;
         let items = state.service.subscribe(&agent, &caller, id).await?;
-        Ok::<_, GatewayError>((agent, items, slot))
+        Ok::<_, GatewayError>((items, slot))
     }
     .await;
-    match result {
-        Ok((agent, items, slot)) => sse(req, state, &agent, items, slot),
-        Err(e) => error_response(&e),
-    }
+    sse(req, state, &agent, &served, opened)
 }
 
 async fn list(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
+    let (caller, agent, served) = match caller_and_agent(&req, &state, Target::TaskList) {
+        Ok(r) => r,
+        Err(e) => return error_response(&e),
+    };
     let result = async {
-        let caller = state.authenticate(&req)?;
-        check_version(&req)?;
         let p: ListTasksParams = query(&req)?;
-        let agent = agent_for(&req, &state, &caller, None)?;
-        state.service.list(&agent, &caller, &p.check()?).await
+        let mut page = state.service.list(&agent, &caller, &p.check()?).await?;
+        served.stamp_list(&mut page);
+        Ok(page)
     }
     .await;
-    reply(result)
+    reply(&served, result)
 }
 
 async fn push_unsupported() -> HttpResponse {

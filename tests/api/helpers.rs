@@ -84,6 +84,25 @@ pub async fn spawn_with(files: &[(&str, &str)], gateway: &str) -> TestGateway {
     }
 }
 
+/// The repository's own `gateway.toml` and `agents.d/`, as `serve` runs them, on a free port.
+pub async fn spawn_shipped() -> TestGateway {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut settings = config::load(Some(&root.join("gateway.toml")), &root.join("agents.d"))
+        .unwrap_or_else(|d| panic!("shipped configuration invalid:\n{d}"));
+    settings.gateway.server.port = 0;
+    settings.gateway.server.workers = 1;
+    let app = Application::build(settings).await.expect("bind");
+    let base = format!("http://127.0.0.1:{}", app.port());
+    let handle = app.handle();
+    tokio::spawn(app.run_until_stopped());
+    TestGateway {
+        base,
+        client: reqwest::Client::new(),
+        handle,
+        _dir: tempfile::tempdir().expect("temp dir"),
+    }
+}
+
 /// The usual pair: `echo` (the default) and `other`.
 pub async fn spawn() -> TestGateway {
     spawn_with(
@@ -194,6 +213,13 @@ impl Reply {
     }
     pub fn message(&self) -> &str {
         self.body["error"]["message"].as_str().unwrap_or_default()
+    }
+    /// A response header's value, "" when absent.
+    pub fn header(&self, name: &str) -> &str {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
     }
 }
 

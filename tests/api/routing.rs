@@ -2,7 +2,7 @@
 
 use serde_json::{json, Value};
 
-use crate::helpers::{rpc, sha, spawn_with, write_config, TestGateway, D, ECHO};
+use crate::helpers::{rpc, sha, spawn_shipped, spawn_with, write_config, TestGateway, D, ECHO};
 
 fn agent(name: &str) -> String {
     ECHO.replace("name = \"echo\"", &format!("name = \"{name}\""))
@@ -63,6 +63,21 @@ async fn via_shared(
     };
     let (a, r) = (h("a2a-gateway-agent"), h("a2a-gateway-route"));
     (a, r, resp.json().await.unwrap())
+}
+
+/// (`gateway/agent`, `gateway/route`) from the metadata of a task, message or event, in
+/// either dialect's result shape.
+fn served_by(result: &Value) -> (&str, &str) {
+    let object = ["task", "message", "statusUpdate", "artifactUpdate"]
+        .iter()
+        .map(|k| &result[k])
+        .find(|v| v.is_object())
+        .unwrap_or(result);
+    let meta = &object["metadata"];
+    (
+        meta["gateway/agent"].as_str().unwrap_or_default(),
+        meta["gateway/route"].as_str().unwrap_or_default(),
+    )
 }
 
 fn msg(text: &str, edit: impl FnOnce(&mut Value)) -> Value {
@@ -181,6 +196,11 @@ async fn each_request_reaches_the_right_agent_for_the_right_reason() {
             (want_agent, want_reason),
             "{label}"
         );
+        assert_eq!(
+            served_by(&body["result"]),
+            (want_agent, want_reason),
+            "{label}: the reply's metadata says it too: {body}"
+        );
     }
     // A new conversation started on /a2a stays with the agent that took it.
     let (_, _, body) = via_shared(&gw, "SendMessage", msg("translate me", |_| {}), None).await;
@@ -193,6 +213,215 @@ async fn each_request_reaches_the_right_agent_for_the_right_reason() {
     )
     .await;
     assert_eq!((agent.as_str(), reason.as_str()), ("other", "context"));
+}
+
+#[tokio::test]
+async fn named_endpoints_and_0_3_replies_name_their_agent_too() {
+    let gw = routed_gateway(true).await;
+    let r = gw
+        .call(
+            "/a2a/agents/other",
+            D::V03,
+            "message/send",
+            json!({"message": D::V03.message("hi")}),
+        )
+        .await;
+    assert_eq!(r.header("a2a-gateway-agent"), "other");
+    assert_eq!(
+        r.header("a2a-gateway-route"),
+        "",
+        "no routing on a named endpoint"
+    );
+    assert_eq!(served_by(r.result()), ("other", ""));
+    assert_eq!(r.result()["kind"], "task");
+
+    // Every event of a stream says who sent it, on the shared endpoint with the reason.
+    let events = gw
+        .sse(
+            "/a2a",
+            D::V10,
+            "SendStreamingMessage",
+            msg("stream me", |m| {
+                m["metadata"] = json!({"gateway/agent": "finance"})
+            }),
+        )
+        .await;
+    assert!(events.len() >= 3, "{events:?}");
+    for e in &events {
+        assert_eq!(
+            served_by(&e.data["result"]),
+            ("finance", "metadata-agent"),
+            "{e:?}"
+        );
+    }
+}
+
+/// The HTTP+JSON binding's shared routes (`/a2a/rest/...`) route as `/a2a` does.
+#[tokio::test]
+async fn the_rest_binding_shared_routes_route_like_the_shared_endpoint() {
+    let gw = routed_gateway(true).await;
+    let rest = |path: &str| gw.url(&format!("/a2a/rest{path}"));
+    let created = gw
+        .call(
+            "/a2a/agents/other",
+            D::V10,
+            "SendMessage",
+            msg("/input your name?", |m| m["contextId"] = json!("rest-ctx")),
+        )
+        .await;
+    let task_id = created.result()["task"]["id"].as_str().unwrap().to_string();
+
+    // (label, body of message:send, API key, expected agent, expected reason)
+    let cases: Vec<(&str, Value, Option<&str>, &str, &str)> = vec![
+        (
+            "task affinity",
+            msg("more", |m| m["taskId"] = json!(task_id.clone())),
+            None,
+            "other",
+            "task",
+        ),
+        (
+            "context affinity",
+            msg("again", |m| m["contextId"] = json!("rest-ctx")),
+            None,
+            "other",
+            "context",
+        ),
+        (
+            "agent in metadata",
+            msg("x", |m| m["metadata"] = json!({"gateway/agent": "finance"})),
+            None,
+            "finance",
+            "metadata-agent",
+        ),
+        (
+            "skill in request metadata",
+            json!({"message": D::V10.message("x"), "metadata": {"gateway/skill": "other/other-skill"}}),
+            None,
+            "other",
+            "metadata-skill",
+        ),
+        (
+            "rule 1: tags",
+            msg("x", |m| {
+                m["metadata"] = json!({"gateway/tags": ["finance"]})
+            }),
+            None,
+            "finance",
+            "rule-1",
+        ),
+        (
+            "rule 2: text",
+            msg("translate this", |_| {}),
+            None,
+            "other",
+            "rule-2",
+        ),
+        (
+            "rule 3: principal",
+            msg("plain", |_| {}),
+            Some("fin-key"),
+            "finance",
+            "rule-3",
+        ),
+        ("default", msg("hello", |_| {}), None, "echo", "default"),
+    ];
+    for (label, body, key, want_agent, want_reason) in cases {
+        let mut req = gw
+            .client
+            .post(rest("/message:send"))
+            .header("content-type", "application/a2a+json");
+        if let Some(k) = key {
+            req = req.header("X-API-Key", k);
+        }
+        let resp = req.body(body.to_string()).send().await.unwrap();
+        let header = |n: &str| {
+            resp.headers()
+                .get(n)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string()
+        };
+        let (agent, reason) = (header("a2a-gateway-agent"), header("a2a-gateway-route"));
+        let status = resp.status();
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(status, 200, "{label}: {body}");
+        assert_eq!(
+            (agent.as_str(), reason.as_str()),
+            (want_agent, want_reason),
+            "{label}"
+        );
+        assert_eq!(
+            served_by(&body),
+            (want_agent, want_reason),
+            "{label}: {body}"
+        );
+    }
+
+    // Task routes follow the task; the task list belongs to the default agent.
+    let resp = gw
+        .client
+        .get(rest(&format!("/tasks/{task_id}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.headers()["a2a-gateway-route"], "task");
+    let task: Value = resp.json().await.unwrap();
+    assert_eq!(served_by(&task), ("other", "task"), "{task}");
+    let resp = gw.client.get(rest("/tasks")).send().await.unwrap();
+    assert_eq!(resp.headers()["a2a-gateway-agent"], "echo");
+    assert_eq!(resp.headers()["a2a-gateway-route"], "default");
+
+    // A streamed send is routed too, and each event names its agent.
+    let resp = gw
+        .client
+        .post(rest("/message:stream"))
+        .header("content-type", "application/a2a+json")
+        .body(msg("Translate, streamed", |_| {}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.headers()["a2a-gateway-route"], "rule-2");
+    let events = crate::helpers::parse_sse(&resp.text().await.unwrap());
+    assert!(events.len() >= 3, "{events:?}");
+    for e in &events {
+        assert_eq!(served_by(&e.data), ("other", "rule-2"), "{e:?}");
+    }
+}
+
+/// The README's walk-through of the shipped rules.
+#[tokio::test]
+async fn the_shipped_rules_route_as_documented() {
+    let gw = spawn_shipped().await;
+    let cases = [
+        (msg("shout hello", |_| {}), "shout", "rule-2", "SHOUT HELLO"),
+        (
+            msg("Ada", |m| {
+                m["metadata"] = json!({"gateway/tags": ["greeting"]})
+            }),
+            "greet",
+            "rule-1",
+            "Hello, Ada!",
+        ),
+        (msg("hello", |_| {}), "echo", "default", "hello"),
+    ];
+    for (params, want_agent, want_reason, want_text) in cases {
+        let (agent, reason, body) = via_shared(&gw, "SendMessage", params, None).await;
+        assert_eq!((agent.as_str(), reason.as_str()), (want_agent, want_reason));
+        let task = &body["result"]["task"];
+        assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{body}");
+        let texts: Vec<&str> = task["artifacts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|a| a["parts"].as_array().into_iter().flatten())
+            .filter_map(|p| p["text"].as_str())
+            .collect();
+        assert!(
+            texts.iter().any(|t| t.trim() == want_text),
+            "{want_agent}: {body}"
+        );
+    }
 }
 
 #[tokio::test]
