@@ -3,7 +3,9 @@
 //! Layers, outermost first: `http` (actix handlers) -> `rpc` (JSON-RPC dispatch) ->
 //! `service` (A2A operations) -> `agents` (per-agent actors and backends) and `tasks`
 //! (storage and fan-out). `protocol` holds the wire formats; `config` the agents.d loader.
-#![forbid(unsafe_code)]
+// Denied rather than forbidden for one audited exception: the child-process hook in
+// `agents::command::spawn`.
+#![deny(unsafe_code)]
 
 pub mod agents;
 pub mod app;

@@ -26,7 +26,8 @@
 //!
 //! Processes run in their own process group with only PATH, HOME, LANG and the configured
 //! `env`. Cancel and timeout send SIGTERM to the group, then SIGKILL after the grace
-//! period; a process is killed if its task is dropped (gateway shutdown), and reaped.
+//! period; a process is killed if its task is dropped (gateway shutdown), and reaped. A
+//! gateway killed outright takes its programs with it (the parent-death signal).
 
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -91,6 +92,7 @@ fn artifact(id: &str, part: Part) -> Artifact {
     }
 }
 
+#[allow(unsafe_code)] // pre_exec, below; the crate's only unsafe code
 fn spawn(cfg: &CommandConfig) -> std::io::Result<Child> {
     let mut cmd = Command::new(&cfg.command[0]);
     cmd.args(&cfg.command[1..])
@@ -108,6 +110,14 @@ fn spawn(cfg: &CommandConfig) -> std::io::Result<Child> {
     cmd.envs(&cfg.env);
     if let Some(cwd) = &cfg.cwd {
         cmd.current_dir(cwd);
+    }
+    // Shutdown kills every process group the gateway started, but a gateway that is itself
+    // killed (SIGKILL, OOM, crash) runs no code: the kernel then kills the program for it.
+    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
+        });
     }
     cmd.spawn()
 }

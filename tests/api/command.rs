@@ -543,3 +543,101 @@ async fn a_program_that_asks_and_exits_is_started_anew_for_the_answer() {
         );
     }
 }
+
+/// A gateway that stops, gracefully or not, takes its programs with it: the one running a
+/// task and the one waiting for input.
+#[tokio::test]
+async fn programs_do_not_outlive_the_gateway() {
+    for signal in ["TERM", "KILL"] {
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("pid");
+        let code = format!(
+            "import os, time; open({:?}, 'w').write(str(os.getpid())); time.sleep(60)",
+            pidfile.display().to_string()
+        );
+        let (_config, agents, _) = write_config(
+            &[
+                (
+                    "busy.toml",
+                    &agent("busy", "text", &["python3", "-c", &code], ""),
+                ),
+                (
+                    "ask.toml",
+                    &agent("ask", "jsonl", &["python3", "-c", ASKS_AND_WAITS], ""),
+                ),
+            ],
+            None,
+        );
+        let mut gateway = std::process::Command::new(env!("CARGO_BIN_EXE_a2a-gateway"))
+            .args(["serve", "--port", "0", "--agents-dir"])
+            .arg(&agents)
+            .current_dir(dir.path())
+            .env("A2A_GATEWAY_LOG", "warn")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let banner = {
+            use std::io::BufRead;
+            let mut line = String::new();
+            std::io::BufReader::new(gateway.stdout.take().unwrap())
+                .read_line(&mut line)
+                .unwrap();
+            line
+        };
+        let base = banner
+            .split("listening on ")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no banner: {banner:?}"))
+            .trim()
+            .to_string();
+        let client = reqwest::Client::new();
+        let call = |path: &str, params: Value| {
+            client
+                .post(format!("{base}{path}"))
+                .header("A2A-Version", "1.0")
+                .header("content-type", "application/json")
+                .body(crate::helpers::rpc("SendMessage", params))
+                .send()
+        };
+        let busy = call(
+            "/a2a/agents/busy",
+            json!({"message": D::V10.message("x"), "configuration": {"returnImmediately": true}}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(busy.status(), 200);
+        let asking: Value = call(
+            "/a2a/agents/ask",
+            json!({"message": D::V10.message("hello")}),
+        )
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+        let waiting = asking_pid(&asking["result"]["task"]);
+        let mut running = None;
+        for _ in 0..100 {
+            running = std::fs::read_to_string(&pidfile)
+                .ok()
+                .and_then(|p| p.trim().parse::<i32>().ok());
+            if running.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let running = running.expect("the busy program started");
+        assert!(alive(running) && alive(waiting));
+
+        let killed = std::process::Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(gateway.id().to_string())
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        let _ = gateway.wait();
+        wait_until_gone(running, &format!("after SIG{signal} to the gateway")).await;
+        wait_until_gone(waiting, &format!("after SIG{signal} to the gateway")).await;
+    }
+}
