@@ -530,6 +530,18 @@ pub struct Task {
 impl Task {
     /// A copy trimmed for a reader: `history_length` newest messages (0 = none, None = all)
     /// and, when `include_artifacts` is false, no artifacts at all.
+    /// [`Task::view`] of a task the caller owns, without copying what it keeps.
+    pub fn trimmed(mut self, history_length: Option<usize>, include_artifacts: bool) -> Task {
+        if let Some(n) = history_length {
+            let excess = self.history.len().saturating_sub(n);
+            self.history.drain(..excess);
+        }
+        if !include_artifacts {
+            self.artifacts.clear();
+        }
+        self
+    }
+
     pub fn view(&self, history_length: Option<usize>, include_artifacts: bool) -> Task {
         let history = match history_length {
             None => self.history.clone(),
@@ -733,5 +745,8 @@ mod tests {
         assert_eq!(t.view(Some(2), true).history[0].message_id, "1");
         assert!(t.view(Some(0), true).history.is_empty());
         assert_eq!(t.view(None, true).history.len(), 3);
+        assert_eq!(t.clone().trimmed(Some(2), true).history[0].message_id, "1");
+        assert!(t.clone().trimmed(Some(0), false).history.is_empty());
+        assert_eq!(t.clone().trimmed(None, true), t.view(None, true));
     }
 }

@@ -8,6 +8,7 @@
 mod sse;
 mod wire;
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -336,8 +337,11 @@ impl RemoteAgent {
         }
     }
 
-    /// The caller's message with the remote's ids in it.
-    fn inward_message(&self, message: &Message) -> Result<Message, GatewayError> {
+    /// The caller's message with the remote's ids in it (borrowed when it names no task).
+    fn inward_message<'m>(&self, message: &'m Message) -> Result<Cow<'m, Message>, GatewayError> {
+        if message.task_id.is_none() && message.reference_task_ids.is_empty() {
+            return Ok(Cow::Borrowed(message));
+        }
         let mut m = message.clone();
         if let Some(t) = &m.task_id {
             m.task_id = Some(self.inward(t)?.to_string());
@@ -348,7 +352,7 @@ impl RemoteAgent {
             .iter()
             .filter_map(|r| self.inward(r).ok().map(str::to_string))
             .collect();
-        Ok(m)
+        Ok(Cow::Owned(m))
     }
 
     pub async fn send(&self, req: &SendRequest) -> Result<SendResult, GatewayError> {
@@ -359,7 +363,7 @@ impl RemoteAgent {
         Ok(match wire::read_send_result(&self.name, &raw)? {
             SendResult::Task(mut t) => {
                 self.outward_task(&mut t);
-                SendResult::Task(t.view(req.history_length, true))
+                SendResult::Task(t.trimmed(req.history_length, true))
             }
             SendResult::Message(mut m) => {
                 self.outward_message(&mut m);
@@ -395,7 +399,7 @@ impl RemoteAgent {
         let raw = self.call(&up, body).await?;
         let mut task = wire::read_task(&self.name, &raw)?;
         self.outward_task(&mut task);
-        Ok(task.view(history_length, true))
+        Ok(task.trimmed(history_length, true))
     }
 
     pub async fn subscribe(self: &Arc<Self>, id: &str) -> Result<ItemStream, GatewayError> {
@@ -429,7 +433,7 @@ impl RemoteAgent {
                 .into_iter()
                 .map(|mut t| {
                     self.outward_task(&mut t);
-                    t.view(query.history_length, query.include_artifacts)
+                    t.trimmed(query.history_length, query.include_artifacts)
                 })
                 .collect(),
             next_page_token: list.next_page_token,
