@@ -147,6 +147,7 @@ impl Application {
         let state = web::Data::new(state);
         let cors = state.config.cors.clone();
         let rate_limited = state.rates.active();
+        let request_spans = crate::http::request_spans_enabled();
         let mut http = HttpServer::new(move || {
             App::new()
                 .app_data(state.clone())
@@ -154,7 +155,10 @@ impl Application {
                     rate_limited,
                     actix_web::middleware::from_fn(crate::http::rate_limit_headers),
                 ))
-                .wrap(TracingLogger::<LeanRootSpan>::new())
+                .wrap(actix_web::middleware::Condition::new(
+                    request_spans,
+                    TracingLogger::<LeanRootSpan>::new(),
+                ))
                 .configure(routes)
                 // Registered last, so it runs first: preflights are answered before auth
                 // and without touching any limit.

@@ -124,6 +124,7 @@ impl Served {
         match result {
             SendResult::Task(t) => self.stamp(&mut t.metadata),
             SendResult::Message(m) => self.stamp(&mut m.metadata),
+            SendResult::Relayed(r) => self.stamp(&mut r.object.metadata),
         }
     }
 

@@ -144,6 +144,7 @@ pub(crate) fn send_request(p: SendParams, dialect: Dialect) -> Result<SendReques
             .as_ref()
             .is_some_and(|v| !v.is_null()),
         message,
+        reply_dialect: dialect,
     })
 }
 

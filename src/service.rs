@@ -78,6 +78,14 @@ impl A2aService {
                             self.contexts.record(c, &agent.name);
                         }
                     }
+                    SendResult::Relayed(r) => {
+                        if let Some(t) = &r.task_id {
+                            self.remote_owners.record(t, caller);
+                        }
+                        if let Some(c) = &r.context_id {
+                            self.contexts.record(c, &agent.name);
+                        }
+                    }
                 }
                 Ok(result)
             }

@@ -25,6 +25,14 @@ use crate::service::A2aService;
 /// gateway's throughput even with the span disabled.
 pub struct LeanRootSpan;
 
+/// Whether the per-request spans would be recorded at all. When the log level leaves them
+/// out, the tracing middleware is not installed: it would only cost every request its
+/// request id and span bookkeeping for nothing.
+pub fn request_spans_enabled() -> bool {
+    // The same target and level as `LeanRootSpan`'s span.
+    tracing::span_enabled!(tracing::Level::INFO)
+}
+
 impl tracing_actix_web::RootSpanBuilder for LeanRootSpan {
     fn on_request_start(request: &actix_web::dev::ServiceRequest) -> tracing::Span {
         tracing::info_span!(

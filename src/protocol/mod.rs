@@ -5,6 +5,7 @@ pub mod jsonrpc;
 pub mod model;
 pub mod ops;
 pub mod params;
+pub mod relay;
 pub mod v03;
 
 use crate::error::GatewayError;

@@ -5,6 +5,7 @@
 //! every dialect a client may speak: 0.3 `kind`-tagged parts, 0.1 `type` tags, snake_case keys,
 //! lowercase or numeric enums. The 0.3 output shapes live in [`super::v03`].
 
+use super::relay::Relayed;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::de::{self, Deserializer};
 use serde::ser::{SerializeMap, Serializer};
@@ -664,11 +665,27 @@ impl StreamItem {
 }
 
 /// What a send returns: the 1.0 `SendMessageResponse` oneof.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq)]
 pub enum SendResult {
     Task(Task),
     Message(Message),
+    /// An upstream's answer, already in the caller's dialect (see [`Relayed`]).
+    Relayed(Relayed),
+}
+
+impl Serialize for SendResult {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = match self {
+            SendResult::Relayed(r) => return r.serialize_as(super::Dialect::V10, s),
+            _ => s.serialize_map(Some(1))?,
+        };
+        match self {
+            SendResult::Task(t) => map.serialize_entry("task", t)?,
+            SendResult::Message(m) => map.serialize_entry("message", m)?,
+            SendResult::Relayed(_) => {}
+        }
+        map.end()
+    }
 }
 
 #[cfg(test)]

@@ -21,6 +21,8 @@ pub struct SendRequest {
     pub accepted_output_modes: Vec<String>,
     pub metadata: Option<super::model::Metadata>,
     pub has_push_config: bool,
+    /// The dialect the answer goes out in: an upstream speaking it too is relayed as is.
+    pub reply_dialect: super::Dialect,
 }
 
 #[derive(Debug, Serialize)]

@@ -222,6 +222,7 @@ impl Serialize for V03<'_, SendResult> {
         match self.0 {
             SendResult::Task(t) => V03(t).serialize(s),
             SendResult::Message(m) => V03(m).serialize(s),
+            SendResult::Relayed(r) => r.serialize_as(super::Dialect::V03, s),
         }
     }
 }

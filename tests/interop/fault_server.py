@@ -5,7 +5,7 @@ a real SDK server (tests/interop/echo_reference_agent.py, js/echo_agent.mjs)
 cannot be made to misbehave: garbage bodies, non-JSON-RPC JSON, answers that
 take too long, canned upstream errors. Python standard library only.
 
-    python fault_server.py --port N --mode garbage|invalid|slow|error [--delay SECS]
+    python fault_server.py --port N --mode garbage|invalid|slow|error|extended|malformed [--delay SECS]
                            [--host 127.0.0.1] [--ready-file PATH]
 
 GET /.well-known/agent-card.json is always a VALID A2A 1.0 card (name "fault",
@@ -25,6 +25,12 @@ method, any A2A-Version) is answered per --mode:
            that then closes.
   error    HTTP 200, {"jsonrpc":"2.0","id":ID,"error":{"code":-32001,
            "message":"Task not found: upstream says so"}}
+  extended as slow without the delay, but the task also carries a field no A2A
+           version defines ("x-extension": {"kept": true}), metadata
+           {"upstream": "fault"} and a history of the request message with the
+           task's id as its taskId (what a relaying gateway must keep or rewrite)
+  malformed a JSON-RPC result {"task": {"contextId": "c"}}: a task without id
+           or status
 
 ID is the request's "id" when the body is a JSON object with a string or
 integer id, else null. Requests are served on separate threads, so several can
@@ -44,7 +50,7 @@ from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 CARD_PATH = '/.well-known/agent-card.json'
-MODES = ('garbage', 'invalid', 'slow', 'error')
+MODES = ('garbage', 'invalid', 'slow', 'error', 'extended', 'malformed')
 STREAMING_METHODS = {'SendStreamingMessage', 'SubscribeToTask'}
 
 
@@ -134,6 +140,18 @@ class FaultHandler(BaseHTTPRequestHandler):
             elif self.mode == 'error':
                 self.send_json({'jsonrpc': '2.0', 'id': request_id, 'error': {
                     'code': -32001, 'message': 'Task not found: upstream says so'}})
+            elif self.mode == 'malformed':
+                self.send_json({'jsonrpc': '2.0', 'id': request_id,
+                                'result': {'task': {'contextId': 'c'}}})
+            elif self.mode == 'extended':
+                params = body.get('params') if isinstance(body, dict) else None
+                task = completed_task(params)
+                message = params.get('message') if isinstance(params, dict) else None
+                if isinstance(message, dict):
+                    task['history'] = [dict(message, taskId=task['id'], contextId=task['contextId'])]
+                task['x-extension'] = {'kept': True}
+                task['metadata'] = {'upstream': 'fault'}
+                self.send_json({'jsonrpc': '2.0', 'id': request_id, 'result': {'task': task}})
             else:  # slow
                 time.sleep(self.delay)
                 result = {'task': completed_task(body.get('params') if isinstance(body, dict) else None)}

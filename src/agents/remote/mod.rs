@@ -29,12 +29,14 @@ use crate::protocol::model::{
 };
 use crate::protocol::ops::{ItemStream, ListTasksResponse, SendRequest};
 use crate::protocol::params::ListQuery;
+use crate::protocol::relay::Relayed;
 use crate::protocol::Dialect;
 
 /// Where and how to talk to the remote.
 #[derive(Clone, Debug)]
 struct Upstream {
-    endpoint: Arc<str>,
+    /// Parsed once: every call would otherwise parse it again (IDNA included).
+    endpoint: reqwest::Url,
     dialect: Dialect,
 }
 
@@ -83,12 +85,14 @@ impl RemoteAgent {
         };
         // With the protocol given and a base URL, calls can go out before (or without)
         // the card: the base URL is the JSON-RPC endpoint of every SDK server.
-        let upstream = forced
-            .filter(|_| !is_card_url(&config.url))
-            .map(|dialect| Upstream {
-                endpoint: Arc::from(config.url.as_str()),
+        let upstream = match forced.filter(|_| !is_card_url(&config.url)) {
+            Some(dialect) => Some(Upstream {
+                endpoint: reqwest::Url::parse(&config.url)
+                    .map_err(|e| format!("url \"{}\": {e}", config.url))?,
                 dialect,
-            });
+            }),
+            None => None,
+        };
         Ok(RemoteAgent {
             name: Arc::from(name),
             config,
@@ -265,7 +269,7 @@ impl RemoteAgent {
     fn post(&self, up: &Upstream, body: Vec<u8>) -> reqwest::RequestBuilder {
         let mut req = self
             .client
-            .post(&*up.endpoint)
+            .post(up.endpoint.clone())
             .header(CONTENT_TYPE, "application/json")
             .body(body);
         // Absent means 0.3 to every SDK; the JavaScript one compares the value exactly.
@@ -281,6 +285,12 @@ impl RemoteAgent {
         up: &Upstream,
         body: Vec<u8>,
     ) -> Result<Box<serde_json::value::RawValue>, GatewayError> {
+        let body = self.exchange(up, body).await?;
+        wire::read_response(&self.name, &body).map(ToOwned::to_owned)
+    }
+
+    /// One non-streaming JSON-RPC request and its response body.
+    async fn exchange(&self, up: &Upstream, body: Vec<u8>) -> Result<bytes::Bytes, GatewayError> {
         let resp = self
             .post(up, body)
             .timeout(Duration::from_secs(self.config.timeout_secs))
@@ -289,7 +299,7 @@ impl RemoteAgent {
             .map_err(|e| self.transport_error(e))?;
         let body = resp.bytes().await.map_err(|e| self.transport_error(e))?;
         self.note_alive();
-        wire::read_response(&self.name, &body)
+        Ok(body)
     }
 
     /// The remote's id for one of our namespaced ids, or "not found" when it is not ours.
@@ -359,6 +369,11 @@ impl RemoteAgent {
         let up = self.upstream()?;
         let message = self.inward_message(&req.message)?;
         let body = wire::send_body(up.dialect, false, self.request_id(), req, &message)?;
+        if up.dialect == req.reply_dialect {
+            let body = self.exchange(&up, body).await?;
+            let raw = wire::read_response(&self.name, &body)?;
+            return self.relay(up.dialect, raw, req.history_length);
+        }
         let raw = self.call(&up, body).await?;
         Ok(match wire::read_send_result(&self.name, &raw)? {
             SendResult::Task(mut t) => {
@@ -369,7 +384,26 @@ impl RemoteAgent {
                 self.outward_message(&mut m);
                 SendResult::Message(m)
             }
+            relayed @ SendResult::Relayed(_) => relayed,
         })
+    }
+
+    /// A send result for a caller that speaks the remote's dialect: passed on as the remote
+    /// wrote it, with its task ids namespaced and its history trimmed.
+    fn relay(
+        &self,
+        dialect: Dialect,
+        raw: &serde_json::value::RawValue,
+        history_length: Option<usize>,
+    ) -> Result<SendResult, GatewayError> {
+        let invalid = |e: &dyn std::fmt::Display| {
+            GatewayError::InvalidAgentResponse(format!("agent {} {e}", self.name))
+        };
+        let mut relayed = Relayed::read(dialect, raw).map_err(|e| invalid(&e))?;
+        relayed
+            .rewrite(&|id| format!("{}.{id}", self.name), history_length)
+            .map_err(|e| invalid(&format!("sent a result that could not be rewritten: {e}")))?;
+        Ok(SendResult::Relayed(relayed))
     }
 
     pub async fn stream(self: &Arc<Self>, req: &SendRequest) -> Result<ItemStream, GatewayError> {
@@ -536,7 +570,7 @@ impl Relay {
     fn convert(&mut self, event: SseEvent) -> Result<StreamItem, GatewayError> {
         let name = &self.agent.name;
         let raw = wire::read_response(name, event.data.as_bytes())?;
-        let mut item = wire::read_stream_item(name, &raw)?.ok_or_else(|| {
+        let mut item = wire::read_stream_item(name, raw)?.ok_or_else(|| {
             GatewayError::InvalidAgentResponse(format!("agent {name} sent an empty stream event"))
         })?;
         self.agent.outward_item(&mut item);
@@ -621,11 +655,9 @@ fn choose_upstream(card: &Value, card_url: &str, forced: Option<Dialect>) -> Opt
             Dialect::V03 => from_interfaces.or(top_level),
         }
         .or_else(|| forced.and(jsonrpc.first().map(|(_, u)| *u).or(top_level)));
-        if let Some(url) = url {
-            return Some(Upstream {
-                endpoint: Arc::from(resolve(card_url, url).as_str()),
-                dialect,
-            });
+        // An interface URL that does not parse is no interface.
+        if let Some(endpoint) = url.and_then(|u| reqwest::Url::parse(&resolve(card_url, u)).ok()) {
+            return Some(Upstream { endpoint, dialect });
         }
     }
     None
@@ -658,13 +690,19 @@ mod tests {
             {"url": "http://r/v03", "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
             {"url": "http://r/v10", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}]});
         let up = choose_upstream(&both, "http://r/card.json", None).unwrap();
-        assert_eq!((&*up.endpoint, up.dialect), ("http://r/v10", Dialect::V10));
+        assert_eq!(
+            (up.endpoint.as_str(), up.dialect),
+            ("http://r/v10", Dialect::V10)
+        );
         let up = choose_upstream(&both, "http://r/card.json", Some(Dialect::V03)).unwrap();
-        assert_eq!((&*up.endpoint, up.dialect), ("http://r/v03", Dialect::V03));
+        assert_eq!(
+            (up.endpoint.as_str(), up.dialect),
+            ("http://r/v03", Dialect::V03)
+        );
         let legacy = json!({"url": "/rpc", "protocolVersion": "0.3.0"});
         let up = choose_upstream(&legacy, "http://r:9/.well-known/agent-card.json", None).unwrap();
         assert_eq!(
-            (&*up.endpoint, up.dialect),
+            (up.endpoint.as_str(), up.dialect),
             ("http://r:9/rpc", Dialect::V03)
         );
         let rest_only = json!({"supportedInterfaces": [

@@ -195,9 +195,9 @@ pub fn list_body(id: u64, q: &ListQuery) -> Result<Vec<u8>, GatewayError> {
 }
 
 #[derive(Deserialize)]
-struct Response {
-    #[serde(default)]
-    result: Option<Box<RawValue>>,
+struct Response<'a> {
+    #[serde(default, borrow)]
+    result: Option<&'a RawValue>,
     #[serde(default)]
     error: Option<ErrorObject>,
 }
@@ -215,8 +215,9 @@ fn invalid(agent: &str, what: impl std::fmt::Display) -> GatewayError {
     GatewayError::InvalidAgentResponse(format!("agent {agent} {what}"))
 }
 
-/// Reads a JSON-RPC response: the raw result, or the upstream's error passed through.
-pub fn read_response(agent: &str, body: &[u8]) -> Result<Box<RawValue>, GatewayError> {
+/// Reads a JSON-RPC response: the raw result (borrowed from `body`, which is only scanned
+/// here), or the upstream's error passed through.
+pub fn read_response<'a>(agent: &str, body: &'a [u8]) -> Result<&'a RawValue, GatewayError> {
     let resp: Response = serde_json::from_slice(body).map_err(|_| {
         invalid(
             agent,

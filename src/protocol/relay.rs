@@ -1,0 +1,340 @@
+//! Answers relayed from an upstream agent that speaks the caller's dialect.
+//!
+//! Re-encoding such an answer through the canonical model costs a full parse and a full
+//! render per call, and drops every field the model does not know (an extension's, say).
+//! Instead the answer stays as the upstream wrote it and only what the gateway must change
+//! is opened: the top-level fields of the task or message, its status message and history
+//! (to namespace task ids and trim the history), and its metadata (to say who served it).
+
+use serde::de::{DeserializeOwned, MapAccess, Visitor};
+use serde::ser::{Error as _, SerializeMap};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::value::RawValue;
+
+use super::model::Metadata;
+use super::Dialect;
+
+/// A JSON object whose fields are kept as written, except `metadata`, which is parsed so
+/// that it can be added to.
+#[derive(Debug, Clone, Default)]
+pub struct RawObject {
+    fields: Vec<(String, Box<RawValue>)>,
+    pub metadata: Option<Metadata>,
+}
+
+impl RawObject {
+    fn position(&self, key: &str) -> Option<usize> {
+        self.fields.iter().position(|(k, _)| k == key)
+    }
+
+    /// A field read as `T`; `None` when absent, null, or not a `T`.
+    pub fn get<T: DeserializeOwned>(&self, key: &str) -> Option<T> {
+        let (_, raw) = &self.fields[self.position(key)?];
+        serde_json::from_str(raw.get()).ok()
+    }
+
+    /// Replaces (or adds) a field.
+    pub fn set<T: Serialize + ?Sized>(&mut self, key: &str, value: &T) -> serde_json::Result<()> {
+        let raw = serde_json::value::to_raw_value(value)?;
+        match self.position(key) {
+            Some(i) => self.fields[i].1 = raw,
+            None => self.fields.push((key.to_string(), raw)),
+        }
+        Ok(())
+    }
+
+    /// Applies `edit` to the object in field `key`, if there is one.
+    pub fn edit_object(
+        &mut self,
+        key: &str,
+        edit: impl FnOnce(&mut RawObject) -> serde_json::Result<()>,
+    ) -> serde_json::Result<()> {
+        let Some(mut inner) = self.get::<RawObject>(key) else {
+            return Ok(());
+        };
+        edit(&mut inner)?;
+        self.set(key, &inner)
+    }
+}
+
+impl PartialEq for RawObject {
+    fn eq(&self, other: &Self) -> bool {
+        self.metadata == other.metadata
+            && self.fields.len() == other.fields.len()
+            && self
+                .fields
+                .iter()
+                .zip(&other.fields)
+                .all(|((ka, va), (kb, vb))| ka == kb && va.get() == vb.get())
+    }
+}
+
+impl<'de> Deserialize<'de> for RawObject {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct ObjectVisitor;
+        impl<'de> Visitor<'de> for ObjectVisitor {
+            type Value = RawObject;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawObject, A::Error> {
+                let mut object = RawObject::default();
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == "metadata" {
+                        object.metadata = map.next_value()?;
+                    } else {
+                        let value: Box<RawValue> = map.next_value()?;
+                        object.fields.push((key, value));
+                    }
+                }
+                Ok(object)
+            }
+        }
+        d.deserialize_map(ObjectVisitor)
+    }
+}
+
+impl Serialize for RawObject {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(None)?;
+        for (k, v) in &self.fields {
+            map.serialize_entry(k, v)?;
+        }
+        if let Some(m) = &self.metadata {
+            map.serialize_entry("metadata", m)?;
+        }
+        map.end()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RelayedKind {
+    Task,
+    Message,
+}
+
+/// A send result as the upstream wrote it, in `dialect`, which is also the caller's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Relayed {
+    pub dialect: Dialect,
+    pub kind: RelayedKind,
+    pub object: RawObject,
+    /// The task's (namespaced) id and its context, for the gateway's own records.
+    pub task_id: Option<String>,
+    pub context_id: Option<String>,
+}
+
+/// Why a result cannot be relayed as it is.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    #[error("answered a send with neither a task nor a message")]
+    NoTaskOrMessage,
+    #[error("sent a task without a string {0}")]
+    MissingField(&'static str),
+    #[error("sent a malformed result: {0}")]
+    Malformed(#[from] serde_json::Error),
+}
+
+impl Relayed {
+    /// Opens a send result: 1.0 wraps it (`{"task":{…}}`), 0.3 tags it (`"kind":"task"`).
+    pub fn read(dialect: Dialect, result: &RawValue) -> Result<Relayed, RelayError> {
+        let (kind, object) = match dialect {
+            Dialect::V10 => {
+                #[derive(Deserialize)]
+                struct Wrapped {
+                    task: Option<RawObject>,
+                    message: Option<RawObject>,
+                }
+                match serde_json::from_str::<Wrapped>(result.get())? {
+                    Wrapped { task: Some(t), .. } => (RelayedKind::Task, t),
+                    Wrapped {
+                        message: Some(m), ..
+                    } => (RelayedKind::Message, m),
+                    _ => return Err(RelayError::NoTaskOrMessage),
+                }
+            }
+            Dialect::V03 => {
+                let object: RawObject = serde_json::from_str(result.get())?;
+                let kind = match object.get::<String>("kind").as_deref() {
+                    Some("task") => RelayedKind::Task,
+                    Some("message") => RelayedKind::Message,
+                    _ => return Err(RelayError::NoTaskOrMessage),
+                };
+                (kind, object)
+            }
+        };
+        let mut relayed = Relayed {
+            dialect,
+            kind,
+            object,
+            task_id: None,
+            context_id: None,
+        };
+        if kind == RelayedKind::Task {
+            relayed.task_id = Some(
+                relayed
+                    .object
+                    .get("id")
+                    .ok_or(RelayError::MissingField("id"))?,
+            );
+            relayed.context_id = Some(
+                relayed
+                    .object
+                    .get("contextId")
+                    .ok_or(RelayError::MissingField("contextId"))?,
+            );
+            if relayed.object.get::<RawObject>("status").is_none() {
+                return Err(RelayError::MissingField("status"));
+            }
+        } else {
+            relayed.context_id = relayed.object.get("contextId");
+        }
+        Ok(relayed)
+    }
+
+    /// Rewrites every task id the result carries with `map` (the task's own id, and the
+    /// `taskId`/`referenceTaskIds` of its status message and history), and keeps the newest
+    /// `history_length` history messages.
+    pub fn rewrite(
+        &mut self,
+        map: &dyn Fn(&str) -> String,
+        history_length: Option<usize>,
+    ) -> serde_json::Result<()> {
+        match self.kind {
+            RelayedKind::Message => rewrite_message(&mut self.object, map),
+            RelayedKind::Task => {
+                if let Some(id) = &self.task_id {
+                    let id = map(id);
+                    self.object.set("id", &id)?;
+                    self.task_id = Some(id);
+                }
+                self.object.edit_object("status", |status| {
+                    status.edit_object("message", |m| rewrite_message(m, map))
+                })?;
+                if let Some(mut history) = self.object.get::<Vec<RawObject>>("history") {
+                    if let Some(n) = history_length {
+                        history.drain(..history.len().saturating_sub(n));
+                    }
+                    for m in &mut history {
+                        rewrite_message(m, map)?;
+                    }
+                    self.object.set("history", &history)?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+fn rewrite_message(m: &mut RawObject, map: &dyn Fn(&str) -> String) -> serde_json::Result<()> {
+    if let Some(t) = m.get::<String>("taskId") {
+        m.set("taskId", &map(&t))?;
+    }
+    if let Some(refs) = m.get::<Vec<String>>("referenceTaskIds") {
+        let refs: Vec<String> = refs.iter().map(|r| map(r)).collect();
+        m.set("referenceTaskIds", &refs)?;
+    }
+    Ok(())
+}
+
+impl Relayed {
+    /// Writes the result for a caller speaking `dialect`, which must be the relayed one.
+    pub fn serialize_as<S: Serializer>(&self, dialect: Dialect, s: S) -> Result<S::Ok, S::Error> {
+        if dialect != self.dialect {
+            return Err(S::Error::custom(
+                "a relayed result rendered in the other dialect",
+            ));
+        }
+        match dialect {
+            Dialect::V03 => self.object.serialize(s),
+            Dialect::V10 => {
+                let mut map = s.serialize_map(Some(1))?;
+                let key = match self.kind {
+                    RelayedKind::Task => "task",
+                    RelayedKind::Message => "message",
+                };
+                map.serialize_entry(key, &self.object)?;
+                map.end()
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn raw(v: serde_json::Value) -> Box<RawValue> {
+        serde_json::value::to_raw_value(&v).unwrap()
+    }
+
+    #[test]
+    fn a_task_keeps_what_it_does_not_rewrite() {
+        let result = raw(json!({"task": {
+            "id": "t1", "contextId": "c1", "x-extension": {"keep": [1, 2]},
+            "status": {"state": "TASK_STATE_COMPLETED",
+                       "message": {"messageId": "a", "taskId": "t1", "role": "ROLE_AGENT", "parts": []}},
+            "history": [
+                {"messageId": "1", "taskId": "t1", "referenceTaskIds": ["t0"], "parts": []},
+                {"messageId": "2", "taskId": "t1", "parts": []}
+            ],
+            "metadata": {"upstream": true}
+        }}));
+        let mut r = Relayed::read(Dialect::V10, &result).unwrap();
+        r.rewrite(&|id| format!("agent.{id}"), Some(1)).unwrap();
+        r.object
+            .metadata
+            .get_or_insert_with(Metadata::new)
+            .insert("gateway/agent".into(), json!("agent"));
+        let mut out = Vec::new();
+        r.serialize_as(Dialect::V10, &mut serde_json::Serializer::new(&mut out))
+            .unwrap();
+        let out: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(
+            out,
+            json!({"task": {
+                "id": "agent.t1", "contextId": "c1", "x-extension": {"keep": [1, 2]},
+                "status": {"state": "TASK_STATE_COMPLETED",
+                           "message": {"messageId": "a", "taskId": "agent.t1", "role": "ROLE_AGENT", "parts": []}},
+                "history": [{"messageId": "2", "taskId": "agent.t1", "parts": []}],
+                "metadata": {"upstream": true, "gateway/agent": "agent"}
+            }})
+        );
+        assert_eq!(r.task_id.as_deref(), Some("agent.t1"));
+        assert_eq!(r.context_id.as_deref(), Some("c1"));
+    }
+
+    #[test]
+    fn a_0_3_message_is_tagged_and_malformed_results_are_refused() {
+        let m = raw(json!({"kind": "message", "messageId": "m", "contextId": "c", "parts": []}));
+        let r = Relayed::read(Dialect::V03, &m).unwrap();
+        assert_eq!(
+            (r.kind, r.context_id.as_deref()),
+            (RelayedKind::Message, Some("c"))
+        );
+        assert!(r
+            .serialize_as(Dialect::V10, serde_json::value::Serializer)
+            .is_err());
+
+        for (dialect, bad) in [
+            (Dialect::V10, json!({"status": "ok"})),
+            (
+                Dialect::V10,
+                json!({"task": {"contextId": "c", "status": {}}}),
+            ),
+            (
+                Dialect::V10,
+                json!({"task": {"id": 7, "contextId": "c", "status": {}}}),
+            ),
+            (Dialect::V10, json!({"task": {"id": "t", "contextId": "c"}})),
+            (
+                Dialect::V03,
+                json!({"id": "t", "contextId": "c", "status": {}}),
+            ),
+            (Dialect::V10, json!([1, 2])),
+        ] {
+            assert!(Relayed::read(dialect, &raw(bad.clone())).is_err(), "{bad}");
+        }
+    }
+}
