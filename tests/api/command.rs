@@ -360,23 +360,6 @@ async fn the_answer_to_input_required_goes_to_the_waiting_process() {
         assert_eq!(result_text(&done), format!("Ada from pid {pid}"));
         wait_until_gone(pid, "after its task completed").await;
     }
-    // A streamed answer reaches the same process too.
-    for d in [D::V03, D::V10] {
-        let asking = send(&gw, path, d, "hello").await;
-        let pid = asking_pid(&asking);
-        let events = gw
-            .sse(
-                path,
-                d,
-                d.stream(),
-                json!({"message": follow_up(d, &asking, "Grace")}),
-            )
-            .await;
-        assert!(!events.is_empty());
-        let id = asking["id"].as_str().unwrap();
-        let done = wait_for_state_of(&gw, path, d, id, "completed").await;
-        assert_eq!(result_text(&done), format!("Grace from pid {pid}"));
-    }
 }
 
 #[tokio::test]

@@ -72,6 +72,21 @@ pub async fn spawn_with(files: &[(&str, &str)], gateway: &str) -> TestGateway {
     let (dir, agents, gateway_path) = write_config(files, Some(&gateway));
     let settings = config::load(gateway_path.as_deref(), &agents)
         .unwrap_or_else(|d| panic!("test config invalid:\n{d}"));
+    start(settings, dir).await
+}
+
+/// The repository's own `gateway.toml` and `agents.d/`, as `serve` runs them, on a free port.
+pub async fn spawn_shipped() -> TestGateway {
+    let root = repo_root();
+    let mut settings = config::load(Some(&root.join("gateway.toml")), &root.join("agents.d"))
+        .unwrap_or_else(|d| panic!("shipped configuration invalid:\n{d}"));
+    settings.gateway.server.port = 0;
+    settings.gateway.server.workers = 1;
+    start(settings, tempfile::tempdir().expect("temp dir")).await
+}
+
+/// Runs a gateway in this test's runtime; `dir` (its configuration) lives as long as it.
+async fn start(settings: config::Settings, dir: tempfile::TempDir) -> TestGateway {
     let app = Application::build(settings).await.expect("bind");
     let base = format!("http://127.0.0.1:{}", app.port());
     let handle = app.handle();
@@ -81,25 +96,6 @@ pub async fn spawn_with(files: &[(&str, &str)], gateway: &str) -> TestGateway {
         client: reqwest::Client::new(),
         handle,
         _dir: dir,
-    }
-}
-
-/// The repository's own `gateway.toml` and `agents.d/`, as `serve` runs them, on a free port.
-pub async fn spawn_shipped() -> TestGateway {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut settings = config::load(Some(&root.join("gateway.toml")), &root.join("agents.d"))
-        .unwrap_or_else(|d| panic!("shipped configuration invalid:\n{d}"));
-    settings.gateway.server.port = 0;
-    settings.gateway.server.workers = 1;
-    let app = Application::build(settings).await.expect("bind");
-    let base = format!("http://127.0.0.1:{}", app.port());
-    let handle = app.handle();
-    tokio::spawn(app.run_until_stopped());
-    TestGateway {
-        base,
-        client: reqwest::Client::new(),
-        handle,
-        _dir: tempfile::tempdir().expect("temp dir"),
     }
 }
 

@@ -86,9 +86,8 @@ fn msg(text: &str, edit: impl FnOnce(&mut Value)) -> Value {
     json!({"message": m})
 }
 
-/// (label, method, params, API key, expected agent, expected reason)
+/// (label, send params, API key, expected agent, expected reason)
 type Case = (
-    &'static str,
     &'static str,
     Value,
     Option<&'static str>,
@@ -96,40 +95,39 @@ type Case = (
     &'static str,
 );
 
-#[tokio::test]
-async fn each_request_reaches_the_right_agent_for_the_right_reason() {
-    let gw = routed_gateway(true).await;
-    // Set-up: a task and a conversation that belong to `other`.
+/// Sets up a task waiting for input and a conversation, both served by `other`.
+async fn owned_by_other(gw: &TestGateway, context: &str) -> String {
     let r = gw
         .call(
             "/a2a/agents/other",
             D::V10,
             "SendMessage",
-            msg("hi", |m| m["contextId"] = json!("ctx-affinity")),
+            msg("/input your name?", |m| m["contextId"] = json!(context)),
         )
         .await;
-    let task_id = r.result()["task"]["id"].as_str().unwrap().to_string();
+    r.result()["task"]["id"].as_str().unwrap().to_string()
+}
 
-    let cases: Vec<Case> = vec![
+/// One send per routing step, in order, each expecting its agent and reason; the same
+/// table serves `/a2a` and the REST binding's `/a2a/rest/message:send`.
+fn send_cases(task_id: &str, context: &str) -> Vec<Case> {
+    vec![
         (
             "task affinity",
-            "GetTask",
-            json!({"id": task_id}),
+            msg("Ada", |m| m["taskId"] = json!(task_id)),
             None,
             "other",
             "task",
         ),
         (
             "context affinity",
-            "SendMessage",
-            msg("again", |m| m["contextId"] = json!("ctx-affinity")),
+            msg("again", |m| m["contextId"] = json!(context)),
             None,
             "other",
             "context",
         ),
         (
             "agent in message metadata",
-            "SendMessage",
             msg("x", |m| m["metadata"] = json!({"gateway/agent": "other"})),
             None,
             "other",
@@ -137,7 +135,6 @@ async fn each_request_reaches_the_right_agent_for_the_right_reason() {
         ),
         (
             "skill in request metadata",
-            "SendMessage",
             json!({"message": D::V10.message("x"), "metadata": {"gateway/skill": "finance/finance-skill"}}),
             None,
             "finance",
@@ -145,7 +142,6 @@ async fn each_request_reaches_the_right_agent_for_the_right_reason() {
         ),
         (
             "rule 1: tags",
-            "SendMessage",
             msg("x", |m| {
                 m["metadata"] = json!({"gateway/tags": ["finance"]})
             }),
@@ -155,7 +151,6 @@ async fn each_request_reaches_the_right_agent_for_the_right_reason() {
         ),
         (
             "rule 2: text",
-            "SendMessage",
             msg("Translate this please", |_| {}),
             None,
             "other",
@@ -163,7 +158,6 @@ async fn each_request_reaches_the_right_agent_for_the_right_reason() {
         ),
         (
             "rule 3: principal",
-            "SendMessage",
             msg("plain", |_| {}),
             Some("fin-key"),
             "finance",
@@ -171,7 +165,6 @@ async fn each_request_reaches_the_right_agent_for_the_right_reason() {
         ),
         (
             "rules in order: tags beat text",
-            "SendMessage",
             msg("translate", |m| {
                 m["metadata"] = json!({"gateway/tags": ["finance"]})
             }),
@@ -179,17 +172,21 @@ async fn each_request_reaches_the_right_agent_for_the_right_reason() {
             "finance",
             "rule-1",
         ),
-        (
-            "default",
-            "SendMessage",
-            msg("hello", |_| {}),
-            None,
-            "echo",
-            "default",
-        ),
-    ];
-    for (label, method, params, key, want_agent, want_reason) in cases {
-        let (agent, reason, body) = via_shared(&gw, method, params, key).await;
+        ("default", msg("hello", |_| {}), None, "echo", "default"),
+    ]
+}
+
+#[tokio::test]
+async fn each_request_reaches_the_right_agent_for_the_right_reason() {
+    let gw = routed_gateway(true).await;
+    let task_id = owned_by_other(&gw, "ctx-affinity").await;
+    let (agent, reason, body) =
+        via_shared(&gw, "GetTask", json!({"id": task_id.clone()}), None).await;
+    assert_eq!((agent.as_str(), reason.as_str()), ("other", "task"));
+    assert_eq!(served_by(&body["result"]), ("other", "task"), "{body}");
+
+    for (label, params, key, want_agent, want_reason) in send_cases(&task_id, "ctx-affinity") {
+        let (agent, reason, body) = via_shared(&gw, "SendMessage", params, key).await;
         assert!(body.get("result").is_some(), "{label}: {body}");
         assert_eq!(
             (agent.as_str(), reason.as_str()),
@@ -261,72 +258,8 @@ async fn named_endpoints_and_0_3_replies_name_their_agent_too() {
 async fn the_rest_binding_shared_routes_route_like_the_shared_endpoint() {
     let gw = routed_gateway(true).await;
     let rest = |path: &str| gw.url(&format!("/a2a/rest{path}"));
-    let created = gw
-        .call(
-            "/a2a/agents/other",
-            D::V10,
-            "SendMessage",
-            msg("/input your name?", |m| m["contextId"] = json!("rest-ctx")),
-        )
-        .await;
-    let task_id = created.result()["task"]["id"].as_str().unwrap().to_string();
-
-    // (label, body of message:send, API key, expected agent, expected reason)
-    let cases: Vec<(&str, Value, Option<&str>, &str, &str)> = vec![
-        (
-            "task affinity",
-            msg("more", |m| m["taskId"] = json!(task_id.clone())),
-            None,
-            "other",
-            "task",
-        ),
-        (
-            "context affinity",
-            msg("again", |m| m["contextId"] = json!("rest-ctx")),
-            None,
-            "other",
-            "context",
-        ),
-        (
-            "agent in metadata",
-            msg("x", |m| m["metadata"] = json!({"gateway/agent": "finance"})),
-            None,
-            "finance",
-            "metadata-agent",
-        ),
-        (
-            "skill in request metadata",
-            json!({"message": D::V10.message("x"), "metadata": {"gateway/skill": "other/other-skill"}}),
-            None,
-            "other",
-            "metadata-skill",
-        ),
-        (
-            "rule 1: tags",
-            msg("x", |m| {
-                m["metadata"] = json!({"gateway/tags": ["finance"]})
-            }),
-            None,
-            "finance",
-            "rule-1",
-        ),
-        (
-            "rule 2: text",
-            msg("translate this", |_| {}),
-            None,
-            "other",
-            "rule-2",
-        ),
-        (
-            "rule 3: principal",
-            msg("plain", |_| {}),
-            Some("fin-key"),
-            "finance",
-            "rule-3",
-        ),
-        ("default", msg("hello", |_| {}), None, "echo", "default"),
-    ];
-    for (label, body, key, want_agent, want_reason) in cases {
+    let task_id = owned_by_other(&gw, "rest-ctx").await;
+    for (label, body, key, want_agent, want_reason) in send_cases(&task_id, "rest-ctx") {
         let mut req = gw
             .client
             .post(rest("/message:send"))
