@@ -166,19 +166,32 @@ fn serve(args: ServeArgs) -> ExitCode {
 }
 
 fn print_banner(base: &str, agents: &[String], default_agent: Option<&str>) {
-    println!(
-        "a2a-gateway {} listening on {base}",
+    use std::fmt::Write as _;
+    use std::io::Write as _;
+    let mut banner = format!(
+        "a2a-gateway {} listening on {base}\n",
         env!("CARGO_PKG_VERSION")
     );
-    println!("  gateway card   {base}/.well-known/agent-card.json");
-    println!("  health         {base}/a2a/health");
-    println!("  agent list     {base}/a2a/agents");
-    match default_agent {
-        Some(d) => println!("  POST {base}/a2a  ->  {d}"),
-        None => println!("  POST {base}/a2a  ->  (no default agent)"),
-    }
+    let _ = writeln!(
+        banner,
+        "  gateway card   {base}/.well-known/agent-card.json"
+    );
+    let _ = writeln!(banner, "  health         {base}/a2a/health");
+    let _ = writeln!(banner, "  agent list     {base}/a2a/agents");
+    let _ = writeln!(
+        banner,
+        "  POST {base}/a2a  ->  {}",
+        default_agent.unwrap_or("(no default agent)")
+    );
     for name in agents {
         let path = agent_path(name);
-        println!("  agent {name:<12} POST {base}{path}   card {base}{path}/card");
+        let _ = writeln!(
+            banner,
+            "  agent {name:<12} POST {base}{path}   card {base}{path}/card"
+        );
     }
+    // Whoever started the gateway may have stopped reading (`| head`, a supervisor that
+    // closed the pipe): println! would then panic and take the gateway down with it.
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(banner.as_bytes()).and_then(|()| out.flush());
 }

@@ -117,3 +117,35 @@ fn serve_prints_a_banner_and_takes_settings_from_the_environment() {
     let health = health.expect("curl is available");
     assert!(String::from_utf8_lossy(&health.stdout).contains("\"status\":\"ok\""));
 }
+
+/// A gateway whose stdout nobody reads any more (`| head`, a closed pipe) keeps serving.
+#[test]
+fn serve_survives_a_closed_stdout() {
+    let (dir, agents, _) = write_config(&[("echo.toml", ECHO)], None);
+    let port = crate::peers::free_port();
+    let mut child = bin()
+        .current_dir(dir.path())
+        .arg("serve")
+        .env("A2A_GATEWAY_PORT", port.to_string())
+        .env("A2A_GATEWAY_AGENTS_DIR", &agents)
+        .env("A2A_GATEWAY_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let health = format!("http://127.0.0.1:{port}/a2a/health");
+    let mut served = false;
+    for _ in 0..100 {
+        let out = Command::new("curl").args(["-sf", &health]).output();
+        if out.is_ok_and(|o| o.status.success()) {
+            served = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let exited = child.try_wait().unwrap();
+    child.kill().unwrap();
+    let _ = child.wait();
+    assert!(served && exited.is_none(), "the gateway died: {exited:?}");
+}

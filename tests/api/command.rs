@@ -560,12 +560,11 @@ async fn programs_do_not_outlive_the_gateway() {
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
+        let mut stdout = std::io::BufReader::new(gateway.stdout.take().unwrap());
         let banner = {
             use std::io::BufRead;
             let mut line = String::new();
-            std::io::BufReader::new(gateway.stdout.take().unwrap())
-                .read_line(&mut line)
-                .unwrap();
+            stdout.read_line(&mut line).unwrap();
             line
         };
         let base = banner
@@ -620,6 +619,7 @@ async fn programs_do_not_outlive_the_gateway() {
             .unwrap();
         assert!(killed.success());
         let _ = gateway.wait();
+        drop(stdout);
         wait_until_gone(running, &format!("after SIG{signal} to the gateway")).await;
         wait_until_gone(waiting, &format!("after SIG{signal} to the gateway")).await;
     }
