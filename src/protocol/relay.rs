@@ -43,17 +43,21 @@ impl RawObject {
         Ok(())
     }
 
-    /// Applies `edit` to the object in field `key`, if there is one.
+    /// Applies `edit` to the object in field `key`, if there is one; `edit` says whether it
+    /// changed anything, and only then is the field written again.
     pub fn edit_object(
         &mut self,
         key: &str,
-        edit: impl FnOnce(&mut RawObject) -> serde_json::Result<()>,
-    ) -> serde_json::Result<()> {
+        edit: impl FnOnce(&mut RawObject) -> serde_json::Result<bool>,
+    ) -> serde_json::Result<bool> {
         let Some(mut inner) = self.get::<RawObject>(key) else {
-            return Ok(());
+            return Ok(false);
         };
-        edit(&mut inner)?;
-        self.set(key, &inner)
+        if !edit(&mut inner)? {
+            return Ok(false);
+        }
+        self.set(key, &inner)?;
+        Ok(true)
     }
 }
 
@@ -201,7 +205,7 @@ impl Relayed {
         history_length: Option<usize>,
     ) -> serde_json::Result<()> {
         match self.kind {
-            RelayedKind::Message => rewrite_message(&mut self.object, map),
+            RelayedKind::Message => rewrite_message(&mut self.object, map).map(drop),
             RelayedKind::Task => {
                 if let Some(id) = &self.task_id {
                     let id = map(id);
@@ -212,13 +216,17 @@ impl Relayed {
                     status.edit_object("message", |m| rewrite_message(m, map))
                 })?;
                 if let Some(mut history) = self.object.get::<Vec<RawObject>>("history") {
+                    let before = history.len();
                     if let Some(n) = history_length {
-                        history.drain(..history.len().saturating_sub(n));
+                        history.drain(..before.saturating_sub(n));
                     }
+                    let mut changed = history.len() != before;
                     for m in &mut history {
-                        rewrite_message(m, map)?;
+                        changed |= rewrite_message(m, map)?;
                     }
-                    self.object.set("history", &history)?;
+                    if changed {
+                        self.object.set("history", &history)?;
+                    }
                 }
                 Ok(())
             }
@@ -226,15 +234,19 @@ impl Relayed {
     }
 }
 
-fn rewrite_message(m: &mut RawObject, map: &dyn Fn(&str) -> String) -> serde_json::Result<()> {
+/// Whether the message named any task (and so was rewritten).
+fn rewrite_message(m: &mut RawObject, map: &dyn Fn(&str) -> String) -> serde_json::Result<bool> {
+    let mut changed = false;
     if let Some(t) = m.get::<String>("taskId") {
         m.set("taskId", &map(&t))?;
+        changed = true;
     }
     if let Some(refs) = m.get::<Vec<String>>("referenceTaskIds") {
         let refs: Vec<String> = refs.iter().map(|r| map(r)).collect();
         m.set("referenceTaskIds", &refs)?;
+        changed = true;
     }
-    Ok(())
+    Ok(changed)
 }
 
 impl Relayed {

@@ -43,7 +43,7 @@ struct Upstream {
 #[derive(Default)]
 struct State {
     card: Option<Arc<Value>>,
-    upstream: Option<Upstream>,
+    upstream: Option<Arc<Upstream>>,
     healthy: bool,
 }
 
@@ -99,7 +99,7 @@ impl RemoteAgent {
             client,
             forced,
             state: RwLock::new(State {
-                upstream,
+                upstream: upstream.map(Arc::new),
                 ..State::default()
             }),
             next_id: AtomicU64::new(1),
@@ -158,7 +158,7 @@ impl RemoteAgent {
                     let mut state = self.write();
                     match upstream {
                         Ok(up) => {
-                            state.upstream = Some(up);
+                            state.upstream = Some(Arc::new(up));
                             state.card = Some(Arc::new(card));
                             state.healthy = true;
                             return Ok(());
@@ -218,7 +218,7 @@ impl RemoteAgent {
         }
     }
 
-    fn upstream(&self) -> Result<Upstream, GatewayError> {
+    fn upstream(&self) -> Result<Arc<Upstream>, GatewayError> {
         self.read()
             .upstream
             .clone()
