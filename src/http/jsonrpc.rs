@@ -94,7 +94,10 @@ async fn handle(
                     tracing::debug!(agent = %agent.name, %reason, "routed");
                     (agent.clone(), Some(reason))
                 }
-                Err(e) => return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &e)),
+                Err(e) => {
+                    let e = state.unroutable(&caller, e);
+                    return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &e));
+                }
             }
         }
     };

@@ -165,6 +165,15 @@ impl AppState {
         self.unknown_agent(name)
     }
 
+    /// A request the shared endpoints cannot route: for anonymous callers when agents are
+    /// private by default, "authenticate first" instead of the agent names it would list.
+    pub fn unroutable(&self, caller: &Principal, error: GatewayError) -> GatewayError {
+        if caller.anonymous && self.auth.default_access() == Access::Authenticated {
+            return self.auth_error(AuthError::Missing);
+        }
+        error
+    }
+
     pub fn unknown_agent(&self, name: &str) -> GatewayError {
         GatewayError::AgentNotFound {
             name: name.to_string(),

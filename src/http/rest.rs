@@ -1,6 +1,6 @@
 //! The A2A 1.0 HTTP+JSON binding, for every agent: `/a2a/agents/{name}/rest/...`, and
-//! `/a2a/rest/...` for the shared endpoint (routed as `/a2a` is: sends by the full routing
-//! order, task routes to the task's agent, the task list to the default agent). Mapped onto the same service calls as JSON-RPC; errors are
+//! `/a2a/rest/...` for the shared endpoint (routed as `/a2a` is: sends by the full
+//! routing order, task routes to the task's agent, the task list to the default agent). Mapped onto the same service calls as JSON-RPC; errors are
 //! `google.rpc.Status` bodies with the A2A 1.0.1 HTTP statuses.
 
 use std::sync::Arc;
@@ -108,10 +108,11 @@ fn agent_for(
                     state.service.contexts(),
                     params,
                     caller,
-                )?,
-                Target::Task(id) => routing::route_task(registry, tasks, Some(id))?,
-                Target::TaskList => routing::default(registry)?,
-            };
+                ),
+                Target::Task(id) => routing::route_task(registry, tasks, Some(id)),
+                Target::TaskList => routing::default(registry),
+            }
+            .map_err(|e| state.unroutable(caller, e))?;
             tracing::debug!(agent = %agent.name, %reason, "routed");
             (agent, Some(reason))
         }

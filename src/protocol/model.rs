@@ -529,8 +529,6 @@ pub struct Task {
 }
 
 impl Task {
-    /// A copy trimmed for a reader: `history_length` newest messages (0 = none, None = all)
-    /// and, when `include_artifacts` is false, no artifacts at all.
     /// [`Task::view`] of a task the caller owns, without copying what it keeps.
     pub fn trimmed(mut self, history_length: Option<usize>, include_artifacts: bool) -> Task {
         if let Some(n) = history_length {
@@ -543,6 +541,8 @@ impl Task {
         self
     }
 
+    /// A copy trimmed for a reader: `history_length` newest messages (0 = none, None = all)
+    /// and, when `include_artifacts` is false, no artifacts at all.
     pub fn view(&self, history_length: Option<usize>, include_artifacts: bool) -> Task {
         let history = match history_length {
             None => self.history.clone(),

@@ -27,10 +27,29 @@ impl RawObject {
         self.fields.iter().position(|(k, _)| k == key)
     }
 
-    /// A field read as `T`; `None` when absent, null, or not a `T`.
-    pub fn get<T: DeserializeOwned>(&self, key: &str) -> Option<T> {
-        let (_, raw) = &self.fields[self.position(key)?];
-        serde_json::from_str(raw.get()).ok()
+    /// A field read as `T`: `None` when absent or null, an error when it is not a `T`.
+    pub fn get<T: DeserializeOwned>(&self, key: &str) -> serde_json::Result<Option<T>> {
+        match self.position(key) {
+            Some(i) => serde_json::from_str(self.fields[i].1.get()),
+            None => Ok(None),
+        }
+    }
+
+    /// A field that must be there, as `T`.
+    fn require<T: DeserializeOwned>(&self, key: &'static str) -> Result<T, RelayError> {
+        self.get(key)
+            .ok()
+            .flatten()
+            .ok_or(RelayError::MissingField(key))
+    }
+
+    /// Refuses spellings the relay would not rewrite (the model reads snake_case too, so
+    /// such an answer is left to the conversion path).
+    fn refuse(&self, keys: &[&'static str]) -> Result<(), RelayError> {
+        match keys.iter().find(|k| self.position(k).is_some()) {
+            Some(k) => Err(RelayError::Spelling(k)),
+            None => Ok(()),
+        }
     }
 
     /// Replaces (or adds) a field.
@@ -48,9 +67,9 @@ impl RawObject {
     pub fn edit_object(
         &mut self,
         key: &str,
-        edit: impl FnOnce(&mut RawObject) -> serde_json::Result<bool>,
-    ) -> serde_json::Result<bool> {
-        let Some(mut inner) = self.get::<RawObject>(key) else {
+        edit: impl FnOnce(&mut RawObject) -> Result<bool, RelayError>,
+    ) -> Result<bool, RelayError> {
+        let Some(mut inner) = self.get::<RawObject>(key)? else {
             return Ok(false);
         };
         if !edit(&mut inner)? {
@@ -84,6 +103,13 @@ impl<'de> Deserialize<'de> for RawObject {
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawObject, A::Error> {
                 let mut object = RawObject::default();
                 while let Some(key) = map.next_key::<String>()? {
+                    // Parsers disagree on which of two equal keys wins; the relay would
+                    // rewrite one and let the other through.
+                    if object.position(&key).is_some()
+                        || (key == "metadata" && object.metadata.is_some())
+                    {
+                        return Err(serde::de::Error::custom(format!("duplicate key {key}")));
+                    }
                     if key == "metadata" {
                         object.metadata = map.next_value()?;
                     } else {
@@ -133,8 +159,10 @@ pub struct Relayed {
 pub enum RelayError {
     #[error("answered a send with neither a task nor a message")]
     NoTaskOrMessage,
-    #[error("sent a task without a string {0}")]
+    #[error("sent a task without a valid {0}")]
     MissingField(&'static str),
+    #[error("sent a result with a {0} field, which is relayed only in camelCase")]
+    Spelling(&'static str),
     #[error("sent a malformed result: {0}")]
     Malformed(#[from] serde_json::Error),
 }
@@ -159,7 +187,7 @@ impl Relayed {
             }
             Dialect::V03 => {
                 let object: RawObject = serde_json::from_str(result.get())?;
-                let kind = match object.get::<String>("kind").as_deref() {
+                let kind = match object.get::<String>("kind")?.as_deref() {
                     Some("task") => RelayedKind::Task,
                     Some("message") => RelayedKind::Message,
                     _ => return Err(RelayError::NoTaskOrMessage),
@@ -174,24 +202,15 @@ impl Relayed {
             task_id: None,
             context_id: None,
         };
+        let object = &relayed.object;
+        object.refuse(&["context_id", "task_id", "reference_task_ids"])?;
         if kind == RelayedKind::Task {
-            relayed.task_id = Some(
-                relayed
-                    .object
-                    .get("id")
-                    .ok_or(RelayError::MissingField("id"))?,
-            );
-            relayed.context_id = Some(
-                relayed
-                    .object
-                    .get("contextId")
-                    .ok_or(RelayError::MissingField("contextId"))?,
-            );
-            if relayed.object.get::<RawObject>("status").is_none() {
-                return Err(RelayError::MissingField("status"));
-            }
+            relayed.task_id = Some(object.require("id")?);
+            relayed.context_id = Some(object.require("contextId")?);
+            let status: RawObject = object.require("status")?;
+            status.require::<String>("state")?;
         } else {
-            relayed.context_id = relayed.object.get("contextId");
+            relayed.context_id = object.get("contextId")?;
         }
         Ok(relayed)
     }
@@ -203,7 +222,7 @@ impl Relayed {
         &mut self,
         map: &dyn Fn(&str) -> String,
         history_length: Option<usize>,
-    ) -> serde_json::Result<()> {
+    ) -> Result<(), RelayError> {
         match self.kind {
             RelayedKind::Message => rewrite_message(&mut self.object, map).map(drop),
             RelayedKind::Task => {
@@ -215,7 +234,7 @@ impl Relayed {
                 self.object.edit_object("status", |status| {
                     status.edit_object("message", |m| rewrite_message(m, map))
                 })?;
-                if let Some(mut history) = self.object.get::<Vec<RawObject>>("history") {
+                if let Some(mut history) = self.object.get::<Vec<RawObject>>("history")? {
                     let before = history.len();
                     if let Some(n) = history_length {
                         history.drain(..before.saturating_sub(n));
@@ -235,13 +254,14 @@ impl Relayed {
 }
 
 /// Whether the message named any task (and so was rewritten).
-fn rewrite_message(m: &mut RawObject, map: &dyn Fn(&str) -> String) -> serde_json::Result<bool> {
+fn rewrite_message(m: &mut RawObject, map: &dyn Fn(&str) -> String) -> Result<bool, RelayError> {
+    m.refuse(&["task_id", "reference_task_ids", "context_id"])?;
     let mut changed = false;
-    if let Some(t) = m.get::<String>("taskId") {
+    if let Some(t) = m.get::<String>("taskId")? {
         m.set("taskId", &map(&t))?;
         changed = true;
     }
-    if let Some(refs) = m.get::<Vec<String>>("referenceTaskIds") {
+    if let Some(refs) = m.get::<Vec<String>>("referenceTaskIds")? {
         let refs: Vec<String> = refs.iter().map(|r| map(r)).collect();
         m.set("referenceTaskIds", &refs)?;
         changed = true;
@@ -329,24 +349,57 @@ mod tests {
             .serialize_as(Dialect::V10, serde_json::value::Serializer)
             .is_err());
 
+        let ok = json!({"id": "t", "contextId": "c", "status": {"state": "TASK_STATE_WORKING"}});
+        let with = |extra: serde_json::Value| {
+            let mut t = ok.clone();
+            t.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            json!({ "task": t })
+        };
+        let rewritten = |v: serde_json::Value| {
+            Relayed::read(Dialect::V10, &raw(v)).and_then(|mut r| r.rewrite(&|i| i.into(), Some(1)))
+        };
+        assert!(rewritten(with(json!({}))).is_ok());
         for (dialect, bad) in [
             (Dialect::V10, json!({"status": "ok"})),
             (
                 Dialect::V10,
-                json!({"task": {"contextId": "c", "status": {}}}),
+                json!({"task": {"contextId": "c", "status": {"state": "x"}}}),
             ),
             (
                 Dialect::V10,
-                json!({"task": {"id": 7, "contextId": "c", "status": {}}}),
+                json!({"task": {"id": 7, "contextId": "c", "status": {"state": "x"}}}),
             ),
             (Dialect::V10, json!({"task": {"id": "t", "contextId": "c"}})),
             (
+                Dialect::V10,
+                json!({"task": {"id": "t", "contextId": "c", "status": {}}}),
+            ),
+            (Dialect::V10, with(json!({"context_id": "c"}))),
+            (
                 Dialect::V03,
-                json!({"id": "t", "contextId": "c", "status": {}}),
+                json!({"id": "t", "contextId": "c", "status": {"state": "working"}}),
             ),
             (Dialect::V10, json!([1, 2])),
         ] {
             assert!(Relayed::read(dialect, &raw(bad.clone())).is_err(), "{bad}");
         }
+        // Present but not what the relay rewrites: refused, so the caller never gets an id
+        // the gateway did not namespace.
+        for bad in [
+            with(json!({"history": [{"messageId": "1", "taskId": "t"}, 5]})),
+            with(json!({"history": [{"messageId": "1", "taskId": 5}]})),
+            with(json!({"history": [{"messageId": "1", "task_id": "t"}]})),
+            with(json!({"status": {"state": "x", "message": "not an object"}})),
+        ] {
+            assert!(rewritten(bad.clone()).is_err(), "{bad}");
+        }
+        let duplicate = RawValue::from_string(
+            r#"{"task": {"id": "t", "id": "u", "contextId": "c", "status": {"state": "x"}}}"#
+                .into(),
+        )
+        .unwrap();
+        assert!(Relayed::read(Dialect::V10, &duplicate).is_err());
     }
 }

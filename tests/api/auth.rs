@@ -413,6 +413,28 @@ async fn public_agents_are_open_but_bad_credentials_still_fail() {
     .await
     .unwrap();
     assert_eq!(ghost.status(), 404);
+    // The shared endpoints likewise: a route they cannot find is "authenticate first" for an
+    // anonymous caller, while a route to a public agent works without credentials.
+    let via = |path: &'static str, agent: &'static str, key: &'static str| {
+        let body = json!({"message": D::V10.message("hi"), "metadata": {"gateway/agent": agent}});
+        let body = if path == "/a2a" {
+            rpc("SendMessage", body)
+        } else {
+            body.to_string()
+        };
+        let header = if key.is_empty() { "" } else { "X-API-Key" };
+        request(&gw, reqwest::Method::POST, path, header, key).body(body)
+    };
+    for path in ["/a2a", "/a2a/rest/message:send"] {
+        for (agent, key, want) in [
+            ("ghost", "", 401),
+            ("ghost", "alice-key", 404),
+            ("open", "", 200),
+        ] {
+            let resp = via(path, agent, key).send().await.unwrap();
+            assert_eq!(resp.status(), want, "{path} {agent} {key:?}");
+        }
+    }
     // Cards and health need no credentials.
     for path in [
         "/a2a/health",

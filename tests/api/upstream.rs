@@ -601,7 +601,7 @@ async fn garbage_and_errors_from_the_remote_become_precise_answers() {
         ("garbage", -32006, "Invalid agent response: agent up answered with something that is not a JSON-RPC response"),
         ("invalid", -32006, "Invalid agent response: agent up answered with neither a result nor an error"),
         ("error", -32001, "Task not found: upstream says so"),
-        // 1.0 callers get the remote's answer relayed, 0.3 callers converted; both check it.
+        // The relay refuses it for 1.0 callers and leaves it to the conversion, as for 0.3.
         ("malformed", -32006, "Invalid agent response: agent up "),
     ] {
         let peer = fault_server(mode, 0).await;
@@ -625,12 +625,22 @@ async fn same_dialect_answers_are_relayed_with_only_the_gateways_rewrites() {
     let gw = gateway_for(&peer, "").await;
     for d in [D::V10, D::V03] {
         let r = gw
-            .call(AGENT, d, d.send(), json!({"message": d.message("hi")}))
+            .call(
+                AGENT,
+                d,
+                d.send(),
+                json!({"message": d.message("hi"), "configuration": {"historyLength": 1}}),
+            )
             .await;
         let task = d.task_of(r.result());
         let id = task["id"].as_str().unwrap();
         assert!(id.starts_with("up."), "{d:?}: namespaced: {task}");
-        assert_eq!(task["history"][0]["taskId"], id, "{d:?}: {task}");
+        let history = task["history"].as_array().unwrap();
+        assert_eq!(history.len(), 1, "{d:?}: trimmed to historyLength: {task}");
+        for message in [&history[0], &task["status"]["message"]] {
+            assert_eq!(message["taskId"], id, "{d:?}: {task}");
+            assert_eq!(message["referenceTaskIds"], json!([id]), "{d:?}: {task}");
+        }
         assert_eq!(task["metadata"]["upstream"], "fault", "{d:?}");
         assert_eq!(task["metadata"]["gateway/agent"], "up", "{d:?}");
         match d {

@@ -27,8 +27,9 @@ method, any A2A-Version) is answered per --mode:
            "message":"Task not found: upstream says so"}}
   extended as slow without the delay, but the task also carries a field no A2A
            version defines ("x-extension": {"kept": true}), metadata
-           {"upstream": "fault"} and a history of the request message with the
-           task's id as its taskId (what a relaying gateway must keep or rewrite)
+           {"upstream": "fault"}, a status message naming the task (taskId and
+           referenceTaskIds) and a history of the request message and that status
+           message (what a relaying gateway must keep or rewrite)
   malformed a JSON-RPC result {"task": {"contextId": "c"}}: a task without id
            or status
 
@@ -147,8 +148,12 @@ class FaultHandler(BaseHTTPRequestHandler):
                 params = body.get('params') if isinstance(body, dict) else None
                 task = completed_task(params)
                 message = params.get('message') if isinstance(params, dict) else None
+                reply = {'messageId': str(uuid.uuid4()), 'role': 'ROLE_AGENT', 'taskId': task['id'],
+                         'contextId': task['contextId'], 'referenceTaskIds': [task['id']],
+                         'parts': [{'text': 'done'}]}
+                task['status']['message'] = reply
                 if isinstance(message, dict):
-                    task['history'] = [dict(message, taskId=task['id'], contextId=task['contextId'])]
+                    task['history'] = [dict(message, taskId=task['id'], contextId=task['contextId']), reply]
                 task['x-extension'] = {'kept': True}
                 task['metadata'] = {'upstream': 'fault'}
                 self.send_json({'jsonrpc': '2.0', 'id': request_id, 'result': {'task': task}})

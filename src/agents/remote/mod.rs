@@ -29,7 +29,7 @@ use crate::protocol::model::{
 };
 use crate::protocol::ops::{ItemStream, ListTasksResponse, SendRequest};
 use crate::protocol::params::ListQuery;
-use crate::protocol::relay::Relayed;
+use crate::protocol::relay::{RelayError, Relayed};
 use crate::protocol::Dialect;
 
 /// Where and how to talk to the remote.
@@ -369,13 +369,16 @@ impl RemoteAgent {
         let up = self.upstream()?;
         let message = self.inward_message(&req.message)?;
         let body = wire::send_body(up.dialect, false, self.request_id(), req, &message)?;
+        let body = self.exchange(&up, body).await?;
+        let raw = wire::read_response(&self.name, &body)?;
         if up.dialect == req.reply_dialect {
-            let body = self.exchange(&up, body).await?;
-            let raw = wire::read_response(&self.name, &body)?;
-            return self.relay(up.dialect, raw, req.history_length);
+            if let Ok(relayed) = self.relay(up.dialect, raw, req.history_length) {
+                return Ok(relayed);
+            }
+            // Not something the relay can vouch for (the other dialect's shape, snake_case,
+            // a malformed field): converted like any other answer, or refused there.
         }
-        let raw = self.call(&up, body).await?;
-        Ok(match wire::read_send_result(&self.name, &raw)? {
+        Ok(match wire::read_send_result(&self.name, raw)? {
             SendResult::Task(mut t) => {
                 self.outward_task(&mut t);
                 SendResult::Task(t.trimmed(req.history_length, true))
@@ -395,14 +398,9 @@ impl RemoteAgent {
         dialect: Dialect,
         raw: &serde_json::value::RawValue,
         history_length: Option<usize>,
-    ) -> Result<SendResult, GatewayError> {
-        let invalid = |e: &dyn std::fmt::Display| {
-            GatewayError::InvalidAgentResponse(format!("agent {} {e}", self.name))
-        };
-        let mut relayed = Relayed::read(dialect, raw).map_err(|e| invalid(&e))?;
-        relayed
-            .rewrite(&|id| format!("{}.{id}", self.name), history_length)
-            .map_err(|e| invalid(&format!("sent a result that could not be rewritten: {e}")))?;
+    ) -> Result<SendResult, RelayError> {
+        let mut relayed = Relayed::read(dialect, raw)?;
+        relayed.rewrite(&|id| format!("{}.{id}", self.name), history_length)?;
         Ok(SendResult::Relayed(relayed))
     }
 
