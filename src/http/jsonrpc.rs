@@ -107,17 +107,20 @@ async fn handle(
     {
         return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &e));
     }
-    // Counted before the stream opens upstream, so a refusal costs nothing there.
-    let slot = if rpc.method.is_streaming() {
-        match state.open_stream(&req, &caller) {
-            Ok(slot) => Some(slot),
-            Err(e) => return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &e)),
-        }
-    } else {
-        None
-    };
+    // Past authorization, every answer names the agent (refusals before it do not).
     let served = Served::new(&agent, reason);
-    let reply = dispatch(&state.service, &agent, &caller, rpc, &served).await;
+    // Counted before the stream opens upstream, so a refusal costs nothing there.
+    let (reply, slot) = match rpc
+        .method
+        .is_streaming()
+        .then(|| state.open_stream(&req, &caller))
+    {
+        Some(Err(e)) => (RpcReply::error(&rpc.id, rpc.dialect, &e), None),
+        slot => {
+            let reply = dispatch(&state.service, &agent, &caller, rpc, &served).await;
+            (reply, slot.and_then(Result::ok))
+        }
+    };
     let mut resp = respond_with(&req, &state, reply, slot);
     served_headers(&mut resp, &served);
     resp
