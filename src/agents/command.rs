@@ -16,25 +16,35 @@
 //!
 //! After `inputRequired` the call returns but the process lives on, parked by task id: the
 //! task's next message is written to its stdin as one more JSON line and its events are read
-//! as before (it may ask again). A parked process keeps its place in `max_concurrent`.
-//! `timeout_secs` bounds a process's whole life, waiting for input included: a parked
-//! process that runs out of time is stopped and its task failed. Canceling the task stops a
-//! parked process too. When the next message finds no parked process (it exited after
-//! asking, or the gateway restarted), the program is started anew with that message alone,
-//! so programs that ask and exit keep working; the same happens when a resumed process exits
-//! successfully without writing a line, as it had ended before the message reached it.
+//! as before (it may ask again). Waiting for an answer is not running: a parked process
+//! gives its `max_concurrent` slot back, and the answer takes a slot again before it is
+//! written, so new tasks (in the same context too) never wait on a parked process. At most
+//! `max_waiting` processes wait at once: parking one more stops the one that has waited
+//! longest and fails its task. An agent thus has at most `max_concurrent + max_waiting`
+//! processes, besides those it is stopping. `timeout_secs` bounds a process's whole life,
+//! waiting for input (or for a slot) included: a parked process that runs out of time is
+//! stopped and its task failed. Canceling the task stops a parked process too. A parked
+//! process is stopped by closing its stdin first, so that a program can exit on its own at
+//! EOF; SIGTERM follows if it has not within the grace period.
+//!
+//! The program is started anew with the answer alone when the answer cannot reach the
+//! process that asked: none is parked (it exited after asking, or the gateway restarted),
+//! it has exited by the time the answer is to be written, its stdin is closed (EPIPE), or
+//! it ends with the answer still unread in its stdin. So programs that ask and exit keep
+//! working, and a program that read the answer is never run a second time for it: ending
+//! without a result then is like any run ending so (exit 0 completes the task).
 //!
 //! Processes run in their own process group with only PATH, HOME, LANG and the configured
 //! `env`. Cancel and timeout send SIGTERM to the group, then SIGKILL after the grace
 //! period; a process is killed if its task is dropped (gateway shutdown), and reaped. A
 //! gateway killed outright takes its programs with it (the parent-death signal).
 
+use std::collections::HashMap;
+use std::io::ErrorKind;
 use std::process::Stdio;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
-use dashmap::DashMap;
 use futures_util::future::BoxFuture;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
@@ -42,7 +52,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
-use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{oneshot, Semaphore};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
@@ -53,9 +63,12 @@ use crate::protocol::model::{Artifact, Message, Part, PartContent, TaskState};
 
 /// How much of stderr a failed task reports.
 const STDERR_TAIL_BYTES: usize = 2048;
+/// How much of stderr is read at a time; with the tail, all that is ever held of it.
+const STDERR_CHUNK_BYTES: usize = 8192;
 
 pub struct CommandBackend {
     config: Arc<CommandConfig>,
+    /// Running processes, `max_concurrent` of them; a parked process holds none.
     slots: Arc<Semaphore>,
     parked: Arc<Parked>,
 }
@@ -64,8 +77,8 @@ impl CommandBackend {
     pub fn new(config: CommandConfig) -> CommandBackend {
         CommandBackend {
             slots: Arc::new(Semaphore::new(config.max_concurrent.max(1))),
+            parked: Arc::new(Parked::new(config.max_waiting)),
             config: Arc::new(config),
-            parked: Arc::default(),
         }
     }
 }
@@ -134,6 +147,18 @@ async fn stop(child: &mut Child, grace: Duration) {
     let _ = child.kill().await;
 }
 
+/// Closes the process's stdin so that a program waiting for its next message can exit on
+/// its own at EOF, and [`stop`]s it if it has not within `grace`.
+async fn close_and_stop(proc: &mut Proc, grace: Duration) {
+    proc.stdin = None;
+    if !matches!(
+        tokio::time::timeout(grace, proc.child.wait()).await,
+        Ok(Ok(_))
+    ) {
+        stop(&mut proc.child, grace).await;
+    }
+}
+
 /// `secs` from now; a timeout too large to represent never fires rather than panicking.
 fn deadline_after(secs: u64) -> Instant {
     let now = Instant::now();
@@ -143,14 +168,13 @@ fn deadline_after(secs: u64) -> Instant {
 
 /// A live process and everything a run needs to carry on with it. It moves from the run
 /// that started it to a watcher while its task waits for input, and on to the next run.
+/// Its running slot is the run's, not its own: a parked process must not hold one.
 struct Proc {
     child: GroupChild,
     /// Open for as long as the process may be sent another message (jsonl only).
     stdin: Option<ChildStdin>,
     lines: Lines<BufReader<ChildStdout>>,
     stderr_tail: JoinHandle<String>,
-    /// A parked process is still a running process, so it keeps its slot.
-    slot: OwnedSemaphorePermit,
     /// The end of the process's time, fixed when it starts: waiting for input counts too.
     deadline: Instant,
 }
@@ -182,19 +206,37 @@ impl std::ops::DerefMut for GroupChild {
     }
 }
 
-fn start(cfg: &CommandConfig, slot: OwnedSemaphorePermit) -> Result<Box<Proc>, BackendError> {
+fn start(cfg: &CommandConfig) -> Result<Box<Proc>, BackendError> {
     let mut child = spawn(cfg).map_err(|e| {
         BackendError::Failed(format!("the agent's program could not start: {}", e.kind()))
     })?;
     let deadline = deadline_after(cfg.timeout_secs);
     let stderr = child.stderr.take();
+    // Drained for the process's whole life, which may span many messages, so only the tail
+    // that a failure reports is kept; draining also keeps a chatty program from blocking
+    // on a full pipe.
     let stderr_tail = tokio::spawn(async move {
-        let mut buf = Vec::new();
+        let mut tail = Vec::with_capacity(STDERR_TAIL_BYTES + STDERR_CHUNK_BYTES);
+        let mut cut = false;
         if let Some(mut s) = stderr {
-            let _ = s.read_to_end(&mut buf).await;
+            let mut chunk = vec![0; STDERR_CHUNK_BYTES];
+            loop {
+                match s.read(&mut chunk).await {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        tail.extend_from_slice(&chunk[..n]);
+                        let excess = tail.len().saturating_sub(STDERR_TAIL_BYTES);
+                        if excess > 0 {
+                            tail.drain(..excess);
+                            cut = true;
+                        }
+                    }
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(_) => break,
+                }
+            }
         }
-        let start = buf.len().saturating_sub(STDERR_TAIL_BYTES);
-        String::from_utf8_lossy(&buf[start..]).trim().to_string()
+        tail_text(&tail, cut)
     });
     let Some(stdout) = child.stdout.take() else {
         return Err(BackendError::Failed("the program has no stdout".into()));
@@ -204,9 +246,22 @@ fn start(cfg: &CommandConfig, slot: OwnedSemaphorePermit) -> Result<Box<Proc>, B
         child: GroupChild(child),
         lines: BufReader::new(stdout).lines(),
         stderr_tail,
-        slot,
         deadline,
     }))
+}
+
+/// The kept end of stderr as text. A `cut` tail may begin inside a character, whose
+/// leftover bytes would show as a replacement character: they are dropped.
+fn tail_text(tail: &[u8], cut: bool) -> String {
+    let start = if cut {
+        tail.iter()
+            .take(3)
+            .take_while(|b| (**b & 0xC0) == 0x80)
+            .count()
+    } else {
+        0
+    };
+    String::from_utf8_lossy(&tail[start..]).trim().to_string()
 }
 
 async fn run(
@@ -228,28 +283,45 @@ async fn run(
             .map(|s| s + "\n")
             .map_err(|e| BackendError::Failed(format!("encoding the message: {e}")))?,
     };
-    let mut resumed = match task {
-        Some(_) => parked.resume(events.task_id()).await,
-        None => None,
+    let task_id = events.task_id().to_string();
+    // A follow-up takes its slot before it claims its parked process: until then the
+    // process stays parked, counted in max_waiting and minded by its watcher (deadline,
+    // eviction). The watcher no longer sees cancel, though: the follow-up has the task's
+    // cancel token now.
+    let continuing = task.is_some();
+    let ended = if continuing {
+        parked.ended(&task_id)
+    } else {
+        None
     };
-    let mut freed_slot = None;
+    let slot = tokio::select! {
+        slot = slots.clone().acquire_owned() => slot.map_err(|_| {
+            BackendError::Failed("the agent is shutting down".into())
+        })?,
+        _ = cancel.cancelled() => {
+            parked.discard(&task_id);
+            return Ok(());
+        }
+        // The watcher ended the task (its time ran out, or it made room for another) and
+        // said so: nothing is left to run.
+        _ = async move {
+            match ended {
+                Some(ended) => ended.cancelled_owned().await,
+                None => std::future::pending::<()>().await,
+            }
+        } => return Ok(()),
+    };
+    let mut resumed = if continuing {
+        parked.resume(&task_id).await
+    } else {
+        None
+    };
     let mut said_working = false;
     loop {
         let was_resumed = resumed.is_some();
         let proc = match resumed.take() {
             Some(proc) => proc,
-            None => {
-                let slot = match freed_slot.take() {
-                    Some(slot) => slot,
-                    None => tokio::select! {
-                        slot = slots.clone().acquire_owned() => slot.map_err(|_| {
-                            BackendError::Failed("the agent is shutting down".into())
-                        })?,
-                        _ = cancel.cancelled() => return Ok(()),
-                    },
-                };
-                start(&cfg, slot)?
-            }
+            None => start(&cfg)?,
         };
         if !said_working {
             events.status(TaskState::Working, None).await?;
@@ -258,10 +330,14 @@ async fn run(
         match drive(&cfg, proc, &input, was_resumed, &mut events, &cancel).await? {
             Outcome::Finished => return Ok(()),
             Outcome::Waiting(proc) => {
+                // Waiting for an answer is not running: the slot goes back at once, or
+                // parked processes would starve (or, in one context, deadlock) new work.
+                drop(slot);
                 parked.park(proc, events, cancel, &cfg);
                 return Ok(());
             }
-            Outcome::Gone(slot) => freed_slot = Some(slot),
+            // Its slot (still this run's) goes to the process started in its place.
+            Outcome::Gone => {}
         }
     }
 }
@@ -282,20 +358,58 @@ enum Outcome {
     Finished,
     /// It asked for input and waits for the task's next message.
     Waiting(Box<Proc>),
-    /// A resumed process that exited without a word: it had ended after asking, before the
-    /// message reached it. Its slot goes to the process started in its place.
-    Gone(OwnedSemaphorePermit),
+    /// A resumed process that the message never reached: it had exited or closed its
+    /// stdin, or ended leaving the message unread. It is gone (stopped and reaped).
+    Gone,
 }
 
-async fn write_input(stdin: &mut Option<ChildStdin>, input: &str, io: CommandIo) {
-    if let Some(s) = stdin.as_mut() {
-        // A program that does not read its input is its own business.
-        let _ = s.write_all(input.as_bytes()).await;
-    }
+async fn write_input(
+    stdin: &mut Option<ChildStdin>,
+    input: &str,
+    io: CommandIo,
+) -> std::io::Result<()> {
+    let written = match stdin.as_mut() {
+        Some(s) => s.write_all(input.as_bytes()).await,
+        None => Ok(()),
+    };
     if io == CommandIo::Text {
         // Text programs may read to the end of their input.
         *stdin = None;
     }
+    written
+}
+
+/// Takes `input` back out of the process's stdin pipe if all of it is still there, unread:
+/// then the program never saw any of it. The pipe is opened again for reading through
+/// /proc; a pipe's bytes go to one reader only, so a program still running cannot also
+/// read what is taken back (it is called once the program's stdout has ended, when it is
+/// as good as gone). Anything else, /proc not being there included, counts as read: the
+/// safe side, as a message that was read must not be run twice.
+fn take_back_unread(stdin: &ChildStdin, input: &str) -> bool {
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+
+    let path = format!("/proc/self/fd/{}", stdin.as_raw_fd());
+    // Non-blocking: reading what is there must not wait for more.
+    let Ok(mut pipe) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK)
+        .open(path)
+    else {
+        return false;
+    };
+    let mut back = vec![0; input.len()];
+    let mut got = 0;
+    while got < back.len() {
+        match pipe.read(&mut back[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    got == back.len() && back == input.as_bytes()
 }
 
 /// Gives the process `input` and turns its output into task events until it ends, reports
@@ -309,16 +423,28 @@ async fn drive(
     cancel: &CancellationToken,
 ) -> Result<Outcome, BackendError> {
     let deadline = proc.deadline;
+    let grace = Duration::from_millis(cfg.kill_grace_ms);
+    // It exited after asking, before the message came: it cannot take it.
+    if resumed && matches!(proc.child.try_wait(), Ok(Some(_))) {
+        return Ok(Outcome::Gone);
+    }
     // Bounded like the rest of the run: a program that neither reads its input nor stops
     // writing would otherwise stall the write forever.
     let early = tokio::select! {
-        _ = write_input(&mut proc.stdin, input, cfg.io) => None,
+        written = write_input(&mut proc.stdin, input, cfg.io) => match written {
+            // Nobody reads its stdin any more: it is exiting, or closed it after asking.
+            Err(e) if resumed && e.kind() == ErrorKind::BrokenPipe => {
+                stop(&mut proc.child, grace).await;
+                return Ok(Outcome::Gone);
+            }
+            // A program that does not read its input is its own business.
+            _ => None,
+        },
         _ = cancel.cancelled() => Some(Ending::Canceled),
         _ = sleep_until(deadline) => Some(Ending::TimedOut),
     };
     let mut held: Option<String> = None;
     let mut chunks = 0usize;
-    let mut heard = false;
     let ending = match early {
         Some(ending) => ending,
         None => loop {
@@ -330,7 +456,6 @@ async fn drive(
             let Ok(Some(line)) = line else {
                 break Ending::Eof;
             };
-            heard = true;
             match cfg.io {
                 CommandIo::Text => {
                     // One line behind, so the last chunk can say it is the last.
@@ -350,7 +475,6 @@ async fn drive(
             }
         },
     };
-    let grace = Duration::from_millis(cfg.kill_grace_ms);
     match ending {
         Ending::Canceled | Ending::Reported => {
             stop(&mut proc.child, grace).await;
@@ -364,6 +488,14 @@ async fn drive(
         Ending::Asked => return Ok(Outcome::Waiting(proc)),
         Ending::Eof => {}
     }
+    // A resumed program that asked and then exited without reading on may have been
+    // written to in the instant before it went: the message it never read is still in the
+    // pipe, and is taken back so that nothing else reads it either.
+    let never_read = resumed
+        && proc
+            .stdin
+            .as_ref()
+            .is_some_and(|stdin| take_back_unread(stdin, input));
     // It will say nothing more; one still reading its input can now see the end of it.
     proc.stdin = None;
     if let Some(last) = held {
@@ -384,9 +516,16 @@ async fn drive(
             return Ok(Outcome::Finished);
         }
     };
-    let stderr_tail = (&mut proc.stderr_tail).await.unwrap_or_default();
+    if never_read && status.is_ok() {
+        return Ok(Outcome::Gone);
+    }
+    // Bounded too: a background process of the program's may hold stderr open after it.
+    let stderr_tail = tokio::time::timeout_at(deadline, &mut proc.stderr_tail)
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default();
     match status {
-        Ok(s) if s.success() && resumed && !heard => return Ok(Outcome::Gone(proc.slot)),
         Ok(s) if s.success() => {
             events.status(TaskState::Completed, None).await?;
         }
@@ -421,23 +560,56 @@ async fn timed_out(events: &mut EventSink, secs: u64, note: &str) -> Result<(), 
     Ok(())
 }
 
-/// Processes whose tasks wait for input, by task id. Each is owned by a watcher task; the
-/// entry here is the way to ask that watcher for it.
-#[derive(Default)]
+/// Processes whose tasks wait for input, by task id, at most `max_waiting` of them. Each is
+/// owned by a watcher task; the entry here is the way to ask that watcher for it.
 struct Parked {
-    waiting: DashMap<String, Waiting>,
-    serial: AtomicU64,
+    max_waiting: usize,
+    /// A plain mutex, held for no await: checking the count, making room and adding an
+    /// entry must be one step, or two tasks parking at once could both take the last place.
+    list: Mutex<Waitlist>,
+}
+
+#[derive(Default)]
+struct Waitlist {
+    by_task: HashMap<String, Waiting>,
+    /// Parking order: the smallest serial has waited longest.
+    next_serial: u64,
 }
 
 struct Waiting {
     /// Tells this parking from a later one of the same task, so that a watcher only ever
-    /// removes its own entry.
+    /// removes its own entry; and orders parkings, oldest first.
     serial: u64,
-    /// Where to send the channel that the process is to come back on.
-    resume: oneshot::Sender<oneshot::Sender<Box<Proc>>>,
+    /// What the watcher is to do with the process.
+    claim: oneshot::Sender<Claim>,
+    /// Fired by the watcher once it has ended the task itself, for a follow-up waiting for
+    /// a slot to stop waiting.
+    ended: CancellationToken,
+}
+
+enum Claim {
+    /// Hand the process over on this channel.
+    Resume(oneshot::Sender<Box<Proc>>),
+    /// Too many wait: stop the process and fail its task.
+    Evict,
+    /// Stop the process; its task is taken care of (canceled).
+    Stop,
 }
 
 impl Parked {
+    fn new(max_waiting: usize) -> Parked {
+        Parked {
+            max_waiting: max_waiting.max(1),
+            list: Mutex::default(),
+        }
+    }
+
+    fn list(&self) -> MutexGuard<'_, Waitlist> {
+        // Nothing here panics while holding the lock; if something did, the map is still
+        // whole, and refusing every later task would be worse.
+        self.list.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn park(
         self: &Arc<Self>,
         proc: Box<Proc>,
@@ -446,36 +618,97 @@ impl Parked {
         cfg: &CommandConfig,
     ) {
         let task_id = events.task_id().to_string();
-        let serial = self.serial.fetch_add(1, Ordering::Relaxed);
-        let (resume, asked) = oneshot::channel();
-        self.waiting
-            .insert(task_id.clone(), Waiting { serial, resume });
+        let (claim, claims) = oneshot::channel();
+        let ended = CancellationToken::new();
+        let (serial, evicted) = {
+            let mut list = self.list();
+            let serial = list.next_serial;
+            list.next_serial += 1;
+            let mut evicted = Vec::new();
+            while list.by_task.len() >= self.max_waiting {
+                let oldest = list
+                    .by_task
+                    .iter()
+                    .min_by_key(|(_, w)| w.serial)
+                    .map(|(id, _)| id.clone());
+                match oldest.and_then(|id| list.by_task.remove(&id)) {
+                    Some(w) => evicted.push(w),
+                    None => break,
+                }
+            }
+            let waiting = Waiting {
+                serial,
+                claim,
+                ended: ended.clone(),
+            };
+            // A task is parked at most once at a time (its process is claimed before its
+            // next run), so nothing is replaced; were something, dropping it would still
+            // have its watcher stop its process.
+            list.by_task.insert(task_id.clone(), waiting);
+            (serial, evicted)
+        };
+        for w in evicted {
+            // A watcher that has just woken for another reason no longer listens, and
+            // ends its process anyway.
+            let _ = w.claim.send(Claim::Evict);
+        }
         let watch = Watch {
             parked: Arc::downgrade(self),
             task_id,
             serial,
             events,
             cancel,
+            ended,
             grace: Duration::from_millis(cfg.kill_grace_ms),
             timeout_secs: cfg.timeout_secs,
+            max_waiting: self.max_waiting,
         };
-        tokio::spawn(watch.run(proc, asked));
+        tokio::spawn(watch.run(proc, claims));
+    }
+
+    /// Fires once the watcher of the task's parked process has ended the task itself.
+    fn ended(&self, task_id: &str) -> Option<CancellationToken> {
+        self.list().by_task.get(task_id).map(|w| w.ended.clone())
+    }
+
+    /// Removing the entry is what claims the process: only one caller can.
+    fn take(&self, task_id: &str) -> Option<Waiting> {
+        self.list().by_task.remove(task_id)
     }
 
     /// The task's parked process, if it is still there to be had.
     async fn resume(&self, task_id: &str) -> Option<Box<Proc>> {
-        // Removing the entry is what claims the process: only one caller can, and the
-        // watcher either hands the process over or, having stopped it, drops the request.
-        let (_, waiting) = self.waiting.remove(task_id)?;
+        // The watcher either hands the process over or, having stopped it, drops the
+        // request.
+        let waiting = self.take(task_id)?;
         let (back, comes_back) = oneshot::channel();
-        waiting.resume.send(back).ok()?;
+        waiting.claim.send(Claim::Resume(back)).ok()?;
         comes_back.await.ok()
+    }
+
+    /// Has the task's parked process, if any, stopped.
+    fn discard(&self, task_id: &str) {
+        if let Some(waiting) = self.take(task_id) {
+            let _ = waiting.claim.send(Claim::Stop);
+        }
+    }
+
+    /// Removes a watcher's own entry, not a later parking of the same task.
+    fn forget(&self, task_id: &str, serial: u64) {
+        let mut list = self.list();
+        if list
+            .by_task
+            .get(task_id)
+            .is_some_and(|w| w.serial == serial)
+        {
+            list.by_task.remove(task_id);
+        }
     }
 }
 
 /// Looks after a parked process until its task's next message claims it, or stops it.
 struct Watch {
-    /// Weak, so that the backend going away drops every entry and with it every request
+    /// Weak, so that the backend going away drops every entry and with it every claim
     /// channel, which tells the watchers to stop their processes.
     parked: Weak<Parked>,
     task_id: String,
@@ -484,12 +717,16 @@ struct Watch {
     events: EventSink,
     /// The parked run's token: CancelTask on the waiting task fires it.
     cancel: CancellationToken,
+    ended: CancellationToken,
     grace: Duration,
     timeout_secs: u64,
+    max_waiting: usize,
 }
 
 enum Wake {
     Resume(oneshot::Sender<Box<Proc>>),
+    Evicted,
+    Stop,
     Canceled,
     TimedOut,
     Exited,
@@ -497,49 +734,63 @@ enum Wake {
 }
 
 impl Watch {
-    async fn run(
-        self,
-        mut proc: Box<Proc>,
-        mut asked: oneshot::Receiver<oneshot::Sender<Box<Proc>>>,
-    ) {
+    async fn run(self, mut proc: Box<Proc>, mut claims: oneshot::Receiver<Claim>) {
         let deadline = proc.deadline;
         let wake = tokio::select! {
-            r = &mut asked => r.map_or(Wake::Abandoned, Wake::Resume),
+            c = &mut claims => match c {
+                Ok(Claim::Resume(back)) => Wake::Resume(back),
+                Ok(Claim::Evict) => Wake::Evicted,
+                Ok(Claim::Stop) => Wake::Stop,
+                Err(_) => Wake::Abandoned,
+            },
             _ = self.cancel.cancelled() => Wake::Canceled,
             _ = sleep_until(deadline) => Wake::TimedOut,
             _ = proc.child.wait() => Wake::Exited,
         };
-        // A request that arrives from now on goes unanswered, and its run starts anew.
-        drop(asked);
-        let wake = match wake {
-            // Exited in the same instant: starting anew serves the message better than a
-            // process that cannot read it.
-            Wake::Resume(_) if matches!(proc.child.try_wait(), Ok(Some(_))) => Wake::Exited,
-            Wake::Resume(back) => {
-                if let Err(mut proc) = back.send(proc) {
-                    // The run that asked is gone (its caller's work was dropped).
-                    stop(&mut proc.child, self.grace).await;
-                }
-                return;
+        // A claim that arrives from now on goes unanswered: a resumed run starts anew.
+        drop(claims);
+        if let Wake::Resume(back) = wake {
+            // Even one that exited in the meantime: the run finds that out and starts anew.
+            if let Err(mut proc) = back.send(proc) {
+                // The run that asked is gone (its caller's work was dropped).
+                close_and_stop(&mut proc, self.grace).await;
             }
-            other => other,
-        };
+            return;
+        }
         if let Some(parked) = self.parked.upgrade() {
-            parked
-                .waiting
-                .remove_if(&self.task_id, |_, w| w.serial == self.serial);
+            parked.forget(&self.task_id, self.serial);
         }
-        stop(&mut proc.child, self.grace).await;
-        drop(proc);
-        if let Wake::TimedOut = wake {
-            let mut events = self.events;
-            let _ = timed_out(
-                &mut events,
-                self.timeout_secs,
-                " (it was waiting for input)",
-            )
-            .await;
+        let mut events = self.events;
+        // The task is failed before the process is stopped, which may take two grace
+        // periods, so that its caller hears at once.
+        let _ = match wake {
+            Wake::TimedOut => {
+                timed_out(
+                    &mut events,
+                    self.timeout_secs,
+                    " (it was waiting for input)",
+                )
+                .await
+            }
+            Wake::Evicted => {
+                let msg = format!(
+                    "stopped waiting for input: too many tasks of this agent are waiting \
+                     (max_waiting = {})",
+                    self.max_waiting
+                );
+                events
+                    .status(TaskState::Failed, Some(Message::agent_text(msg)))
+                    .await
+                    .map_err(BackendError::from)
+            }
+            _ => Ok(()),
+        };
+        // A process that exited by itself leaves its task to the next message, which
+        // starts the program anew; every other ending is final for the task.
+        if !matches!(wake, Wake::Exited) {
+            self.ended.cancel();
         }
+        close_and_stop(&mut proc, self.grace).await;
     }
 }
 

@@ -316,6 +316,12 @@ fn check_command(cfg: &mut CommandConfig, report: &mut dyn FnMut(usize, String),
             "backend.timeout_secs and max_concurrent must be at least 1".into(),
         );
     }
+    if cfg.max_waiting == 0 {
+        report(
+            find("max_waiting"),
+            "backend.max_waiting must be at least 1".into(),
+        );
+    }
     for (name, value) in cfg.env.iter_mut() {
         match expand_env(value) {
             Ok(v) => *value = v,

@@ -448,10 +448,18 @@ pub struct CommandConfig {
     /// task failed.
     #[serde(default = "default_command_timeout")]
     pub timeout_secs: u64,
-    /// Processes running at once for this agent; more wait their turn.
+    /// Processes running at once for this agent; more wait their turn. A process whose task
+    /// waits for input (jsonl) is not running: it gives its slot up while it waits and takes
+    /// one again when the answer comes.
     #[serde(default = "default_command_concurrency")]
     pub max_concurrent: usize,
-    /// Between SIGTERM and SIGKILL when stopping a process.
+    /// Processes waiting for input at once (jsonl), at least 1. Parking one more stops the
+    /// one that has waited longest and fails its task, so the agent never has more than
+    /// `max_concurrent + max_waiting` processes (besides any it is stopping).
+    #[serde(default = "default_command_waiting")]
+    pub max_waiting: usize,
+    /// Between SIGTERM and SIGKILL when stopping a process. A process waiting for input is
+    /// given as long again before the SIGTERM to exit by itself once its stdin is closed.
     #[serde(default = "default_kill_grace")]
     pub kill_grace_ms: u64,
 }
@@ -461,6 +469,9 @@ fn default_command_timeout() -> u64 {
 }
 fn default_command_concurrency() -> usize {
     4
+}
+fn default_command_waiting() -> usize {
+    16
 }
 fn default_kill_grace() -> u64 {
     2000
