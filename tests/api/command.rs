@@ -844,7 +844,19 @@ async fn programs_do_not_outlive_the_gateway() {
             .status()
             .unwrap();
         assert!(killed.success());
-        let _ = gateway.wait();
+        let mut exited = None;
+        for _ in 0..200 {
+            exited = gateway.try_wait().unwrap();
+            if exited.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if exited.is_none() {
+            let _ = gateway.kill();
+            let _ = gateway.wait();
+            panic!("the gateway did not stop within 10 s of SIG{signal}");
+        }
         drop(stdout);
         wait_until_gone(running, &format!("after SIG{signal} to the gateway")).await;
         wait_until_gone(waiting, &format!("after SIG{signal} to the gateway")).await;
