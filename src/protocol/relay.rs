@@ -152,6 +152,8 @@ pub struct Relayed {
     /// The task's (namespaced) id and its context, for the gateway's own records.
     pub task_id: Option<String>,
     pub context_id: Option<String>,
+    /// Whether the task's status carries a message (with ids to rewrite).
+    status_message: bool,
 }
 
 /// Why a result cannot be relayed as it is.
@@ -167,48 +169,71 @@ pub enum RelayError {
     Malformed(#[from] serde_json::Error),
 }
 
+/// A 1.0 send result: the task or the message, wrapped.
+#[derive(Deserialize)]
+pub struct Wrapped {
+    task: Option<RawObject>,
+    message: Option<RawObject>,
+}
+
+/// What the relay checks of a task's status without opening it further.
+#[derive(Deserialize)]
+struct StatusProbe {
+    #[allow(dead_code)] // read to check it is a string
+    state: String,
+    message: Option<serde::de::IgnoredAny>,
+}
+
 impl Relayed {
     /// Opens a send result: 1.0 wraps it (`{"task":{…}}`), 0.3 tags it (`"kind":"task"`).
     pub fn read(dialect: Dialect, result: &RawValue) -> Result<Relayed, RelayError> {
-        let (kind, object) = match dialect {
-            Dialect::V10 => {
-                #[derive(Deserialize)]
-                struct Wrapped {
-                    task: Option<RawObject>,
-                    message: Option<RawObject>,
-                }
-                match serde_json::from_str::<Wrapped>(result.get())? {
-                    Wrapped { task: Some(t), .. } => (RelayedKind::Task, t),
-                    Wrapped {
-                        message: Some(m), ..
-                    } => (RelayedKind::Message, m),
-                    _ => return Err(RelayError::NoTaskOrMessage),
-                }
-            }
-            Dialect::V03 => {
-                let object: RawObject = serde_json::from_str(result.get())?;
-                let kind = match object.get::<String>("kind")?.as_deref() {
-                    Some("task") => RelayedKind::Task,
-                    Some("message") => RelayedKind::Message,
-                    _ => return Err(RelayError::NoTaskOrMessage),
-                };
-                (kind, object)
-            }
+        match dialect {
+            Dialect::V10 => Relayed::from_wrapped(serde_json::from_str(result.get())?),
+            Dialect::V03 => Relayed::from_tagged(serde_json::from_str(result.get())?),
+        }
+    }
+
+    /// A 1.0 result, already read (for instance along with its JSON-RPC envelope).
+    pub fn from_wrapped(w: Wrapped) -> Result<Relayed, RelayError> {
+        match w {
+            Wrapped { task: Some(t), .. } => Relayed::checked(Dialect::V10, RelayedKind::Task, t),
+            Wrapped {
+                message: Some(m), ..
+            } => Relayed::checked(Dialect::V10, RelayedKind::Message, m),
+            _ => Err(RelayError::NoTaskOrMessage),
+        }
+    }
+
+    /// A 0.3 result, already read.
+    pub fn from_tagged(object: RawObject) -> Result<Relayed, RelayError> {
+        let kind = match object.get::<String>("kind")?.as_deref() {
+            Some("task") => RelayedKind::Task,
+            Some("message") => RelayedKind::Message,
+            _ => return Err(RelayError::NoTaskOrMessage),
         };
+        Relayed::checked(Dialect::V03, kind, object)
+    }
+
+    fn checked(
+        dialect: Dialect,
+        kind: RelayedKind,
+        object: RawObject,
+    ) -> Result<Relayed, RelayError> {
+        object.refuse(&["context_id", "task_id", "reference_task_ids"])?;
         let mut relayed = Relayed {
             dialect,
             kind,
-            object,
             task_id: None,
             context_id: None,
+            status_message: false,
+            object,
         };
         let object = &relayed.object;
-        object.refuse(&["context_id", "task_id", "reference_task_ids"])?;
         if kind == RelayedKind::Task {
             relayed.task_id = Some(object.require("id")?);
             relayed.context_id = Some(object.require("contextId")?);
-            let status: RawObject = object.require("status")?;
-            status.require::<String>("state")?;
+            let status: StatusProbe = object.require("status")?;
+            relayed.status_message = status.message.is_some();
         } else {
             relayed.context_id = object.get("contextId")?;
         }
@@ -231,9 +256,11 @@ impl Relayed {
                     self.object.set("id", &id)?;
                     self.task_id = Some(id);
                 }
-                self.object.edit_object("status", |status| {
-                    status.edit_object("message", |m| rewrite_message(m, map))
-                })?;
+                if self.status_message {
+                    self.object.edit_object("status", |status| {
+                        status.edit_object("message", |m| rewrite_message(m, map))
+                    })?;
+                }
                 if let Some(mut history) = self.object.get::<Vec<RawObject>>("history")? {
                     let before = history.len();
                     if let Some(n) = history_length {

@@ -29,7 +29,6 @@ use crate::protocol::model::{
 };
 use crate::protocol::ops::{ItemStream, ListTasksResponse, SendRequest};
 use crate::protocol::params::ListQuery;
-use crate::protocol::relay::{RelayError, Relayed};
 use crate::protocol::Dialect;
 
 /// Where and how to talk to the remote.
@@ -370,14 +369,14 @@ impl RemoteAgent {
         let message = self.inward_message(&req.message)?;
         let body = wire::send_body(up.dialect, false, self.request_id(), req, &message)?;
         let body = self.exchange(&up, body).await?;
-        let raw = wire::read_response(&self.name, &body)?;
         if up.dialect == req.reply_dialect {
-            if let Ok(relayed) = self.relay(up.dialect, raw, req.history_length) {
+            if let Some(relayed) = self.relay(up.dialect, &body, req.history_length) {
                 return Ok(relayed);
             }
-            // Not something the relay can vouch for (the other dialect's shape, snake_case,
-            // a malformed field): converted like any other answer, or refused there.
+            // Not something the relay can vouch for (an error, the other dialect's shape,
+            // snake_case, a malformed field): converted like any other answer, or refused.
         }
+        let raw = wire::read_response(&self.name, &body)?;
         Ok(match wire::read_send_result(&self.name, raw)? {
             SendResult::Task(mut t) => {
                 self.outward_task(&mut t);
@@ -396,12 +395,14 @@ impl RemoteAgent {
     fn relay(
         &self,
         dialect: Dialect,
-        raw: &serde_json::value::RawValue,
+        body: &[u8],
         history_length: Option<usize>,
-    ) -> Result<SendResult, RelayError> {
-        let mut relayed = Relayed::read(dialect, raw)?;
-        relayed.rewrite(&|id| format!("{}.{id}", self.name), history_length)?;
-        Ok(SendResult::Relayed(relayed))
+    ) -> Option<SendResult> {
+        let mut relayed = wire::read_relayed(dialect, body)?;
+        relayed
+            .rewrite(&|id| format!("{}.{id}", self.name), history_length)
+            .ok()?;
+        Some(SendResult::Relayed(relayed))
     }
 
     pub async fn stream(self: &Arc<Self>, req: &SendRequest) -> Result<ItemStream, GatewayError> {

@@ -13,6 +13,7 @@ use crate::protocol::model::{
 };
 use crate::protocol::ops::SendRequest;
 use crate::protocol::params::ListQuery;
+use crate::protocol::relay::Relayed;
 use crate::protocol::v03::V03;
 use crate::protocol::Dialect;
 
@@ -235,6 +236,33 @@ pub fn read_response<'a>(agent: &str, body: &'a [u8]) -> Result<&'a RawValue, Ga
             agent,
             "answered with neither a result nor an error",
         )),
+    }
+}
+
+/// A response whose result is read as `R` in the same pass as its envelope.
+#[derive(Deserialize)]
+struct ResponseOf<R> {
+    #[serde(default = "Option::default")]
+    result: Option<R>,
+    #[serde(default)]
+    error: Option<serde::de::IgnoredAny>,
+}
+
+/// A send result to relay as it is, when it has one of the relay's shapes in `dialect`;
+/// `None` for anything else (errors included), which the conversion path then reads.
+pub fn read_relayed(dialect: Dialect, body: &[u8]) -> Option<Relayed> {
+    fn result<R: serde::de::DeserializeOwned>(body: &[u8]) -> Option<R> {
+        match serde_json::from_slice::<ResponseOf<R>>(body).ok()? {
+            ResponseOf {
+                result: Some(r),
+                error: None,
+            } => Some(r),
+            _ => None,
+        }
+    }
+    match dialect {
+        Dialect::V10 => Relayed::from_wrapped(result(body)?).ok(),
+        Dialect::V03 => Relayed::from_tagged(result(body)?).ok(),
     }
 }
 
