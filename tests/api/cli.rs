@@ -9,6 +9,24 @@ fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_a2a-gateway"))
 }
 
+/// `serve` configured only through the environment, its stdout piped for the banner.
+fn serve_from_env(
+    dir: &std::path::Path,
+    agents: &std::path::Path,
+    port: u16,
+) -> std::process::Child {
+    bin()
+        .current_dir(dir)
+        .arg("serve")
+        .env("A2A_GATEWAY_PORT", port.to_string())
+        .env("A2A_GATEWAY_AGENTS_DIR", agents)
+        .env("A2A_GATEWAY_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 #[test]
 fn check_accepts_the_shipped_configuration() {
     let out = bin()
@@ -72,16 +90,7 @@ fn serve_refuses_a_bad_configuration_with_exit_64() {
 #[test]
 fn serve_prints_a_banner_and_takes_settings_from_the_environment() {
     let (dir, agents, _) = write_config(&[("echo.toml", ECHO)], None);
-    let mut child = bin()
-        .current_dir(dir.path())
-        .arg("serve")
-        .env("A2A_GATEWAY_PORT", "0")
-        .env("A2A_GATEWAY_AGENTS_DIR", &agents)
-        .env("A2A_GATEWAY_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = serve_from_env(dir.path(), &agents, 0);
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let first = lines.next().unwrap().unwrap();
     let base = first
@@ -123,16 +132,7 @@ fn serve_prints_a_banner_and_takes_settings_from_the_environment() {
 fn serve_survives_a_closed_stdout() {
     let (dir, agents, _) = write_config(&[("echo.toml", ECHO)], None);
     let port = crate::peers::free_port();
-    let mut child = bin()
-        .current_dir(dir.path())
-        .arg("serve")
-        .env("A2A_GATEWAY_PORT", port.to_string())
-        .env("A2A_GATEWAY_AGENTS_DIR", &agents)
-        .env("A2A_GATEWAY_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = serve_from_env(dir.path(), &agents, port);
     drop(child.stdout.take());
     let health = format!("http://127.0.0.1:{port}/a2a/health");
     let mut served = false;
