@@ -159,14 +159,12 @@ impl AppState {
     /// An unknown agent is a 404, except for anonymous callers when agents are private by
     /// default: they learn nothing beyond "authenticate first".
     pub fn missing_agent(&self, caller: &Principal, name: &str) -> GatewayError {
-        if caller.anonymous && self.auth.default_access() == Access::Authenticated {
-            return self.auth_error(AuthError::Missing);
-        }
-        self.unknown_agent(name)
+        self.unroutable(caller, self.unknown_agent(name))
     }
 
-    /// A request the shared endpoints cannot route: for anonymous callers when agents are
-    /// private by default, "authenticate first" instead of the agent names it would list.
+    /// A request that reaches no agent (unknown by name, or unroutable on the shared
+    /// endpoints): for anonymous callers when agents are private by default, "authenticate
+    /// first" instead of the agent names the error would list.
     pub fn unroutable(&self, caller: &Principal, error: GatewayError) -> GatewayError {
         if caller.anonymous && self.auth.default_access() == Access::Authenticated {
             return self.auth_error(AuthError::Missing);

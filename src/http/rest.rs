@@ -16,7 +16,7 @@ use crate::agents::Agent;
 use crate::auth::Principal;
 use crate::error::GatewayError;
 use crate::limits::StreamSlot;
-use crate::protocol::ops::ItemStream;
+use crate::protocol::ops::{ItemStream, SendRequest};
 use crate::protocol::params::{self, ListTasksParams, SendParams};
 use crate::protocol::Dialect;
 use crate::routing::{self, Served};
@@ -122,30 +122,43 @@ fn agent_for(
     Ok((agent.clone(), Served::new(agent, reason)))
 }
 
-/// The caller and the checked body of a send.
-async fn send_params(
+/// A send, routed: who asks, the agent that answers, and the request (or what is wrong with
+/// it, which goes out as that agent's answer).
+struct RoutedSend {
+    caller: Principal,
+    agent: Arc<Agent>,
+    served: Served,
+    send: Result<SendRequest, GatewayError>,
+}
+
+async fn routed_send(
     req: &HttpRequest,
     body: web::Payload,
     state: &AppState,
-) -> Result<(Principal, Box<RawValue>, SendParams), GatewayError> {
+) -> Result<RoutedSend, GatewayError> {
     let caller = state.authenticate(req)?;
     check_version(req)?;
     check_content_type(req)?;
     let bytes = read_body(req, body, state.config.limits.max_body_bytes).await?;
     let raw: Box<RawValue> =
         serde_json::from_slice(&bytes).map_err(|e| GatewayError::Parse(e.to_string()))?;
-    let params = params::decode(Some(&raw))?;
-    Ok((caller, raw, params))
+    let params: SendParams = params::decode(Some(&raw))?;
+    let (agent, served) = agent_for(req, state, &caller, Target::Send(&raw))?;
+    Ok(RoutedSend {
+        caller,
+        agent,
+        served,
+        send: send_request(params, Dialect::V10),
+    })
 }
 
 async fn send(req: HttpRequest, body: web::Payload, state: web::Data<AppState>) -> HttpResponse {
-    let routed = async {
-        let (caller, raw, p) = send_params(&req, body, &state).await?;
-        let (agent, served) = agent_for(&req, &state, &caller, Target::Send(&raw))?;
-        Ok::<_, GatewayError>((caller, agent, served, send_request(p, Dialect::V10)))
-    }
-    .await;
-    let (caller, agent, served, send) = match routed {
+    let RoutedSend {
+        caller,
+        agent,
+        served,
+        send,
+    } = match routed_send(&req, body, &state).await {
         Ok(r) => r,
         Err(e) => return error_response(&e),
     };
@@ -163,13 +176,12 @@ async fn send(req: HttpRequest, body: web::Payload, state: web::Data<AppState>) 
 }
 
 async fn stream(req: HttpRequest, body: web::Payload, state: web::Data<AppState>) -> HttpResponse {
-    let routed = async {
-        let (caller, raw, p) = send_params(&req, body, &state).await?;
-        let (agent, served) = agent_for(&req, &state, &caller, Target::Send(&raw))?;
-        Ok::<_, GatewayError>((caller, agent, served, send_request(p, Dialect::V10)))
-    }
-    .await;
-    let (caller, agent, served, send) = match routed {
+    let RoutedSend {
+        caller,
+        agent,
+        served,
+        send,
+    } = match routed_send(&req, body, &state).await {
         Ok(r) => r,
         Err(e) => return error_response(&e),
     };

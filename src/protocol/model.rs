@@ -675,16 +675,20 @@ pub enum SendResult {
 
 impl Serialize for SendResult {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut map = match self {
-            SendResult::Relayed(r) => return r.serialize_as(super::Dialect::V10, s),
-            _ => s.serialize_map(Some(1))?,
-        };
-        match self {
-            SendResult::Task(t) => map.serialize_entry("task", t)?,
-            SendResult::Message(m) => map.serialize_entry("message", m)?,
-            SendResult::Relayed(_) => {}
+        fn wrapped<S: serde::Serializer, T: Serialize>(
+            s: S,
+            key: &str,
+            value: &T,
+        ) -> Result<S::Ok, S::Error> {
+            let mut map = s.serialize_map(Some(1))?;
+            map.serialize_entry(key, value)?;
+            map.end()
         }
-        map.end()
+        match self {
+            SendResult::Task(t) => wrapped(s, "task", t),
+            SendResult::Message(m) => wrapped(s, "message", m),
+            SendResult::Relayed(r) => r.serialize_as(super::Dialect::V10, s),
+        }
     }
 }
 

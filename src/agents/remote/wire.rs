@@ -195,10 +195,12 @@ pub fn list_body(id: u64, q: &ListQuery) -> Result<Vec<u8>, GatewayError> {
     .map_err(|e| GatewayError::Internal(format!("serializing an upstream request: {e}")))
 }
 
+/// A JSON-RPC response, its result read as `R`: a borrowed raw value to read later, or
+/// one of the relay's shapes to read in the same pass as the envelope.
 #[derive(Deserialize)]
-struct Response<'a> {
-    #[serde(default, borrow)]
-    result: Option<&'a RawValue>,
+struct Response<R> {
+    #[serde(default = "Option::default")]
+    result: Option<R>,
     #[serde(default)]
     error: Option<ErrorObject>,
 }
@@ -219,7 +221,7 @@ fn invalid(agent: &str, what: impl std::fmt::Display) -> GatewayError {
 /// Reads a JSON-RPC response: the raw result (borrowed from `body`, which is only scanned
 /// here), or the upstream's error passed through.
 pub fn read_response<'a>(agent: &str, body: &'a [u8]) -> Result<&'a RawValue, GatewayError> {
-    let resp: Response = serde_json::from_slice(body).map_err(|_| {
+    let resp: Response<&RawValue> = serde_json::from_slice(body).map_err(|_| {
         invalid(
             agent,
             "answered with something that is not a JSON-RPC response",
@@ -239,21 +241,12 @@ pub fn read_response<'a>(agent: &str, body: &'a [u8]) -> Result<&'a RawValue, Ga
     }
 }
 
-/// A response whose result is read as `R` in the same pass as its envelope.
-#[derive(Deserialize)]
-struct ResponseOf<R> {
-    #[serde(default = "Option::default")]
-    result: Option<R>,
-    #[serde(default)]
-    error: Option<serde::de::IgnoredAny>,
-}
-
 /// A send result to relay as it is, when it has one of the relay's shapes in `dialect`;
 /// `None` for anything else (errors included), which the conversion path then reads.
 pub fn read_relayed(dialect: Dialect, body: &[u8]) -> Option<Relayed> {
     fn result<R: serde::de::DeserializeOwned>(body: &[u8]) -> Option<R> {
-        match serde_json::from_slice::<ResponseOf<R>>(body).ok()? {
-            ResponseOf {
+        match serde_json::from_slice::<Response<R>>(body).ok()? {
+            Response {
                 result: Some(r),
                 error: None,
             } => Some(r),
