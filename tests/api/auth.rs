@@ -642,13 +642,10 @@ async fn cors_preflight_skips_auth_and_disallowed_origins_get_nothing() {
 
 #[test]
 fn bad_auth_configuration_is_reported_by_check() {
-    let (_dir, agents, gateway) = crate::helpers::write_config(
+    let err = crate::helpers::load_errors(
         &[("echo.toml", ECHO)],
-        Some("[[auth.api_keys]]\nid = \"k\"\nsecret_env = \"A2A_GW_SURELY_UNSET\"\n[[auth.jwt]]\nid = \"j\"\nalgorithm = \"none\"\n"),
-    );
-    let err = a2a_gateway::config::load(gateway.as_deref(), &agents)
-        .unwrap_err()
-        .to_string();
+"[[auth.api_keys]]\nid = \"k\"\nsecret_env = \"A2A_GW_SURELY_UNSET\"\n[[auth.jwt]]\nid = \"j\"\nalgorithm = \"none\"\n",
+);
     assert!(
         err.contains("api key \"k\": environment variable A2A_GW_SURELY_UNSET is not set"),
         "{err}"

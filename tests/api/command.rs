@@ -255,7 +255,7 @@ async fn wait_for_state_of(gw: &TestGateway, path: &str, d: D, id: &str, state: 
 
 #[test]
 fn a_bad_command_path_is_reported_at_load_time() {
-    let (_dir, agents, gateway) = write_config(
+    let err = crate::helpers::load_errors(
         &[
             ("x.toml", &agent("x", "text", &["./no/such/program.sh"], "")),
             (
@@ -263,11 +263,8 @@ fn a_bad_command_path_is_reported_at_load_time() {
                 &agent("y", "text", &["no-such-program-on-path"], ""),
             ),
         ],
-        Some(""),
+        "",
     );
-    let err = a2a_gateway::config::load(gateway.as_deref(), &agents)
-        .unwrap_err()
-        .to_string();
     assert!(
         err.contains("x.toml:6:13: backend.command: program \"./no/such/program.sh\" not found"),
         "{err}"
@@ -683,16 +680,13 @@ log.write("got %s\n" % text(sys.stdin.readline())); log.flush()
 
 #[test]
 fn max_waiting_must_be_at_least_one() {
-    let (_dir, agents, gateway) = write_config(
+    let err = crate::helpers::load_errors(
         &[(
             "w.toml",
             &agent("w", "jsonl", &["python3"], "max_waiting = 0"),
         )],
-        Some(""),
+        "",
     );
-    let err = a2a_gateway::config::load(gateway.as_deref(), &agents)
-        .unwrap_err()
-        .to_string();
     assert!(
         err.contains("w.toml:7:1: backend.max_waiting must be at least 1"),
         "{err}"

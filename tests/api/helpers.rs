@@ -67,6 +67,15 @@ pub fn write_config(
     (dir, agents, gateway_path)
 }
 
+/// The rendered load errors of a configuration that must not load (`file:line:col: ...`).
+pub fn load_errors(files: &[(&str, &str)], gateway: &str) -> String {
+    let (_dir, agents, gateway) = write_config(files, Some(gateway));
+    match config::load(gateway.as_deref(), &agents) {
+        Ok(_) => panic!("the configuration loaded, but it should not"),
+        Err(d) => d.to_string(),
+    }
+}
+
 pub async fn spawn_with(files: &[(&str, &str)], gateway: &str) -> TestGateway {
     let gateway = format!("{gateway}\n[server]\nport = 0\nworkers = 1\n");
     let (dir, agents, gateway_path) = write_config(files, Some(&gateway));

@@ -2,7 +2,7 @@
 
 use serde_json::{json, Value};
 
-use crate::helpers::{rpc, sha, spawn_shipped, spawn_with, write_config, TestGateway, D, ECHO};
+use crate::helpers::{rpc, sha, spawn_shipped, spawn_with, TestGateway, D, ECHO};
 
 fn agent(name: &str) -> String {
     ECHO.replace("name = \"echo\"", &format!("name = \"{name}\""))
@@ -378,13 +378,10 @@ async fn no_match_without_a_default_lists_the_agents() {
 
 #[test]
 fn bad_rules_are_reported_with_file_and_line() {
-    let (_dir, agents, gateway) = write_config(
+    let err = crate::helpers::load_errors(
         &[("echo.toml", ECHO)],
-        Some("[[routing.rules]]\nagent = \"ghost\"\ntags = [\"x\"]\n[[routing.rules]]\nagent = \"echo\"\ntext = \"(unclosed\"\n[[routing.rules]]\nagent = \"echo\"\n"),
-    );
-    let err = a2a_gateway::config::load(gateway.as_deref(), &agents)
-        .unwrap_err()
-        .to_string();
+"[[routing.rules]]\nagent = \"ghost\"\ntags = [\"x\"]\n[[routing.rules]]\nagent = \"echo\"\ntext = \"(unclosed\"\n[[routing.rules]]\nagent = \"echo\"\n",
+);
     assert!(
         err.contains("gateway.toml:2:9: routing rule 1: agent \"ghost\" is not defined"),
         "{err}"
