@@ -153,46 +153,42 @@ async fn routed_send(
 }
 
 async fn send(req: HttpRequest, body: web::Payload, state: web::Data<AppState>) -> HttpResponse {
-    let RoutedSend {
-        caller,
-        agent,
-        served,
-        send,
-    } = match routed_send(&req, body, &state).await {
+    let routed = match routed_send(&req, body, &state).await {
         Ok(r) => r,
         Err(e) => return error_response(&e),
     };
-    let result = match send {
-        Ok(send) => state.service.send(&agent, &caller, send).await,
+    let result = match routed.send {
+        Ok(send) => {
+            state
+                .service
+                .send(&routed.agent, &routed.caller, send)
+                .await
+        }
         Err(e) => Err(e),
     };
     reply(
-        &served,
+        &routed.served,
         result.map(|mut r| {
-            served.stamp_result(&mut r);
+            routed.served.stamp_result(&mut r);
             r
         }),
     )
 }
 
 async fn stream(req: HttpRequest, body: web::Payload, state: web::Data<AppState>) -> HttpResponse {
-    let RoutedSend {
-        caller,
-        agent,
-        served,
-        send,
-    } = match routed_send(&req, body, &state).await {
+    let routed = match routed_send(&req, body, &state).await {
         Ok(r) => r,
         Err(e) => return error_response(&e),
     };
+    let (agent, caller) = (&routed.agent, &routed.caller);
     let opened = async {
-        let send = send?;
-        let slot = state.open_stream(&req, &caller)?;
-        let items = state.service.stream(&agent, &caller, send).await?;
+        let send = routed.send?;
+        let slot = state.open_stream(&req, caller)?;
+        let items = state.service.stream(agent, caller, send).await?;
         Ok::<_, GatewayError>((items, slot))
     }
     .await;
-    sse(&req, &state, &agent, &served, opened)
+    sse(&req, &state, agent, &routed.served, opened)
 }
 
 /// An event stream, or the error that prevented it.

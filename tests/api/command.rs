@@ -507,17 +507,26 @@ async fn unanswered_hellos_do_not_lock_up_the_shipped_greet_agent() {
     }
 }
 
-#[tokio::test]
-async fn a_process_waiting_for_input_gives_up_its_slot_and_the_longest_waiting_makes_room() {
+/// A gateway with agent `one`: one running slot, a program that asks when told "ask", and
+/// `extra` configuration; with its path and the dialect the tests speak.
+async fn one_slot_asker(extra: &str) -> (TestGateway, &'static str, D) {
     let one = agent(
         "one",
         "jsonl",
         &["python3", "-c", WAITS_IF_ASKED],
-        "max_concurrent = 1\nmax_waiting = 1\ntimeout_secs = 30\nkill_grace_ms = 500",
+        &format!("max_concurrent = 1\n{extra}"),
     );
-    let gw = gateway(&[("one.toml", &one)]).await;
-    let path = "/a2a/agents/one";
-    let d = D::V10;
+    (
+        gateway(&[("one.toml", &one)]).await,
+        "/a2a/agents/one",
+        D::V10,
+    )
+}
+
+#[tokio::test]
+async fn a_process_waiting_for_input_gives_up_its_slot_and_the_longest_waiting_makes_room() {
+    let (gw, path, d) =
+        one_slot_asker("max_waiting = 1\ntimeout_secs = 30\nkill_grace_ms = 500").await;
     let first = send(&gw, path, d, "ask").await;
     assert_eq!(first["status"]["state"], "TASK_STATE_INPUT_REQUIRED");
     let first_pid = asking_pid(&first);
@@ -580,15 +589,7 @@ async fn a_process_waiting_for_input_gives_up_its_slot_and_the_longest_waiting_m
 /// answer queued behind it in the context: nothing moved until the timeout.
 #[tokio::test]
 async fn a_new_message_in_the_context_of_a_waiting_task_does_not_wait_for_it() {
-    let one = agent(
-        "one",
-        "jsonl",
-        &["python3", "-c", WAITS_IF_ASKED],
-        "max_concurrent = 1\ntimeout_secs = 30",
-    );
-    let gw = gateway(&[("one.toml", &one)]).await;
-    let path = "/a2a/agents/one";
-    let d = D::V10;
+    let (gw, path, d) = one_slot_asker("timeout_secs = 30").await;
     let began = std::time::Instant::now();
     let asking = send(&gw, path, d, "ask").await;
     assert_eq!(asking["status"]["state"], "TASK_STATE_INPUT_REQUIRED");
