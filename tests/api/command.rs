@@ -334,9 +334,7 @@ async fn wait_until_gone(pid: i32, why: &str) {
 
 #[tokio::test]
 async fn the_answer_to_input_required_goes_to_the_waiting_process() {
-    let ask = agent("ask", "jsonl", &["python3", "-c", ASKS_AND_WAITS], "");
-    let gw = gateway(&[("ask.toml", &ask)]).await;
-    let path = "/a2a/agents/ask";
+    let (gw, path) = jsonl_agent(ASKS_AND_WAITS, "").await;
     for d in [D::V03, D::V10] {
         let asking = send(&gw, path, d, "hello").await;
         assert_eq!(
@@ -363,9 +361,7 @@ async fn the_answer_to_input_required_goes_to_the_waiting_process() {
 
 #[tokio::test]
 async fn a_streamed_answer_streams_the_waiting_process_events() {
-    let ask = agent("ask", "jsonl", &["python3", "-c", ASKS_AND_WAITS], "");
-    let gw = gateway(&[("ask.toml", &ask)]).await;
-    let path = "/a2a/agents/ask";
+    let (gw, path) = jsonl_agent(ASKS_AND_WAITS, "").await;
     for d in [D::V03, D::V10] {
         let asking = send(&gw, path, d, "hello").await;
         let pid = asking_pid(&asking);
@@ -396,14 +392,7 @@ async fn a_streamed_answer_streams_the_waiting_process_events() {
 
 #[tokio::test]
 async fn canceling_a_task_that_waits_for_input_stops_its_process() {
-    let ask = agent(
-        "ask",
-        "jsonl",
-        &["python3", "-c", ASKS_AND_WAITS],
-        "kill_grace_ms = 500",
-    );
-    let gw = gateway(&[("ask.toml", &ask)]).await;
-    let path = "/a2a/agents/ask";
+    let (gw, path) = jsonl_agent(ASKS_AND_WAITS, "kill_grace_ms = 500").await;
     for d in [D::V03, D::V10] {
         let asking = send(&gw, path, d, "hello").await;
         let pid = asking_pid(&asking);
@@ -442,17 +431,14 @@ line = sys.stdin.readline()
 open(os.environ["LOG"], "a").write("line\n" if line else "eof\n")
 "#;
     // A grace long enough that a SIGTERM sent at once could not pass for an exit at EOF.
-    let ask = agent(
-        "ask",
-        "jsonl",
-        &["python3", "-c", code],
+    let (gw, path) = jsonl_agent(
+        code,
         &format!(
             "kill_grace_ms = 3000\nenv = {{ LOG = {:?} }}",
             log.display().to_string()
         ),
-    );
-    let gw = gateway(&[("ask.toml", &ask)]).await;
-    let path = "/a2a/agents/ask";
+    )
+    .await;
     let asking = send(&gw, path, D::V10, "hello").await;
     let pid = asking_pid(&asking);
     let canceled = gw
@@ -507,20 +493,18 @@ async fn unanswered_hellos_do_not_lock_up_the_shipped_greet_agent() {
     }
 }
 
-/// A gateway with agent `one`: one running slot, a program that asks when told "ask", and
+/// A gateway with one agent: one running slot, a program that asks when told "ask", and
 /// `extra` configuration; with its path and the dialect the tests speak.
 async fn one_slot_asker(extra: &str) -> (TestGateway, &'static str, D) {
-    let one = agent(
-        "one",
-        "jsonl",
-        &["python3", "-c", WAITS_IF_ASKED],
-        &format!("max_concurrent = 1\n{extra}"),
-    );
-    (
-        gateway(&[("one.toml", &one)]).await,
-        "/a2a/agents/one",
-        D::V10,
-    )
+    let (gw, path) = jsonl_agent(WAITS_IF_ASKED, &format!("max_concurrent = 1\n{extra}")).await;
+    (gw, path, D::V10)
+}
+
+/// A gateway whose only agent runs the Python `script` in jsonl mode with `extra`
+/// configuration; with the agent's path.
+async fn jsonl_agent(script: &str, extra: &str) -> (TestGateway, &'static str) {
+    let ask = agent("ask", "jsonl", &["python3", "-c", script], extra);
+    (gateway(&[("ask.toml", &ask)]).await, "/a2a/agents/ask")
 }
 
 #[tokio::test]
@@ -648,14 +632,11 @@ log.write("start %s\n" % text(sys.stdin.readline())); log.flush()
 print(json.dumps({"inputRequired": "and?"}), flush=True)
 log.write("got %s\n" % text(sys.stdin.readline())); log.flush()
 "#;
-    let quiet = agent(
-        "quiet",
-        "jsonl",
-        &["python3", "-c", code],
+    let (gw, path) = jsonl_agent(
+        code,
         &format!("env = {{ LOG = {:?} }}", log.display().to_string()),
-    );
-    let gw = gateway(&[("quiet.toml", &quiet)]).await;
-    let path = "/a2a/agents/quiet";
+    )
+    .await;
     let d = D::V10;
     // Answered at once each time, while the process may still be settling after asking.
     for round in 1..=3 {
@@ -696,14 +677,7 @@ fn max_waiting_must_be_at_least_one() {
 
 #[tokio::test]
 async fn a_process_waiting_past_its_timeout_is_stopped_and_its_task_failed() {
-    let late = agent(
-        "late",
-        "jsonl",
-        &["python3", "-c", ASKS_AND_WAITS],
-        "timeout_secs = 1\nkill_grace_ms = 200",
-    );
-    let gw = gateway(&[("late.toml", &late)]).await;
-    let path = "/a2a/agents/late";
+    let (gw, path) = jsonl_agent(ASKS_AND_WAITS, "timeout_secs = 1\nkill_grace_ms = 200").await;
     let asking = send(&gw, path, D::V10, "hello").await;
     assert_eq!(asking["status"]["state"], "TASK_STATE_INPUT_REQUIRED");
     let pid = asking_pid(&asking);
@@ -718,9 +692,7 @@ async fn a_process_waiting_past_its_timeout_is_stopped_and_its_task_failed() {
 
 #[tokio::test]
 async fn a_program_that_asks_and_exits_is_started_anew_for_the_answer() {
-    let old = agent("old", "jsonl", &["python3", "-c", ASKS_AND_EXITS], "");
-    let gw = gateway(&[("old.toml", &old)]).await;
-    let path = "/a2a/agents/old";
+    let (gw, path) = jsonl_agent(ASKS_AND_EXITS, "").await;
     // Answered at once, the exit races the answer; every round must still be served.
     for round in 0..4 {
         let asking = send(&gw, path, D::V10, "hello").await;
