@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::helpers::{
-    inner, kind, repo_root, spawn_shipped, spawn_with, text_of, write_config, TestGateway, D,
+    inner, kind, repo_root, spawn_shipped, spawn_with, text_of, write_config, Reply, TestGateway, D,
 };
 
 fn agent(name: &str, io: &str, command: &[&str], extra: &str) -> String {
@@ -305,6 +305,17 @@ fn asking_pid(task: &Value) -> i32 {
         .unwrap_or_else(|| panic!("no pid in the question: {task}"))
 }
 
+/// Sends `text` as the follow-up message of `task`.
+async fn answer(gw: &TestGateway, path: &str, d: D, task: &Value, text: &str) -> Reply {
+    gw.call(
+        path,
+        d,
+        d.send(),
+        json!({"message": follow_up(d, task, text)}),
+    )
+    .await
+}
+
 fn follow_up(d: D, task: &Value, text: &str) -> Value {
     let mut message = d.message(text);
     message["taskId"] = task["id"].clone();
@@ -344,14 +355,7 @@ async fn the_answer_to_input_required_goes_to_the_waiting_process() {
         );
         let pid = asking_pid(&asking);
         assert!(alive(pid), "the process waits for the answer");
-        let r = gw
-            .call(
-                path,
-                d,
-                d.send(),
-                json!({"message": follow_up(d, &asking, "Ada")}),
-            )
-            .await;
+        let r = answer(&gw, path, d, &asking, "Ada").await;
         let done = d.task_of(r.result());
         assert_eq!(done["status"]["state"], d.state("completed"), "{done}");
         assert_eq!(result_text(&done), format!("Ada from pid {pid}"));
@@ -473,17 +477,9 @@ async fn unanswered_hellos_do_not_lock_up_the_shipped_greet_agent() {
         .expect("a new greeting is served while six wait for names");
     assert_eq!(ada["status"]["state"], "TASK_STATE_COMPLETED", "{ada}");
     assert_eq!(result_text(&ada), "Hello, Ada!");
-    let grace = tokio::time::timeout(
-        PROMPTLY,
-        gw.call(
-            path,
-            d,
-            d.send(),
-            json!({"message": follow_up(d, &asking[0], "Grace")}),
-        ),
-    )
-    .await
-    .expect("an answer is taken promptly");
+    let grace = tokio::time::timeout(PROMPTLY, answer(&gw, path, d, &asking[0], "Grace"))
+        .await
+        .expect("an answer is taken promptly");
     assert_eq!(result_text(&d.task_of(grace.result())), "Hello, Grace!");
     for task in &asking[1..] {
         let canceled = gw
@@ -538,27 +534,12 @@ async fn a_process_waiting_for_input_gives_up_its_slot_and_the_longest_waiting_m
     wait_until_gone(first_pid, "after it was stopped to make room").await;
     assert!(alive(second_pid), "the newest waiting process stays");
 
-    let late = gw
-        .call(
-            path,
-            d,
-            d.send(),
-            json!({"message": follow_up(d, &first, "late")}),
-        )
-        .await;
+    let late = answer(&gw, path, d, &first, "late").await;
     assert!(late.body.get("error").is_some(), "{}", late.body);
 
-    let answered = tokio::time::timeout(
-        PROMPTLY,
-        gw.call(
-            path,
-            d,
-            d.send(),
-            json!({"message": follow_up(d, &second, "answer")}),
-        ),
-    )
-    .await
-    .expect("the answer is taken promptly");
+    let answered = tokio::time::timeout(PROMPTLY, answer(&gw, path, d, &second, "answer"))
+        .await
+        .expect("the answer is taken promptly");
     let answered = d.task_of(answered.result());
     assert_eq!(answered["status"]["state"], "TASK_STATE_COMPLETED");
     assert_eq!(
@@ -642,14 +623,7 @@ log.write("got %s\n" % text(sys.stdin.readline())); log.flush()
     for round in 1..=3 {
         let asking = send(&gw, path, d, "hello").await;
         assert_eq!(asking["status"]["state"], "TASK_STATE_INPUT_REQUIRED");
-        let r = gw
-            .call(
-                path,
-                d,
-                d.send(),
-                json!({"message": follow_up(d, &asking, "Ada")}),
-            )
-            .await;
+        let r = answer(&gw, path, d, &asking, "Ada").await;
         let done = d.task_of(r.result());
         assert_eq!(done["status"]["state"], "TASK_STATE_COMPLETED", "{done}");
         assert_eq!(
@@ -700,14 +674,7 @@ async fn a_program_that_asks_and_exits_is_started_anew_for_the_answer() {
         if round % 2 == 1 {
             wait_until_gone(pid, "after asking").await;
         }
-        let r = gw
-            .call(
-                path,
-                D::V10,
-                "SendMessage",
-                json!({"message": follow_up(D::V10, &asking, "Ada")}),
-            )
-            .await;
+        let r = answer(&gw, path, D::V10, &asking, "Ada").await;
         let done = D::V10.task_of(r.result());
         assert_eq!(done["status"]["state"], "TASK_STATE_COMPLETED", "{done}");
         let answer = result_text(&done);
