@@ -603,6 +603,8 @@ async fn garbage_and_errors_from_the_remote_become_precise_answers() {
         ("error", -32001, "Task not found: upstream says so"),
         // The relay refuses it for 1.0 callers and leaves it to the conversion, as for 0.3.
         ("malformed", -32006, "Invalid agent response: agent up "),
+        // A JSON-RPC call is never replayed somewhere the agent file does not name.
+        ("redirect", -32006, "Invalid agent response: agent up answered with something that is not a JSON-RPC response"),
     ] {
         let peer = fault_server(mode, 0).await;
         let gw = gateway_for(&peer, "").await;

@@ -5,7 +5,7 @@ a real SDK server (tests/interop/echo_reference_agent.py, js/echo_agent.mjs)
 cannot be made to misbehave: garbage bodies, non-JSON-RPC JSON, answers that
 take too long, canned upstream errors. Python standard library only.
 
-    python fault_server.py --port N --mode garbage|invalid|slow|error|extended|malformed [--delay SECS]
+    python fault_server.py --port N --mode garbage|invalid|slow|error|extended|malformed|redirect [--delay SECS]
                            [--host 127.0.0.1] [--ready-file PATH]
 
 GET /.well-known/agent-card.json is always a VALID A2A 1.0 card (name "fault",
@@ -32,6 +32,8 @@ method, any A2A-Version) is answered per --mode:
            message (what a relaying gateway must keep or rewrite)
   malformed a JSON-RPC result {"task": {"contextId": "c"}}: a task without id
            or status
+  redirect HTTP 307 to /moved with an empty body (POSTs to /moved answer as
+           extended): a gateway must not follow it
 
 ID is the request's "id" when the body is a JSON object with a string or
 integer id, else null. Requests are served on separate threads, so several can
@@ -51,7 +53,7 @@ from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 CARD_PATH = '/.well-known/agent-card.json'
-MODES = ('garbage', 'invalid', 'slow', 'error', 'extended', 'malformed')
+MODES = ('garbage', 'invalid', 'slow', 'error', 'extended', 'malformed', 'redirect')
 STREAMING_METHODS = {'SendStreamingMessage', 'SubscribeToTask'}
 
 
@@ -134,7 +136,12 @@ class FaultHandler(BaseHTTPRequestHandler):
             request_id = None
 
         try:
-            if self.mode == 'garbage':
+            if self.mode == 'redirect' and self.path != '/moved':
+                self.send_response(307)
+                self.send_header('Location', '/moved')
+                self.send_header('Content-Length', '0')
+                self.end_headers()
+            elif self.mode == 'garbage':
                 self.send_body(200, 'text/plain', b'this is not json')
             elif self.mode == 'invalid':
                 self.send_json({'hello': 'world'})
@@ -144,7 +151,7 @@ class FaultHandler(BaseHTTPRequestHandler):
             elif self.mode == 'malformed':
                 self.send_json({'jsonrpc': '2.0', 'id': request_id,
                                 'result': {'task': {'contextId': 'c'}}})
-            elif self.mode == 'extended':
+            elif self.mode in ('extended', 'redirect'):
                 params = body.get('params') if isinstance(body, dict) else None
                 task = completed_task(params)
                 message = params.get('message') if isinstance(params, dict) else None

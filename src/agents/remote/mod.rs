@@ -6,6 +6,7 @@
 //! remotes never collide and any task id names the agent that owns it.
 
 mod sse;
+mod transport;
 mod wire;
 
 use std::borrow::Cow;
@@ -20,6 +21,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
 use serde_json::Value;
 
 use self::sse::{SseDecoder, SseEvent};
+use self::transport::{root_cause, Failure, Transport};
 use self::wire::TaskOp;
 use super::AgentHealth;
 use crate::config::A2aConfig;
@@ -36,7 +38,35 @@ use crate::protocol::Dialect;
 struct Upstream {
     /// Parsed once: every call would otherwise parse it again (IDNA included).
     endpoint: reqwest::Url,
+    /// The same, for the unary calls that go through [`Transport`].
+    uri: http::Uri,
     dialect: Dialect,
+}
+
+impl Upstream {
+    fn parse(url: &str, dialect: Dialect) -> Result<Upstream, String> {
+        let endpoint = reqwest::Url::parse(url).map_err(|e| format!("url \"{url}\": {e}"))?;
+        let uri = endpoint
+            .as_str()
+            .parse()
+            .map_err(|e| format!("url \"{url}\": {e}"))?;
+        Ok(Upstream {
+            endpoint,
+            uri,
+            dialect,
+        })
+    }
+
+    /// The `A2A-Version` header a call to this remote carries. Absent means 0.3 to every
+    /// SDK; the JavaScript one compares the value exactly.
+    fn version_header(&self) -> Option<(HeaderName, HeaderValue)> {
+        (self.dialect == Dialect::V10).then(|| {
+            (
+                HeaderName::from_static("a2a-version"),
+                HeaderValue::from_static("1.0"),
+            )
+        })
+    }
 }
 
 #[derive(Default)]
@@ -49,7 +79,10 @@ struct State {
 pub struct RemoteAgent {
     name: Arc<str>,
     config: A2aConfig,
+    /// Streams and card fetches.
     client: reqwest::Client,
+    /// Every other call.
+    transport: Transport,
     forced: Option<Dialect>,
     state: RwLock<State>,
     next_id: AtomicU64,
@@ -69,6 +102,7 @@ impl RemoteAgent {
         if config.http2 {
             builder = builder.http2_prior_knowledge();
         }
+        let transport = Transport::new(&config, headers.clone())?;
         let client = builder
             .default_headers(headers)
             .connect_timeout(Duration::from_secs(config.connect_timeout_secs))
@@ -85,17 +119,14 @@ impl RemoteAgent {
         // With the protocol given and a base URL, calls can go out before (or without)
         // the card: the base URL is the JSON-RPC endpoint of every SDK server.
         let upstream = match forced.filter(|_| !is_card_url(&config.url)) {
-            Some(dialect) => Some(Upstream {
-                endpoint: reqwest::Url::parse(&config.url)
-                    .map_err(|e| format!("url \"{}\": {e}", config.url))?,
-                dialect,
-            }),
+            Some(dialect) => Some(Upstream::parse(&config.url, dialect)?),
             None => None,
         };
         Ok(RemoteAgent {
             name: Arc::from(name),
             config,
             client,
+            transport,
             forced,
             state: RwLock::new(State {
                 upstream: upstream.map(Arc::new),
@@ -236,27 +267,27 @@ impl RemoteAgent {
     }
 
     /// Maps a transport failure to an answer, and notes the remote as down when it is.
-    fn transport_error(&self, e: reqwest::Error) -> GatewayError {
-        tracing::warn!(agent = %self.name, error = %root_cause(&e), "upstream request failed");
-        if e.is_timeout() {
-            return GatewayError::UpstreamTimeout {
+    fn transport_error(&self, failure: Failure) -> GatewayError {
+        tracing::warn!(agent = %self.name, error = %failure.detail(), "upstream request failed");
+        match failure {
+            Failure::Timeout => GatewayError::UpstreamTimeout {
                 agent: self.name.to_string(),
                 secs: self.config.timeout_secs,
-            };
+            },
+            Failure::Connect { refused, .. } => {
+                self.write().healthy = false;
+                self.unavailable(if refused {
+                    "connection refused"
+                } else {
+                    "could not connect"
+                })
+            }
+            Failure::Broken(_) => self.unavailable("the connection failed"),
         }
-        if e.is_connect() {
-            self.write().healthy = false;
-            let refused = std::error::Error::source(&e)
-                .map(|s| s.to_string().to_ascii_lowercase().contains("refused"))
-                .unwrap_or(false)
-                || root_cause(&e).to_ascii_lowercase().contains("refused");
-            return self.unavailable(if refused {
-                "connection refused"
-            } else {
-                "could not connect"
-            });
-        }
-        self.unavailable("the connection failed")
+    }
+
+    fn reqwest_error(&self, e: reqwest::Error) -> GatewayError {
+        self.transport_error(Failure::from_reqwest(&e))
     }
 
     fn note_alive(&self) {
@@ -265,15 +296,15 @@ impl RemoteAgent {
         }
     }
 
+    /// A streaming call, through reqwest.
     fn post(&self, up: &Upstream, body: Vec<u8>) -> reqwest::RequestBuilder {
         let mut req = self
             .client
             .post(up.endpoint.clone())
             .header(CONTENT_TYPE, "application/json")
             .body(body);
-        // Absent means 0.3 to every SDK; the JavaScript one compares the value exactly.
-        if up.dialect == Dialect::V10 {
-            req = req.header("A2A-Version", "1.0");
+        if let Some((name, value)) = up.version_header() {
+            req = req.header(name, value);
         }
         req
     }
@@ -290,13 +321,11 @@ impl RemoteAgent {
 
     /// One non-streaming JSON-RPC request and its response body.
     async fn exchange(&self, up: &Upstream, body: Vec<u8>) -> Result<bytes::Bytes, GatewayError> {
-        let resp = self
-            .post(up, body)
-            .timeout(Duration::from_secs(self.config.timeout_secs))
-            .send()
+        let body = self
+            .transport
+            .post_json(&up.uri, up.version_header(), body)
             .await
-            .map_err(|e| self.transport_error(e))?;
-        let body = resp.bytes().await.map_err(|e| self.transport_error(e))?;
+            .map_err(|f| self.transport_error(f))?;
         self.note_alive();
         Ok(body)
     }
@@ -487,7 +516,7 @@ impl RemoteAgent {
             .header(ACCEPT, "text/event-stream")
             .send()
             .await
-            .map_err(|e| self.transport_error(e))?;
+            .map_err(|e| self.reqwest_error(e))?;
         self.note_alive();
         let is_sse = resp
             .headers()
@@ -499,7 +528,7 @@ impl RemoteAgent {
                     .starts_with("text/event-stream")
             });
         if !is_sse {
-            let body = resp.bytes().await.map_err(|e| self.transport_error(e))?;
+            let body = resp.bytes().await.map_err(|e| self.reqwest_error(e))?;
             wire::read_response(&self.name, &body)?;
             return Err(GatewayError::InvalidAgentResponse(format!(
                 "agent {} answered a streaming call without a stream",
@@ -607,15 +636,6 @@ fn is_card_url(url: &str) -> bool {
     url.trim_end_matches('/').ends_with(".json")
 }
 
-/// The innermost error message (reqwest wraps hyper wraps io).
-fn root_cause(e: &dyn std::error::Error) -> String {
-    let mut cur = e;
-    while let Some(next) = cur.source() {
-        cur = next;
-    }
-    cur.to_string()
-}
-
 fn major_minor(v: &str) -> Option<Dialect> {
     crate::protocol::Dialect::from_version_header(Some(v))
         .ok()
@@ -655,8 +675,8 @@ fn choose_upstream(card: &Value, card_url: &str, forced: Option<Dialect>) -> Opt
         }
         .or_else(|| forced.and(jsonrpc.first().map(|(_, u)| *u).or(top_level)));
         // An interface URL that does not parse is no interface.
-        if let Some(endpoint) = url.and_then(|u| reqwest::Url::parse(&resolve(card_url, u)).ok()) {
-            return Some(Upstream { endpoint, dialect });
+        if let Some(up) = url.and_then(|u| Upstream::parse(&resolve(card_url, u), dialect).ok()) {
+            return Some(up);
         }
     }
     None
