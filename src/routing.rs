@@ -243,6 +243,11 @@ impl ContextIndex {
         self.agents.insert(context_id, agent.clone());
     }
 
+    /// A contextId the gateway has just made up: nobody can have recorded it yet.
+    pub fn record_new(&self, context_id: &str, agent: &Arc<str>) {
+        self.agents.insert(context_id, agent.clone());
+    }
+
     pub fn agent(&self, context_id: &str) -> Option<Arc<str>> {
         self.agents.get(context_id)
     }

@@ -247,6 +247,7 @@ impl A2aService {
         streaming: bool,
     ) -> Result<Started, GatewayError> {
         let mut message = req.message;
+        let mut fresh_context = false;
         let continuing = match message.task_id.clone().filter(|t| !t.is_empty()) {
             Some(task_id) => {
                 let (context_id, state) = self
@@ -278,6 +279,7 @@ impl A2aService {
                 }
                 message.task_id = Some(uuid::Uuid::new_v4().to_string());
                 if message.context_id.as_ref().is_none_or(|c| c.is_empty()) {
+                    fresh_context = true;
                     message.context_id = Some(uuid::Uuid::new_v4().to_string());
                 }
                 None
@@ -285,7 +287,11 @@ impl A2aService {
         };
         let task_id = message.task_id.clone().unwrap_or_default();
         let context_id = message.context_id.clone().unwrap_or_default();
-        self.contexts.record(&context_id, &agent.name);
+        if fresh_context {
+            self.contexts.record_new(&context_id, &agent.name);
+        } else {
+            self.contexts.record(&context_id, &agent.name);
+        }
         let (tx, rx) = mpsc::channel(CALLER_BUFFER);
         let job = Job {
             tasks: self.tasks.clone(),
@@ -576,7 +582,7 @@ impl Job {
         })
     }
 
-    async fn run(self) {
+    async fn run(mut self) {
         let cancel = CancellationToken::new();
         let mut current = None;
         if let Some(id) = &self.continuing {
@@ -604,10 +610,12 @@ impl Job {
                 }
             }
         }
-        let pending = self.continuing.is_none().then(|| self.message.clone());
+        // One copy for the new task's history, the original for the backend.
+        let message = std::mem::take(&mut self.message);
+        let pending = self.continuing.is_none().then(|| message.clone());
         let (events, probe) = self.sink(pending, &cancel);
         let exec = Execution {
-            message: self.message.clone(),
+            message,
             task: current,
             streaming: self.streaming,
             events,

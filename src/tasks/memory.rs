@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use super::{FastMap, StoreError, StoredTask, TaskPage, TaskStore, Viewer};
 use crate::protocol::params::ListQuery;
@@ -10,10 +10,11 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 
 pub struct MemoryTaskStore {
-    tasks: FastMap<String, StoredTask>,
+    /// Keyed by a shared id, so the finished queue holds the same allocation.
+    tasks: FastMap<Arc<str>, StoredTask>,
     /// Ids in the order their tasks finished; eviction takes from the front. An id may be
     /// stale (already evicted), which eviction tolerates.
-    finished: Mutex<VecDeque<String>>,
+    finished: Mutex<VecDeque<Arc<str>>>,
     /// `tasks.len()` without visiting every shard of the map on each insert.
     count: AtomicUsize,
     capacity: usize,
@@ -29,7 +30,7 @@ impl MemoryTaskStore {
         }
     }
 
-    fn finished_queue(&self) -> std::sync::MutexGuard<'_, VecDeque<String>> {
+    fn finished_queue(&self) -> std::sync::MutexGuard<'_, VecDeque<Arc<str>>> {
         // A panic while holding this lock cannot leave the queue inconsistent (push/pop
         // only), so a poisoned lock is still usable.
         self.finished
@@ -42,7 +43,7 @@ impl MemoryTaskStore {
             let Some(victim) = self.finished_queue().pop_front() else {
                 return Err(StoreError::Full(self.capacity));
             };
-            if self.tasks.remove(&victim).is_some() {
+            if self.tasks.remove(&*victim).is_some() {
                 self.count.fetch_sub(1, Ordering::AcqRel);
             }
         }
@@ -75,10 +76,10 @@ fn decode_token(token: &str) -> Result<(i64, u64), StoreError> {
 impl TaskStore for MemoryTaskStore {
     fn insert(&self, task: StoredTask) -> Result<(), StoreError> {
         self.make_room()?;
-        let id = task.task.id.clone();
+        let id: Arc<str> = Arc::from(task.task.id.as_str());
         let finished = task.task.status.state.is_terminal();
         match self.tasks.entry(id.clone()) {
-            dashmap::Entry::Occupied(_) => return Err(StoreError::Duplicate(id)),
+            dashmap::Entry::Occupied(_) => return Err(StoreError::Duplicate(id.to_string())),
             dashmap::Entry::Vacant(v) => {
                 v.insert(task);
                 self.count.fetch_add(1, Ordering::AcqRel);
@@ -107,7 +108,7 @@ impl TaskStore for MemoryTaskStore {
         let was_finished = st.task.status.state.is_terminal();
         f(&mut st);
         if !was_finished && st.task.status.state.is_terminal() {
-            self.finished_queue().push_back(id.to_string());
+            self.finished_queue().push_back(st.key().clone());
         }
         true
     }
@@ -148,7 +149,7 @@ impl TaskStore for MemoryTaskStore {
         };
         let tasks = page
             .iter()
-            .filter_map(|(_, id)| self.tasks.get(id).map(|st| st.task.clone()))
+            .filter_map(|(_, id)| self.tasks.get(id.as_str()).map(|st| st.task.clone()))
             .collect();
         Ok(TaskPage {
             tasks,
