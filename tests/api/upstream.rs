@@ -613,6 +613,13 @@ async fn garbage_and_errors_from_the_remote_become_precise_answers() {
             assert_eq!(r.code(), code, "{mode} {d:?}: {}", r.body);
             assert!(r.message().starts_with(message), "{mode} {d:?}: {}", r.body);
         }
+        if mode == "redirect" {
+            let r = gw
+                .call(AGENT, D::V10, "SendStreamingMessage", json!({"message": D::V10.message("hi")}))
+                .await;
+            assert_eq!(r.code(), -32006, "streams do not follow it either: {}", r.body);
+            assert!(r.message().starts_with(message), "{}", r.body);
+        }
         let health = gw.client.get(gw.url("/a2a/health")).send().await.unwrap();
         assert_eq!(health.status(), 200, "{mode}: the gateway stays healthy");
     }

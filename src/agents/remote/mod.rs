@@ -79,8 +79,10 @@ struct State {
 pub struct RemoteAgent {
     name: Arc<str>,
     config: A2aConfig,
-    /// Streams and card fetches.
+    /// Streams.
     client: reqwest::Client,
+    /// Card fetches, the only requests that follow redirects.
+    cards: reqwest::Client,
     /// Every other call.
     transport: Transport,
     forced: Option<Dialect>,
@@ -98,19 +100,26 @@ impl RemoteAgent {
             value.set_sensitive(true);
             headers.insert(name, value);
         }
-        let mut builder = reqwest::Client::builder();
-        if config.http2 {
-            builder = builder.http2_prior_knowledge();
-        }
         let transport = Transport::new(&config, headers.clone())?;
-        let client = builder
-            .default_headers(headers)
-            .connect_timeout(Duration::from_secs(config.connect_timeout_secs))
-            .pool_idle_timeout(Duration::from_secs(90))
-            .pool_max_idle_per_host(4096)
-            .tcp_nodelay(true)
-            .build()
-            .map_err(|e| format!("building the HTTP client: {e}"))?;
+        let reqwest_client = |redirects: reqwest::redirect::Policy| {
+            let mut builder = reqwest::Client::builder();
+            if config.http2 {
+                builder = builder.http2_prior_knowledge();
+            }
+            builder
+                .default_headers(headers.clone())
+                .redirect(redirects)
+                .connect_timeout(Duration::from_secs(config.connect_timeout_secs))
+                .pool_idle_timeout(Duration::from_secs(90))
+                .pool_max_idle_per_host(4096)
+                .tcp_nodelay(true)
+                .build()
+                .map_err(|e| format!("building the HTTP client: {e}"))
+        };
+        // A JSON-RPC call is never replayed, with the file's headers, at an address the
+        // agent file does not name.
+        let client = reqwest_client(reqwest::redirect::Policy::none())?;
+        let cards = reqwest_client(reqwest::redirect::Policy::limited(5))?;
         let forced = match config.protocol.as_deref() {
             Some("0.3") => Some(Dialect::V03),
             Some("1.0") => Some(Dialect::V10),
@@ -126,6 +135,7 @@ impl RemoteAgent {
             name: Arc::from(name),
             config,
             client,
+            cards,
             transport,
             forced,
             state: RwLock::new(State {
@@ -208,7 +218,7 @@ impl RemoteAgent {
 
     async fn fetch_card(&self, url: &str) -> Result<Value, String> {
         let resp = self
-            .client
+            .cards
             .get(url)
             .header("A2A-Version", "1.0")
             .timeout(Duration::from_secs(self.config.timeout_secs))
