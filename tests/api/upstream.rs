@@ -605,6 +605,8 @@ async fn garbage_and_errors_from_the_remote_become_precise_answers() {
         ("malformed", -32006, "Invalid agent response: agent up "),
         // A JSON-RPC call is never replayed somewhere the agent file does not name.
         ("redirect", -32006, "Invalid agent response: agent up answered with something that is not a JSON-RPC response"),
+        // Read no further than 16 MiB, however long the answer.
+        ("huge", -32006, "Invalid agent response: agent up answered with more than 16 MiB"),
     ] {
         let peer = fault_server(mode, 0).await;
         let gw = gateway_for(&peer, "").await;

@@ -5,7 +5,7 @@ a real SDK server (tests/interop/echo_reference_agent.py, js/echo_agent.mjs)
 cannot be made to misbehave: garbage bodies, non-JSON-RPC JSON, answers that
 take too long, canned upstream errors. Python standard library only.
 
-    python fault_server.py --port N --mode garbage|invalid|slow|error|extended|malformed|redirect [--delay SECS]
+    python fault_server.py --port N --mode garbage|invalid|slow|error|extended|malformed|redirect|huge [--delay SECS]
                            [--host 127.0.0.1] [--ready-file PATH]
 
 GET /.well-known/agent-card.json is always a VALID A2A 1.0 card (name "fault",
@@ -34,6 +34,8 @@ method, any A2A-Version) is answered per --mode:
            or status
   redirect HTTP 307 to /moved with an empty body (POSTs to /moved answer as
            extended): a gateway must not follow it
+  huge     HTTP 200, application/json, 17 MiB: a JSON-RPC result whose task
+           carries one 17 MiB text artifact
 
 ID is the request's "id" when the body is a JSON object with a string or
 integer id, else null. Requests are served on separate threads, so several can
@@ -53,7 +55,7 @@ from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 CARD_PATH = '/.well-known/agent-card.json'
-MODES = ('garbage', 'invalid', 'slow', 'error', 'extended', 'malformed', 'redirect')
+MODES = ('garbage', 'invalid', 'slow', 'error', 'extended', 'malformed', 'redirect', 'huge')
 STREAMING_METHODS = {'SendStreamingMessage', 'SubscribeToTask'}
 
 
@@ -141,6 +143,10 @@ class FaultHandler(BaseHTTPRequestHandler):
                 self.send_header('Location', '/moved')
                 self.send_header('Content-Length', '0')
                 self.end_headers()
+            elif self.mode == 'huge':
+                task = completed_task(body.get('params') if isinstance(body, dict) else None)
+                task['artifacts'] = [{'artifactId': 'big', 'parts': [{'text': 'x' * (17 << 20)}]}]
+                self.send_json({'jsonrpc': '2.0', 'id': request_id, 'result': {'task': task}})
             elif self.mode == 'garbage':
                 self.send_body(200, 'text/plain', b'this is not json')
             elif self.mode == 'invalid':

@@ -293,6 +293,11 @@ impl RemoteAgent {
                 })
             }
             Failure::Broken(_) => self.unavailable("the connection failed"),
+            Failure::TooLarge => GatewayError::InvalidAgentResponse(format!(
+                "agent {} answered with more than {} MiB",
+                self.name,
+                transport::MAX_ANSWER_BYTES >> 20
+            )),
         }
     }
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
 use http::{Method, Request, Uri};
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
@@ -31,12 +31,19 @@ pub enum Failure {
     },
     /// The connection broke before a whole answer arrived.
     Broken(String),
+    /// The answer was longer than [`MAX_ANSWER_BYTES`]; the rest was not read.
+    TooLarge,
 }
+
+/// The longest unary answer read from a remote. Nothing in A2A needs more, and without a
+/// bound a broken remote could make the gateway buffer until it runs out of memory.
+pub const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
 
 impl Failure {
     pub fn detail(&self) -> String {
         match self {
             Failure::Timeout => "timed out".into(),
+            Failure::TooLarge => format!("answered with more than {MAX_ANSWER_BYTES} bytes"),
             Failure::Connect { detail, .. } | Failure::Broken(detail) => detail.clone(),
         }
     }
@@ -137,11 +144,16 @@ impl Transport {
                     Failure::Broken(root_cause(&e))
                 }
             })?;
-            let body = resp
-                .into_body()
+            let body = Limited::new(resp.into_body(), MAX_ANSWER_BYTES)
                 .collect()
                 .await
-                .map_err(|e| Failure::Broken(root_cause(&e)))?;
+                .map_err(|e| {
+                    if e.is::<LengthLimitError>() {
+                        Failure::TooLarge
+                    } else {
+                        Failure::Broken(root_cause(&*e))
+                    }
+                })?;
             Ok(body.to_bytes())
         };
         tokio::time::timeout(self.timeout, exchange)
