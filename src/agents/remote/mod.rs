@@ -37,24 +37,19 @@ use crate::protocol::Dialect;
 #[derive(Clone, Debug)]
 struct Upstream {
     /// Parsed once: every call would otherwise parse it again (IDNA included).
-    endpoint: reqwest::Url,
-    /// The same, for the unary calls that go through [`Transport`].
     uri: http::Uri,
     dialect: Dialect,
 }
 
 impl Upstream {
     fn parse(url: &str, dialect: Dialect) -> Result<Upstream, String> {
+        // Through the WHATWG parser first: it normalizes what http::Uri would take as is.
         let endpoint = reqwest::Url::parse(url).map_err(|e| format!("url \"{url}\": {e}"))?;
         let uri = endpoint
             .as_str()
             .parse()
             .map_err(|e| format!("url \"{url}\": {e}"))?;
-        Ok(Upstream {
-            endpoint,
-            uri,
-            dialect,
-        })
+        Ok(Upstream { uri, dialect })
     }
 
     /// The `A2A-Version` header a call to this remote carries. Absent means 0.3 to every
@@ -315,7 +310,8 @@ impl RemoteAgent {
     fn post(&self, up: &Upstream, body: Vec<u8>) -> reqwest::RequestBuilder {
         let mut req = self
             .client
-            .post(up.endpoint.clone())
+            // reqwest parses it again whatever it is given; streams are rare enough.
+            .post(up.uri.to_string())
             .header(CONTENT_TYPE, "application/json")
             .body(body);
         if let Some((name, value)) = up.version_header() {
@@ -543,7 +539,9 @@ impl RemoteAgent {
                     .starts_with("text/event-stream")
             });
         if !is_sse {
-            let body = resp.bytes().await.map_err(|e| self.reqwest_error(e))?;
+            let body = transport::read_capped(http::Response::from(resp).into_body())
+                .await
+                .map_err(|f| self.transport_error(f))?;
             wire::read_response(&self.name, &body)?;
             return Err(GatewayError::InvalidAgentResponse(format!(
                 "agent {} answered a streaming call without a stream",
@@ -725,18 +723,18 @@ mod tests {
             {"url": "http://r/v10", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}]});
         let up = choose_upstream(&both, "http://r/card.json", None).unwrap();
         assert_eq!(
-            (up.endpoint.as_str(), up.dialect),
+            (up.uri.to_string().as_str(), up.dialect),
             ("http://r/v10", Dialect::V10)
         );
         let up = choose_upstream(&both, "http://r/card.json", Some(Dialect::V03)).unwrap();
         assert_eq!(
-            (up.endpoint.as_str(), up.dialect),
+            (up.uri.to_string().as_str(), up.dialect),
             ("http://r/v03", Dialect::V03)
         );
         let legacy = json!({"url": "/rpc", "protocolVersion": "0.3.0"});
         let up = choose_upstream(&legacy, "http://r:9/.well-known/agent-card.json", None).unwrap();
         assert_eq!(
-            (up.endpoint.as_str(), up.dialect),
+            (up.uri.to_string().as_str(), up.dialect),
             ("http://r:9/rpc", Dialect::V03)
         );
         let rest_only = json!({"supportedInterfaces": [

@@ -51,7 +51,13 @@ impl Failure {
     pub fn from_reqwest(e: &reqwest::Error) -> Failure {
         if e.is_timeout() {
             Failure::Timeout
-        } else if e.is_connect() {
+        } else {
+            Failure::classify(e, e.is_connect())
+        }
+    }
+
+    fn classify(e: &(dyn std::error::Error + 'static), connecting: bool) -> Failure {
+        if connecting {
             connect_failure(e)
         } else {
             Failure::Broken(root_cause(e))
@@ -137,28 +143,29 @@ impl Transport {
             h.entry(name).or_insert_with(|| value.clone());
         }
         let exchange = async {
-            let resp = self.client.request(req).await.map_err(|e| {
-                if e.is_connect() {
-                    connect_failure(&e)
-                } else {
-                    Failure::Broken(root_cause(&e))
-                }
-            })?;
-            let body = Limited::new(resp.into_body(), MAX_ANSWER_BYTES)
-                .collect()
+            let resp = self
+                .client
+                .request(req)
                 .await
-                .map_err(|e| {
-                    if e.is::<LengthLimitError>() {
-                        Failure::TooLarge
-                    } else {
-                        Failure::Broken(root_cause(&*e))
-                    }
-                })?;
-            Ok(body.to_bytes())
+                .map_err(|e| Failure::classify(&e, e.is_connect()))?;
+            read_capped(resp.into_body()).await
         };
         tokio::time::timeout(self.timeout, exchange)
             .await
             .map_err(|_| Failure::Timeout)?
+    }
+}
+
+/// A whole answer body, or [`Failure::TooLarge`] once it passes [`MAX_ANSWER_BYTES`].
+pub async fn read_capped<B>(body: B) -> Result<Bytes, Failure>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    match Limited::new(body, MAX_ANSWER_BYTES).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<LengthLimitError>() => Err(Failure::TooLarge),
+        Err(e) => Err(Failure::Broken(root_cause(&*e))),
     }
 }
 
