@@ -90,6 +90,15 @@ pub enum GatewayError {
     PayloadTooLarge(usize),
 }
 
+impl From<crate::tasks::StoreError> for GatewayError {
+    fn from(e: crate::tasks::StoreError) -> GatewayError {
+        match e {
+            crate::tasks::StoreError::Full(n) => GatewayError::TaskStoreFull(n),
+            other => GatewayError::Internal(other.to_string()),
+        }
+    }
+}
+
 impl GatewayError {
     pub fn code(&self) -> i64 {
         use gateway_codes::*;

@@ -243,13 +243,20 @@ impl ContextIndex {
         self.agents.insert(context_id, agent.clone());
     }
 
-    /// A contextId the gateway has just made up: nobody can have recorded it yet.
-    pub fn record_new(&self, context_id: &str, agent: &Arc<str>) {
-        self.agents.insert(context_id, agent.clone());
+    /// A contextId for a conversation the gateway starts with one of its own agents. It
+    /// names the agent (`<agent>.<uuid>`, like upstream task ids), so routing finds the
+    /// agent without a record: most conversations never need one.
+    pub fn new_id(agent: &str) -> String {
+        format!("{agent}.{}", uuid::Uuid::new_v4())
     }
 
-    pub fn agent(&self, context_id: &str) -> Option<Arc<str>> {
-        self.agents.get(context_id)
+    /// The agent recorded for the conversation, else the local agent its id names.
+    fn agent<'a>(&self, registry: &'a Registry, context_id: &str) -> Option<&'a Arc<Agent>> {
+        if let Some(name) = self.agents.get(context_id) {
+            return registry.get(&name);
+        }
+        let (prefix, _) = context_id.split_once('.')?;
+        registry.get(prefix).filter(|a| a.remote().is_none())
     }
 }
 
@@ -338,8 +345,7 @@ impl Router {
         if let Some(agent) = message
             .context_id
             .as_deref()
-            .and_then(|c| contexts.agent(c))
-            .and_then(|name| registry.get(&name))
+            .and_then(|c| contexts.agent(registry, c))
         {
             return Ok((agent, Reason::Context));
         }

@@ -8,8 +8,8 @@ use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::agents::{
-    Admission, Agent, AgentBackend, Backend, BackendError, EventSink, Execution, SinkProbe,
-    SinkSetup, Update,
+    Admission, Agent, AgentBackend, Backend, BackendError, EventSink, Execution, Immediate,
+    SinkProbe, SinkSetup, Update,
 };
 use crate::auth::Principal;
 use crate::error::GatewayError;
@@ -28,6 +28,17 @@ pub struct A2aService {
     tasks: Arc<Tasks>,
     remote_owners: Arc<RemoteOwners>,
     contexts: Arc<ContextIndex>,
+}
+
+/// A message with its ids settled, ready to run (see [`A2aService::prepare`]).
+struct Prepared {
+    message: Message,
+    /// The task a follow-up message continues; None for a new task.
+    continuing: Option<String>,
+    task_id: String,
+    context_id: String,
+    /// The gateway made the contextId up just now, so nothing else can be using it.
+    fresh_context: bool,
 }
 
 struct Started {
@@ -104,7 +115,9 @@ impl A2aService {
         match &agent.backend {
             Backend::Local(backend) => {
                 let continuing = req.message.task_id.as_ref().is_some_and(|t| !t.is_empty());
-                let Started { updates, .. } = self.start(agent, caller, backend, req, true)?;
+                let prepared = self.prepare(agent, caller, req.message)?;
+                let Started { updates, .. } =
+                    self.launch(agent, caller, backend, prepared, true)?;
                 Ok(until_stream_ends(updates, continuing))
             }
             Backend::Remote(remote) => {
@@ -205,10 +218,15 @@ impl A2aService {
     ) -> Result<SendResult, GatewayError> {
         let blocking = req.blocking;
         let history_length = req.history_length;
+        let prepared = self.prepare(agent, caller, req.message)?;
+        let prepared = match self.answer_now(agent, caller, backend, prepared, history_length)? {
+            Ok(answer) => return Ok(answer),
+            Err(later) => later,
+        };
         let Started {
             task_id,
             mut updates,
-        } = self.start(agent, caller, backend, req, false)?;
+        } = self.launch(agent, caller, backend, prepared, false)?;
         let mut saw_task = false;
         while let Some(update) = updates.recv().await {
             let ends_stream = match update? {
@@ -238,15 +256,77 @@ impl A2aService {
         Ok(SendResult::Task(task))
     }
 
-    fn start(
+    /// Settles a new task on the caller's thread when the backend knows its outcome at once
+    /// and doing the work now overtakes nobody: nothing is queued or running on its context
+    /// and a concurrency slot is free. Otherwise hands the message back to be scheduled.
+    fn answer_now(
         &self,
-        agent: &Arc<Agent>,
+        agent: &Agent,
         caller: &Principal,
         backend: &Arc<dyn AgentBackend>,
-        req: SendRequest,
-        streaming: bool,
-    ) -> Result<Started, GatewayError> {
-        let mut message = req.message;
+        p: Prepared,
+        history_length: Option<usize>,
+    ) -> Result<Result<SendResult, Prepared>, GatewayError> {
+        if p.continuing.is_some() {
+            return Ok(Err(p));
+        }
+        let context = (!p.fresh_context).then_some(p.context_id.as_str());
+        let Some(_running) = agent.actor.try_run_now(context) else {
+            return Ok(Err(p));
+        };
+        let Some(outcome) = backend.answer_now(&p.message) else {
+            return Ok(Err(p));
+        };
+        let Prepared {
+            message,
+            task_id,
+            context_id,
+            ..
+        } = p;
+        let (artifacts, state, said) = match outcome {
+            Immediate::Message(mut m) => {
+                m.context_id = Some(context_id);
+                m.task_id = None;
+                return Ok(Ok(SendResult::Message(m)));
+            }
+            Immediate::Task {
+                artifacts,
+                state,
+                message,
+            } => (artifacts, state, message),
+        };
+        let said = said.map(|mut m| {
+            m.task_id = Some(task_id.clone());
+            m.context_id = Some(context_id.clone());
+            m
+        });
+        let mut task = Task {
+            id: task_id,
+            context_id,
+            status: TaskStatus {
+                state: TaskState::Submitted,
+                message: None,
+                timestamp: None,
+            },
+            artifacts,
+            history: vec![message],
+            metadata: None,
+        };
+        task.set_status(TaskStatus::now(state, said));
+        let answer = task.view(history_length, true);
+        self.tasks
+            .create(agent.name.clone(), caller.id.clone(), task, None)?;
+        Ok(Ok(SendResult::Task(answer)))
+    }
+
+    /// Gives a message its task and context ids: a follow-up's from its task (which must
+    /// be the caller's and unfinished), a new task's fresh, and records the conversation.
+    fn prepare(
+        &self,
+        agent: &Agent,
+        caller: &Principal,
+        mut message: Message,
+    ) -> Result<Prepared, GatewayError> {
         let mut fresh_context = false;
         let continuing = match message.task_id.clone().filter(|t| !t.is_empty()) {
             Some(task_id) => {
@@ -280,32 +360,49 @@ impl A2aService {
                 message.task_id = Some(uuid::Uuid::new_v4().to_string());
                 if message.context_id.as_ref().is_none_or(|c| c.is_empty()) {
                     fresh_context = true;
-                    message.context_id = Some(uuid::Uuid::new_v4().to_string());
+                    message.context_id = Some(ContextIndex::new_id(&agent.name));
                 }
                 None
             }
         };
         let task_id = message.task_id.clone().unwrap_or_default();
         let context_id = message.context_id.clone().unwrap_or_default();
-        if fresh_context {
-            self.contexts.record_new(&context_id, &agent.name);
-        } else {
+        if !fresh_context {
             self.contexts.record(&context_id, &agent.name);
         }
+        Ok(Prepared {
+            message,
+            continuing,
+            task_id,
+            context_id,
+            fresh_context,
+        })
+    }
+
+    /// Schedules the message's execution on the agent's actor.
+    fn launch(
+        &self,
+        agent: &Arc<Agent>,
+        caller: &Principal,
+        backend: &Arc<dyn AgentBackend>,
+        p: Prepared,
+        streaming: bool,
+    ) -> Result<Started, GatewayError> {
         let (tx, rx) = mpsc::channel(CALLER_BUFFER);
+        let task_id = p.task_id.clone();
         let job = Job {
             tasks: self.tasks.clone(),
             agent: agent.clone(),
             owner: caller.id.clone(),
             backend: backend.clone(),
-            message,
-            continuing,
-            task_id: task_id.clone(),
-            context_id: context_id.clone(),
+            message: p.message,
+            continuing: p.continuing,
+            task_id: p.task_id,
+            context_id: p.context_id,
             streaming,
             tx,
         };
-        agent.actor.submit(&context_id, job.run())?;
+        agent.actor.submit(&job.context_id.clone(), job.run())?;
         Ok(Started {
             task_id,
             updates: rx,

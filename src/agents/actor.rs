@@ -11,7 +11,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, Semaphore, SemaphorePermit};
 
 use crate::error::GatewayError;
 use crate::tasks::FastMap;
@@ -87,6 +87,16 @@ impl AgentActor {
             lane,
             running: self.running.clone(),
         })
+    }
+
+    /// Permission to do a piece of work on the caller's thread right away, without taking
+    /// a place in the mailbox: given only when that overtakes nobody (nothing queued or
+    /// running for `context_id`) and a concurrency slot is free. Hold it while working.
+    pub fn try_run_now(&self, context_id: Option<&str>) -> Option<SemaphorePermit<'_>> {
+        if context_id.is_some_and(|c| self.lanes.contains_key(c)) {
+            return None;
+        }
+        self.running.try_acquire().ok()
     }
 
     /// Admits `job` for `context_id` and runs it detached when its turn comes: a caller

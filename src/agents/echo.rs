@@ -14,7 +14,7 @@ use base64::Engine;
 use futures_util::future::BoxFuture;
 use serde_json::json;
 
-use super::{AgentBackend, BackendError, EventSink, Execution};
+use super::{AgentBackend, BackendError, EventSink, Execution, Immediate};
 use crate::config::EchoConfig;
 use crate::protocol::model::{Artifact, Message, Part, PartContent, TaskState};
 
@@ -36,6 +36,10 @@ impl AgentBackend for EchoBackend {
     fn execute(&self, exec: Execution) -> BoxFuture<'static, Result<(), BackendError>> {
         let chunk_delay = Duration::from_millis(self.config.chunk_delay_ms);
         Box::pin(run(exec, chunk_delay))
+    }
+
+    fn answer_now(&self, message: &Message) -> Option<Immediate> {
+        outcome(choose(message), false).ok()
     }
 }
 
@@ -195,6 +199,75 @@ fn chunks(text: &str) -> Vec<&str> {
     out
 }
 
+/// The outcome of a behaviour whose events all come at once, with nothing shown in between;
+/// other behaviours come back unchanged. Both `answer_now` and `execute` take it from
+/// here, so a task settled on the caller's thread is the task an execution would leave.
+fn outcome(behaviour: Behaviour, streaming: bool) -> Result<Immediate, Behaviour> {
+    let task = |artifacts, state, message: Option<&str>| Immediate::Task {
+        artifacts,
+        state,
+        message: message.map(Message::agent_text),
+    };
+    let completed_with = |parts| task(vec![artifact(parts)], TaskState::Completed, None);
+    let or = |text: String, fallback: &str| {
+        if text.is_empty() {
+            fallback.to_string()
+        } else {
+            text
+        }
+    };
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    Ok(match behaviour {
+        // Streamed, these show their steps (working, chunks) one by one.
+        Behaviour::Echo(text) if !streaming => completed_with(vec![Part::text(text)]),
+        Behaviour::Input(q) if !streaming => task(
+            vec![],
+            TaskState::InputRequired,
+            Some(or(q, "What should I echo?").as_str()),
+        ),
+        Behaviour::Fail(reason) if !streaming => task(
+            vec![],
+            TaskState::Failed,
+            Some(or(reason, "failure requested").as_str()),
+        ),
+        Behaviour::Tck(Tck::Stream) if !streaming => {
+            completed_with(vec![Part::text("Stream content")])
+        }
+        Behaviour::Reject => task(vec![], TaskState::Rejected, Some("rejected on request")),
+        Behaviour::Message(text) => Immediate::Message(Message::agent_text(text)),
+        Behaviour::Tck(tck) => match tck {
+            Tck::CompleteTask => task(vec![], TaskState::Completed, Some("Hello from TCK")),
+            Tck::InputRequired => task(
+                vec![],
+                TaskState::InputRequired,
+                Some("Please provide more input"),
+            ),
+            Tck::MessageResponse => {
+                Immediate::Message(Message::agent_text("Direct message response"))
+            }
+            Tck::RejectTask => task(vec![], TaskState::Rejected, Some("Task rejected")),
+            Tck::StreamStraightToCompleted => task(vec![], TaskState::Completed, None),
+            Tck::ArtifactText => completed_with(vec![Part::text("Generated text content")]),
+            Tck::ArtifactFile => completed_with(vec![file_part(PartContent::Raw(b64(
+                "Generated file content",
+            )))]),
+            Tck::ArtifactFileUrl => completed_with(vec![file_part(PartContent::Url(
+                "https://example.com/output.txt".into(),
+            ))]),
+            Tck::ArtifactData => completed_with(vec![Part {
+                content: PartContent::Data(json!({"key": "value", "count": 42})),
+                metadata: None,
+                filename: None,
+                media_type: Some("application/json".into()),
+            }]),
+            Tck::Stream | Tck::StreamChunkedFile | Tck::Resubscribe => {
+                return Err(Behaviour::Tck(tck))
+            }
+        },
+        other => return Err(other),
+    })
+}
+
 async fn echo_text(
     sink: &mut EventSink,
     text: &str,
@@ -238,7 +311,11 @@ async fn run(exec: Execution, chunk_delay: Duration) -> Result<(), BackendError>
             }
         }
     };
-    match choose(&message) {
+    let behaviour = match outcome(choose(&message), streaming) {
+        Ok(now) => return Ok(sink.settle(now).await?),
+        Err(later) => later,
+    };
+    match behaviour {
         Behaviour::Echo(text) => echo_text(sink, &text, streaming, chunk_delay).await?,
         Behaviour::Delay(d, text) => {
             sink.status(TaskState::Working, None).await?;
@@ -246,119 +323,30 @@ async fn run(exec: Execution, chunk_delay: Duration) -> Result<(), BackendError>
                 echo_text(sink, &text, streaming, chunk_delay).await?;
             }
         }
-        Behaviour::Input(question) => {
-            let question = if question.is_empty() {
-                "What should I echo?".to_string()
-            } else {
-                question
-            };
+        // Streamed: working first, then what `outcome` settles at once otherwise.
+        b @ (Behaviour::Input(_) | Behaviour::Fail(_) | Behaviour::Tck(Tck::Stream)) => {
             sink.status(TaskState::Working, None).await?;
-            sink.status(
-                TaskState::InputRequired,
-                Some(Message::agent_text(question)),
-            )
-            .await?;
+            if let Ok(rest) = outcome(b, false) {
+                sink.settle(rest).await?;
+            }
         }
-        Behaviour::Fail(reason) => {
-            let reason = if reason.is_empty() {
-                "failure requested".to_string()
-            } else {
-                reason
-            };
-            sink.status(TaskState::Working, None).await?;
-            sink.status(TaskState::Failed, Some(Message::agent_text(reason)))
-                .await?;
-        }
-        Behaviour::Reject => {
-            sink.status(
-                TaskState::Rejected,
-                Some(Message::agent_text("rejected on request")),
-            )
-            .await?;
-        }
-        Behaviour::Message(text) => sink.reply(Message::agent_text(text)).await?,
-        Behaviour::Tck(tck) => run_tck(sink, tck, &wait).await?,
-    }
-    Ok(())
-}
-
-async fn run_tck<W, F>(sink: &mut EventSink, tck: Tck, wait: &W) -> Result<(), BackendError>
-where
-    W: Fn(Duration) -> F,
-    F: std::future::Future<Output = bool>,
-{
-    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-    let complete_with = |parts: Vec<Part>| (artifact(parts), TaskState::Completed);
-    let finish = match tck {
-        Tck::CompleteTask => {
-            sink.status(
-                TaskState::Completed,
-                Some(Message::agent_text("Hello from TCK")),
-            )
-            .await?;
-            return Ok(());
-        }
-        Tck::InputRequired => {
-            sink.status(
-                TaskState::InputRequired,
-                Some(Message::agent_text("Please provide more input")),
-            )
-            .await?;
-            return Ok(());
-        }
-        Tck::MessageResponse => {
-            sink.reply(Message::agent_text("Direct message response"))
-                .await?;
-            return Ok(());
-        }
-        Tck::RejectTask => {
-            sink.status(
-                TaskState::Rejected,
-                Some(Message::agent_text("Task rejected")),
-            )
-            .await?;
-            return Ok(());
-        }
-        Tck::StreamStraightToCompleted => {
-            sink.status(TaskState::Completed, None).await?;
-            return Ok(());
-        }
-        Tck::Resubscribe => {
+        Behaviour::Tck(Tck::Resubscribe) => {
             sink.status(TaskState::Working, None).await?;
             if wait(Duration::from_secs(4)).await {
                 sink.status(TaskState::Completed, None).await?;
             }
-            return Ok(());
         }
-        Tck::StreamChunkedFile => {
-            sink.status(TaskState::Working, None).await?;
+        Behaviour::Tck(Tck::StreamChunkedFile) => {
+            let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
             let chunk = |s: &str| artifact(vec![file_part(PartContent::Raw(b64(s)))]);
+            sink.status(TaskState::Working, None).await?;
             sink.artifact(chunk("chunk one, "), false, false).await?;
             sink.artifact(chunk("chunk two"), true, true).await?;
             sink.status(TaskState::Completed, None).await?;
-            return Ok(());
         }
-        Tck::Stream => {
-            sink.status(TaskState::Working, None).await?;
-            complete_with(vec![Part::text("Stream content")])
-        }
-        Tck::ArtifactText => complete_with(vec![Part::text("Generated text content")]),
-        Tck::ArtifactFile => complete_with(vec![file_part(PartContent::Raw(b64(
-            "Generated file content",
-        )))]),
-        Tck::ArtifactFileUrl => complete_with(vec![file_part(PartContent::Url(
-            "https://example.com/output.txt".into(),
-        ))]),
-        Tck::ArtifactData => complete_with(vec![Part {
-            content: PartContent::Data(json!({"key": "value", "count": 42})),
-            metadata: None,
-            filename: None,
-            media_type: Some("application/json".into()),
-        }]),
-    };
-    let (art, state) = finish;
-    sink.artifact(art, false, true).await?;
-    sink.status(state, None).await?;
+        // `outcome` settles every other behaviour, streamed or not.
+        Behaviour::Reject | Behaviour::Message(_) | Behaviour::Tck(_) => {}
+    }
     Ok(())
 }
 

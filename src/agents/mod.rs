@@ -22,7 +22,7 @@ pub(crate) use sink::SinkSetup;
 pub use sink::{EventSink, SinkClosed, SinkProbe, Update};
 
 use crate::config::{AgentDef, BackendSpec};
-use crate::protocol::model::{Message, Task};
+use crate::protocol::model::{Artifact, Message, Task, TaskState};
 
 /// One unit of work for a backend.
 pub struct Execution {
@@ -53,8 +53,30 @@ pub enum AgentHealth {
     Unhealthy,
 }
 
+/// The whole outcome of a new task's first message, known without waiting on anything.
+#[derive(Debug)]
+pub enum Immediate {
+    /// The task gets these artifacts (distinct ids), then this state and agent message.
+    Task {
+        artifacts: Vec<Artifact>,
+        state: TaskState,
+        message: Option<Message>,
+    },
+    /// A plain Message and no task.
+    Message(Message),
+}
+
 pub trait AgentBackend: Send + Sync + 'static {
     fn execute(&self, exec: Execution) -> BoxFuture<'static, Result<(), BackendError>>;
+
+    /// For a non-streaming send that starts a task: the outcome, if the backend knows it at
+    /// once. The gateway then stores the finished task on the caller's thread and skips
+    /// scheduling an execution (the costliest part of a local send). Must be the same
+    /// outcome `execute` would report for the message; backends that wait on anything
+    /// answer None.
+    fn answer_now(&self, _message: &Message) -> Option<Immediate> {
+        None
+    }
 
     fn health(&self) -> AgentHealth {
         AgentHealth::Healthy

@@ -7,12 +7,13 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::Immediate;
 use crate::error::GatewayError;
 use crate::protocol::model::{
     Artifact, Message, StreamItem, Task, TaskArtifactUpdateEvent, TaskEvent, TaskState, TaskStatus,
     TaskStatusUpdateEvent,
 };
-use crate::tasks::{Applied, StoreError, Tasks};
+use crate::tasks::{Applied, Tasks};
 
 /// The task is finished (canceled, say) or could not be stored; the backend should stop.
 #[derive(Debug, thiserror::Error)]
@@ -163,7 +164,7 @@ impl EventSink {
             self.agent.clone(),
             self.owner.clone(),
             task,
-            self.cancel.clone(),
+            Some(self.cancel.clone()),
         ) {
             Ok(()) => {
                 self.phase.set(HAS_TASK);
@@ -172,11 +173,7 @@ impl EventSink {
             }
             Err(e) => {
                 self.phase.set(REPLIED);
-                let err = match e {
-                    StoreError::Full(n) => GatewayError::TaskStoreFull(n),
-                    other => GatewayError::Internal(other.to_string()),
-                };
-                self.forward(Err(err)).await;
+                self.forward(Err(e.into())).await;
                 Err(SinkClosed)
             }
         }
@@ -236,6 +233,23 @@ impl EventSink {
             metadata: None,
         });
         self.emit(event).await
+    }
+
+    /// Reports an outcome known at once: the artifacts, then the status (or the reply).
+    pub async fn settle(&mut self, outcome: Immediate) -> Result<(), SinkClosed> {
+        match outcome {
+            Immediate::Message(m) => self.reply(m).await,
+            Immediate::Task {
+                artifacts,
+                state,
+                message,
+            } => {
+                for a in artifacts {
+                    self.artifact(a, false, true).await?;
+                }
+                self.status(state, message).await
+            }
+        }
     }
 
     /// Answers with a plain Message and no task. Once a task exists, a reply becomes the

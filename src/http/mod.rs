@@ -130,8 +130,8 @@ impl AppState {
         caller: &Principal,
         agent: &Agent,
     ) -> Result<(), GatewayError> {
-        let key = self.caller_key(req, caller);
-        match self.rates.check(caller, &key, &agent.def.name) {
+        let key = || self.caller_key(req, caller);
+        match self.rates.check(caller, key, &agent.def.name) {
             Ok(info) => {
                 if let Some(info) = info {
                     req.extensions_mut().insert(info);

@@ -167,10 +167,11 @@ impl RateLimits {
 
     /// Counts one request. `Ok(None)` when nothing limits it; otherwise the tighter of the
     /// caller's and the agent's allowance, or the refusal.
+    /// `key` names the caller's bucket; it is only worked out when a tier applies.
     pub fn check(
         &self,
         caller: &Principal,
-        key: &str,
+        key: impl FnOnce() -> String,
         agent: &str,
     ) -> Result<Option<RateInfo>, (GatewayError, RateInfo)> {
         let mut info: Option<RateInfo> = None;
@@ -180,7 +181,7 @@ impl RateLimits {
             }
         };
         if let Some(tier) = self.tier(caller) {
-            let outcome = tier.limiter.check_key(&key.to_string());
+            let outcome = tier.limiter.check_key(&key());
             tighten(self.outcome(outcome, tier.quota, "caller")?);
         }
         if let Some(a) = self.agents.get(agent) {

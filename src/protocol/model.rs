@@ -562,15 +562,18 @@ impl Task {
         }
     }
 
+    /// Moves the task to `status`; its message, if any, also joins the history.
+    pub fn set_status(&mut self, status: TaskStatus) {
+        if let Some(m) = &status.message {
+            self.history.push(m.clone());
+        }
+        self.status = status;
+    }
+
     /// Folds one event into the task, the way every subscriber will see it.
     pub fn apply(&mut self, event: &TaskEvent) {
         match event {
-            TaskEvent::Status(s) => {
-                if let Some(m) = &s.status.message {
-                    self.history.push(m.clone());
-                }
-                self.status = s.status.clone();
-            }
+            TaskEvent::Status(s) => self.set_status(s.status.clone()),
             TaskEvent::Artifact(a) => {
                 let existing = self
                     .artifacts

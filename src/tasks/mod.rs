@@ -136,13 +136,13 @@ impl Tasks {
         }
     }
 
-    /// Stores a new task whose work `cancel` can stop.
+    /// Stores a new task whose work, if any is still going on, `cancel` can stop.
     pub fn create(
         &self,
         agent: Arc<str>,
         owner: Arc<str>,
         task: Task,
-        cancel: CancellationToken,
+        cancel: Option<CancellationToken>,
     ) -> Result<(), StoreError> {
         let seq = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.store.insert(StoredTask {
@@ -150,7 +150,7 @@ impl Tasks {
             agent,
             owner,
             seq,
-            cancel: Some(cancel),
+            cancel,
         })
     }
 

@@ -522,3 +522,126 @@ async fn lenient_input_snake_case_and_legacy_shapes() {
     assert_eq!(r.result()["contextId"], "sess-1");
     assert_eq!(text_of(&r.result()["artifacts"]), "old client");
 }
+
+/// An agent able to answer at once still waits for earlier work on the same conversation.
+#[tokio::test]
+async fn a_message_waits_for_earlier_work_on_its_conversation() {
+    let gw = spawn().await;
+    let in_context = |text: &str| {
+        let mut m = D::V10.message(text);
+        m["contextId"] = json!("ctx-order");
+        m
+    };
+    let first = gw
+        .call(
+            "/a2a/agents/echo",
+            D::V10,
+            "SendMessage",
+            json!({"message": in_context("/delay 0.5 first"),
+                   "configuration": {"returnImmediately": true}}),
+        )
+        .await;
+    let first_id = first.result()["task"]["id"].as_str().unwrap().to_string();
+    let second = gw
+        .call(
+            "/a2a/agents/echo",
+            D::V10,
+            "SendMessage",
+            json!({"message": in_context("second")}),
+        )
+        .await;
+    assert_eq!(
+        second.result()["task"]["status"]["state"],
+        "TASK_STATE_COMPLETED",
+        "{}",
+        second.body
+    );
+    let first = gw.get_task(D::V10, &first_id).await;
+    assert_eq!(
+        first.result()["status"]["state"],
+        "TASK_STATE_COMPLETED",
+        "the second message ran only after the first: {}",
+        first.body
+    );
+}
+
+/// Ids, timestamps and generated message ids removed: what is left must not depend on
+/// how the task was run.
+fn outcome_shape(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(k, _)| {
+                    !["id", "contextId", "taskId", "messageId", "timestamp"].contains(&k.as_str())
+                })
+                .map(|(k, v)| (k.clone(), outcome_shape(v)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(outcome_shape).collect()),
+        other => other.clone(),
+    }
+}
+
+/// Echo answers most messages at once, on the caller's thread; when its only slot is
+/// taken the same messages wait their turn in the mailbox and run as scheduled
+/// executions. Both ways must leave the same task (or Message).
+#[tokio::test]
+async fn scheduled_and_immediate_answers_leave_the_same_outcome() {
+    let one = ECHO.replace("name = \"echo\"", "name = \"one\"")
+        + "\n[limits]\nmax_concurrency = 1\nmailbox = 32\n";
+    let gw = spawn_with(&[("one.toml", &one)], "").await;
+    let texts = [
+        ("hello there world", None),
+        ("/input your name?", None),
+        ("/fail it broke", None),
+        ("/reject", None),
+        ("/message just this", None),
+        ("x", Some("tck-complete-task")),
+        ("x", Some("tck-input-required")),
+        ("x", Some("tck-artifact-text")),
+        ("x", Some("tck-artifact-file")),
+        ("x", Some("tck-artifact-file-url")),
+        ("x", Some("tck-artifact-data")),
+        ("x", Some("tck-message-response")),
+        ("x", Some("tck-reject-task")),
+        ("x", Some("tck-stream-001")),
+        ("x", Some("tck-stream-002")),
+    ];
+    let send = |text: &str, prefix: Option<&str>| {
+        let message = match prefix {
+            Some(p) => D::V10.message_with_id(text, &format!("{p}-{}", uuid::Uuid::new_v4())),
+            None => D::V10.message(text),
+        };
+        let gw = &gw;
+        async move {
+            let r = gw
+                .call(
+                    "/a2a/agents/one",
+                    D::V10,
+                    "SendMessage",
+                    json!({"message": message}),
+                )
+                .await;
+            assert_eq!(r.status, 200, "{}", r.body);
+            outcome_shape(r.result())
+        }
+    };
+    let mut immediate = Vec::new();
+    for (text, prefix) in texts {
+        immediate.push(send(text, prefix).await);
+    }
+    let hold = gw
+        .call(
+            "/a2a/agents/one",
+            D::V10,
+            "SendMessage",
+            json!({"message": D::V10.message("/delay 0.5 hold"),
+                   "configuration": {"returnImmediately": true}}),
+        )
+        .await;
+    assert_eq!(hold.status, 200, "{}", hold.body);
+    let scheduled = futures_util::future::join_all(texts.iter().map(|(t, p)| send(t, *p))).await;
+    for (i, (now, later)) in immediate.iter().zip(&scheduled).enumerate() {
+        assert_eq!(now, later, "{:?}", texts[i]);
+    }
+}

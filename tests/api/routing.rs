@@ -202,10 +202,49 @@ async fn each_request_reaches_the_right_agent_for_the_right_reason() {
     // A new conversation started on /a2a stays with the agent that took it.
     let (_, _, body) = via_shared(&gw, "SendMessage", msg("translate me", |_| {}), None).await;
     let ctx = body["result"]["task"]["contextId"].clone();
+    assert!(ctx.as_str().unwrap().starts_with("other."), "{ctx}");
     let (agent, reason, _) = via_shared(
         &gw,
         "SendMessage",
         msg("and then", |m| m["contextId"] = ctx),
+        None,
+    )
+    .await;
+    assert_eq!((agent.as_str(), reason.as_str()), ("other", "context"));
+
+    // So does one started on an agent's own endpoint: the id the gateway made names it.
+    let started = gw
+        .call(
+            "/a2a/agents/finance",
+            D::V10,
+            "SendMessage",
+            msg("hi", |_| {}),
+        )
+        .await;
+    let ctx = started.result()["task"]["contextId"].clone();
+    let (agent, reason, _) = via_shared(
+        &gw,
+        "SendMessage",
+        msg("and then", |m| m["contextId"] = ctx),
+        None,
+    )
+    .await;
+    assert_eq!((agent.as_str(), reason.as_str()), ("finance", "context"));
+
+    // A contextId the client chose is recorded; the record beats what the id looks like.
+    gw.call(
+        "/a2a/agents/other",
+        D::V10,
+        "SendMessage",
+        msg("hi", |m| m["contextId"] = json!("finance.chosen-by-client")),
+    )
+    .await;
+    let (agent, reason, _) = via_shared(
+        &gw,
+        "SendMessage",
+        msg("and then", |m| {
+            m["contextId"] = json!("finance.chosen-by-client")
+        }),
         None,
     )
     .await;
