@@ -5,7 +5,8 @@
 #   scripts/bench.sh [core|proxy|auth|streams|all]      (default: all)
 #
 # core    SendMessage to the echo agent through the gateway vs a bare actix-web handler
-#         returning a fixed result (examples/bare_jsonrpc.rs); memory per stored task.
+#         returning a fixed result (examples/bare_jsonrpc.rs); the same for a message the
+#         agent runs as a scheduled execution ("/delay 0"); memory per stored task.
 # proxy   SendMessage through the gateway to a fast upstream (bare_jsonrpc) vs a plain
 #         pooled actix+reqwest forwarder (examples/plain_forwarder.rs) to the same upstream;
 #         then p99 latency at a fixed moderate rate: direct, via forwarder, via gateway.
@@ -93,6 +94,10 @@ bench_core() {
     echo "(target >= 0.70x) and against a baseline that parses the request and echoes its id:"
     rounds "bare JSON-RPC handler (parses)" "http://127.0.0.1:$pb/jsonrpc" \
         "gateway -> echo agent" "http://127.0.0.1:$pg/a2a/agents/echo"
+    echo "and for a message the echo agent cannot answer at once (scheduled on its actor):"
+    LUA="$ROOT/scripts/bench/send_message_scheduled.lua" rounds \
+        "bare actix-web handler (fixed bytes)" "http://127.0.0.1:$pb/" \
+        "gateway -> echo agent, /delay 0" "http://127.0.0.1:$pg/a2a/agents/echo"
 
     echo "== core: memory per stored completed task =="
     local pm before_t before_r after_t after_r

@@ -247,7 +247,11 @@ impl ContextIndex {
     /// names the agent (`<agent>.<uuid>`, like upstream task ids), so routing finds the
     /// agent without a record: most conversations never need one.
     pub fn new_id(agent: &str) -> String {
-        format!("{agent}.{}", uuid::Uuid::new_v4())
+        let mut id = String::with_capacity(agent.len() + 37);
+        id.push_str(agent);
+        id.push('.');
+        id.push_str(&crate::protocol::model::new_id());
+        id
     }
 
     /// The agent recorded for the conversation, else the local agent its id names.

@@ -14,7 +14,8 @@ use crate::agents::{
 use crate::auth::Principal;
 use crate::error::GatewayError;
 use crate::protocol::model::{
-    Message, SendResult, StreamItem, Task, TaskEvent, TaskState, TaskStatus, TaskStatusUpdateEvent,
+    new_id, Message, SendResult, StreamItem, Task, TaskEvent, TaskState, TaskStatus,
+    TaskStatusUpdateEvent,
 };
 use crate::protocol::ops::{ItemStream, ListTasksResponse, SendRequest};
 use crate::protocol::params::ListQuery;
@@ -357,7 +358,7 @@ impl A2aService {
                         "params.message.contextId: longer than 256 characters".into(),
                     ));
                 }
-                message.task_id = Some(uuid::Uuid::new_v4().to_string());
+                message.task_id = Some(new_id());
                 if message.context_id.as_ref().is_none_or(|c| c.is_empty()) {
                     fresh_context = true;
                     message.context_id = Some(ContextIndex::new_id(&agent.name));

@@ -319,7 +319,8 @@ async fn run(exec: Execution, chunk_delay: Duration) -> Result<(), BackendError>
         Behaviour::Echo(text) => echo_text(sink, &text, streaming, chunk_delay).await?,
         Behaviour::Delay(d, text) => {
             sink.status(TaskState::Working, None).await?;
-            if wait(d).await {
+            // A zero delay arms no timer: its tick would cost a millisecond.
+            if d.is_zero() || wait(d).await {
                 echo_text(sink, &text, streaming, chunk_delay).await?;
             }
         }

@@ -422,7 +422,7 @@ pub struct Message {
 impl Message {
     pub fn agent_text(text: impl Into<String>) -> Message {
         Message {
-            message_id: uuid::Uuid::new_v4().to_string(),
+            message_id: new_id(),
             context_id: None,
             task_id: None,
             role: Role::Agent,
@@ -494,13 +494,55 @@ impl TaskStatus {
 /// Millisecond precision with `Z`: every SDK's timestamp parser accepts it.
 fn ser_timestamp<S: Serializer>(ts: &Option<DateTime<Utc>>, s: S) -> Result<S::Ok, S::Error> {
     match ts {
-        Some(t) => s.serialize_str(&format_timestamp(t)),
+        Some(t) => match rfc3339_millis(t) {
+            Some(buf) => s.serialize_str(std::str::from_utf8(&buf).unwrap_or_default()),
+            None => s.serialize_str(&format_timestamp(t)),
+        },
         None => s.serialize_none(),
     }
 }
 
 pub fn format_timestamp(t: &DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(SecondsFormat::Millis, true)
+    match rfc3339_millis(t) {
+        Some(ascii) => ascii.iter().map(|&b| char::from(b)).collect(),
+        None => t.to_rfc3339_opts(SecondsFormat::Millis, true),
+    }
+}
+
+/// [`format_timestamp`] without the formatting machinery, which showed in profiles of
+/// every reply; None for years it does not cover (the four-digit ones).
+fn rfc3339_millis(t: &DateTime<Utc>) -> Option<[u8; 24]> {
+    use chrono::{Datelike, Timelike};
+    let year = u32::try_from(t.year()).ok().filter(|y| *y <= 9999)?;
+    let mut out = *b"0000-00-00T00:00:00.000Z";
+    let mut put = |at: usize, value: u32, digits: usize| {
+        let mut v = value;
+        for i in (at..at + digits).rev() {
+            out[i] = b'0' + (v % 10) as u8;
+            v /= 10;
+        }
+    };
+    put(0, year, 4);
+    put(5, t.month(), 2);
+    put(8, t.day(), 2);
+    put(11, t.hour(), 2);
+    put(14, t.minute(), 2);
+    // A leap second's nanoseconds run past 1e9; chrono prints them as 60.xxx.
+    let (second, millis) = match t.nanosecond() / 1_000_000 {
+        m if m >= 1000 => (60, m - 1000),
+        m => (t.second(), m),
+    };
+    put(17, second, 2);
+    put(20, millis, 3);
+    Some(out)
+}
+
+/// A fresh random id, spelled the usual way (lowercase, hyphenated).
+pub fn new_id() -> String {
+    uuid::Uuid::new_v4()
+        .hyphenated()
+        .encode_lower(&mut uuid::Uuid::encode_buffer())
+        .to_owned()
 }
 
 /// ISO 8601, with or without a zone (no zone means UTC, as the reference advises).
@@ -699,6 +741,42 @@ impl Serialize for SendResult {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn timestamps_are_written_like_chrono_writes_them() {
+        let cases = [
+            "2026-11-22T05:25:36.863Z",
+            "0001-01-01T00:00:00.000Z",
+            "9999-12-31T23:59:59.999Z",
+            "2016-12-31T23:59:60.500Z",
+            "2024-02-29T12:07:03.040Z",
+        ];
+        for case in cases {
+            let t = DateTime::parse_from_rfc3339(case)
+                .unwrap()
+                .with_timezone(&Utc);
+            let chrono = t.to_rfc3339_opts(SecondsFormat::Millis, true);
+            assert_eq!(format_timestamp(&t), chrono);
+            assert_eq!(
+                serde_json::to_value(TaskStatus {
+                    state: TaskState::Working,
+                    message: None,
+                    timestamp: Some(t),
+                })
+                .unwrap()["timestamp"],
+                json!(chrono)
+            );
+        }
+        // Five-digit years fall back to chrono.
+        let far = DateTime::parse_from_rfc3339("9999-12-31T23:59:59Z")
+            .unwrap()
+            .with_timezone(&Utc)
+            + chrono::Duration::days(400);
+        assert_eq!(
+            format_timestamp(&far),
+            far.to_rfc3339_opts(SecondsFormat::Millis, true)
+        );
+    }
 
     #[test]
     fn parts_parse_from_every_dialect() {

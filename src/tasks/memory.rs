@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use super::{FastMap, StoreError, StoredTask, TaskPage, TaskStore, Viewer};
 use crate::protocol::params::ListQuery;
@@ -10,13 +10,14 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 
 pub struct MemoryTaskStore {
-    /// Keyed by a shared id, so the finished queue holds the same allocation. Boxed: a
-    /// task inline made every bucket ~400 bytes, so each insert and eviction walked
-    /// several cold cache lines of a table too large to stay in cache.
-    tasks: FastMap<Arc<str>, Box<StoredTask>>,
+    /// Keyed by the id's 128-bit value: no key allocations, and a lookup compares keys
+    /// without chasing a pointer. Boxed: a task inline made every bucket ~400 bytes, so
+    /// each insert and eviction walked several cold cache lines of a table too large to
+    /// stay in cache.
+    tasks: FastMap<TaskKey, Box<StoredTask>>,
     /// Ids in the order their tasks finished; eviction takes from the front. An id may be
     /// stale (already evicted), which eviction tolerates.
-    finished: Mutex<VecDeque<Arc<str>>>,
+    finished: Mutex<VecDeque<TaskKey>>,
     /// `tasks.len()` without visiting every shard of the map on each insert.
     count: AtomicUsize,
     capacity: usize,
@@ -32,7 +33,7 @@ impl MemoryTaskStore {
         }
     }
 
-    fn finished_queue(&self) -> std::sync::MutexGuard<'_, VecDeque<Arc<str>>> {
+    fn finished_queue(&self) -> std::sync::MutexGuard<'_, VecDeque<TaskKey>> {
         // A panic while holding this lock cannot leave the queue inconsistent (push/pop
         // only), so a poisoned lock is still usable.
         self.finished
@@ -40,17 +41,32 @@ impl MemoryTaskStore {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// The task with exactly this id (a UUID spelled differently is another id).
+    fn get(&self, id: &str) -> Option<dashmap::mapref::one::Ref<'_, TaskKey, Box<StoredTask>>> {
+        key(id)
+            .and_then(|k| self.tasks.get(&k))
+            .filter(|st| st.task.id == id)
+    }
+
     fn make_room(&self) -> Result<(), StoreError> {
         while self.count.load(Ordering::Acquire) >= self.capacity {
             let Some(victim) = self.finished_queue().pop_front() else {
                 return Err(StoreError::Full(self.capacity));
             };
-            if self.tasks.remove(&*victim).is_some() {
+            if self.tasks.remove(&victim).is_some() {
                 self.count.fetch_sub(1, Ordering::AcqRel);
             }
         }
         Ok(())
     }
+}
+
+/// Local task ids are UUIDs the gateway issues.
+type TaskKey = u128;
+
+/// The key of a task id; None for anything that is not a UUID, which no task has.
+fn key(id: &str) -> Option<TaskKey> {
+    uuid::Uuid::try_parse(id).ok().map(|u| u.as_u128())
 }
 
 /// Sort key: newest status first, then newest created first.
@@ -78,10 +94,10 @@ fn decode_token(token: &str) -> Result<(i64, u64), StoreError> {
 impl TaskStore for MemoryTaskStore {
     fn insert(&self, task: StoredTask) -> Result<(), StoreError> {
         self.make_room()?;
-        let id: Arc<str> = Arc::from(task.task.id.as_str());
+        let id = key(&task.task.id).ok_or_else(|| StoreError::BadId(task.task.id.clone()))?;
         let finished = task.task.status.state.is_terminal();
-        match self.tasks.entry(id.clone()) {
-            dashmap::Entry::Occupied(_) => return Err(StoreError::Duplicate(id.to_string())),
+        match self.tasks.entry(id) {
+            dashmap::Entry::Occupied(_) => return Err(StoreError::Duplicate(task.task.id)),
             dashmap::Entry::Vacant(v) => {
                 v.insert(Box::new(task));
                 self.count.fetch_add(1, Ordering::AcqRel);
@@ -94,7 +110,7 @@ impl TaskStore for MemoryTaskStore {
     }
 
     fn read(&self, id: &str, f: &mut dyn FnMut(&StoredTask)) -> bool {
-        match self.tasks.get(id) {
+        match self.get(id) {
             Some(st) => {
                 f(&st);
                 true
@@ -104,13 +120,16 @@ impl TaskStore for MemoryTaskStore {
     }
 
     fn update(&self, id: &str, f: &mut dyn FnMut(&mut StoredTask)) -> bool {
-        let Some(mut st) = self.tasks.get_mut(id) else {
+        let Some(mut st) = key(id)
+            .and_then(|k| self.tasks.get_mut(&k))
+            .filter(|st| st.task.id == id)
+        else {
             return false;
         };
         let was_finished = st.task.status.state.is_terminal();
         f(&mut st);
         if !was_finished && st.task.status.state.is_terminal() {
-            self.finished_queue().push_back(st.key().clone());
+            self.finished_queue().push_back(*st.key());
         }
         true
     }
@@ -151,7 +170,7 @@ impl TaskStore for MemoryTaskStore {
         };
         let tasks = page
             .iter()
-            .filter_map(|(_, id)| self.tasks.get(id.as_str()).map(|st| st.task.clone()))
+            .filter_map(|(_, id)| self.get(id).map(|st| st.task.clone()))
             .collect();
         Ok(TaskPage {
             tasks,
@@ -188,20 +207,47 @@ mod tests {
         }
     }
 
+    const DONE: &str = "00000000-0000-4000-8000-000000000001";
+    const BUSY: &str = "b0000000-0000-4000-8000-00000000000b";
+    const NEW: &str = "00000000-0000-4000-8000-000000000003";
+
     #[test]
     fn evicts_oldest_finished_first_and_refuses_when_all_active() {
         let store = MemoryTaskStore::new(2);
-        store.insert(task("done", TaskState::Working)).unwrap();
-        store.insert(task("busy", TaskState::Working)).unwrap();
+        store.insert(task(DONE, TaskState::Working)).unwrap();
+        store.insert(task(BUSY, TaskState::Working)).unwrap();
         assert!(matches!(
-            store.insert(task("x", TaskState::Working)),
+            store.insert(task(NEW, TaskState::Working)),
             Err(StoreError::Full(2))
         ));
-        store.update("done", &mut |st| {
-            st.task.status.state = TaskState::Completed
-        });
-        store.insert(task("x", TaskState::Working)).unwrap();
-        assert!(!store.read("done", &mut |_| {}));
-        assert!(store.read("busy", &mut |_| {}));
+        store.update(DONE, &mut |st| st.task.status.state = TaskState::Completed);
+        store.insert(task(NEW, TaskState::Working)).unwrap();
+        assert!(!store.read(DONE, &mut |_| {}));
+        assert!(store.read(BUSY, &mut |_| {}));
+    }
+
+    #[test]
+    fn ids_are_exact_and_only_uuids_are_stored() {
+        let store = MemoryTaskStore::new(4);
+        store.insert(task(BUSY, TaskState::Working)).unwrap();
+        assert!(matches!(
+            store.insert(task("not-a-uuid", TaskState::Working)),
+            Err(StoreError::BadId(_))
+        ));
+        assert!(matches!(
+            store.insert(task(BUSY, TaskState::Working)),
+            Err(StoreError::Duplicate(_))
+        ));
+        // The same UUID spelled another way names no task.
+        for other in [
+            BUSY.to_uppercase(),
+            BUSY.replace('-', ""),
+            format!("urn:uuid:{BUSY}"),
+        ] {
+            assert!(!store.read(&other, &mut |_| {}), "{other}");
+            assert!(!store.update(&other, &mut |_| {}), "{other}");
+        }
+        assert!(!store.read("not-a-uuid", &mut |_| {}));
+        assert_eq!(store.len(), 1);
     }
 }

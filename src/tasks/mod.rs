@@ -42,6 +42,8 @@ pub enum StoreError {
     Duplicate(String),
     #[error("invalid page token")]
     BadPageToken,
+    #[error("task id {0} is not a UUID")]
+    BadId(String),
 }
 
 pub struct TaskPage {
