@@ -203,14 +203,10 @@ async fn each_request_reaches_the_right_agent_for_the_right_reason() {
     let (_, _, body) = via_shared(&gw, "SendMessage", msg("translate me", |_| {}), None).await;
     let ctx = body["result"]["task"]["contextId"].clone();
     assert!(ctx.as_str().unwrap().starts_with("other."), "{ctx}");
-    let (agent, reason, _) = via_shared(
-        &gw,
-        "SendMessage",
-        msg("and then", |m| m["contextId"] = ctx),
-        None,
-    )
-    .await;
-    assert_eq!((agent.as_str(), reason.as_str()), ("other", "context"));
+    assert_eq!(
+        follow_up(&gw, ctx).await,
+        ("other".into(), "context".into())
+    );
 
     // So does one started on an agent's own endpoint: the id the gateway made names it.
     let started = gw
@@ -222,33 +218,36 @@ async fn each_request_reaches_the_right_agent_for_the_right_reason() {
         )
         .await;
     let ctx = started.result()["task"]["contextId"].clone();
+    assert_eq!(
+        follow_up(&gw, ctx).await,
+        ("finance".into(), "context".into())
+    );
+
+    // A contextId the client chose is recorded; the record beats what the id looks like.
+    let chosen = json!("finance.chosen-by-client");
+    gw.call(
+        "/a2a/agents/other",
+        D::V10,
+        "SendMessage",
+        msg("hi", |m| m["contextId"] = chosen.clone()),
+    )
+    .await;
+    assert_eq!(
+        follow_up(&gw, chosen).await,
+        ("other".into(), "context".into())
+    );
+}
+
+/// Sends a message in conversation `ctx` to /a2a: (agent, reason) of the answer.
+async fn follow_up(gw: &TestGateway, ctx: Value) -> (String, String) {
     let (agent, reason, _) = via_shared(
-        &gw,
+        gw,
         "SendMessage",
         msg("and then", |m| m["contextId"] = ctx),
         None,
     )
     .await;
-    assert_eq!((agent.as_str(), reason.as_str()), ("finance", "context"));
-
-    // A contextId the client chose is recorded; the record beats what the id looks like.
-    gw.call(
-        "/a2a/agents/other",
-        D::V10,
-        "SendMessage",
-        msg("hi", |m| m["contextId"] = json!("finance.chosen-by-client")),
-    )
-    .await;
-    let (agent, reason, _) = via_shared(
-        &gw,
-        "SendMessage",
-        msg("and then", |m| {
-            m["contextId"] = json!("finance.chosen-by-client")
-        }),
-        None,
-    )
-    .await;
-    assert_eq!((agent.as_str(), reason.as_str()), ("other", "context"));
+    (agent, reason)
 }
 
 #[tokio::test]
