@@ -166,8 +166,8 @@ impl RateLimits {
     }
 
     /// Counts one request. `Ok(None)` when nothing limits it; otherwise the tighter of the
-    /// caller's and the agent's allowance, or the refusal.
-    /// `key` names the caller's bucket; it is only worked out when a tier applies.
+    /// caller's and the agent's allowance, or the refusal. `key` names the caller's bucket;
+    /// it is only worked out when a tier applies.
     pub fn check(
         &self,
         caller: &Principal,
