@@ -115,8 +115,8 @@ impl A2aService {
         check_send(&req)?;
         match &agent.backend {
             Backend::Local(backend) => {
-                let continuing = req.message.task_id.as_ref().is_some_and(|t| !t.is_empty());
                 let prepared = self.prepare(agent, caller, req.message)?;
+                let continuing = prepared.continuing.is_some();
                 let Started { updates, .. } =
                     self.launch(agent, caller, backend, prepared, true)?;
                 Ok(until_stream_ends(updates, continuing))
@@ -284,11 +284,10 @@ impl A2aService {
             context_id,
             ..
         } = p;
+        // Placed as the sink places an execution's task and messages (sink.rs).
         let (artifacts, state, said) = match outcome {
-            Immediate::Message(mut m) => {
-                m.context_id = Some(context_id);
-                m.task_id = None;
-                return Ok(Ok(SendResult::Message(m)));
+            Immediate::Message(m) => {
+                return Ok(Ok(SendResult::Message(m.placed(None, &context_id))));
             }
             Immediate::Task {
                 artifacts,
@@ -296,23 +295,9 @@ impl A2aService {
                 message,
             } => (artifacts, state, message),
         };
-        let said = said.map(|mut m| {
-            m.task_id = Some(task_id.clone());
-            m.context_id = Some(context_id.clone());
-            m
-        });
-        let mut task = Task {
-            id: task_id,
-            context_id,
-            status: TaskStatus {
-                state: TaskState::Submitted,
-                message: None,
-                timestamp: None,
-            },
-            artifacts,
-            history: vec![message],
-            metadata: None,
-        };
+        let said = said.map(|m| m.placed(Some(&task_id), &context_id));
+        let mut task = Task::submitted(task_id, context_id, message);
+        task.artifacts = artifacts;
         task.set_status(TaskStatus::now(state, said));
         let answer = task.view(history_length, true);
         self.tasks

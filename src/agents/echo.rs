@@ -162,6 +162,10 @@ fn artifact(parts: Vec<Part>) -> Artifact {
     }
 }
 
+fn b64(text: &str) -> String {
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
+
 fn file_part(content: PartContent) -> Part {
     Part {
         content,
@@ -216,7 +220,6 @@ fn outcome(behaviour: Behaviour, streaming: bool) -> Result<Immediate, Behaviour
             text
         }
     };
-    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
     Ok(match behaviour {
         // Streamed, these show their steps (working, chunks) one by one.
         Behaviour::Echo(text) if !streaming => completed_with(vec![Part::text(text)]),
@@ -338,7 +341,6 @@ async fn run(exec: Execution, chunk_delay: Duration) -> Result<(), BackendError>
             }
         }
         Behaviour::Tck(Tck::StreamChunkedFile) => {
-            let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
             let chunk = |s: &str| artifact(vec![file_part(PartContent::Raw(b64(s)))]);
             sink.status(TaskState::Working, None).await?;
             sink.artifact(chunk("chunk one, "), false, false).await?;

@@ -147,14 +147,7 @@ impl EventSink {
         let Some(message) = self.pending.take() else {
             return Err(SinkClosed);
         };
-        let task = Task {
-            id: self.task_id.clone(),
-            context_id: self.context_id.clone(),
-            status: TaskStatus::now(TaskState::Submitted, None),
-            artifacts: Vec::new(),
-            history: vec![message],
-            metadata: None,
-        };
+        let task = Task::submitted(self.task_id.clone(), self.context_id.clone(), message);
         let update = if self.relay {
             Update::Item(Box::new(StreamItem::Task(task.clone())))
         } else {
@@ -203,11 +196,7 @@ impl EventSink {
         state: TaskState,
         message: Option<Message>,
     ) -> Result<(), SinkClosed> {
-        let message = message.map(|mut m| {
-            m.task_id = Some(self.task_id.clone());
-            m.context_id = Some(self.context_id.clone());
-            m
-        });
+        let message = message.map(|m| m.placed(Some(&self.task_id), &self.context_id));
         let event = TaskEvent::Status(TaskStatusUpdateEvent {
             task_id: self.task_id.clone(),
             context_id: self.context_id.clone(),
@@ -254,7 +243,7 @@ impl EventSink {
 
     /// Answers with a plain Message and no task. Once a task exists, a reply becomes the
     /// message of a completed status instead, since A2A has no other place for it.
-    pub async fn reply(&mut self, mut message: Message) -> Result<(), SinkClosed> {
+    pub async fn reply(&mut self, message: Message) -> Result<(), SinkClosed> {
         match self.phase.get() {
             HAS_TASK => return self.status(TaskState::Completed, Some(message)).await,
             REPLIED => return Err(SinkClosed),
@@ -263,8 +252,7 @@ impl EventSink {
                 self.phase.set(REPLIED);
             }
         }
-        message.context_id = Some(self.context_id.clone());
-        message.task_id = None;
+        let message = message.placed(None, &self.context_id);
         self.forward(Ok(Update::Item(Box::new(StreamItem::Message(message)))))
             .await;
         Ok(())

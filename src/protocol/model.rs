@@ -420,6 +420,14 @@ pub struct Message {
 }
 
 impl Message {
+    /// The message as it goes into a conversation: in task `task_id` (None for a reply
+    /// that creates no task) of context `context_id`.
+    pub fn placed(mut self, task_id: Option<&str>, context_id: &str) -> Message {
+        self.task_id = task_id.map(str::to_string);
+        self.context_id = Some(context_id.to_string());
+        self
+    }
+
     pub fn agent_text(text: impl Into<String>) -> Message {
         Message {
             message_id: new_id(),
@@ -571,6 +579,18 @@ pub struct Task {
 }
 
 impl Task {
+    /// A new task, submitted with its first (user) message.
+    pub fn submitted(id: String, context_id: String, first: Message) -> Task {
+        Task {
+            id,
+            context_id,
+            status: TaskStatus::now(TaskState::Submitted, None),
+            artifacts: Vec::new(),
+            history: vec![first],
+            metadata: None,
+        }
+    }
+
     /// [`Task::view`] of a task the caller owns, without copying what it keeps.
     pub fn trimmed(mut self, history_length: Option<usize>, include_artifacts: bool) -> Task {
         if let Some(n) = history_length {

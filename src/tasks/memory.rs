@@ -48,6 +48,16 @@ impl MemoryTaskStore {
             .filter(|st| st.task.id == id)
     }
 
+    /// [`Self::get`], for writing.
+    fn get_mut(
+        &self,
+        id: &str,
+    ) -> Option<dashmap::mapref::one::RefMut<'_, TaskKey, Box<StoredTask>>> {
+        key(id)
+            .and_then(|k| self.tasks.get_mut(&k))
+            .filter(|st| st.task.id == id)
+    }
+
     fn make_room(&self) -> Result<(), StoreError> {
         while self.count.load(Ordering::Acquire) >= self.capacity {
             let Some(victim) = self.finished_queue().pop_front() else {
@@ -93,8 +103,9 @@ fn decode_token(token: &str) -> Result<(i64, u64), StoreError> {
 
 impl TaskStore for MemoryTaskStore {
     fn insert(&self, task: StoredTask) -> Result<(), StoreError> {
-        self.make_room()?;
+        // Checked first: an id that cannot be stored must not cost another task its place.
         let id = key(&task.task.id).ok_or_else(|| StoreError::BadId(task.task.id.clone()))?;
+        self.make_room()?;
         let finished = task.task.status.state.is_terminal();
         match self.tasks.entry(id) {
             dashmap::Entry::Occupied(_) => return Err(StoreError::Duplicate(task.task.id)),
@@ -120,10 +131,7 @@ impl TaskStore for MemoryTaskStore {
     }
 
     fn update(&self, id: &str, f: &mut dyn FnMut(&mut StoredTask)) -> bool {
-        let Some(mut st) = key(id)
-            .and_then(|k| self.tasks.get_mut(&k))
-            .filter(|st| st.task.id == id)
-        else {
+        let Some(mut st) = self.get_mut(id) else {
             return false;
         };
         let was_finished = st.task.status.state.is_terminal();
@@ -228,16 +236,19 @@ mod tests {
 
     #[test]
     fn ids_are_exact_and_only_uuids_are_stored() {
-        let store = MemoryTaskStore::new(4);
+        let store = MemoryTaskStore::new(2);
         store.insert(task(BUSY, TaskState::Working)).unwrap();
-        assert!(matches!(
-            store.insert(task("not-a-uuid", TaskState::Working)),
-            Err(StoreError::BadId(_))
-        ));
         assert!(matches!(
             store.insert(task(BUSY, TaskState::Working)),
             Err(StoreError::Duplicate(_))
         ));
+        // Full, with one task to evict: a refused id evicts nothing.
+        store.insert(task(DONE, TaskState::Completed)).unwrap();
+        assert!(matches!(
+            store.insert(task("not-a-uuid", TaskState::Working)),
+            Err(StoreError::BadId(_))
+        ));
+        assert!(store.read(DONE, &mut |_| {}));
         // The same UUID spelled another way names no task.
         for other in [
             BUSY.to_uppercase(),
@@ -248,6 +259,6 @@ mod tests {
             assert!(!store.update(&other, &mut |_| {}), "{other}");
         }
         assert!(!store.read("not-a-uuid", &mut |_| {}));
-        assert_eq!(store.len(), 1);
+        assert_eq!(store.len(), 2);
     }
 }
