@@ -24,7 +24,7 @@ use crate::auth::Principal;
 use crate::config::RuleConfig;
 use crate::error::GatewayError;
 use crate::protocol::jsonrpc::{Method, RpcRequest};
-use crate::protocol::model::{Metadata, SendResult, StreamItem, Task};
+use crate::protocol::model::{Metadata, SendResult, Stamp, StreamItem, Task};
 use crate::protocol::ops::{ItemStream, ListTasksResponse};
 use crate::tasks::{FastMap, Tasks};
 
@@ -98,21 +98,36 @@ impl std::fmt::Display for Reason {
 pub struct Served {
     pub agent: Arc<str>,
     pub reason: Option<Reason>,
+    /// `reason` as written in replies.
+    route: Option<String>,
 }
 
 impl Served {
     pub fn new(agent: &Agent, reason: Option<Reason>) -> Served {
         Served {
             agent: agent.name.clone(),
+            route: reason.as_ref().map(Reason::to_string),
             reason,
         }
     }
 
+    /// Why the agent was chosen, as replies write it; None on an agent's own endpoint.
+    pub fn route(&self) -> Option<&str> {
+        self.route.as_deref()
+    }
+
+    /// The metadata entries a reply carries, for writers that add them as they write.
+    pub fn metadata_stamp(&self) -> Stamp<'_> {
+        Stamp::new(
+            (AGENT_KEY, &self.agent),
+            self.route.as_deref().map(|r| (ROUTE_KEY, r)),
+        )
+    }
+
     fn stamp(&self, metadata: &mut Option<Metadata>) {
         let metadata = metadata.get_or_insert_with(Metadata::new);
-        metadata.insert(AGENT_KEY.into(), Value::from(&*self.agent));
-        if let Some(reason) = &self.reason {
-            metadata.insert(ROUTE_KEY.into(), Value::from(reason.to_string()));
+        for (key, value) in self.metadata_stamp().entries() {
+            metadata.insert(key.into(), Value::from(value));
         }
     }
 
@@ -302,7 +317,7 @@ impl Router {
         rpc: &RpcRequest,
         caller: &Principal,
     ) -> Result<(&'a Arc<Agent>, Reason), GatewayError> {
-        let probe = Probe::read(rpc.params.as_deref());
+        let probe = Probe::read(rpc.params);
         match rpc.method {
             Method::SendMessage | Method::SendStreamingMessage => {
                 self.route_message(registry, tasks, contexts, probe, caller)

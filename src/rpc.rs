@@ -9,13 +9,13 @@ use crate::agents::Agent;
 use crate::auth::Principal;
 use crate::error::GatewayError;
 use crate::protocol::jsonrpc::{render_error, render_result, Method, RpcRequest};
-use crate::protocol::model::{SendResult, StreamItem, Task};
+use crate::protocol::model::{SendResult, Stamped, StreamItem, Task, TaskResult};
 use crate::protocol::ops::{ItemStream, SendRequest};
 use crate::protocol::params::{self, ListTasksParams, SendParams, TaskIdParams};
 use crate::protocol::v03::{StreamItemV03, V03};
 use crate::protocol::Dialect;
 use crate::routing::Served;
-use crate::service::A2aService;
+use crate::service::{A2aService, Sent};
 
 pub enum RpcReply {
     /// A JSON-RPC response body, the HTTP status to send it with, and for overload
@@ -56,7 +56,7 @@ pub async fn dispatch(
     service: &A2aService,
     agent: &Arc<Agent>,
     caller: &Principal,
-    req: RpcRequest,
+    req: RpcRequest<'_>,
     served: &Served,
 ) -> RpcReply {
     let RpcRequest {
@@ -65,14 +65,28 @@ pub async fn dispatch(
         dialect,
         params,
     } = req;
-    let params = params.as_deref();
     let outcome: Result<RpcReply, GatewayError> = async {
         match method {
             Method::SendMessage => {
                 let send = send_request(params::decode(params)?, dialect)?;
-                let mut result = service.send(agent, caller, send).await?;
-                served.stamp_result(&mut result);
-                ok(&id, dialect, &result)
+                let stamp = served.metadata_stamp();
+                let write = |task: &Task| {
+                    let task = Stamped { value: task, stamp };
+                    match dialect {
+                        Dialect::V10 => render_result(&id, TaskResult(task)),
+                        Dialect::V03 => render_result(&id, V03(&task)),
+                    }
+                };
+                match service
+                    .send_writing(agent, caller, send, Some(&write))
+                    .await?
+                {
+                    Sent::Written(body) => Ok(json(body)),
+                    Sent::Result(mut result) => {
+                        served.stamp_result(&mut result);
+                        ok(&id, dialect, &result)
+                    }
+                }
             }
             Method::SendStreamingMessage => {
                 let send = send_request(params::decode(params)?, dialect)?;

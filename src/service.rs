@@ -42,6 +42,18 @@ struct Prepared {
     fresh_context: bool,
 }
 
+/// How the caller will write a task that answers a send. Given one, the service writes the
+/// answer to a task it settles at once from the task it is about to store, not from a copy.
+pub type TaskWriter<'a> = &'a (dyn Fn(&Task) -> Result<Vec<u8>, GatewayError> + Sync);
+
+/// What a send returns: its result, or the answer already written by the [`TaskWriter`].
+// Moved once per send; boxing the result would cost an allocation on every other path.
+#[allow(clippy::large_enum_variant)]
+pub enum Sent {
+    Result(SendResult),
+    Written(Vec<u8>),
+}
+
 struct Started {
     task_id: String,
     updates: mpsc::Receiver<Result<Update, GatewayError>>,
@@ -73,9 +85,24 @@ impl A2aService {
         caller: &Principal,
         req: SendRequest,
     ) -> Result<SendResult, GatewayError> {
+        match self.send_writing(agent, caller, req, None).await? {
+            Sent::Result(result) => Ok(result),
+            Sent::Written(_) => Err(GatewayError::Internal("answer written unasked".into())),
+        }
+    }
+
+    /// [`Self::send`], leaving the writing of a task answer to `writer` where that saves
+    /// a copy of the task.
+    pub async fn send_writing(
+        &self,
+        agent: &Arc<Agent>,
+        caller: &Principal,
+        req: SendRequest,
+        writer: Option<TaskWriter<'_>>,
+    ) -> Result<Sent, GatewayError> {
         check_send(&req)?;
         match &agent.backend {
-            Backend::Local(backend) => self.send_local(agent, caller, backend, req).await,
+            Backend::Local(backend) => self.send_local(agent, caller, backend, req, writer).await,
             Backend::Remote(remote) => {
                 self.remote_owners.check_message(&req.message, caller)?;
                 let _turn = take_turn(agent, &req).await?;
@@ -99,7 +126,7 @@ impl A2aService {
                         }
                     }
                 }
-                Ok(result)
+                Ok(Sent::Result(result))
             }
         }
     }
@@ -216,11 +243,13 @@ impl A2aService {
         caller: &Principal,
         backend: &Arc<dyn AgentBackend>,
         req: SendRequest,
-    ) -> Result<SendResult, GatewayError> {
+        writer: Option<TaskWriter<'_>>,
+    ) -> Result<Sent, GatewayError> {
         let blocking = req.blocking;
         let history_length = req.history_length;
         let prepared = self.prepare(agent, caller, req.message)?;
-        let prepared = match self.answer_now(agent, caller, backend, prepared, history_length)? {
+        let answer_now = self.answer_now(agent, caller, backend, prepared, history_length, writer);
+        let prepared = match answer_now? {
             Ok(answer) => return Ok(answer),
             Err(later) => later,
         };
@@ -232,7 +261,7 @@ impl A2aService {
         while let Some(update) = updates.recv().await {
             let ends_stream = match update? {
                 Update::Item(item) => match *item {
-                    StreamItem::Message(m) => return Ok(SendResult::Message(m)),
+                    StreamItem::Message(m) => return Ok(Sent::Result(SendResult::Message(m))),
                     item => item.ends_stream(),
                 },
                 Update::Progress { ends_stream } => ends_stream,
@@ -254,7 +283,7 @@ impl A2aService {
                 t.view(history_length, true)
             })
             .ok_or_else(|| GatewayError::TaskNotFound(task_id.clone()))?;
-        Ok(SendResult::Task(task))
+        Ok(Sent::Result(SendResult::Task(task)))
     }
 
     /// Settles a new task on the caller's thread when the backend knows its outcome at once
@@ -267,7 +296,8 @@ impl A2aService {
         backend: &Arc<dyn AgentBackend>,
         p: Prepared,
         history_length: Option<usize>,
-    ) -> Result<Result<SendResult, Prepared>, GatewayError> {
+        writer: Option<TaskWriter<'_>>,
+    ) -> Result<Result<Sent, Prepared>, GatewayError> {
         if p.continuing.is_some() {
             return Ok(Err(p));
         }
@@ -287,7 +317,8 @@ impl A2aService {
         // Placed as the sink places an execution's task and messages (sink.rs).
         let (artifacts, state, said) = match outcome {
             Immediate::Message(m) => {
-                return Ok(Ok(SendResult::Message(m.placed(None, &context_id))));
+                let answer = SendResult::Message(m.placed(None, &context_id));
+                return Ok(Ok(Sent::Result(answer)));
             }
             Immediate::Task {
                 artifacts,
@@ -299,10 +330,14 @@ impl A2aService {
         let mut task = Task::submitted(task_id, context_id, message);
         task.artifacts = artifacts;
         task.set_status(TaskStatus::now(state, said));
-        let answer = task.view(history_length, true);
+        let whole = history_length.is_none_or(|n| n >= task.history.len());
+        let answer = match writer {
+            Some(write) if whole => Sent::Written(write(&task)?),
+            _ => Sent::Result(SendResult::Task(task.view(history_length, true))),
+        };
         self.tasks
             .create(agent.name.clone(), caller.id.clone(), task, None)?;
-        Ok(Ok(SendResult::Task(answer)))
+        Ok(Ok(answer))
     }
 
     /// Gives a message its task and context ids: a follow-up's from its task (which must

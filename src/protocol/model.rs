@@ -563,7 +563,7 @@ pub fn parse_timestamp(s: &str) -> Option<DateTime<Utc>> {
         .map(|n| n.and_utc())
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Task {
     pub id: String,
@@ -576,6 +576,106 @@ pub struct Task {
     pub history: Vec<Message>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Metadata>,
+}
+
+/// Entries a reply adds to the metadata of what it returns as it is written, replacing any
+/// the object carries under the same keys. One stored task can so be answered to each
+/// caller with its own note, without a copy to write the note into.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Stamp<'a>([Option<(&'a str, &'a str)>; 2]);
+
+impl<'a> Stamp<'a> {
+    pub const NONE: Stamp<'static> = Stamp([None, None]);
+
+    pub fn new(first: (&'a str, &'a str), second: Option<(&'a str, &'a str)>) -> Stamp<'a> {
+        Stamp([Some(first), second])
+    }
+
+    pub fn entries(&self) -> impl Iterator<Item = (&'a str, &'a str)> {
+        self.0.into_iter().flatten()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.iter().all(Option::is_none)
+    }
+
+    fn has(&self, key: &str) -> bool {
+        self.entries().any(|(k, _)| k == key)
+    }
+
+    /// The metadata written for an object whose own is `own`; None when there is none.
+    pub fn metadata(self, own: Option<&'a Metadata>) -> Option<StampedMetadata<'a>> {
+        (own.is_some() || !self.is_empty()).then_some(StampedMetadata { own, stamp: self })
+    }
+}
+
+/// An object's own metadata entries, then a [`Stamp`]'s.
+pub struct StampedMetadata<'a> {
+    own: Option<&'a Metadata>,
+    stamp: Stamp<'a>,
+}
+
+impl Serialize for StampedMetadata<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        for (k, v) in self.own.into_iter().flatten() {
+            if !self.stamp.has(k) {
+                m.serialize_entry(k, v)?;
+            }
+        }
+        for (k, v) in self.stamp.entries() {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
+/// A task written with a [`Stamp`] on its metadata.
+#[derive(Clone, Copy)]
+pub struct Stamped<'a, T> {
+    pub value: &'a T,
+    pub stamp: Stamp<'a>,
+}
+
+impl Serialize for Task {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        Stamped {
+            value: self,
+            stamp: Stamp::NONE,
+        }
+        .serialize(s)
+    }
+}
+
+impl Serialize for Stamped<'_, Task> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let t = self.value;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("id", &t.id)?;
+        m.serialize_entry("contextId", &t.context_id)?;
+        m.serialize_entry("status", &t.status)?;
+        if !t.artifacts.is_empty() {
+            m.serialize_entry("artifacts", &t.artifacts)?;
+        }
+        if !t.history.is_empty() {
+            m.serialize_entry("history", &t.history)?;
+        }
+        if let Some(md) = self.stamp.metadata(t.metadata.as_ref()) {
+            m.serialize_entry("metadata", &md)?;
+        }
+        m.end()
+    }
+}
+
+/// The 1.0 send result `{"task": ...}` for a borrowed, stamped task.
+pub struct TaskResult<'a>(pub Stamped<'a, Task>);
+
+impl Serialize for TaskResult<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(1))?;
+        m.serialize_entry("task", &self.0)?;
+        m.end()
+    }
 }
 
 impl Task {
@@ -761,6 +861,46 @@ impl Serialize for SendResult {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_stamp_adds_to_metadata_and_wins_over_its_own_keys() {
+        let mut task = Task::submitted("t".into(), "c".into(), Message::default());
+        let stamp = Stamp::new(
+            ("gateway/agent", "echo"),
+            Some(("gateway/route", "default")),
+        );
+        let written = |task: &Task| {
+            let v10 = serde_json::to_value(Stamped { value: task, stamp }).unwrap();
+            let v03 = serde_json::to_value(super::super::v03::V03(&Stamped { value: task, stamp }))
+                .unwrap();
+            assert_eq!(v10["metadata"], v03["metadata"]);
+            v10["metadata"].clone()
+        };
+        assert_eq!(
+            written(&task),
+            json!({"gateway/agent": "echo", "gateway/route": "default"})
+        );
+        task.metadata = Some(
+            json!({"gateway/agent": "old", "x": 1})
+                .as_object()
+                .unwrap()
+                .clone(),
+        );
+        assert_eq!(
+            written(&task),
+            json!({"gateway/agent": "echo", "gateway/route": "default", "x": 1})
+        );
+        // Unstamped, a task is written as it is.
+        assert_eq!(
+            serde_json::to_value(&task).unwrap()["metadata"]["gateway/agent"],
+            "old"
+        );
+        task.metadata = None;
+        assert!(serde_json::to_value(&task)
+            .unwrap()
+            .get("metadata")
+            .is_none());
+    }
 
     #[test]
     fn timestamps_are_written_like_chrono_writes_them() {

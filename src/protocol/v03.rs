@@ -7,8 +7,8 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::model::{
-    format_timestamp, Artifact, Message, Part, PartContent, SendResult, StreamItem, Task,
-    TaskArtifactUpdateEvent, TaskStatus, TaskStatusUpdateEvent, DATA_COMPAT_KEY,
+    format_timestamp, Artifact, Message, Part, PartContent, SendResult, Stamp, Stamped, StreamItem,
+    Task, TaskArtifactUpdateEvent, TaskStatus, TaskStatusUpdateEvent, DATA_COMPAT_KEY,
 };
 
 /// Borrowing adapter: `V03(&x)` serializes `x` in its 0.3 JSON-RPC form.
@@ -155,7 +155,17 @@ impl Serialize for V03<'_, TaskStatus> {
 
 impl Serialize for V03<'_, Task> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let t = self.0;
+        V03(&Stamped {
+            value: self.0,
+            stamp: Stamp::NONE,
+        })
+        .serialize(s)
+    }
+}
+
+impl Serialize for V03<'_, Stamped<'_, Task>> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let t = self.0.value;
         let mut m = s.serialize_map(None)?;
         m.serialize_entry("kind", "task")?;
         m.serialize_entry("id", &t.id)?;
@@ -167,8 +177,8 @@ impl Serialize for V03<'_, Task> {
         if !t.history.is_empty() {
             m.serialize_entry("history", &V03Seq(&t.history))?;
         }
-        if let Some(md) = &t.metadata {
-            m.serialize_entry("metadata", md)?;
+        if let Some(md) = self.0.stamp.metadata(t.metadata.as_ref()) {
+            m.serialize_entry("metadata", &md)?;
         }
         m.end()
     }

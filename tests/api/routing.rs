@@ -270,6 +270,20 @@ async fn named_endpoints_and_0_3_replies_name_their_agent_too() {
     assert_eq!(served_by(r.result()), ("other", ""));
     assert_eq!(r.result()["kind"], "task");
 
+    // The note is written into each reply, not stored with the task: read back on the
+    // agent's own endpoint, a task answered on /a2a has no route.
+    let (_, _, body) = via_shared(&gw, "SendMessage", msg("translate me", |_| {}), None).await;
+    let (agent, reason) = served_by(&body["result"]);
+    assert_eq!(agent, "other", "{body}");
+    assert!(!reason.is_empty(), "{body}");
+    let id = body["result"]["task"]["id"].clone();
+    for (d, method) in [(D::V10, "GetTask"), (D::V03, "tasks/get")] {
+        let r = gw
+            .call("/a2a/agents/other", d, method, json!({"id": id}))
+            .await;
+        assert_eq!(served_by(r.result()), ("other", ""), "{d:?}");
+    }
+
     // Every event of a stream says who sent it, on the shared endpoint with the reason.
     let events = gw
         .sse(
