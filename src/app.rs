@@ -148,6 +148,7 @@ impl Application {
         let cors = state.config.cors.clone();
         let rate_limited = state.rates.active();
         let request_spans = crate::http::request_spans_enabled();
+        let agent_names: Vec<Arc<str>> = state.registry.iter().map(|a| a.name.clone()).collect();
         let mut http = HttpServer::new(move || {
             App::new()
                 .app_data(state.clone())
@@ -159,7 +160,7 @@ impl Application {
                     request_spans,
                     TracingLogger::<LeanRootSpan>::new(),
                 ))
-                .configure(routes)
+                .configure(|cfg| routes(cfg, &agent_names))
                 // Registered last, so it runs first: preflights are answered before auth
                 // and without touching any limit.
                 .wrap(actix_web::middleware::Condition::new(

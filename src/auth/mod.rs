@@ -12,7 +12,7 @@ pub use jwt::JwksSource;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use actix_web::http::header::HeaderMap;
+use actix_web::http::header::{HeaderMap, HeaderName};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
@@ -20,6 +20,8 @@ use crate::config::{Access, AgentDef, AuthConfig, CredentialConfig};
 use jwt::JwtVerifier;
 
 pub const API_KEY_HEADER: &str = "X-API-Key";
+/// [`API_KEY_HEADER`], parsed once: looking a header up by string parses the name each time.
+static API_KEY_HEADER_NAME: HeaderName = HeaderName::from_static("x-api-key");
 
 /// Which agents a principal may call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -256,7 +258,7 @@ impl Authenticator {
     /// are not accepted are an error even for public agents: a client with a broken key
     /// should hear so, not be served as someone else.
     pub fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, AuthError> {
-        if let Some(key) = headers.get(API_KEY_HEADER) {
+        if let Some(key) = headers.get(&API_KEY_HEADER_NAME) {
             let rejected = |reason: &str| AuthError::Rejected {
                 scheme: Scheme::ApiKey,
                 reason: reason.into(),

@@ -13,16 +13,14 @@ pub fn check_content_type(req: &HttpRequest) -> Result<(), GatewayError> {
     let Some(value) = req.headers().get(header::CONTENT_TYPE) else {
         return Ok(());
     };
-    let raw = String::from_utf8_lossy(value.as_bytes());
-    let essence = raw
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
-    if essence == "application/json" || essence.ends_with("+json") {
+    let raw = value.as_bytes();
+    let essence = raw.split(|b| *b == b';').next().unwrap_or(raw).trim_ascii();
+    let json = essence.eq_ignore_ascii_case(b"application/json")
+        || (essence.len() >= 5 && essence[essence.len() - 5..].eq_ignore_ascii_case(b"+json"));
+    if json {
         Ok(())
     } else {
+        let essence = String::from_utf8_lossy(essence).to_ascii_lowercase();
         Err(GatewayError::ContentTypeNotSupported(format!(
             "\"{essence}\"; send JSON-RPC as application/json"
         )))

@@ -1,6 +1,8 @@
 //! `POST /a2a` and `POST /a2a/agents/{name}`: bytes in, JSON-RPC (or SSE) out. Every failure,
 //! including the ones before JSON-RPC parsing, answers with a JSON-RPC error body.
 
+use std::sync::Arc;
+
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::Value;
@@ -29,14 +31,14 @@ pub async fn named_agent(
     body: web::Payload,
     state: web::Data<AppState>,
 ) -> HttpResponse {
-    handle(req, body, state, Some(name.into_inner())).await
+    handle(req, body, state, Some(name.into_inner().into())).await
 }
 
-async fn handle(
+pub async fn handle(
     req: HttpRequest,
     body: web::Payload,
     state: web::Data<AppState>,
-    agent_name: Option<String>,
+    agent_name: Option<Arc<str>>,
 ) -> HttpResponse {
     let version = version_header(&req);
     let header_dialect = Dialect::from_version_header(version.as_deref());

@@ -8,7 +8,10 @@ mod jsonrpc;
 mod rest;
 mod sse;
 
-use actix_web::http::header;
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use actix_web::http::header::{self, HeaderName};
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
 
 use crate::agents::{Agent, Registry};
@@ -180,16 +183,29 @@ impl AppState {
     }
 }
 
-pub fn routes(cfg: &mut web::ServiceConfig) {
+/// Every route. `agents` are the configured agents' names: each gets its JSON-RPC path as
+/// a fixed one, which the router matches by comparing strings instead of running the
+/// pattern's regex on every call; the pattern still answers for names that are not agents.
+pub fn routes(cfg: &mut web::ServiceConfig, agents: &[Arc<str>]) {
     cfg.service(
         web::resource("/a2a")
             .route(web::post().to(jsonrpc::default_agent))
             .default_service(web::to(method_not_allowed)),
     )
     .service(web::resource("/a2a/health").route(web::get().to(health::health)))
-    .service(web::resource("/a2a/agents").route(web::get().to(cards::list_agents)))
-    // The hot route before the scopes, so it is matched without trying them first.
-    .service(
+    .service(web::resource("/a2a/agents").route(web::get().to(cards::list_agents)));
+    // The hot routes before the scopes, so they are matched without trying those first.
+    for name in agents {
+        let agent = name.clone();
+        cfg.service(
+            web::resource(format!("/a2a/agents/{name}"))
+                .route(web::post().to(move |req, body, state| {
+                    jsonrpc::handle(req, body, state, Some(agent.clone()))
+                }))
+                .default_service(web::to(method_not_allowed)),
+        );
+    }
+    cfg.service(
         web::resource("/a2a/agents/{name}")
             .route(web::post().to(jsonrpc::named_agent))
             .default_service(web::to(method_not_allowed)),
@@ -217,11 +233,7 @@ pub fn served_headers(resp: &mut HttpResponse, served: &Served) {
     if let Ok(v) = header::HeaderValue::from_str(&served.agent) {
         headers.insert(header::HeaderName::from_static("a2a-gateway-agent"), v);
     }
-    if let Some(Ok(v)) = served
-        .reason
-        .as_ref()
-        .map(|r| header::HeaderValue::from_str(&r.to_string()))
-    {
+    if let Some(Ok(v)) = served.route().map(header::HeaderValue::from_str) {
         headers.insert(header::HeaderName::from_static("a2a-gateway-route"), v);
     }
 }
@@ -250,14 +262,15 @@ pub async fn rate_limit_headers(
 
 /// The caller's `A2A-Version`: the header, or `?A2A-Version=` for clients that cannot set
 /// headers (the reference allows both).
-pub fn version_header(req: &HttpRequest) -> Option<String> {
-    if let Some(v) = req.headers().get("A2A-Version") {
-        return Some(String::from_utf8_lossy(v.as_bytes()).into_owned());
+pub fn version_header(req: &HttpRequest) -> Option<Cow<'_, str>> {
+    static A2A_VERSION: HeaderName = HeaderName::from_static("a2a-version");
+    if let Some(v) = req.headers().get(&A2A_VERSION) {
+        return Some(String::from_utf8_lossy(v.as_bytes()));
     }
     req.query_string()
         .split('&')
         .find_map(|kv| kv.strip_prefix("A2A-Version="))
-        .map(str::to_string)
+        .map(Cow::Borrowed)
 }
 
 /// A `GatewayError` on the HTTP+JSON binding: google.rpc.Status with its `ErrorInfo`, the

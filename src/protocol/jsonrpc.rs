@@ -1,6 +1,9 @@
 //! JSON-RPC 2.0 envelopes: turning request bytes into a typed [`RpcRequest`] with a precise
 //! error for every way a body can be wrong, and rendering results and errors per dialect.
 
+use std::borrow::Cow;
+
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -60,13 +63,14 @@ impl Method {
     }
 }
 
-/// A validated request. `params` stays raw until the operation knows its type.
+/// A validated request, borrowing from the body. `params` stays raw until the operation
+/// knows its type.
 #[derive(Debug)]
-pub struct RpcRequest {
+pub struct RpcRequest<'a> {
     pub id: Value,
     pub method: Method,
     pub dialect: Dialect,
-    pub params: Option<Box<RawValue>>,
+    pub params: Option<&'a RawValue>,
 }
 
 /// A request that failed before it could be dispatched, with what is needed to answer it.
@@ -78,20 +82,87 @@ pub struct RpcFailure {
 }
 
 #[derive(Deserialize)]
-struct Envelope {
-    jsonrpc: Option<Value>,
+struct Envelope<'a> {
+    #[serde(borrow)]
+    jsonrpc: Option<Text<'a>>,
     id: Option<Value>,
-    method: Option<Value>,
-    params: Option<Box<RawValue>>,
+    #[serde(borrow)]
+    method: Option<Text<'a>>,
+    #[serde(borrow)]
+    params: Option<&'a RawValue>,
+}
+
+/// A member that should be a string, read without copying it when it has no escapes;
+/// anything else is only remembered as "not a string".
+enum Text<'a> {
+    Str(Cow<'a, str>),
+    NotStr,
+}
+
+impl<'a> Text<'a> {
+    fn as_str(&self) -> Option<&str> {
+        match self {
+            Text::Str(s) => Some(s),
+            Text::NotStr => None,
+        }
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct TextVisitor;
+        impl<'de> serde::de::Visitor<'de> for TextVisitor {
+            type Value = Text<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Text<'de>, E> {
+                Ok(Text::Str(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Text<'de>, E> {
+                Ok(Text::Str(Cow::Owned(v.to_string())))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Text<'de>, E> {
+                Ok(Text::NotStr)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Text<'de>, E> {
+                Ok(Text::NotStr)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Text<'de>, E> {
+                Ok(Text::NotStr)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Text<'de>, E> {
+                Ok(Text::NotStr)
+            }
+            fn visit_unit<E>(self) -> Result<Text<'de>, E> {
+                Ok(Text::NotStr)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<Text<'de>, A::Error> {
+                while a.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Text::NotStr)
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<Text<'de>, A::Error> {
+                while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Text::NotStr)
+            }
+        }
+        d.deserialize_any(TextVisitor)
+    }
 }
 
 /// Parses and validates an envelope. `header` is the caller's `A2A-Version`, already parsed.
-pub fn parse_request(body: &[u8], header: Option<Dialect>) -> Result<RpcRequest, RpcFailure> {
+pub fn parse_request(body: &[u8], header: Option<Dialect>) -> Result<RpcRequest<'_>, RpcFailure> {
     let fallback = header.unwrap_or(Dialect::V03);
     let fail = |id: Value, dialect, error| RpcFailure { id, dialect, error };
     let first = body.iter().find(|b| !b.is_ascii_whitespace()).copied();
     if first != Some(b'{') {
-        let error = match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
+        let error = match serde_json::from_slice::<IgnoredAny>(body) {
             Err(e) => GatewayError::Parse(e.to_string()),
             Ok(_) if first == Some(b'[') => GatewayError::InvalidRequest(
                 "batch requests are not supported; send one JSON-RPC request object per HTTP request".into(),
@@ -130,7 +201,7 @@ pub fn parse_request(body: &[u8], header: Option<Dialect>) -> Result<RpcRequest,
             ))
         }
     };
-    if env.jsonrpc.as_ref().and_then(Value::as_str) != Some("2.0") {
+    if env.jsonrpc.as_ref().and_then(Text::as_str) != Some("2.0") {
         return Err(fail(
             id,
             fallback,
@@ -138,8 +209,8 @@ pub fn parse_request(body: &[u8], header: Option<Dialect>) -> Result<RpcRequest,
         ));
     }
     let name = match env.method {
-        Some(Value::String(name)) => name,
-        Some(_) => {
+        Some(Text::Str(name)) => name,
+        Some(Text::NotStr) => {
             return Err(fail(
                 id,
                 fallback,
@@ -155,7 +226,11 @@ pub fn parse_request(body: &[u8], header: Option<Dialect>) -> Result<RpcRequest,
         }
     };
     let Some((method, dialect)) = Method::lookup(&name) else {
-        return Err(fail(id, fallback, GatewayError::MethodNotFound(name)));
+        return Err(fail(
+            id,
+            fallback,
+            GatewayError::MethodNotFound(name.into_owned()),
+        ));
     };
     if let Some(p) = &env.params {
         let kind = p.get().trim_start().as_bytes().first().copied();
@@ -197,13 +272,22 @@ struct ErrorObject {
     data: Option<Value>,
 }
 
+/// Room for a typical answer (a one-message task is about 500 bytes), so writing one does
+/// not grow the buffer several times over.
+const RESULT_CAPACITY: usize = 1024;
+
 pub fn render_result<R: Serialize>(id: &Value, result: R) -> Result<Vec<u8>, GatewayError> {
-    serde_json::to_vec(&Success {
-        jsonrpc: "2.0",
-        id,
-        result,
-    })
-    .map_err(|e| GatewayError::Internal(format!("serializing result: {e}")))
+    let mut out = Vec::with_capacity(RESULT_CAPACITY);
+    serde_json::to_writer(
+        &mut out,
+        &Success {
+            jsonrpc: "2.0",
+            id,
+            result,
+        },
+    )
+    .map_err(|e| GatewayError::Internal(format!("serializing result: {e}")))?;
+    Ok(out)
 }
 
 pub fn render_error(id: &Value, dialect: Dialect, error: &GatewayError) -> Vec<u8> {
