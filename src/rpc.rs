@@ -9,10 +9,11 @@ use crate::agents::Agent;
 use crate::auth::Principal;
 use crate::error::GatewayError;
 use crate::protocol::jsonrpc::{render_error, render_result, Method, RpcRequest};
-use crate::protocol::model::{SendResult, Stamped, StreamItem, Task, TaskResult};
+use crate::protocol::model::{SendResult, Stamped, StreamItem, Task};
 use crate::protocol::ops::{ItemStream, SendRequest};
 use crate::protocol::params::{self, ListTasksParams, SendParams, TaskIdParams};
 use crate::protocol::v03::{StreamItemV03, V03};
+use crate::protocol::write;
 use crate::protocol::Dialect;
 use crate::routing::Served;
 use crate::service::{A2aService, Sent};
@@ -70,12 +71,10 @@ pub async fn dispatch(
             Method::SendMessage => {
                 let send = send_request(params::decode(params)?, dialect)?;
                 let stamp = served.metadata_stamp();
-                let write = |task: &Task| {
-                    let task = Stamped { value: task, stamp };
-                    match dialect {
-                        Dialect::V10 => render_result(&id, TaskResult(task)),
-                        Dialect::V03 => render_result(&id, V03(&task)),
-                    }
+                let write = |task: &Task| match dialect {
+                    Dialect::V10 => write::task_answer(&id, task, stamp)
+                        .map_err(|e| GatewayError::Internal(format!("serializing result: {e}"))),
+                    Dialect::V03 => render_result(&id, V03(&Stamped { value: task, stamp })),
                 };
                 match service
                     .send_writing(agent, caller, send, Some(&write))

@@ -7,6 +7,7 @@ pub mod ops;
 pub mod params;
 pub mod relay;
 pub mod v03;
+pub mod write;
 
 use crate::error::GatewayError;
 

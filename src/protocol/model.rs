@@ -519,7 +519,7 @@ pub fn format_timestamp(t: &DateTime<Utc>) -> String {
 
 /// [`format_timestamp`] without the formatting machinery, which showed in profiles of
 /// every reply; None outside the years 0 to 9999, which chrono writes differently.
-fn rfc3339_millis(t: &DateTime<Utc>) -> Option<[u8; 24]> {
+pub(crate) fn rfc3339_millis(t: &DateTime<Utc>) -> Option<[u8; 24]> {
     use chrono::{Datelike, Timelike};
     let year = u32::try_from(t.year()).ok().filter(|y| *y <= 9999)?;
     let mut out = *b"0000-00-00T00:00:00.000Z";
