@@ -65,11 +65,13 @@ pub async fn dispatch(
         method,
         dialect,
         params,
+        send: decoded,
     } = req;
+    let send_params = || decoded.map_or_else(|| params::decode(params), Ok);
     let outcome: Result<RpcReply, GatewayError> = async {
         match method {
             Method::SendMessage => {
-                let send = send_request(params::decode(params)?, dialect)?;
+                let send = send_request(send_params()?, dialect)?;
                 let stamp = served.metadata_stamp();
                 let write = |task: &Task| match dialect {
                     Dialect::V10 => write::task_answer(&id, task, stamp)
@@ -88,7 +90,7 @@ pub async fn dispatch(
                 }
             }
             Method::SendStreamingMessage => {
-                let send = send_request(params::decode(params)?, dialect)?;
+                let send = send_request(send_params()?, dialect)?;
                 let items = service.stream(agent, caller, send).await?;
                 Ok(RpcReply::Stream {
                     id: id.clone(),

@@ -12,7 +12,7 @@ use super::sse::event_stream;
 use super::{served_headers, version_header, AppState};
 use crate::error::GatewayError;
 use crate::limits::StreamSlot;
-use crate::protocol::jsonrpc::parse_request;
+use crate::protocol::jsonrpc::{parse_request, parse_request_for_agent};
 use crate::protocol::Dialect;
 use crate::routing::Served;
 use crate::rpc::{dispatch, render_stream_item, RpcReply};
@@ -73,7 +73,11 @@ pub async fn handle(
             return respond(&req, &state, RpcReply::error(&id, dialect, &e));
         }
     };
-    let rpc = match parse_request(&bytes, header_dialect) {
+    let parsed = match agent_name {
+        Some(_) => parse_request_for_agent(&bytes, header_dialect),
+        None => parse_request(&bytes, header_dialect),
+    };
+    let rpc = match parsed {
         Ok(r) => r,
         Err(f) => return respond(&req, &state, RpcReply::error(&f.id, f.dialect, &f.error)),
     };

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use super::params::SendParams;
 use super::Dialect;
 use crate::error::GatewayError;
 
@@ -64,13 +65,14 @@ impl Method {
 }
 
 /// A validated request, borrowing from the body. `params` stays raw until the operation
-/// knows its type.
+/// knows its type, unless a send's were decoded in the envelope's pass (`send`).
 #[derive(Debug)]
 pub struct RpcRequest<'a> {
     pub id: Value,
     pub method: Method,
     pub dialect: Dialect,
     pub params: Option<&'a RawValue>,
+    pub send: Option<SendParams>,
 }
 
 /// A request that failed before it could be dispatched, with what is needed to answer it.
@@ -153,6 +155,123 @@ impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
             }
         }
         d.deserialize_any(TextVisitor)
+    }
+}
+
+/// [`parse_request`] for an agent's own endpoint, where nothing reads a send's params before
+/// the send does: when `method` comes before `params`, as every SDK writes them, the params
+/// are decoded in the same pass instead of being kept raw and read again. A request this
+/// pass does not accept goes through [`parse_request`], which explains what is wrong.
+pub fn parse_request_for_agent(
+    body: &[u8],
+    header: Option<Dialect>,
+) -> Result<RpcRequest<'_>, RpcFailure> {
+    match serde_json::from_slice::<OnePass>(body) {
+        Ok(OnePass {
+            version_ok: true,
+            id: Some(id @ (Value::String(_) | Value::Number(_))),
+            method: Some((method, dialect)),
+            params,
+            send,
+        }) => Ok(RpcRequest {
+            id,
+            method,
+            dialect,
+            params,
+            send,
+        }),
+        _ => parse_request(body, header),
+    }
+}
+
+/// An envelope read in one pass (see [`parse_request_for_agent`]). Fails on anything out
+/// of the ordinary, from a string with escapes where a plain one was expected to params
+/// that are not an object.
+#[derive(Default)]
+struct OnePass<'a> {
+    version_ok: bool,
+    id: Option<Value>,
+    method: Option<(Method, Dialect)>,
+    params: Option<&'a RawValue>,
+    send: Option<SendParams>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for OnePass<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct OnePassVisitor;
+        impl<'de> serde::de::Visitor<'de> for OnePassVisitor {
+            type Value = OnePass<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON-RPC request object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<OnePass<'de>, A::Error> {
+                use serde::de::Error;
+                let mut out = OnePass::default();
+                let mut seen = [false; 4];
+                while let Some(key) = map.next_key::<&'de str>()? {
+                    let slot = match key {
+                        "jsonrpc" => 0,
+                        "id" => 1,
+                        "method" => 2,
+                        "params" => 3,
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                            continue;
+                        }
+                    };
+                    if std::mem::replace(&mut seen[slot], true) {
+                        return Err(A::Error::custom("duplicate member"));
+                    }
+                    match slot {
+                        0 => out.version_ok = map.next_value::<&str>()? == "2.0",
+                        1 => out.id = Some(map.next_value()?),
+                        2 => {
+                            let name = map.next_value::<&str>()?;
+                            out.method = Method::lookup(name);
+                        }
+                        _ => match out.method {
+                            Some((Method::SendMessage | Method::SendStreamingMessage, _)) => {
+                                out.send = Some(map.next_value::<Object<SendParams>>()?.0)
+                            }
+                            _ => {
+                                let raw = map.next_value::<&RawValue>()?;
+                                if !raw.get().trim_start().starts_with('{') {
+                                    return Err(A::Error::custom("params must be an object"));
+                                }
+                                out.params = Some(raw);
+                            }
+                        },
+                    }
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_map(OnePassVisitor)
+    }
+}
+
+/// A `T` that must be written as a JSON object (a derived struct would also take an array).
+struct Object<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct ObjectVisitor<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for ObjectVisitor<T> {
+            type Value = Object<T>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<Object<T>, A::Error> {
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(Object)
+            }
+        }
+        d.deserialize_map(ObjectVisitor(std::marker::PhantomData))
     }
 }
 
@@ -247,6 +366,7 @@ pub fn parse_request(body: &[u8], header: Option<Dialect>) -> Result<RpcRequest<
         method,
         dialect,
         params: env.params,
+        send: None,
     })
 }
 
@@ -340,6 +460,80 @@ mod tests {
             code(r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":[1]}"#),
             -32602
         );
+    }
+
+    /// The one-pass reader accepts what the two-pass one accepts, with the same send params,
+    /// and leaves everything else to it, so every error stays the same.
+    #[test]
+    fn one_pass_agrees_with_two_passes() {
+        let msg = r#"{"messageId":"m","role":"user","parts":[{"text":"hi"}]}"#;
+        let bodies = [
+            format!(r#"{{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{{"message":{msg}}}}}"#),
+            format!(r#"{{"params":{{"message":{msg}}},"method":"message/send","id":"a","jsonrpc":"2.0"}}"#),
+            format!(r#"{{"jsonrpc":"2.0","id":1,"method":"message/stream","params":{{"message":{msg},"x":[1]}},"extra":{{}}}}"#),
+            format!(r#"{{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":[{{"message":{msg}}}]}}"#),
+            format!(r#"{{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{{"message":{msg}}},"id":2}}"#),
+            format!(r#"{{"jsonrpc":"2.0","id":1,"method":"Send\u004dessage","params":{{"message":{msg}}}}}"#),
+            format!(r#"{{"json\u0072pc":"2.0","id":1,"method":"SendMessage","params":{{"message":{msg}}}}}"#),
+            format!(r#"{{"jsonrpc":"1.0","id":1,"method":"SendMessage","params":{{"message":{msg}}}}}"#),
+            format!(r#"{{"jsonrpc":2,"id":1,"method":"SendMessage","params":{{"message":{msg}}}}}"#),
+            format!(r#"{{"jsonrpc":"2.0","method":"SendMessage","params":{{"message":{msg}}}}}"#),
+            format!(r#"{{"jsonrpc":"2.0","id":[1],"method":"SendMessage","params":{{"message":{msg}}}}}"#),
+            format!(r#"{{"jsonrpc":"2.0","id":1,"method":"Nope","params":{{"message":{msg}}}}}"#),
+            format!(r#"{{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{{"message":{msg}}}}} x"#),
+            r#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":null}"#.into(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"role":"user"}}}"#.into(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"SendMessage"}"#.into(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"t"}}"#.into(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":["t"]}"#.into(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":null}"#.into(),
+            r#"[{"jsonrpc":"2.0","id":1,"method":"GetTask"}]"#.into(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"GetTask""#.into(),
+        ];
+        let decoded_at_once = |body: &String| {
+            parse_request_for_agent(body.as_bytes(), None).is_ok_and(|r| r.send.is_some())
+        };
+        assert!(decoded_at_once(&bodies[0]) && decoded_at_once(&bodies[2]));
+        assert!(
+            !decoded_at_once(&bodies[1]),
+            "params before the method are read later"
+        );
+        for body in &bodies {
+            let one = parse_request_for_agent(body.as_bytes(), Some(Dialect::V10));
+            let two = parse_request(body.as_bytes(), Some(Dialect::V10));
+            match (one, two) {
+                (Ok(one), Ok(two)) => {
+                    assert_eq!(
+                        (&one.id, one.method, one.dialect),
+                        (&two.id, two.method, two.dialect),
+                        "{body}"
+                    );
+                    let decoded = |r: &RpcRequest<'_>| match &r.send {
+                        Some(p) => Ok(format!("{p:?}")),
+                        None => crate::protocol::params::decode::<SendParams>(r.params)
+                            .map(|p| format!("{p:?}"))
+                            .map_err(|e| e.to_string()),
+                    };
+                    if one.method == Method::SendMessage
+                        || one.method == Method::SendStreamingMessage
+                    {
+                        assert_eq!(decoded(&one), decoded(&two), "{body}");
+                    } else {
+                        assert_eq!(
+                            one.params.map(RawValue::get),
+                            two.params.map(RawValue::get),
+                            "{body}"
+                        );
+                    }
+                }
+                (Err(one), Err(two)) => assert_eq!(
+                    (one.id, one.dialect, one.error.to_string()),
+                    (two.id, two.dialect, two.error.to_string()),
+                    "{body}"
+                ),
+                (one, two) => panic!("{body}: {one:?} vs {two:?}"),
+            }
+        }
     }
 
     #[test]

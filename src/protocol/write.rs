@@ -26,6 +26,30 @@ pub fn task_answer(id: &Value, task: &Task, stamp: Stamp<'_>) -> serde_json::Res
     Ok(w.0)
 }
 
+/// Whether JSON needs any of these bytes escaped (a control character, `"` or `\\`), eight
+/// bytes at a time. A false alarm only sends the string the slow way.
+fn needs_escape(bytes: &[u8]) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    // Exact per word: some byte of `v` is below `n` (n <= 128).
+    let has_below = |v: u64, n: u64| v.wrapping_sub(n * ONES) & !v & HIGHS != 0;
+    let has = |v: u64, b: u8| has_below(v ^ (u64::from(b) * ONES), 1);
+    let mut words = bytes.chunks_exact(8);
+    for word in &mut words {
+        let Ok(word) = <[u8; 8]>::try_from(word) else {
+            return true;
+        };
+        let v = u64::from_le_bytes(word);
+        if has_below(v, 0x20) || has(v, b'"') || has(v, b'\\') {
+            return true;
+        }
+    }
+    words
+        .remainder()
+        .iter()
+        .any(|&b| b < 0x20 || b == b'"' || b == b'\\')
+}
+
 struct Writer(Vec<u8>);
 
 impl Writer {
@@ -39,7 +63,7 @@ impl Writer {
 
     /// A JSON string: copied as is unless something in it must be escaped.
     fn str(&mut self, s: &str) -> serde_json::Result<()> {
-        if s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+        if needs_escape(s.as_bytes()) {
             return self.serde(s);
         }
         self.0.reserve(s.len() + 2);
@@ -318,6 +342,27 @@ mod tests {
         let mut all = vec![plain, full, bare, far];
         all.extend(states);
         all
+    }
+
+    #[test]
+    fn every_byte_that_needs_escaping_is_found_wherever_it_is() {
+        for byte in 0..=255u8 {
+            let want = byte < 0x20 || byte == b'"' || byte == b'\\';
+            for len in [1, 7, 8, 9, 16, 23] {
+                for at in 0..len {
+                    // Neighbours that push the word arithmetic to its edges.
+                    for fill in [b'a', 0x7f, 0x80, 0xff, 0x21, 0x5d] {
+                        let mut s = vec![fill; len];
+                        s[at] = byte;
+                        assert_eq!(
+                            needs_escape(&s),
+                            want,
+                            "{byte:#x} at {at} of {len} in {fill:#x}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]
