@@ -73,6 +73,7 @@ pub async fn handle(
             return respond(&req, &state, RpcReply::error(&id, dialect, &e));
         }
     };
+    // On /a2a the router reads the raw params before anything else does.
     let parsed = match agent_name {
         Some(_) => parse_request_for_agent(&bytes, header_dialect),
         None => parse_request(&bytes, header_dialect),
