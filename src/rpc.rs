@@ -67,7 +67,7 @@ pub async fn dispatch(
         params,
         send: decoded,
     } = req;
-    let send_params = || decoded.map_or_else(|| params::decode(params), Ok);
+    let send_params = || decoded.map_or_else(|| params::decode(params), |p| Ok(*p));
     let outcome: Result<RpcReply, GatewayError> = async {
         match method {
             Method::SendMessage => {

@@ -72,7 +72,8 @@ pub struct RpcRequest<'a> {
     pub method: Method,
     pub dialect: Dialect,
     pub params: Option<&'a RawValue>,
-    pub send: Option<SendParams>,
+    /// Boxed: the request is moved several times on its way, and a send's params are large.
+    pub send: Option<Box<SendParams>>,
 }
 
 /// A request that failed before it could be dispatched, with what is needed to answer it.
@@ -166,7 +167,11 @@ pub fn parse_request_for_agent(
     body: &[u8],
     header: Option<Dialect>,
 ) -> Result<RpcRequest<'_>, RpcFailure> {
-    match serde_json::from_slice::<OnePass>(body) {
+    // Read as text: serde_json then need not check each string's UTF-8 on its own.
+    let Ok(text) = std::str::from_utf8(body) else {
+        return parse_request(body, header);
+    };
+    match serde_json::from_str::<OnePass>(text) {
         Ok(OnePass {
             version_ok: true,
             id: Some(id @ (Value::String(_) | Value::Number(_))),
@@ -193,7 +198,7 @@ struct OnePass<'a> {
     id: Option<Value>,
     method: Option<(Method, Dialect)>,
     params: Option<&'a RawValue>,
-    send: Option<SendParams>,
+    send: Option<Box<SendParams>>,
 }
 
 impl<'de: 'a, 'a> Deserialize<'de> for OnePass<'a> {
@@ -234,7 +239,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for OnePass<'a> {
                         }
                         _ => match out.method {
                             Some((Method::SendMessage | Method::SendStreamingMessage, _)) => {
-                                out.send = Some(map.next_value::<Object<SendParams>>()?.0)
+                                out.send = Some(map.next_value::<Object<Box<SendParams>>>()?.0)
                             }
                             _ => {
                                 let raw = map.next_value::<&RawValue>()?;
@@ -498,6 +503,14 @@ mod tests {
             !decoded_at_once(&bodies[1]),
             "params before the method are read later"
         );
+        // Not UTF-8: the careful reader explains it.
+        let bad = b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"SendMessage\",\"params\":\"\xff\"}";
+        let (one, two) = (
+            parse_request_for_agent(bad, None).unwrap_err(),
+            parse_request(bad, None).unwrap_err(),
+        );
+        assert_eq!(one.error.to_string(), two.error.to_string());
+        assert_eq!(one.error.code(), -32700);
         for body in &bodies {
             let one = parse_request_for_agent(body.as_bytes(), Some(Dialect::V10));
             let two = parse_request(body.as_bytes(), Some(Dialect::V10));
