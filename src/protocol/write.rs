@@ -12,7 +12,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::model::{
-    format_timestamp, rfc3339_millis, Artifact, Message, Part, PartContent, Stamp, Task, TaskStatus,
+    format_timestamp, rfc3339_millis, Artifact, Message, Metadata, Part, PartContent, Stamp, Task,
+    TaskStatus,
 };
 
 /// `{"jsonrpc":"2.0","id":…,"result":{"task":…}}` for `task`, with `stamp` on its metadata.
@@ -78,6 +79,15 @@ impl Writer {
         if let Some(v) = value {
             self.raw(key);
             self.str(v)?;
+        }
+        Ok(())
+    }
+
+    /// `,"metadata":{...}` when there is any.
+    fn metadata(&mut self, md: Option<&Metadata>) -> serde_json::Result<()> {
+        if let Some(md) = md {
+            self.raw(b",\"metadata\":");
+            self.serde(md)?;
         }
         Ok(())
     }
@@ -177,10 +187,7 @@ impl Writer {
         self.raw(m.role.v10_name().as_bytes());
         self.raw(b"\",\"parts\":");
         self.seq(&m.parts, Self::part)?;
-        if let Some(md) = &m.metadata {
-            self.raw(b",\"metadata\":");
-            self.serde(md)?;
-        }
+        self.metadata(m.metadata.as_ref())?;
         self.strs(b",\"extensions\":", &m.extensions)?;
         self.strs(b",\"referenceTaskIds\":", &m.reference_task_ids)?;
         self.0.push(b'}');
@@ -194,10 +201,7 @@ impl Writer {
         self.opt_str(b",\"description\":", a.description.as_ref())?;
         self.raw(b",\"parts\":");
         self.seq(&a.parts, Self::part)?;
-        if let Some(md) = &a.metadata {
-            self.raw(b",\"metadata\":");
-            self.serde(md)?;
-        }
+        self.metadata(a.metadata.as_ref())?;
         self.strs(b",\"extensions\":", &a.extensions)?;
         self.0.push(b'}');
         Ok(())
@@ -222,10 +226,7 @@ impl Writer {
                 self.serde(v)?;
             }
         }
-        if let Some(md) = &p.metadata {
-            self.raw(b",\"metadata\":");
-            self.serde(md)?;
-        }
+        self.metadata(p.metadata.as_ref())?;
         self.opt_str(b",\"filename\":", p.filename.as_ref())?;
         self.opt_str(b",\"mediaType\":", p.media_type.as_ref())?;
         self.0.push(b'}');
