@@ -97,8 +97,7 @@ impl std::fmt::Display for Reason {
 #[derive(Debug, Clone)]
 pub struct Served {
     pub agent: Arc<str>,
-    pub reason: Option<Reason>,
-    /// `reason` as written in replies.
+    /// The [`Reason`], as replies write it.
     route: Option<String>,
 }
 
@@ -107,7 +106,6 @@ impl Served {
         Served {
             agent: agent.name.clone(),
             route: reason.as_ref().map(Reason::to_string),
-            reason,
         }
     }
 

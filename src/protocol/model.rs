@@ -667,17 +667,6 @@ impl Serialize for Stamped<'_, Task> {
     }
 }
 
-/// The 1.0 send result `{"task": ...}` for a borrowed, stamped task.
-pub struct TaskResult<'a>(pub Stamped<'a, Task>);
-
-impl Serialize for TaskResult<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_map(Some(1))?;
-        m.serialize_entry("task", &self.0)?;
-        m.end()
-    }
-}
-
 impl Task {
     /// A new task, submitted with its first (user) message.
     pub fn submitted(id: String, context_id: String, first: Message) -> Task {

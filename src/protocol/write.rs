@@ -238,7 +238,7 @@ impl Writer {
 mod tests {
     use super::*;
     use crate::protocol::jsonrpc::render_result;
-    use crate::protocol::model::{Role, Stamped, TaskResult, TaskState};
+    use crate::protocol::model::{Role, Stamped, TaskState};
     use chrono::{DateTime, Utc};
     use serde_json::json;
 
@@ -366,6 +366,12 @@ mod tests {
         }
     }
 
+    /// The 1.0 send result, `{"task": ...}`.
+    #[derive(Serialize)]
+    struct Answer<'a> {
+        task: Stamped<'a, Task>,
+    }
+
     #[test]
     fn writes_the_bytes_serde_writes() {
         let stamps = [
@@ -382,10 +388,12 @@ mod tests {
                     let fast = task_answer(&id, &task, stamp).unwrap();
                     let serde = render_result(
                         &id,
-                        TaskResult(Stamped {
-                            value: &task,
-                            stamp,
-                        }),
+                        Answer {
+                            task: Stamped {
+                                value: &task,
+                                stamp,
+                            },
+                        },
                     )
                     .unwrap();
                     assert_eq!(
