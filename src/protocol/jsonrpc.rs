@@ -399,7 +399,7 @@ struct ErrorObject {
 
 /// Room for a typical answer (a one-message task is about 500 bytes), so writing one does
 /// not grow the buffer several times over.
-const RESULT_CAPACITY: usize = 1024;
+pub(crate) const RESULT_CAPACITY: usize = 1024;
 
 pub fn render_result<R: Serialize>(id: &Value, result: R) -> Result<Vec<u8>, GatewayError> {
     let mut out = Vec::with_capacity(RESULT_CAPACITY);

@@ -11,6 +11,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
+use super::jsonrpc::RESULT_CAPACITY;
 use super::model::{
     format_timestamp, rfc3339_millis, Artifact, Message, Metadata, Part, PartContent, Stamp, Task,
     TaskStatus,
@@ -18,7 +19,7 @@ use super::model::{
 
 /// `{"jsonrpc":"2.0","id":…,"result":{"task":…}}` for `task`, with `stamp` on its metadata.
 pub fn task_answer(id: &Value, task: &Task, stamp: Stamp<'_>) -> serde_json::Result<Vec<u8>> {
-    let mut w = Writer(Vec::with_capacity(1024));
+    let mut w = Writer(Vec::with_capacity(RESULT_CAPACITY));
     w.raw(b"{\"jsonrpc\":\"2.0\",\"id\":");
     w.serde(id)?;
     w.raw(b",\"result\":{\"task\":");
@@ -27,8 +28,8 @@ pub fn task_answer(id: &Value, task: &Task, stamp: Stamp<'_>) -> serde_json::Res
     Ok(w.0)
 }
 
-/// Whether JSON needs any of these bytes escaped (a control character, `"` or `\\`), eight
-/// bytes at a time. A false alarm only sends the string the slow way.
+/// Whether JSON needs any of these bytes escaped (a control character, `"` or `\`), eight
+/// bytes at a time.
 fn needs_escape(bytes: &[u8]) -> bool {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
