@@ -1,8 +1,6 @@
 //! JSON-RPC 2.0 envelopes: turning request bytes into a typed [`RpcRequest`] with a precise
 //! error for every way a body can be wrong, and rendering results and errors per dialect.
 
-use std::borrow::Cow;
-
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -86,77 +84,16 @@ pub struct RpcFailure {
 
 #[derive(Deserialize)]
 struct Envelope<'a> {
-    #[serde(borrow)]
-    jsonrpc: Option<Text<'a>>,
+    jsonrpc: Option<Value>,
     id: Option<Value>,
-    #[serde(borrow)]
-    method: Option<Text<'a>>,
+    method: Option<Value>,
     #[serde(borrow)]
     params: Option<&'a RawValue>,
 }
 
-/// A member that should be a string, read without copying it when it has no escapes;
-/// anything else is only remembered as "not a string".
-enum Text<'a> {
-    Str(Cow<'a, str>),
-    NotStr,
-}
-
-impl<'a> Text<'a> {
-    fn as_str(&self) -> Option<&str> {
-        match self {
-            Text::Str(s) => Some(s),
-            Text::NotStr => None,
-        }
-    }
-}
-
-impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct TextVisitor;
-        impl<'de> serde::de::Visitor<'de> for TextVisitor {
-            type Value = Text<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Text<'de>, E> {
-                Ok(Text::Str(Cow::Borrowed(v)))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Text<'de>, E> {
-                Ok(Text::Str(Cow::Owned(v.to_string())))
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Text<'de>, E> {
-                Ok(Text::NotStr)
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Text<'de>, E> {
-                Ok(Text::NotStr)
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<Text<'de>, E> {
-                Ok(Text::NotStr)
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Text<'de>, E> {
-                Ok(Text::NotStr)
-            }
-            fn visit_unit<E>(self) -> Result<Text<'de>, E> {
-                Ok(Text::NotStr)
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(
-                self,
-                mut a: A,
-            ) -> Result<Text<'de>, A::Error> {
-                while a.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(Text::NotStr)
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut a: A,
-            ) -> Result<Text<'de>, A::Error> {
-                while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                Ok(Text::NotStr)
-            }
-        }
-        d.deserialize_any(TextVisitor)
-    }
+/// `params`, when present, must be an object (a null reads as absent).
+fn is_object(params: &RawValue) -> bool {
+    params.get().trim_start().starts_with('{')
 }
 
 /// [`parse_request`] for an agent's own endpoint, where nothing reads a send's params before
@@ -243,7 +180,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for OnePass<'a> {
                             }
                             _ => {
                                 let raw = map.next_value::<&RawValue>()?;
-                                if !raw.get().trim_start().starts_with('{') {
+                                if !is_object(raw) {
                                     return Err(A::Error::custom("params must be an object"));
                                 }
                                 out.params = Some(raw);
@@ -325,7 +262,7 @@ pub fn parse_request(body: &[u8], header: Option<Dialect>) -> Result<RpcRequest<
             ))
         }
     };
-    if env.jsonrpc.as_ref().and_then(Text::as_str) != Some("2.0") {
+    if env.jsonrpc.as_ref().and_then(Value::as_str) != Some("2.0") {
         return Err(fail(
             id,
             fallback,
@@ -333,8 +270,8 @@ pub fn parse_request(body: &[u8], header: Option<Dialect>) -> Result<RpcRequest<
         ));
     }
     let name = match env.method {
-        Some(Text::Str(name)) => name,
-        Some(Text::NotStr) => {
+        Some(Value::String(name)) => name,
+        Some(_) => {
             return Err(fail(
                 id,
                 fallback,
@@ -350,15 +287,10 @@ pub fn parse_request(body: &[u8], header: Option<Dialect>) -> Result<RpcRequest<
         }
     };
     let Some((method, dialect)) = Method::lookup(&name) else {
-        return Err(fail(
-            id,
-            fallback,
-            GatewayError::MethodNotFound(name.into_owned()),
-        ));
+        return Err(fail(id, fallback, GatewayError::MethodNotFound(name)));
     };
-    if let Some(p) = &env.params {
-        let kind = p.get().trim_start().as_bytes().first().copied();
-        if kind != Some(b'{') && p.get().trim() != "null" {
+    if let Some(p) = env.params {
+        if !is_object(p) {
             return Err(fail(
                 id,
                 dialect,

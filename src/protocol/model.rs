@@ -581,7 +581,7 @@ pub struct Task {
 /// Entries a reply adds to the metadata of what it returns as it is written, replacing any
 /// the object carries under the same keys. One stored task can so be answered to each
 /// caller with its own note, without a copy to write the note into.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct Stamp<'a>([Option<(&'a str, &'a str)>; 2]);
 
 impl<'a> Stamp<'a> {
