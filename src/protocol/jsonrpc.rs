@@ -242,18 +242,11 @@ pub fn parse_request(body: &[u8], header: Option<Dialect>) -> Result<RpcRequest<
         };
         fail(Value::Null, fallback, error)
     })?;
+    // A2A has no notifications and clients wait for an answer, so a request without an
+    // id is judged like one with `"id": null` (as the official SDKs do), not dropped.
     let id = match env.id {
-        Some(id @ (Value::String(_) | Value::Number(_))) => id,
-        Some(Value::Null) | None => {
-            return Err(fail(
-                Value::Null,
-                fallback,
-                GatewayError::InvalidRequest(
-                    "\"id\" is required (a string or number); notifications are not supported"
-                        .into(),
-                ),
-            ))
-        }
+        Some(id @ (Value::String(_) | Value::Number(_) | Value::Null)) => id,
+        None => Value::Null,
         Some(_) => {
             return Err(fail(
                 Value::Null,
@@ -386,7 +379,10 @@ mod tests {
         assert_eq!(code(""), -32700);
         assert_eq!(code("[1]"), -32600);
         assert_eq!(code("42"), -32600);
-        assert_eq!(code(r#"{"jsonrpc":"2.0","method":"GetTask"}"#), -32600);
+        assert_eq!(
+            code(r#"{"jsonrpc":"2.0","id":{},"method":"GetTask"}"#),
+            -32600
+        );
         assert_eq!(
             code(r#"{"jsonrpc":"1.0","id":1,"method":"GetTask"}"#),
             -32600
@@ -479,6 +475,23 @@ mod tests {
                 (one, two) => panic!("{body}: {one:?} vs {two:?}"),
             }
         }
+    }
+
+    /// A request without an id is judged like one with `"id": null`.
+    #[test]
+    fn a_missing_id_is_judged_as_null() {
+        assert_eq!(
+            code(r#"{"jsonrpc":"2.0","method":"message/ssend","params":{}}"#),
+            -32601
+        );
+        let r = parse_request(
+            br#"{"jsonrpc":"2.0","method":"GetTask","params":{"id":"t"}}"#,
+            None,
+        )
+        .unwrap();
+        assert_eq!((r.id, r.method), (Value::Null, Method::GetTask));
+        let r = parse_request(br#"{"jsonrpc":"2.0","id":null,"method":"GetTask"}"#, None).unwrap();
+        assert_eq!(r.id, Value::Null);
     }
 
     #[test]

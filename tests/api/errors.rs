@@ -108,14 +108,33 @@ fn cases(d: D) -> Vec<Case> {
             "Invalid request: \"jsonrpc\" must be exactly \"2.0\"",
             Some("INVALID_REQUEST"),
         ),
+        // No id: judged like `"id": null` (the official SDKs do the same).
         case(
-            "missing id",
+            "missing id, unknown method",
             d,
-            json!({"jsonrpc":"2.0","method":d.get()}).to_string(),
+            json!({"jsonrpc":"2.0","method":"message/ssend","params":{}}).to_string(),
             200,
-            -32600,
-            "Invalid request: \"id\" is required",
-            None,
+            -32601,
+            "Method not found: message/ssend",
+            Some("METHOD_NOT_FOUND"),
+        ),
+        case(
+            "missing id, bad params",
+            d,
+            json!({"jsonrpc":"2.0","method":d.send(),"params":{"":"x"}}).to_string(),
+            200,
+            -32602,
+            "Invalid params: missing field `message`",
+            Some("INVALID_PARAMS"),
+        ),
+        case(
+            "null id, unknown task",
+            d,
+            json!({"jsonrpc":"2.0","id":null,"method":d.get(),"params":{"id":"nope"}}).to_string(),
+            200,
+            -32001,
+            "Task not found",
+            Some("TASK_NOT_FOUND"),
         ),
         case(
             "object id",
@@ -304,6 +323,12 @@ async fn every_bad_input_gets_a_precise_error_in_both_dialects() {
                 r.message()
             );
             check_error_shape(d, &r.body, c.reason, &label);
+            let sent_id = serde_json::from_str::<Value>(&c.body)
+                .ok()
+                .and_then(|b| b.get("id").cloned())
+                .filter(|id| id.is_string() || id.is_number())
+                .unwrap_or(Value::Null);
+            assert_eq!(r.body["id"], sent_id, "{label}: the id comes back as sent");
         }
     }
     let health = gw.client.get(gw.url("/a2a/health")).send().await.unwrap();
