@@ -161,6 +161,8 @@ impl Application {
                     TracingLogger::<LeanRootSpan>::new(),
                 ))
                 .configure(|cfg| routes(cfg, &agent_names))
+                // Before routing: `/a2a/agents/echo/` is `/a2a/agents/echo` on every route.
+                .wrap(crate::http::TrimTrailingSlash)
                 // Registered last, so it runs first: preflights are answered before auth
                 // and without touching any limit.
                 .wrap(actix_web::middleware::Condition::new(

@@ -8,6 +8,7 @@ use serde_json::{json, Map, Value};
 /// implementation-defined server range, away from A2A's -32001..-32009.
 pub mod gateway_codes {
     pub const AGENT_NOT_FOUND: i64 = -32040;
+    pub const ENDPOINT_NOT_FOUND: i64 = -32044;
     pub const UNAUTHENTICATED: i64 = -32041;
     pub const FORBIDDEN: i64 = -32043;
     pub const AGENT_BUSY: i64 = -32050;
@@ -62,6 +63,11 @@ pub enum GatewayError {
         name: String,
         available: Vec<String>,
     },
+    /// A POST to a path that is no JSON-RPC endpoint.
+    #[error(
+        "No endpoint at {0}: JSON-RPC calls go to /a2a or /a2a/agents/<name> (see /a2a/agents)"
+    )]
+    EndpointNotFound(String),
     #[error("Agent {0} is busy: its mailbox is full, retry later")]
     AgentBusy(String),
     #[error("Agent {agent} is unavailable: {reason}")]
@@ -117,6 +123,7 @@ impl GatewayError {
             GatewayError::ExtendedCardNotConfigured => -32007,
             GatewayError::VersionNotSupported { .. } => -32009,
             GatewayError::AgentNotFound { .. } => AGENT_NOT_FOUND,
+            GatewayError::EndpointNotFound(_) => ENDPOINT_NOT_FOUND,
             GatewayError::Unauthenticated { .. } => UNAUTHENTICATED,
             GatewayError::Forbidden => FORBIDDEN,
             GatewayError::AgentBusy(_) => AGENT_BUSY,
@@ -148,6 +155,7 @@ impl GatewayError {
             GatewayError::ExtendedCardNotConfigured => "EXTENDED_AGENT_CARD_NOT_CONFIGURED",
             GatewayError::VersionNotSupported { .. } => "VERSION_NOT_SUPPORTED",
             GatewayError::AgentNotFound { .. } => "AGENT_NOT_FOUND",
+            GatewayError::EndpointNotFound(_) => "ENDPOINT_NOT_FOUND",
             GatewayError::Unauthenticated { .. } => "UNAUTHENTICATED",
             GatewayError::Forbidden => "PERMISSION_DENIED",
             GatewayError::AgentBusy(_) => "AGENT_BUSY",
@@ -166,6 +174,7 @@ impl GatewayError {
     pub fn domain(&self) -> &'static str {
         match self {
             GatewayError::AgentNotFound { .. }
+            | GatewayError::EndpointNotFound(_)
             | GatewayError::Unauthenticated { .. }
             | GatewayError::Forbidden
             | GatewayError::AgentBusy(_)
@@ -185,7 +194,7 @@ impl GatewayError {
     /// overloaded) get their HTTP status too, with the same JSON-RPC body.
     pub fn jsonrpc_http_status(&self) -> u16 {
         match self {
-            GatewayError::AgentNotFound { .. } => 404,
+            GatewayError::AgentNotFound { .. } | GatewayError::EndpointNotFound(_) => 404,
             GatewayError::Unauthenticated { .. } => 401,
             GatewayError::Forbidden => 403,
             GatewayError::RateLimited { .. } | GatewayError::TooManyStreams(_) => 429,
@@ -221,12 +230,16 @@ impl GatewayError {
             | GatewayError::TaskNotCancelable { .. }
             | GatewayError::PushNotSupported
             | GatewayError::UnsupportedOperation(_)
-            | GatewayError::ContentTypeNotSupported(_)
             | GatewayError::ExtendedCardNotConfigured
             | GatewayError::VersionNotSupported { .. } => 400,
+            // The gateway raises this only for the request's own Content-Type, which HTTP
+            // answers with 415 on either binding. (1.0.1 maps -32005 to 400, but there it
+            // means a part's media type, which the gateway never refuses.)
+            GatewayError::ContentTypeNotSupported(_) => 415,
             GatewayError::MethodNotFound(_)
             | GatewayError::TaskNotFound(_)
-            | GatewayError::AgentNotFound { .. } => 404,
+            | GatewayError::AgentNotFound { .. }
+            | GatewayError::EndpointNotFound(_) => 404,
             GatewayError::Unauthenticated { .. } => 401,
             GatewayError::Forbidden => 403,
             GatewayError::RateLimited { .. } | GatewayError::TooManyStreams(_) => 429,
@@ -273,6 +286,9 @@ impl GatewayError {
         match self {
             GatewayError::TaskNotFound(id) | GatewayError::TaskNotCancelable { id, .. } => {
                 m.insert("taskId".into(), Value::String(id.clone()));
+            }
+            GatewayError::EndpointNotFound(path) => {
+                m.insert("path".into(), Value::String(path.clone()));
             }
             GatewayError::MethodNotFound(method) => {
                 m.insert("method".into(), Value::String(method.clone()));
@@ -377,7 +393,7 @@ fn rest_status_for_code(code: i64) -> u16 {
 
 fn grpc_status_name(http: u16) -> &'static str {
     match http {
-        400 => "INVALID_ARGUMENT",
+        400 | 415 => "INVALID_ARGUMENT",
         401 => "UNAUTHENTICATED",
         403 => "PERMISSION_DENIED",
         429 => "RESOURCE_EXHAUSTED",

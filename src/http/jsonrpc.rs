@@ -133,6 +133,41 @@ pub async fn handle(
     resp
 }
 
+/// A POST to a path that is no endpoint. JSON-RPC clients read the answer as a JSON-RPC
+/// error (with their request's id when it parses); proxies see the 404. A path under an
+/// agent that does not exist names the agents there are, as `/a2a/agents/<unknown>` does.
+pub async fn unknown_endpoint(
+    req: HttpRequest,
+    body: web::Payload,
+    state: web::Data<AppState>,
+) -> HttpResponse {
+    let header = Dialect::from_version_header(version_header(&req).as_deref())
+        .ok()
+        .flatten();
+    let unknown_agent = req
+        .path()
+        .strip_prefix("/a2a/agents/")
+        .and_then(|rest| rest.split('/').next())
+        .filter(|name| state.registry.get(name).is_none());
+    let error = match unknown_agent {
+        Some(name) => match state.authenticate(&req) {
+            Ok(caller) => state.missing_agent(&caller, name),
+            Err(e) => e,
+        },
+        None => GatewayError::EndpointNotFound(req.path().to_string()),
+    };
+    // The body only lends its id and dialect to the answer; one that cannot be read
+    // (too large, cut off) leaves them at their defaults.
+    let bytes = read_body(&req, body, state.config.limits.max_body_bytes)
+        .await
+        .unwrap_or_default();
+    let (id, dialect) = match parse_request(&bytes, header) {
+        Ok(r) => (r.id, r.dialect),
+        Err(f) => (f.id, f.dialect),
+    };
+    respond(&req, &state, RpcReply::error(&id, dialect, &error))
+}
+
 fn respond(req: &HttpRequest, state: &AppState, reply: RpcReply) -> HttpResponse {
     respond_with(req, state, reply, None)
 }

@@ -5,6 +5,7 @@ mod body;
 mod cards;
 mod health;
 mod jsonrpc;
+mod normalize;
 mod rest;
 mod sse;
 
@@ -22,6 +23,8 @@ use crate::error::GatewayError;
 use crate::limits::{RateInfo, RateLimits, StreamGauge, StreamSlot};
 use crate::routing::{Router, Served};
 use crate::service::A2aService;
+
+pub(crate) use normalize::TrimTrailingSlash;
 
 /// The request span: method, path and status only. The default builder records a dozen
 /// fields and draws a random request id per request, which cost about a tenth of the
@@ -217,12 +220,18 @@ pub fn routes(cfg: &mut web::ServiceConfig, agents: &[Arc<str>]) {
             "/a2a/agents/{name}/card",
             "/a2a/agents/{name}/.well-known/agent-card.json",
             "/a2a/agents/{name}/.well-known/agent.json",
+            "/a2a/agents/{name}/.well-known/agent-card",
         ])
         .route(web::get().to(cards::agent_card)),
     )
     .service(
-        web::resource(["/.well-known/agent-card.json", "/.well-known/agent.json"])
-            .route(web::get().to(cards::gateway_card)),
+        // `agent-card` without `.json` is what JAF-style clients ask for.
+        web::resource([
+            "/.well-known/agent-card.json",
+            "/.well-known/agent.json",
+            "/.well-known/agent-card",
+        ])
+        .route(web::get().to(cards::gateway_card)),
     )
     .default_service(web::to(not_found));
 }
@@ -303,7 +312,15 @@ fn rest_error(status: u16, message: String) -> HttpResponse {
     }}))
 }
 
-async fn not_found(req: HttpRequest) -> HttpResponse {
+/// A POST is answered as JSON-RPC (its client speaks it), anything else as plain JSON.
+async fn not_found(
+    req: HttpRequest,
+    body: web::Payload,
+    state: web::Data<AppState>,
+) -> HttpResponse {
+    if req.method() == actix_web::http::Method::POST {
+        return jsonrpc::unknown_endpoint(req, body, state).await;
+    }
     rest_error(
         404,
         format!(

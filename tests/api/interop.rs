@@ -38,13 +38,33 @@ pub fn node() -> PathBuf {
 /// Runs an official SDK's client (`python` or `javascript`) against `agent`'s card on `gw`
 /// and expects all its checks to pass.
 pub async fn run_client_at(gw: &TestGateway, agent: &str, sdk: &str, dialect: &str) {
+    run_sdk_client(
+        gw,
+        &format!("/a2a/agents/{agent}/card"),
+        agent,
+        sdk,
+        dialect,
+        &[],
+    )
+    .await;
+}
+
+/// [`run_client_at`] with the card at `card_path` and extra client flags.
+async fn run_sdk_client(
+    gw: &TestGateway,
+    card_path: &str,
+    agent: &str,
+    sdk: &str,
+    dialect: &str,
+    extra: &[&str],
+) {
     let (program, script) = match sdk {
         "python" => (python(), "tests/interop/sdk_client.py"),
         _ => (node(), "tests/interop/js/sdk_client.mjs"),
     };
-    let card = gw.url(&format!("/a2a/agents/{agent}/card"));
+    let card = gw.url(card_path);
     let script = repo_root().join(script);
-    let args = [
+    let mut args = [
         "--card-url",
         &card,
         "--dialect",
@@ -52,7 +72,9 @@ pub async fn run_client_at(gw: &TestGateway, agent: &str, sdk: &str, dialect: &s
         "--expect-name",
         agent,
     ]
-    .map(String::from);
+    .map(String::from)
+    .to_vec();
+    args.extend(extra.iter().map(|s| s.to_string()));
     let out = tokio::task::spawn_blocking(move || {
         Command::new(program).arg(&script).args(&args).output()
     })
@@ -90,4 +112,42 @@ async fn javascript_sdk_client_over_1_0() {
 #[tokio::test]
 async fn javascript_sdk_client_over_0_3() {
     run_client("javascript", "0.3").await;
+}
+
+/// Clients that take a card's URL as a base URL post to `<url>/`: both SDKs, with a card
+/// path and JSON-RPC URLs that end in a slash, in both dialects.
+#[tokio::test]
+async fn sdk_clients_with_trailing_slashes() {
+    let gw = spawn().await;
+    for sdk in ["python", "javascript"] {
+        for dialect in ["1.0", "0.3"] {
+            let flags = ["--trailing-slash"];
+            run_sdk_client(&gw, "/a2a/agents/echo/card/", "echo", sdk, dialect, &flags).await;
+        }
+    }
+}
+
+/// Python's httpx with `base_url=` set to an agent's URL, posting to `/` as such clients do,
+/// and to paths that are no endpoint: every answer is JSON-RPC a client can read.
+#[tokio::test]
+async fn httpx_with_a_base_url_reaches_the_agent() {
+    let gw = spawn().await;
+    let script = repo_root().join("tests/interop/httpx_base_url.py");
+    let base = gw.url("/a2a/agents/echo");
+    let root = gw.url("");
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(python())
+            .arg(&script)
+            .args(["--agent-url", &base, "--gateway-url", &root])
+            .output()
+    })
+    .await
+    .expect("client thread")
+    .expect("running the httpx client");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains(" passed, 0 failed"),
+        "httpx base_url client failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

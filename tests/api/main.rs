@@ -11,6 +11,7 @@ mod helpers;
 mod interop;
 mod lifecycle;
 mod limits;
+mod paths;
 mod peers;
 mod rest;
 mod routing;

@@ -125,7 +125,7 @@ async fn rest_errors_use_google_rpc_status_with_http_statuses() {
             c.post(format!("{base}/message:send"))
                 .header("content-type", "text/plain")
                 .body("{}"),
-            400,
+            415,
             "CONTENT_TYPE_NOT_SUPPORTED",
             "Content type not supported",
         ),

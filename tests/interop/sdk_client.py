@@ -90,6 +90,11 @@ class Checks:
                     if major_minor(i.protocol_version) == self.dialect]
             expect(keep, f'card has no {self.dialect} interface: '
                    f'{[(i.protocol_binding, i.protocol_version) for i in card.supported_interfaces]}')
+            if TRAILING_SLASH:
+                # What a client sees when an operator writes the URL as a base URL.
+                for i in keep:
+                    if i.protocol_binding == 'JSONRPC':
+                        i.url = i.url.rstrip('/') + '/'
             del card.supported_interfaces[:]
             card.supported_interfaces.extend(keep)
             config = ClientConfig(streaming=streaming, httpx_client=self.http)
@@ -184,6 +189,7 @@ class Checks:
         expect(again.status.state == S.TASK_STATE_CANCELED, f'get-after-cancel state {state_name(again.status.state)}')
 
 
+TRAILING_SLASH = False
 CHECKS = ['card', 'send', 'stream', 'message', 'input-required', 'get', 'cancel']
 
 
@@ -230,9 +236,12 @@ def main() -> None:
     parser.add_argument('--card-url', required=True, help='full URL of the agent card')
     parser.add_argument('--dialect', choices=['1.0', '0.3'], required=True)
     parser.add_argument('--expect-name', default='echo', help='the card name to expect')
+    parser.add_argument('--trailing-slash', action='store_true',
+                        help="end the card's JSON-RPC URLs with '/' before calling them")
     args = parser.parse_args()
-    global EXPECTED_NAME
+    global EXPECTED_NAME, TRAILING_SLASH
     EXPECTED_NAME = args.expect_name
+    TRAILING_SLASH = args.trailing_slash
     sys.exit(asyncio.run(run(args.card_url, args.dialect)))
 
 

@@ -119,7 +119,10 @@ class Checks {
   async client() {
     if (!this._client) {
       const keep = (this.card.supportedInterfaces ?? [])
-        .filter((i) => majorMinor(i.protocolVersion) === this.dialect);
+        .filter((i) => majorMinor(i.protocolVersion) === this.dialect)
+        // --trailing-slash: what a client sees when an operator writes the URL as a base URL.
+        .map((i) => (trailingSlash && i.protocolBinding === 'JSONRPC'
+          ? { ...i, url: i.url.replace(/\/*$/, '/') } : i));
       expect(keep.length > 0, `card has no ${this.dialect} interface: ${ifaceList(this.card)}`);
       this._client = await clientFactory().createFromAgentCard({ ...this.card, supportedInterfaces: keep });
     }
@@ -269,13 +272,19 @@ async function run(cardUrl, dialect) {
 
 /** --expect-name: the gateway names a proxied agent after its file, not the remote card. */
 let expectedName = 'echo';
+let trailingSlash = false;
 
 function main() {
-  const usage = 'usage: node sdk_client.mjs --card-url URL --dialect 1.0|0.3 [--expect-name NAME]';
+  const usage = 'usage: node sdk_client.mjs --card-url URL --dialect 1.0|0.3 [--expect-name NAME] [--trailing-slash]';
   let values;
   try {
     ({ values } = parseArgs({
-      options: { 'card-url': { type: 'string' }, dialect: { type: 'string' }, 'expect-name': { type: 'string' } },
+      options: {
+        'card-url': { type: 'string' },
+        dialect: { type: 'string' },
+        'expect-name': { type: 'string' },
+        'trailing-slash': { type: 'boolean' },
+      },
     }));
   } catch (e) {
     console.error(`${usage}\n${e.message}`);
@@ -286,6 +295,7 @@ function main() {
     process.exit(2);
   }
   expectedName = values['expect-name'] ?? expectedName;
+  trailingSlash = values['trailing-slash'] ?? false;
   run(values['card-url'], values.dialect).then(
     (code) => process.exit(code),
     (e) => { console.error(e); process.exit(1); });
