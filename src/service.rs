@@ -501,16 +501,14 @@ impl A2aService {
         if task.status.state.is_terminal() {
             return Err(terminal_task_error(id, task.status.state));
         }
+        // Open until the task ends, through input-required and its answer (spec 3.1.6).
         let first = StreamItem::Task(task);
-        if first.ends_stream() {
-            return Ok(Box::pin(stream::iter([Ok(first)])));
-        }
         let rest = stream::unfold(Some(rx), |rx| async move {
             let mut rx = rx?;
             match rx.recv().await {
                 Ok(item) => {
                     let item = (*item).clone();
-                    let next = (!item.ends_stream()).then_some(rx);
+                    let next = (!item.finishes_task()).then_some(rx);
                     Some((Ok(item), next))
                 }
                 Err(broadcast::error::RecvError::Lagged(n)) => Some((

@@ -785,6 +785,14 @@ impl TaskEvent {
             TaskEvent::Artifact(_) => false,
         }
     }
+
+    /// Whether the task is over after this event (a subscription ends here).
+    pub fn finishes_task(&self) -> bool {
+        match self {
+            TaskEvent::Status(s) => s.status.state.is_terminal(),
+            TaskEvent::Artifact(_) => false,
+        }
+    }
 }
 
 /// One item of a stream: the 1.0 `StreamResponse` oneof.
@@ -813,6 +821,17 @@ impl StreamItem {
             StreamItem::Message(_) => true,
             StreamItem::Task(t) => t.status.state.ends_stream(),
             StreamItem::StatusUpdate(s) => s.status.state.ends_stream(),
+            StreamItem::ArtifactUpdate(_) => false,
+        }
+    }
+
+    /// Whether the task is over after this item: a subscription, unlike a send's stream,
+    /// stays open through interrupted states until this.
+    pub fn finishes_task(&self) -> bool {
+        match self {
+            StreamItem::Message(_) => true,
+            StreamItem::Task(t) => t.status.state.is_terminal(),
+            StreamItem::StatusUpdate(s) => s.status.state.is_terminal(),
             StreamItem::ArtifactUpdate(_) => false,
         }
     }

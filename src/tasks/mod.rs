@@ -17,7 +17,9 @@ pub use memory::MemoryTaskStore;
 /// DashMap with a fast, DoS-resistant hasher; SipHash showed up in profiles.
 pub type FastMap<K, V> = dashmap::DashMap<K, V, ahash::RandomState>;
 
-use crate::protocol::model::{Message, StreamItem, Task, TaskEvent};
+use crate::protocol::model::{
+    Message, StreamItem, Task, TaskEvent, TaskState, TaskStatus, TaskStatusUpdateEvent,
+};
 use crate::protocol::params::ListQuery;
 
 /// A task as stored: the task itself plus what the gateway needs to scope and order it.
@@ -201,12 +203,23 @@ impl Tasks {
             if st.task.status.state.is_terminal() {
                 return;
             }
+            // A bare status the task is already in says nothing new to subscribers (a
+            // follow-up already moved the task to working before its backend says so).
+            if let TaskEvent::Status(s) = event {
+                if s.status.message.is_none() && s.status.state == st.task.status.state {
+                    applied = Applied::Yes;
+                    return;
+                }
+            }
             st.task.apply(event);
             if st.task.status.state.is_terminal() {
                 st.cancel = None;
             }
-            self.fanout
-                .publish(id, || StreamItem::from(event.clone()), event.ends_stream());
+            self.fanout.publish(
+                id,
+                || StreamItem::from(event.clone()),
+                event.finishes_task(),
+            );
             applied = Applied::Yes;
         });
         if found {
@@ -217,7 +230,9 @@ impl Tasks {
     }
 
     /// Adds a follow-up message to an unfinished task and hands it the work's cancel
-    /// token; returns the task as it now is (finished ones are returned unchanged).
+    /// token; returns the task as the message found it (finished ones unchanged). A task
+    /// that was waiting for this answer is working again from here on, and its
+    /// subscribers are told so.
     pub fn continue_with(
         &self,
         id: &str,
@@ -231,6 +246,17 @@ impl Tasks {
                 st.cancel = Some(cancel.clone());
             }
             out = Some(st.task.clone());
+            if st.task.status.state.is_interrupted() {
+                let event = TaskEvent::Status(TaskStatusUpdateEvent {
+                    task_id: st.task.id.clone(),
+                    context_id: st.task.context_id.clone(),
+                    status: TaskStatus::now(TaskState::Working, None),
+                    metadata: None,
+                });
+                st.task.apply(&event);
+                self.fanout
+                    .publish(id, || StreamItem::from(event.clone()), false);
+            }
         });
         out
     }

@@ -308,3 +308,101 @@ async fn stream_capacity_refuses_cleanly_and_disconnects_free_their_place() {
         .await;
     assert!(!again.is_empty());
 }
+
+/// A subscription to a task waiting for input stays open while another connection answers
+/// it, and sees the task move on and end (spec 1.0 §3.1.6): in both dialects, on JSON-RPC
+/// and on the REST binding's `:subscribe`.
+#[tokio::test]
+async fn a_subscription_stays_open_through_input_required_until_the_task_ends() {
+    let gw = spawn().await;
+    for (d, rest) in [(D::V03, false), (D::V10, false), (D::V10, true)] {
+        let label = format!("{d:?}{}", if rest { " REST" } else { "" });
+        let task = gw.send(d, "/input your name?").await;
+        assert_eq!(
+            task["status"]["state"],
+            d.state("input-required"),
+            "{label}"
+        );
+        let id = task["id"].as_str().unwrap().to_string();
+        let watcher = {
+            let (client, id) = (gw.client.clone(), id.clone());
+            let (url, body) = if rest {
+                (
+                    gw.url(&format!("/a2a/agents/echo/rest/tasks/{id}:subscribe")),
+                    String::new(),
+                )
+            } else {
+                let body =
+                    json!({"jsonrpc":"2.0","id":3,"method":d.subscribe(),"params":{"id": id}});
+                (gw.url("/a2a/agents/echo"), body.to_string())
+            };
+            let mut req = client.post(url).header("content-type", "application/json");
+            if let Some(v) = d.header() {
+                req = req.header("A2A-Version", v);
+            }
+            tokio::spawn(async move {
+                let resp = req.body(body).send().await.unwrap();
+                crate::helpers::parse_sse(&resp.text().await.unwrap())
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            !watcher.is_finished(),
+            "{label}: the subscription waits for the answer"
+        );
+        let mut answer = d.message("Ada");
+        answer["taskId"] = json!(id);
+        let r = gw
+            .call("/a2a/agents/echo", d, d.send(), json!({"message": answer}))
+            .await;
+        assert_eq!(
+            d.task_of(r.result())["status"]["state"],
+            d.state("completed")
+        );
+        let events = tokio::time::timeout(Duration::from_secs(10), watcher)
+            .await
+            .unwrap_or_else(|_| panic!("{label}: the subscription ends with the task"))
+            .unwrap();
+        let items: Vec<Value> = events
+            .iter()
+            .map(|e| {
+                if rest {
+                    e.data.clone()
+                } else {
+                    e.data["result"].clone()
+                }
+            })
+            .collect();
+        let kinds: Vec<String> = items.iter().map(|i| kind(d, i)).collect();
+        assert_eq!(
+            kinds.first().map(String::as_str),
+            Some("task"),
+            "{label}: {kinds:?}"
+        );
+        let first = inner(d, &items[0]);
+        assert_eq!(
+            first["status"]["state"],
+            d.state("input-required"),
+            "{label}"
+        );
+        let states: Vec<Value> = items[1..]
+            .iter()
+            .filter(|i| kind(d, i) == "status-update")
+            .map(|i| inner(d, i)["status"]["state"].clone())
+            .collect();
+        assert_eq!(
+            states,
+            vec![json!(d.state("working")), json!(d.state("completed"))],
+            "{label}: {kinds:?}"
+        );
+        assert!(
+            kinds.iter().any(|k| k == "artifact-update"),
+            "{label}: {kinds:?}"
+        );
+        assert_eq!(
+            kinds.last().map(String::as_str),
+            Some("status-update"),
+            "{label}"
+        );
+    }
+}
