@@ -100,6 +100,9 @@ impl From<crate::tasks::StoreError> for GatewayError {
     fn from(e: crate::tasks::StoreError) -> GatewayError {
         match e {
             crate::tasks::StoreError::Full(n) => GatewayError::TaskStoreFull(n),
+            crate::tasks::StoreError::BadPageToken => GatewayError::InvalidParams(
+                "params.pageToken: not a token this gateway issued".into(),
+            ),
             other => GatewayError::Internal(other.to_string()),
         }
     }

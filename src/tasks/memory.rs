@@ -4,10 +4,8 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use super::{FastMap, StoreError, StoredTask, TaskPage, TaskStore, Viewer};
+use super::{page, FastMap, StoreError, StoredTask, TaskPage, TaskStore, Viewer};
 use crate::protocol::params::ListQuery;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine;
 
 pub struct MemoryTaskStore {
     /// Keyed by the id's 128-bit value: no key allocations, and a lookup compares keys
@@ -79,28 +77,6 @@ fn key(id: &str) -> Option<TaskKey> {
     uuid::Uuid::try_parse(id).ok().map(|u| u.as_u128())
 }
 
-/// Sort key: newest status first, then newest created first.
-fn sort_key(st: &StoredTask) -> (i64, u64) {
-    let ts = st.task.status.timestamp.map_or(0, |t| t.timestamp_micros());
-    (ts, st.seq)
-}
-
-fn encode_token(key: (i64, u64)) -> String {
-    URL_SAFE_NO_PAD.encode(format!("{}:{}", key.0, key.1))
-}
-
-fn decode_token(token: &str) -> Result<(i64, u64), StoreError> {
-    let bytes = URL_SAFE_NO_PAD
-        .decode(token)
-        .map_err(|_| StoreError::BadPageToken)?;
-    let text = String::from_utf8(bytes).map_err(|_| StoreError::BadPageToken)?;
-    let (ts, seq) = text.split_once(':').ok_or(StoreError::BadPageToken)?;
-    Ok((
-        ts.parse().map_err(|_| StoreError::BadPageToken)?,
-        seq.parse().map_err(|_| StoreError::BadPageToken)?,
-    ))
-}
-
 impl TaskStore for MemoryTaskStore {
     fn insert(&self, task: StoredTask) -> Result<(), StoreError> {
         // Checked first: an id that cannot be stored must not cost another task its place.
@@ -143,42 +119,23 @@ impl TaskStore for MemoryTaskStore {
     }
 
     fn list(&self, viewer: Viewer<'_>, query: &ListQuery) -> Result<TaskPage, StoreError> {
-        let after = query.page_token.as_deref().map(decode_token).transpose()?;
-        let mut matching: Vec<((i64, u64), String)> = self
+        let matching: Vec<_> = self
             .tasks
             .iter()
             .filter(|st| viewer.sees(st))
             .filter(|st| {
-                query
-                    .context_id
-                    .as_ref()
-                    .is_none_or(|c| *c == st.task.context_id)
+                let t = &st.task;
+                page::admits(query, &t.context_id, t.status.state, t.status.timestamp)
             })
-            .filter(|st| query.state.is_none_or(|s| s == st.task.status.state))
-            .filter(|st| {
-                query
-                    .status_after
-                    .is_none_or(|after| st.task.status.timestamp.is_some_and(|ts| ts >= after))
+            .map(|st| {
+                let key = page::sort_key(st.task.status.timestamp, st.seq);
+                (key, st.task.id.clone())
             })
-            .map(|st| (sort_key(&st), st.task.id.clone()))
             .collect();
-        let total_size = matching.len();
-        matching.sort_unstable_by_key(|(key, _)| std::cmp::Reverse(*key));
-        let start = match after {
-            Some(cursor) => matching.partition_point(|(key, _)| *key >= cursor),
-            None => 0,
-        };
-        let page: Vec<_> = matching.iter().skip(start).take(query.page_size).collect();
-        let next_page_token = if start + page.len() < matching.len() {
-            page.last()
-                .map(|(key, _)| encode_token(*key))
-                .unwrap_or_default()
-        } else {
-            String::new()
-        };
-        let tasks = page
+        let (ids, next_page_token, total_size) = page::page(matching, query)?;
+        let tasks = ids
             .iter()
-            .filter_map(|(_, id)| self.get(id).map(|st| st.task.clone()))
+            .filter_map(|id| self.get(id).map(|st| st.task.clone()))
             .collect();
         Ok(TaskPage {
             tasks,

@@ -6,6 +6,7 @@
 //! step: a subscriber gets the snapshot and then exactly the events after it, in order.
 
 mod memory;
+pub(crate) mod page;
 
 use std::sync::Arc;
 
