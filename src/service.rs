@@ -20,7 +20,7 @@ use crate::protocol::model::{
 use crate::protocol::ops::{ItemStream, ListTasksResponse, SendRequest};
 use crate::protocol::params::ListQuery;
 use crate::routing::{BoundedMap, ContextIndex};
-use crate::tasks::{Applied, StoreError, Tasks, Viewer};
+use crate::tasks::{Applied, Tasks, Viewer};
 
 /// How many events an execution may run ahead of a slow caller before it waits.
 const CALLER_BUFFER: usize = 32;
@@ -107,6 +107,7 @@ impl A2aService {
                 self.remote_owners.check_message(&req.message, caller)?;
                 let _turn = take_turn(agent, &req).await?;
                 let result = remote.send(&req).await?;
+                remote.note_result(&caller.id, &result);
                 match &result {
                     SendResult::Task(t) => {
                         self.remote_owners.record(&t.id, caller);
@@ -157,8 +158,12 @@ impl A2aService {
                 let contexts = self.contexts.clone();
                 let (caller, anonymous) = (caller.id.clone(), caller.anonymous);
                 let agent_name = agent.name.clone();
+                let remote = remote.clone();
                 Ok(Box::pin(items.map(move |item| {
                     let _held = &turn;
+                    if let Ok(item) = &item {
+                        remote.note_item(&caller, item);
+                    }
                     if let Ok(StreamItem::Task(t)) = &item {
                         owners.record_id(&t.id, &caller, anonymous);
                         contexts.record(&t.context_id, &agent_name);
@@ -181,7 +186,9 @@ impl A2aService {
             Backend::Local(_) => self.get_local(viewer(agent, caller), id, history_length),
             Backend::Remote(remote) => {
                 self.remote_owners.check(id, caller)?;
-                remote.get(id, history_length).await
+                let task = remote.get(id, history_length).await?;
+                remote.note_task(&task);
+                Ok(task)
             }
         }
     }
@@ -196,7 +203,7 @@ impl A2aService {
         match &agent.backend {
             Backend::Local(_) => self.list_local(viewer(agent, caller), query),
             Backend::Remote(remote) => {
-                let mut page = remote.list(query).await?;
+                let mut page = remote.list(&caller.id, query).await?;
                 // The remote does not know our callers: keep only what this one created.
                 page.tasks
                     .retain(|t| self.remote_owners.check(&t.id, caller).is_ok());
@@ -216,7 +223,9 @@ impl A2aService {
             Backend::Local(_) => self.cancel_local(viewer(agent, caller), id),
             Backend::Remote(remote) => {
                 self.remote_owners.check(id, caller)?;
-                remote.cancel(id).await
+                let task = remote.cancel(id).await?;
+                remote.note_task(&task);
+                Ok(task)
             }
         }
     }
@@ -232,7 +241,13 @@ impl A2aService {
             Backend::Local(_) => self.subscribe_local(viewer(agent, caller), id),
             Backend::Remote(remote) => {
                 self.remote_owners.check(id, caller)?;
-                remote.subscribe(id).await
+                let items = remote.subscribe(id).await?;
+                let (remote, owner) = (remote.clone(), caller.id.clone());
+                Ok(Box::pin(items.inspect(move |item| {
+                    if let Ok(item) = item {
+                        remote.note_item(&owner, item);
+                    }
+                })))
             }
         }
     }
@@ -446,12 +461,7 @@ impl A2aService {
         v: Viewer<'_>,
         query: &ListQuery,
     ) -> Result<ListTasksResponse, GatewayError> {
-        let page = self.tasks.list(v, query).map_err(|e| match e {
-            StoreError::BadPageToken => GatewayError::InvalidParams(
-                "params.pageToken: not a token this gateway issued".into(),
-            ),
-            other => GatewayError::Internal(other.to_string()),
-        })?;
+        let page = self.tasks.list(v, query)?;
         Ok(ListTasksResponse {
             tasks: page
                 .tasks

@@ -184,7 +184,32 @@ struct StatusProbe {
     message: Option<serde::de::IgnoredAny>,
 }
 
+/// A task's status without its message.
+#[derive(Deserialize)]
+struct BareStatus {
+    state: crate::protocol::model::TaskState,
+    #[serde(default)]
+    timestamp: Option<String>,
+}
+
 impl Relayed {
+    /// The task's status without its message (None for a message, or one that does not
+    /// read). Read again on request: most relayed results never need it.
+    pub fn status(&self) -> Option<crate::protocol::model::TaskStatus> {
+        if self.kind != RelayedKind::Task {
+            return None;
+        }
+        let bare: BareStatus = self.object.get("status").ok()??;
+        Some(crate::protocol::model::TaskStatus {
+            state: bare.state,
+            message: None,
+            timestamp: bare
+                .timestamp
+                .as_deref()
+                .and_then(crate::protocol::model::parse_timestamp),
+        })
+    }
+
     /// Opens a send result: 1.0 wraps it (`{"task":{…}}`), 0.3 tags it (`"kind":"task"`).
     /// The gateway reads results along with their envelope (`from_wrapped`/`from_tagged`).
     #[cfg(test)]

@@ -377,8 +377,20 @@ async fn python_sdk_remote_speaking_0_3() {
         exercise(&gw, d, "python 0.3").await;
     }
     exercise_rest(&gw, "python 0.3").await;
-    let r = gw.call(AGENT, D::V10, "ListTasks", json!({})).await;
-    assert_eq!(r.code(), -32004, "0.3 has no ListTasks: {}", r.body);
+    // 0.3 has no ListTasks: the gateway answers from its own record of the relayed tasks.
+    let r = gw
+        .call(AGENT, D::V10, "ListTasks", json!({"pageSize": 3}))
+        .await;
+    let page = r.result();
+    let tasks = page["tasks"].as_array().unwrap();
+    assert_eq!(tasks.len(), 3, "{page}");
+    assert!(page["totalSize"].as_i64().unwrap() > 3, "{page}");
+    assert!(
+        tasks
+            .iter()
+            .all(|t| t["id"].as_str().unwrap().starts_with("up.")),
+        "{page}"
+    );
 }
 
 #[tokio::test]
@@ -715,5 +727,203 @@ async fn sdk_clients_talk_to_sdk_remotes_through_the_gateway() {
             crate::interop::run_client_at(&gw, agent, "python", dialect).await;
             crate::interop::run_client_at(&gw, agent, "javascript", dialect).await;
         }
+    }
+}
+
+/// Opens a subscription to `id` on the proxied agent; the handle yields its events.
+fn subscribe_in_background(
+    gw: &TestGateway,
+    d: D,
+    id: &str,
+) -> tokio::task::JoinHandle<Vec<crate::helpers::Sse>> {
+    let body = json!({"jsonrpc":"2.0","id":"sub","method":d.subscribe(),"params":{"id": id}});
+    let mut req = gw
+        .client
+        .post(gw.url(AGENT))
+        .header("content-type", "application/json")
+        .body(body.to_string());
+    if let Some(v) = d.header() {
+        req = req.header("A2A-Version", v);
+    }
+    tokio::spawn(async move {
+        let resp = req.send().await.unwrap();
+        assert_eq!(resp.headers()["content-type"], "text/event-stream");
+        parse_sse(&resp.text().await.unwrap())
+    })
+}
+
+/// Asks `/input`, subscribes, answers from another connection, and returns the
+/// subscription's events (which must end with the task).
+async fn answered_while_subscribed(gw: &TestGateway, d: D, label: &str) -> Vec<Value> {
+    let asking = send(gw, d, "/input your name?", json!({})).await;
+    assert_eq!(
+        asking["status"]["state"],
+        d.state("input-required"),
+        "{label}"
+    );
+    let id = asking["id"].as_str().unwrap().to_string();
+    let watcher = subscribe_in_background(gw, d, &id);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !watcher.is_finished(),
+        "{label}: the subscription waits for the answer"
+    );
+    let mut answer = d.message("Grace");
+    answer["taskId"] = json!(id);
+    answer["contextId"] = asking["contextId"].clone();
+    let done = gw
+        .call(AGENT, d, d.send(), json!({"message": answer}))
+        .await;
+    assert_eq!(
+        d.task_of(done.result())["status"]["state"],
+        d.state("completed")
+    );
+    let events = tokio::time::timeout(Duration::from_secs(15), watcher)
+        .await
+        .unwrap_or_else(|_| panic!("{label}: the subscription ends with the task"))
+        .unwrap();
+    let items: Vec<Value> = events.iter().map(|e| e.data["result"].clone()).collect();
+    let kinds: Vec<String> = items.iter().map(|i| kind(d, i)).collect();
+    assert_eq!(
+        kinds.first().map(String::as_str),
+        Some("task"),
+        "{label}: {kinds:?}"
+    );
+    assert_eq!(inner(d, &items[0])["id"], id.as_str(), "{label}");
+    let last = inner(d, items.last().unwrap());
+    assert_eq!(
+        last["status"]["state"],
+        d.state("completed"),
+        "{label}: {kinds:?}"
+    );
+    let text: String = items
+        .iter()
+        .filter(|i| kind(d, i) == "artifact-update")
+        .map(|i| text_of(&json!([inner(d, i)["artifact"]])))
+        .collect();
+    assert_eq!(text, "Grace", "{label}: {kinds:?}");
+    items
+}
+
+/// Subscriptions through the gateway to the SDKs' servers stay open through
+/// input-required and end with the task; a finished task's subscription is a plain
+/// JSON-RPC error, although both SDKs answer it with an error inside a stream.
+#[tokio::test]
+async fn subscriptions_to_sdk_remotes_last_until_the_task_ends() {
+    let python = python_agent("1.0", 0).await;
+    let js = js_agent("0.3").await;
+    for (peer, remote) in [(&python, "python 1.0"), (&js, "javascript 0.3")] {
+        let gw = gateway_for(peer, "").await;
+        for d in [D::V03, D::V10] {
+            let label = format!("client {d:?} -> {remote}");
+            let items = answered_while_subscribed(&gw, d, &label).await;
+            let states: Vec<Value> = items
+                .iter()
+                .filter(|i| kind(d, i) == "status-update")
+                .map(|i| inner(d, i)["status"]["state"].clone())
+                .collect();
+            assert_eq!(states.first(), Some(&json!(d.state("working"))), "{label}");
+
+            let finished = send(&gw, d, "all done", json!({})).await;
+            let r = gw
+                .call(AGENT, d, d.subscribe(), json!({"id": finished["id"]}))
+                .await;
+            assert_eq!(r.header("content-type"), "application/json", "{label}");
+            assert_eq!(r.code(), -32004, "{label}: {}", r.body);
+        }
+    }
+}
+
+/// An older 0.3 server: its resubscribe sends no task and ends at input-required, and it
+/// has no ListTasks. A 1.0 caller still gets the task first and sees it to the end, and
+/// ListTasks answers from the gateway's record, filters and pages included.
+#[tokio::test]
+async fn a_1_0_caller_is_bridged_to_an_older_0_3_remote() {
+    let peer = fault_server("legacy03", 0).await;
+    let gw = gateway_for(&peer, "").await;
+    let d = D::V10;
+    answered_while_subscribed(&gw, d, "legacy 0.3").await;
+
+    let finished = send(&gw, d, "all done", json!({})).await;
+    let r = gw
+        .call(AGENT, d, d.subscribe(), json!({"id": finished["id"]}))
+        .await;
+    assert_eq!((r.status, r.code()), (200, -32004), "{}", r.body);
+
+    let waiting = send(&gw, d, "/input still there?", json!({})).await;
+    let list = |params: Value| gw.call(AGENT, d, "ListTasks", params);
+    let all = list(json!({})).await;
+    let page = all.result();
+    assert_eq!(page["totalSize"], 3, "{page}");
+    let tasks = page["tasks"].as_array().unwrap();
+    assert_eq!(tasks[0]["id"], waiting["id"], "newest first: {page}");
+    assert!(
+        tasks[0]["history"]
+            .as_array()
+            .is_some_and(|h| !h.is_empty()),
+        "{page}"
+    );
+    assert!(
+        tasks[0].get("artifacts").is_none(),
+        "artifacts only when asked: {page}"
+    );
+
+    let first = list(json!({"pageSize": 2, "historyLength": 0})).await;
+    let first = first.result();
+    assert_eq!(first["tasks"].as_array().unwrap().len(), 2, "{first}");
+    let token = first["nextPageToken"].as_str().unwrap();
+    assert!(!token.is_empty(), "{first}");
+    let second = list(json!({"pageSize": 2, "pageToken": token})).await;
+    let second = second.result();
+    assert_eq!(second["tasks"].as_array().unwrap().len(), 1, "{second}");
+    assert_eq!(second["nextPageToken"], "", "{second}");
+
+    let by_state = list(json!({"status": "TASK_STATE_INPUT_REQUIRED"})).await;
+    assert_eq!(by_state.result()["totalSize"], 1, "{}", by_state.body);
+    let by_context =
+        list(json!({"contextId": finished["contextId"], "includeArtifacts": true})).await;
+    let by_context = by_context.result();
+    assert_eq!(by_context["totalSize"], 1, "{by_context}");
+    assert_eq!(text_of(&by_context["tasks"][0]["artifacts"]), "all done");
+    let bad = list(json!({"pageToken": "nope"})).await;
+    assert_eq!(bad.code(), -32602, "{}", bad.body);
+}
+
+/// ListTasks on a 0.3 remote lists only the caller's own tasks.
+#[tokio::test]
+async fn listing_a_0_3_remote_shows_each_caller_its_own_tasks() {
+    let peer = fault_server("legacy03", 0).await;
+    let keys = format!(
+        "[[auth.api_keys]]\nid = \"ann\"\nsecret_sha256 = \"{}\"\n[[auth.api_keys]]\nid = \"ben\"\nsecret_sha256 = \"{}\"\n",
+        crate::helpers::sha("ann-key"),
+        crate::helpers::sha("ben-key")
+    );
+    let gw = spawn_with(
+        &[("up.toml", &upstream_agent("up", &peer.url(), ""))],
+        &keys,
+    )
+    .await;
+    let call = |key: &'static str, method: &'static str, params: Value| {
+        let body = json!({"jsonrpc":"2.0","id":1,"method":method,"params":params});
+        gw.client
+            .post(gw.url(AGENT))
+            .header("A2A-Version", "1.0")
+            .header("X-API-Key", key)
+            .body(body.to_string())
+            .send()
+    };
+    for (key, n) in [("ann-key", 2), ("ben-key", 1)] {
+        for i in 0..n {
+            let msg = D::V10.message(&format!("task {i}"));
+            let r = call(key, "SendMessage", json!({"message": msg}))
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200);
+        }
+    }
+    for (key, n) in [("ann-key", 2), ("ben-key", 1)] {
+        let r = call(key, "ListTasks", json!({})).await.unwrap();
+        let page: Value = r.json().await.unwrap();
+        assert_eq!(page["result"]["totalSize"], n, "{key}: {page}");
     }
 }

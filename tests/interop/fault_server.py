@@ -36,6 +36,13 @@ method, any A2A-Version) is answered per --mode:
            extended): a gateway must not follow it
   huge     HTTP 200, application/json, 17 MiB: a JSON-RPC result whose task
            carries one 17 MiB text artifact
+  legacy03 an older 0.3 server (the card is a pure 0.3 one): message/send
+           keeps tasks ("/input Q" asks Q and waits; a follow-up on the task, or
+           any other text, completes with one "echo" artifact), tasks/get reads
+           them, and tasks/resubscribe sends NO task snapshot: one status-update
+           with the current state (final) and then closes, even when the task
+           is only waiting for input; on a finished task its first SSE event is
+           a -32004 error. Other methods answer -32601.
 
 ID is the request's "id" when the body is a JSON object with a string or
 integer id, else null. Requests are served on separate threads, so several can
@@ -49,13 +56,15 @@ import json
 import os
 import socket
 import sys
+import threading
 import time
 import uuid
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 CARD_PATH = '/.well-known/agent-card.json'
-MODES = ('garbage', 'invalid', 'slow', 'error', 'extended', 'malformed', 'redirect', 'huge')
+MODES = ('garbage', 'invalid', 'slow', 'error', 'extended', 'malformed', 'redirect', 'huge',
+         'legacy03')
 STREAMING_METHODS = {'SendStreamingMessage', 'SubscribeToTask'}
 
 
@@ -76,6 +85,50 @@ def agent_card(base_url: str) -> dict:
             'tags': ['test', 'fault'],
         }],
     }
+
+
+def legacy_card(base_url: str) -> dict:
+    card = agent_card(base_url)
+    del card['supportedInterfaces']
+    card.update({'url': base_url, 'protocolVersion': '0.3.0', 'preferredTransport': 'JSONRPC'})
+    return card
+
+
+class Legacy03:
+    """The legacy03 mode's tasks (0.3 shapes), shared by the server's threads."""
+
+    tasks: dict = {}
+    lock = threading.Lock()
+
+    @classmethod
+    def send(cls, params: dict) -> dict:
+        message = params['message']
+        text = ''.join(p.get('text', '') for p in message.get('parts', []))
+        with cls.lock:
+            task = cls.tasks.get(message.get('taskId') or '')
+            if task is None:
+                task = {'kind': 'task', 'id': str(uuid.uuid4()),
+                        'contextId': message.get('contextId') or str(uuid.uuid4()),
+                        'history': [], 'artifacts': []}
+                cls.tasks[task['id']] = task
+            task['history'].append(dict(message, taskId=task['id'], contextId=task['contextId']))
+            waiting = task.get('status', {}).get('state') == 'input-required'
+            if text.startswith('/input') and not waiting:
+                question = {'kind': 'message', 'messageId': str(uuid.uuid4()), 'role': 'agent',
+                            'parts': [{'kind': 'text', 'text': text[6:].strip() or '?'}],
+                            'taskId': task['id'], 'contextId': task['contextId']}
+                task['status'] = {'state': 'input-required', 'message': question, 'timestamp': now()}
+            else:
+                task['artifacts'].append({'artifactId': str(uuid.uuid4()), 'name': 'echo',
+                                          'parts': [{'kind': 'text', 'text': text}]})
+                task['status'] = {'state': 'completed', 'timestamp': now()}
+            return json.loads(json.dumps(task))
+
+    @classmethod
+    def get(cls, task_id: str):
+        with cls.lock:
+            task = cls.tasks.get(task_id)
+            return json.loads(json.dumps(task)) if task else None
 
 
 def now() -> str:
@@ -122,7 +175,8 @@ class FaultHandler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 - stdlib name
         if self.path.split('?', 1)[0] == CARD_PATH:
-            self.send_json(agent_card(self.base_url))
+            card = legacy_card if self.mode == 'legacy03' else agent_card
+            self.send_json(card(self.base_url))
         else:
             self.send_body(404, 'text/plain', b'not found\n')
 
@@ -147,6 +201,8 @@ class FaultHandler(BaseHTTPRequestHandler):
                 task = completed_task(body.get('params') if isinstance(body, dict) else None)
                 task['artifacts'] = [{'artifactId': 'big', 'parts': [{'text': 'x' * (17 << 20)}]}]
                 self.send_json({'jsonrpc': '2.0', 'id': request_id, 'result': {'task': task}})
+            elif self.mode == 'legacy03':
+                self.legacy03(body if isinstance(body, dict) else {}, request_id)
             elif self.mode == 'garbage':
                 self.send_body(200, 'text/plain', b'this is not json')
             elif self.mode == 'invalid':
@@ -181,14 +237,38 @@ class FaultHandler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True  # the caller gave up (e.g. a gateway timeout)
 
-    def send_sse(self, events: list) -> None:
+    def legacy03(self, body: dict, request_id) -> None:
+        method, params = body.get('method'), body.get('params') or {}
+        if method == 'message/send':
+            self.send_json({'jsonrpc': '2.0', 'id': request_id, 'result': Legacy03.send(params)})
+            return
+        task = Legacy03.get(params.get('id', '')) if method in ('tasks/get', 'tasks/resubscribe') else None
+        if method == 'tasks/get' and task:
+            self.send_json({'jsonrpc': '2.0', 'id': request_id, 'result': task})
+        elif method == 'tasks/get':
+            self.send_json({'jsonrpc': '2.0', 'id': request_id,
+                            'error': {'code': -32001, 'message': 'Task not found'}})
+        elif method == 'tasks/resubscribe' and task and task['status']['state'] == 'completed':
+            self.send_sse([{'jsonrpc': '2.0', 'id': request_id, 'error': {
+                'code': -32004, 'message': 'Task is in a terminal state and cannot be subscribed to'}}],
+                event='error')
+        elif method == 'tasks/resubscribe' and task:
+            self.send_sse([{'jsonrpc': '2.0', 'id': request_id, 'result': {
+                'kind': 'status-update', 'taskId': task['id'], 'contextId': task['contextId'],
+                'status': task['status'], 'final': True}}])
+        else:
+            self.send_json({'jsonrpc': '2.0', 'id': request_id,
+                            'error': {'code': -32601, 'message': f'Method not found: {method}'}})
+
+    def send_sse(self, events: list, event: str = '') -> None:
         self.send_response(200)
         self.send_header('Content-Type', 'text/event-stream')
         self.send_header('Cache-Control', 'no-cache')
         self.send_header('Connection', 'close')
         self.end_headers()
-        for event in events:
-            self.wfile.write(f'data: {json.dumps(event)}\n\n'.encode())
+        for data in events:
+            name = f'event: {event}\n' if event else ''
+            self.wfile.write(f'{name}data: {json.dumps(data)}\n\n'.encode())
         self.wfile.flush()
         self.close_connection = True
 

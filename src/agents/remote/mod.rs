@@ -5,30 +5,29 @@
 //! ids are namespaced as `<agent>.<remote id>` on the way out, so ids from different
 //! remotes never collide and any task id names the agent that owns it.
 
+mod ledger;
 mod sse;
 mod transport;
+mod upstream_stream;
 mod wire;
 
 use std::borrow::Cow;
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use bytes::Bytes;
-use futures_util::stream::{self, BoxStream, StreamExt};
+use futures_util::StreamExt;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
 use serde_json::Value;
 
-use self::sse::{SseDecoder, SseEvent};
+use self::ledger::Ledger;
 use self::transport::{root_cause, Failure, Transport};
+use self::upstream_stream::{Relay, StreamKind};
 use self::wire::TaskOp;
 use super::AgentHealth;
 use crate::config::A2aConfig;
 use crate::error::GatewayError;
-use crate::protocol::model::{
-    Message, SendResult, StreamItem, Task, TaskState, TaskStatus, TaskStatusUpdateEvent,
-};
+use crate::protocol::model::{Message, SendResult, StreamItem, Task};
 use crate::protocol::ops::{ItemStream, ListTasksResponse, SendRequest};
 use crate::protocol::params::ListQuery;
 use crate::protocol::Dialect;
@@ -83,7 +82,12 @@ pub struct RemoteAgent {
     forced: Option<Dialect>,
     state: RwLock<State>,
     next_id: AtomicU64,
+    /// The tasks relayed while the upstream speaks 0.3, which has no ListTasks.
+    ledger: Ledger,
 }
+
+/// How many relayed tasks each 0.3 upstream's ledger keeps (the oldest created go first).
+const LEDGER_CAPACITY: usize = 10_000;
 
 impl RemoteAgent {
     pub fn new(name: &str, config: A2aConfig) -> Result<RemoteAgent, String> {
@@ -138,6 +142,7 @@ impl RemoteAgent {
                 ..State::default()
             }),
             next_id: AtomicU64::new(1),
+            ledger: Ledger::new(LEDGER_CAPACITY),
         })
     }
 
@@ -449,7 +454,8 @@ impl RemoteAgent {
         let up = self.upstream()?;
         let message = self.inward_message(&req.message)?;
         let body = wire::send_body(up.dialect, true, self.request_id(), req, &message)?;
-        self.open_stream(&up, body).await
+        let relay = self.open_stream(&up, body, StreamKind::Send).await?;
+        Ok(relay.into_stream())
     }
 
     pub async fn get(&self, id: &str, history_length: Option<usize>) -> Result<Task, GatewayError> {
@@ -485,16 +491,74 @@ impl RemoteAgent {
             remote_id,
             None,
         )?;
-        self.open_stream(&up, body).await
+        let mut relay = self.open_stream(&up, body, StreamKind::Subscribe).await?;
+        // 1.0 opens a subscription with the task itself; a 0.3 upstream's resubscribe
+        // may not send it, so it is fetched.
+        if !matches!(relay.first(), Some(StreamItem::Task(_))) {
+            let task = self.get(id, None).await?;
+            relay.put_first(StreamItem::Task(task));
+        }
+        Ok(relay.into_stream())
     }
 
-    pub async fn list(&self, query: &ListQuery) -> Result<ListTasksResponse, GatewayError> {
+    /// The ledger, while the upstream speaks 0.3 (1.0 upstreams list their own tasks).
+    fn ledger(&self) -> Option<&Ledger> {
+        let v03 = self
+            .read()
+            .upstream
+            .as_ref()
+            .is_some_and(|up| up.dialect == Dialect::V03);
+        v03.then_some(&self.ledger)
+    }
+
+    /// Records what a send returned, for ListTasks on 0.3 upstreams.
+    pub fn note_result(&self, owner: &Arc<str>, result: &SendResult) {
+        let Some(ledger) = self.ledger() else {
+            return;
+        };
+        match result {
+            SendResult::Task(t) => ledger.note(owner, &t.id, &t.context_id, &t.status),
+            SendResult::Relayed(r) => {
+                if let (Some(id), Some(context), Some(status)) =
+                    (&r.task_id, &r.context_id, r.status())
+                {
+                    ledger.note(owner, id, context, &status);
+                }
+            }
+            SendResult::Message(_) => {}
+        }
+    }
+
+    /// Records a streamed item of `owner`'s task, for ListTasks on 0.3 upstreams.
+    pub fn note_item(&self, owner: &Arc<str>, item: &StreamItem) {
+        let Some(ledger) = self.ledger() else {
+            return;
+        };
+        match item {
+            StreamItem::Task(t) => ledger.note(owner, &t.id, &t.context_id, &t.status),
+            StreamItem::StatusUpdate(s) => ledger.note(owner, &s.task_id, &s.context_id, &s.status),
+            StreamItem::ArtifactUpdate(_) | StreamItem::Message(_) => {}
+        }
+    }
+
+    /// Records the newest status of a task read or canceled.
+    pub fn note_task(&self, task: &Task) {
+        if let Some(ledger) = self.ledger() {
+            ledger.update(&task.id, &task.status);
+        }
+    }
+
+    /// `principal`'s tasks: from the upstream when it speaks 1.0 (the caller keeps only
+    /// its own), from the ledger when it speaks 0.3. Tasks the ledger holds are fetched
+    /// again when the caller asks for history or artifacts, or may have moved on.
+    pub async fn list(
+        &self,
+        principal: &str,
+        query: &ListQuery,
+    ) -> Result<ListTasksResponse, GatewayError> {
         let up = self.upstream()?;
         if up.dialect == Dialect::V03 {
-            return Err(GatewayError::UnsupportedOperation(format!(
-                "agent {} speaks A2A 0.3, which has no ListTasks",
-                self.name
-            )));
+            return self.list_from_ledger(principal, query).await;
         }
         let raw = self
             .call(&up, wire::list_body(self.request_id(), query)?)
@@ -515,13 +579,44 @@ impl RemoteAgent {
         })
     }
 
-    /// Opens an upstream SSE call and relays its events as they arrive. Errors before the
-    /// stream starts come back as a plain JSON-RPC body and are returned as errors.
+    async fn list_from_ledger(
+        &self,
+        principal: &str,
+        query: &ListQuery,
+    ) -> Result<ListTasksResponse, GatewayError> {
+        let (records, next_page_token, total_size) = self.ledger.page(principal, query)?;
+        let details = query.history_length != Some(0) || query.include_artifacts;
+        let tasks = futures_util::future::join_all(records.into_iter().map(|r| async move {
+            if details || !r.state.is_terminal() {
+                match self.get(&r.id, query.history_length).await {
+                    Ok(task) => {
+                        self.ledger.update(&task.id, &task.status);
+                        return task.trimmed(query.history_length, query.include_artifacts);
+                    }
+                    Err(e) => {
+                        tracing::debug!(agent = %self.name, task = %r.id, error = %e, "listing a task as last seen");
+                    }
+                }
+            }
+            r.summary()
+        }))
+        .await;
+        Ok(ListTasksResponse {
+            tasks,
+            next_page_token,
+            page_size: query.page_size,
+            total_size,
+        })
+    }
+
+    /// Opens an upstream SSE call and reads its first event. Errors before the stream
+    /// starts (a plain JSON-RPC body, or an error as the first event) are returned as errors.
     async fn open_stream(
         self: &Arc<Self>,
         up: &Upstream,
         body: Vec<u8>,
-    ) -> Result<ItemStream, GatewayError> {
+        kind: StreamKind,
+    ) -> Result<Relay, GatewayError> {
         let resp = self
             .post(up, body)
             .header(ACCEPT, "text/event-stream")
@@ -548,100 +643,7 @@ impl RemoteAgent {
                 self.name
             )));
         }
-        let relay = Relay {
-            agent: self.clone(),
-            body: resp.bytes_stream().boxed(),
-            decoder: SseDecoder::default(),
-            pending: VecDeque::new(),
-            task: None,
-            done: false,
-        };
-        Ok(Box::pin(stream::unfold(relay, |mut r| async move {
-            let item = r.next_item().await?;
-            Some((item, r))
-        })))
-    }
-}
-
-/// State of one relayed upstream stream.
-struct Relay {
-    agent: Arc<RemoteAgent>,
-    body: BoxStream<'static, reqwest::Result<Bytes>>,
-    decoder: SseDecoder,
-    pending: VecDeque<SseEvent>,
-    /// (task id, context id) once known, to report a broken stream on that task.
-    task: Option<(String, String)>,
-    done: bool,
-}
-
-impl Relay {
-    async fn next_item(&mut self) -> Option<Result<StreamItem, GatewayError>> {
-        if self.done {
-            return None;
-        }
-        loop {
-            if let Some(event) = self.pending.pop_front() {
-                let item = self.convert(event);
-                match &item {
-                    Ok(i) if !i.ends_stream() => {}
-                    _ => self.done = true,
-                }
-                return Some(item);
-            }
-            match self.body.next().await {
-                Some(Ok(chunk)) => {
-                    if let Err(e) = self.decoder.feed(&chunk, &mut self.pending) {
-                        self.done = true;
-                        return Some(Err(GatewayError::InvalidAgentResponse(e)));
-                    }
-                }
-                Some(Err(e)) => {
-                    tracing::warn!(agent = %self.agent.name, error = %root_cause(&e), "upstream stream broke");
-                    return Some(self.broken("the upstream connection broke mid-stream"));
-                }
-                None => {
-                    return Some(
-                        self.broken("the upstream closed the stream before the task finished"),
-                    )
-                }
-            }
-        }
-    }
-
-    fn convert(&mut self, event: SseEvent) -> Result<StreamItem, GatewayError> {
-        let name = &self.agent.name;
-        let raw = wire::read_response(name, event.data.as_bytes())?;
-        let mut item = wire::read_stream_item(name, raw)?.ok_or_else(|| {
-            GatewayError::InvalidAgentResponse(format!("agent {name} sent an empty stream event"))
-        })?;
-        self.agent.outward_item(&mut item);
-        let ids = match &item {
-            StreamItem::Task(t) => Some((t.id.clone(), t.context_id.clone())),
-            StreamItem::StatusUpdate(s) => Some((s.task_id.clone(), s.context_id.clone())),
-            StreamItem::ArtifactUpdate(a) => Some((a.task_id.clone(), a.context_id.clone())),
-            StreamItem::Message(_) => None,
-        };
-        if self.task.is_none() {
-            self.task = ids;
-        }
-        Ok(item)
-    }
-
-    /// Ends the caller's stream with a failed status rather than leaving it hanging.
-    fn broken(&mut self, why: &str) -> Result<StreamItem, GatewayError> {
-        self.done = true;
-        match self.task.take() {
-            Some((task_id, context_id)) => Ok(StreamItem::StatusUpdate(TaskStatusUpdateEvent {
-                task_id,
-                context_id,
-                status: TaskStatus::now(TaskState::Failed, Some(Message::agent_text(why))),
-                metadata: None,
-            })),
-            None => Err(GatewayError::InvalidAgentResponse(format!(
-                "agent {}: {why}",
-                self.agent.name
-            ))),
-        }
+        Relay::open(self.clone(), kind, resp.bytes_stream().boxed()).await
     }
 }
 
