@@ -29,6 +29,25 @@ pub struct A2aService {
     tasks: Arc<Tasks>,
     remote_owners: Arc<RemoteOwners>,
     contexts: Arc<ContextIndex>,
+    legacy_ids: LegacyNames,
+}
+
+/// 0.1 clients choose their task ids: the gateway's task for each (agent, caller, chosen
+/// id), so two callers' ids never meet. Cloned into the streams that name new tasks.
+#[derive(Clone)]
+pub struct LegacyNames(Arc<BoundedMap<String>>);
+
+impl LegacyNames {
+    /// The task a 0.1 caller named `client_id` on `agent`.
+    pub fn get(&self, agent: &Agent, caller: &Principal, client_id: &str) -> Option<String> {
+        self.0.get(&legacy_key(agent, caller, client_id))
+    }
+
+    /// Records that the 0.1 caller's `client_id` names `task_id` on `agent`.
+    pub fn name(&self, agent: &Agent, caller: &Principal, client_id: &str, task_id: &str) {
+        self.0
+            .insert(&legacy_key(agent, caller, client_id), task_id.to_string());
+    }
 }
 
 /// A message with its ids settled, ready to run (see [`A2aService::prepare`]).
@@ -66,7 +85,13 @@ impl A2aService {
             tasks,
             remote_owners,
             contexts: Arc::default(),
+            legacy_ids: LegacyNames(Arc::new(BoundedMap::new(tasks_capacity_hint()))),
         }
+    }
+
+    /// The task names of 0.1 clients.
+    pub fn legacy_names(&self) -> &LegacyNames {
+        &self.legacy_ids
     }
 
     pub fn tasks(&self) -> &Tasks {
@@ -544,6 +569,12 @@ trait ChainItems: Stream + Sized {
 }
 impl<S: Stream> ChainItems for S {}
 
+/// Length-prefixed, so no choice of ids can make two callers' keys meet.
+fn legacy_key(agent: &Agent, caller: &Principal, client_id: &str) -> String {
+    let (a, p) = (&agent.name, &caller.id);
+    format!("{}:{a}{}:{p}{client_id}", a.len(), p.len())
+}
+
 fn viewer<'a>(agent: &'a Agent, caller: &'a Principal) -> Viewer<'a> {
     Viewer {
         agent: &agent.name,
@@ -708,6 +739,29 @@ impl Job {
         })
     }
 
+    /// A streaming caller whose task was ended from elsewhere (canceled on another
+    /// connection) gets the final status its stream would otherwise never see. When the
+    /// stream already ended, nobody reads it.
+    async fn close_stream(&self) {
+        let viewer = Viewer {
+            agent: &self.agent.name,
+            principal: &self.owner,
+        };
+        let status = self
+            .tasks
+            .inspect(viewer, &self.task_id, |t| t.status.clone())
+            .filter(|s| s.state.is_terminal());
+        if let Some(status) = status {
+            let item = StreamItem::StatusUpdate(TaskStatusUpdateEvent {
+                task_id: self.task_id.clone(),
+                context_id: self.context_id.clone(),
+                status,
+                metadata: None,
+            });
+            let _ = self.tx.send(Ok(Update::Item(Box::new(item)))).await;
+        }
+    }
+
     async fn run(mut self) {
         let cancel = CancellationToken::new();
         let mut current = None;
@@ -747,7 +801,11 @@ impl Job {
             events,
             cancel: cancel.clone(),
         };
-        match self.backend.execute(exec).await {
+        let outcome = self.backend.execute(exec).await;
+        if self.streaming {
+            self.close_stream().await;
+        }
+        match outcome {
             Ok(()) if probe.unanswered() => {
                 let err = GatewayError::InvalidAgentResponse(format!(
                     "agent {} finished without a task or a message",

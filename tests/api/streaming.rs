@@ -406,3 +406,44 @@ async fn a_subscription_stays_open_through_input_required_until_the_task_ends() 
         );
     }
 }
+
+/// A streaming send whose task is canceled from another connection ends with the
+/// canceled status, in both dialects, rather than just closing.
+#[tokio::test]
+async fn a_stream_ends_with_the_cancel_that_came_from_elsewhere() {
+    let gw = spawn().await;
+    for d in [D::V03, D::V10] {
+        let body = json!({"jsonrpc":"2.0","id":1,"method":d.stream(),"params":{"message": d.message("/delay 30 never")}});
+        let mut req = gw
+            .client
+            .post(gw.url("/a2a/agents/echo"))
+            .body(body.to_string());
+        if let Some(v) = d.header() {
+            req = req.header("A2A-Version", v);
+        }
+        let resp = req.send().await.unwrap();
+        let mut body = resp.bytes_stream();
+        let first = futures_util::StreamExt::next(&mut body)
+            .await
+            .unwrap()
+            .unwrap();
+        let first = crate::helpers::parse_sse(&String::from_utf8_lossy(&first));
+        let id = inner(d, &first[0].data["result"])["id"].clone();
+        let r = gw
+            .call("/a2a/agents/echo", d, d.cancel(), json!({"id": id}))
+            .await;
+        assert_eq!(r.result()["status"]["state"], d.state("canceled"));
+        let mut rest = Vec::new();
+        let read = async {
+            while let Some(chunk) = futures_util::StreamExt::next(&mut body).await {
+                rest.extend_from_slice(&chunk.unwrap());
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(5), read)
+            .await
+            .expect("the stream ends");
+        let events = crate::helpers::parse_sse(&String::from_utf8_lossy(&rest));
+        let last = inner(d, &events.last().expect("a final event").data["result"]);
+        assert_eq!(last["status"]["state"], d.state("canceled"), "{d:?}");
+    }
+}
