@@ -41,6 +41,9 @@ struct Probe {
     id: Option<String>,
     message: Option<MessageProbe>,
     metadata: Option<Map<String, Value>>,
+    /// 0.1 sends name the conversation beside the message.
+    #[serde(rename = "sessionId")]
+    session_id: Option<String>,
 }
 
 impl Probe {
@@ -362,6 +365,7 @@ impl Router {
         if let Some(agent) = message
             .context_id
             .as_deref()
+            .or(probe.session_id.as_deref())
             .and_then(|c| contexts.agent(registry, c))
         {
             return Ok((agent, Reason::Context));

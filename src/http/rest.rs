@@ -67,8 +67,8 @@ fn reply<T: Serialize>(served: &Served, result: Result<T, GatewayError>) -> Http
 fn check_version(req: &HttpRequest) -> Result<(), GatewayError> {
     match Dialect::from_version_header(version_header(req).as_deref())? {
         None | Some(Dialect::V10) => Ok(()),
-        Some(Dialect::V03) => Err(GatewayError::VersionNotSupported {
-            requested: "0.3".into(),
+        Some(d @ (Dialect::V03 | Dialect::V01)) => Err(GatewayError::VersionNotSupported {
+            requested: d.version().into(),
             supported: "1.0 on the HTTP+JSON binding; 0.3 clients use JSON-RPC",
         }),
     }

@@ -40,18 +40,22 @@ impl Method {
             | "ListTaskPushNotificationConfigs"
             | "DeleteTaskPushNotificationConfig" => (PushNotificationConfig, V10),
             "GetExtendedAgentCard" => (GetExtendedAgentCard, V10),
-            // 0.1 names are aliases: same params as 0.3 apart from the ignored session fields.
-            "message/send" | "tasks/send" => (SendMessage, V03),
-            "message/stream" | "tasks/sendSubscribe" => (SendStreamingMessage, V03),
+            "message/send" => (SendMessage, V03),
+            "message/stream" => (SendStreamingMessage, V03),
+            // 0.1 shares its task method names with 0.3; those answer a 0.1 caller in its
+            // own shapes when the task is one it named (see rpc.rs).
+            "tasks/send" => (SendMessage, V01),
+            "tasks/sendSubscribe" => (SendStreamingMessage, V01),
+            "tasks/pushNotification/set" | "tasks/pushNotification/get" => {
+                (PushNotificationConfig, V01)
+            }
             "tasks/get" => (GetTask, V03),
             "tasks/cancel" => (CancelTask, V03),
             "tasks/resubscribe" => (SubscribeToTask, V03),
             "tasks/pushNotificationConfig/set"
             | "tasks/pushNotificationConfig/get"
             | "tasks/pushNotificationConfig/list"
-            | "tasks/pushNotificationConfig/delete"
-            | "tasks/pushNotification/set"
-            | "tasks/pushNotification/get" => (PushNotificationConfig, V03),
+            | "tasks/pushNotificationConfig/delete" => (PushNotificationConfig, V03),
             "agent/getAuthenticatedExtendedCard" => (GetExtendedAgentCard, V03),
             _ => return None,
         })
@@ -175,9 +179,11 @@ impl<'de: 'a, 'a> Deserialize<'de> for OnePass<'a> {
                             out.method = Method::lookup(name);
                         }
                         _ => match out.method {
-                            Some((Method::SendMessage | Method::SendStreamingMessage, _)) => {
-                                out.send = Some(map.next_value::<Object<Box<SendParams>>>()?.0)
-                            }
+                            // 0.1 sends are read by their own reader (protocol::v01).
+                            Some((
+                                Method::SendMessage | Method::SendStreamingMessage,
+                                Dialect::V03 | Dialect::V10,
+                            )) => out.send = Some(map.next_value::<Object<Box<SendParams>>>()?.0),
                             _ => {
                                 let raw = map.next_value::<&RawValue>()?;
                                 if !is_object(raw) {
@@ -341,15 +347,16 @@ pub fn render_result<R: Serialize>(id: &Value, result: R) -> Result<Vec<u8>, Gat
 }
 
 pub fn render_error(id: &Value, dialect: Dialect, error: &GatewayError) -> Vec<u8> {
-    let data = match dialect {
-        Dialect::V03 => error.data_v03(),
-        Dialect::V10 => Some(error.data_v10()),
+    let (code, data) = match dialect {
+        Dialect::V01 => (super::v01::error_code(error.code()), error.data_v03()),
+        Dialect::V03 => (error.code(), error.data_v03()),
+        Dialect::V10 => (error.code(), Some(error.data_v10())),
     };
     let body = Failure {
         jsonrpc: "2.0",
         id,
         error: ErrorObject {
-            code: error.code(),
+            code,
             message: error.public_message(),
             data,
         },

@@ -6,6 +6,7 @@ pub mod model;
 pub mod ops;
 pub mod params;
 pub mod relay;
+pub mod v01;
 pub mod v03;
 pub mod write;
 
@@ -14,6 +15,9 @@ use crate::error::GatewayError;
 /// The protocol generation a caller speaks; every answer goes out in the caller's dialect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dialect {
+    /// The `tasks/send` generation, spoken by callers only (never by upstreams), named
+    /// by its method names alone. Errors and everything not task-shaped answer as 0.3.
+    V01,
     V03,
     V10,
 }
@@ -40,6 +44,7 @@ impl Dialect {
 
     pub fn version(self) -> &'static str {
         match self {
+            Dialect::V01 => "0.1",
             Dialect::V03 => "0.3",
             Dialect::V10 => "1.0",
         }

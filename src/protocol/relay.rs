@@ -216,7 +216,9 @@ impl Relayed {
     pub fn read(dialect: Dialect, result: &RawValue) -> Result<Relayed, RelayError> {
         match dialect {
             Dialect::V10 => Relayed::from_wrapped(serde_json::from_str(result.get())?),
-            Dialect::V03 => Relayed::from_tagged(serde_json::from_str(result.get())?),
+            Dialect::V03 | Dialect::V01 => {
+                Relayed::from_tagged(serde_json::from_str(result.get())?)
+            }
         }
     }
 
@@ -332,7 +334,7 @@ impl Relayed {
             ));
         }
         match dialect {
-            Dialect::V03 => self.object.serialize(s),
+            Dialect::V03 | Dialect::V01 => self.object.serialize(s),
             Dialect::V10 => {
                 let mut map = s.serialize_map(Some(1))?;
                 let key = match self.kind {

@@ -1,6 +1,8 @@
 //! JSON-RPC dispatch: a parsed request in, a rendered answer (a body or an event stream)
 //! out, always in the caller's dialect. No HTTP here.
 
+mod v01;
+
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -69,6 +71,9 @@ pub async fn dispatch(
     } = req;
     let send_params = || decoded.map_or_else(|| params::decode(params), |p| Ok(*p));
     let outcome: Result<RpcReply, GatewayError> = async {
+        if dialect == Dialect::V01 {
+            return v01::dispatch(service, agent, caller, &id, method, params, served).await;
+        }
         match method {
             Method::SendMessage => {
                 let send = send_request(send_params()?, dialect)?;
@@ -76,7 +81,9 @@ pub async fn dispatch(
                 let write = |task: &Task| match dialect {
                     Dialect::V10 => write::task_answer(&id, task, stamp)
                         .map_err(|e| GatewayError::Internal(format!("serializing result: {e}"))),
-                    Dialect::V03 => render_result(&id, V03(&Stamped { value: task, stamp })),
+                    Dialect::V03 | Dialect::V01 => {
+                        render_result(&id, V03(&Stamped { value: task, stamp }))
+                    }
                 };
                 match service
                     .send_writing(agent, caller, send, Some(&write))
@@ -101,6 +108,9 @@ pub async fn dispatch(
             }
             Method::GetTask => {
                 let p: TaskIdParams = params::decode(params)?;
+                if let Some(task_id) = service.legacy_names().get(agent, caller, &p.id) {
+                    return v01::get(service, agent, caller, &id, p, &task_id, served).await;
+                }
                 let history = params::history_length(p.history_length, dialect)?;
                 let mut task = service.get(agent, caller, &p.id, history).await?;
                 served.stamp_task(&mut task);
@@ -114,12 +124,19 @@ pub async fn dispatch(
             }
             Method::CancelTask => {
                 let p: TaskIdParams = params::decode(params)?;
+                if let Some(task_id) = service.legacy_names().get(agent, caller, &p.id) {
+                    return v01::cancel(service, agent, caller, &id, &p.id, &task_id, served).await;
+                }
                 let mut task = service.cancel(agent, caller, &p.id).await?;
                 served.stamp_task(&mut task);
                 ok_task(&id, dialect, &task)
             }
             Method::SubscribeToTask => {
                 let p: TaskIdParams = params::decode(params)?;
+                if let Some(task_id) = service.legacy_names().get(agent, caller, &p.id) {
+                    let sub = v01::subscribe(service, agent, caller, &id, &p.id, &task_id, served);
+                    return sub.await;
+                }
                 let items = service.subscribe(agent, caller, &p.id).await?;
                 Ok(RpcReply::Stream {
                     id: id.clone(),
@@ -135,7 +152,7 @@ pub async fn dispatch(
                 Dialect::V10 => GatewayError::UnsupportedOperation(
                     "this agent does not offer an extended agent card".into(),
                 ),
-                Dialect::V03 => GatewayError::ExtendedCardNotConfigured,
+                Dialect::V03 | Dialect::V01 => GatewayError::ExtendedCardNotConfigured,
             }),
         }
     }
@@ -163,7 +180,7 @@ pub(crate) fn send_request(p: SendParams, dialect: Dialect) -> Result<SendReques
     })
 }
 
-fn json(body: Vec<u8>) -> RpcReply {
+pub(crate) fn json(body: Vec<u8>) -> RpcReply {
     RpcReply::Json {
         status: 200,
         body,
@@ -176,6 +193,7 @@ fn ok(id: &Value, dialect: Dialect, result: &SendResult) -> Result<RpcReply, Gat
     Ok(json(match dialect {
         Dialect::V10 => render_result(id, result)?,
         Dialect::V03 => render_result(id, V03(result))?,
+        Dialect::V01 => return v01::ok(id, result, None),
     }))
 }
 
@@ -183,6 +201,7 @@ fn ok_task(id: &Value, dialect: Dialect, task: &Task) -> Result<RpcReply, Gatewa
     Ok(json(match dialect {
         Dialect::V10 => render_result(id, task)?,
         Dialect::V03 => render_result(id, V03(task))?,
+        Dialect::V01 => v01::render_task(id, task, None)?,
     }))
 }
 
@@ -199,9 +218,11 @@ pub fn render_stream_item(
         .and_then(|item| match dialect {
             Dialect::V10 => render_result(id, item),
             Dialect::V03 => render_result(id, StreamItemV03(item)),
+            Dialect::V01 => render_result(id, crate::protocol::v01::EventV01(item)),
         });
     match rendered {
         Ok(body) => (false, body),
-        Err(e) => (true, render_error(id, dialect, &e)),
+        // 0.1 clients read only `data:` blocks; they find the error in the body.
+        Err(e) => (dialect != Dialect::V01, render_error(id, dialect, &e)),
     }
 }

@@ -518,8 +518,9 @@ async fn lenient_input_snake_case_and_legacy_shapes() {
         "id":"client-chosen","sessionId":"sess-1",
         "message":{"role":"user","parts":[{"type":"text","text":"old client"}],"messageId":"m01"}}});
     let r = gw.post_raw("/a2a/agents/echo", &[], body.to_string()).await;
-    assert_eq!(r.result()["kind"], "task");
-    assert_eq!(r.result()["contextId"], "sess-1");
+    // Answered in 0.1's own shape (see legacy.rs): the client's id, its sessionId.
+    assert_eq!(r.result()["id"], "client-chosen");
+    assert_eq!(r.result()["sessionId"], "sess-1");
     assert_eq!(text_of(&r.result()["artifacts"]), "old client");
 }
 

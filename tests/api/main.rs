@@ -9,6 +9,7 @@ mod config;
 mod errors;
 mod helpers;
 mod interop;
+mod legacy;
 mod lifecycle;
 mod limits;
 mod paths;

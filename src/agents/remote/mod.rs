@@ -687,6 +687,7 @@ fn choose_upstream(card: &Value, card_url: &str, forced: Option<Dialect>) -> Opt
         let url = match dialect {
             Dialect::V10 => from_interfaces,
             Dialect::V03 => from_interfaces.or(top_level),
+            Dialect::V01 => None,
         }
         .or_else(|| forced.and(jsonrpc.first().map(|(_, u)| *u).or(top_level)));
         // An interface URL that does not parse is no interface.

@@ -58,7 +58,8 @@ struct SendParamsOut<'a, M: Serialize, C: Serialize> {
 fn upstream_history(h: Option<usize>, dialect: Dialect) -> Option<usize> {
     match dialect {
         Dialect::V10 => h,
-        Dialect::V03 => h.filter(|n| *n > 0),
+        // Upstreams speak 0.3 or 1.0; 0.1 is a caller's dialect only.
+        Dialect::V03 | Dialect::V01 => h.filter(|n| *n > 0),
     }
 }
 
@@ -91,7 +92,7 @@ pub fn send_body(
                 metadata,
             },
         }),
-        Dialect::V03 => serde_json::to_vec(&Envelope {
+        Dialect::V03 | Dialect::V01 => serde_json::to_vec(&Envelope {
             jsonrpc: "2.0",
             id,
             method: if streaming {
@@ -138,11 +139,11 @@ pub fn task_body(
 ) -> Result<Vec<u8>, GatewayError> {
     let method = match (op, dialect) {
         (TaskOp::Get, Dialect::V10) => "GetTask",
-        (TaskOp::Get, Dialect::V03) => "tasks/get",
+        (TaskOp::Get, Dialect::V03 | Dialect::V01) => "tasks/get",
         (TaskOp::Cancel, Dialect::V10) => "CancelTask",
-        (TaskOp::Cancel, Dialect::V03) => "tasks/cancel",
+        (TaskOp::Cancel, Dialect::V03 | Dialect::V01) => "tasks/cancel",
         (TaskOp::Subscribe, Dialect::V10) => "SubscribeToTask",
-        (TaskOp::Subscribe, Dialect::V03) => "tasks/resubscribe",
+        (TaskOp::Subscribe, Dialect::V03 | Dialect::V01) => "tasks/resubscribe",
     };
     serde_json::to_vec(&Envelope {
         jsonrpc: "2.0",
@@ -256,6 +257,7 @@ pub fn read_relayed(dialect: Dialect, body: &[u8]) -> Option<Relayed> {
     match dialect {
         Dialect::V10 => Relayed::from_wrapped(result(body)?).ok(),
         Dialect::V03 => Relayed::from_tagged(result(body)?).ok(),
+        Dialect::V01 => None,
     }
 }
 
