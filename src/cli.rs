@@ -55,6 +55,10 @@ struct ServeArgs {
     /// Worker threads [default: one per core]
     #[arg(long, env = "A2A_GATEWAY_WORKERS")]
     workers: Option<usize>,
+    /// One bearer token for every agent, which all then require it
+    /// (`Authorization: Bearer TOKEN`), beside any credentials gateway.toml names
+    #[arg(long, env = "A2A_GATEWAY_AUTH_TOKEN", hide_env_values = true)]
+    auth_token: Option<String>,
 }
 
 pub fn run() -> ExitCode {
@@ -97,9 +101,12 @@ fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("A2A_GATEWAY_LOG")
         .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    use std::io::IsTerminal;
+    // Colours only for people: files and log collectors get plain text.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .try_init();
 }
 
@@ -119,6 +126,12 @@ fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::from(EXIT_BAD_CONFIG);
         }
     };
+    if let Some(token) = &args.auth_token {
+        if let Err(e) = settings.require_bearer_token(token) {
+            eprintln!("{e}\nrefusing to start: 1 configuration error(s)");
+            return ExitCode::from(EXIT_BAD_CONFIG);
+        }
+    }
     let server = &mut settings.gateway.server;
     if let Some(host) = args.host {
         server.host = host;

@@ -22,6 +22,37 @@ pub struct Settings {
     pub agents: Vec<AgentDef>,
 }
 
+impl Settings {
+    /// `serve --auth-token`: one bearer token that covers every agent, and every agent
+    /// (public ones included) then requires credentials.
+    pub fn require_bearer_token(&mut self, token: &str) -> Result<(), String> {
+        use sha2::{Digest, Sha256};
+        use std::fmt::Write as _;
+        if token.trim().is_empty() {
+            return Err("--auth-token / A2A_GATEWAY_AUTH_TOKEN: the token is empty".into());
+        }
+        let digest = Sha256::digest(token.as_bytes());
+        let hex = digest.iter().fold(String::with_capacity(64), |mut out, b| {
+            let _ = write!(out, "{b:02x}");
+            out
+        });
+        self.gateway.auth.bearer_tokens.push(CredentialConfig {
+            id: "auth-token".into(),
+            secret_env: None,
+            secret_file: None,
+            secret_sha256: Some(hex),
+            agents: all_agents(),
+            revoked: false,
+            tier: None,
+        });
+        self.gateway.auth.default_access = Access::Authenticated;
+        for agent in &mut self.agents {
+            agent.access = Some(Access::Authenticated);
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GatewayConfig {

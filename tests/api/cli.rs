@@ -69,8 +69,16 @@ fn check_prints_every_error_and_fails() {
         err.contains(&format!("{}:1:8: name \"A\" must start", a.display())),
         "{err}"
     );
-    assert!(err.contains(&format!("{}:", b.display())), "{err}");
-    assert!(err.trim_end().ends_with("2 error(s)"), "{err}");
+    assert!(
+        err.contains(&format!("{}:3:8: unknown variant `nope`", b.display())),
+        "{err}"
+    );
+    // b.toml's other problem, found although its backend does not parse.
+    assert!(
+        err.contains(&format!("{}:1:1: missing field `description`", b.display())),
+        "{err}"
+    );
+    assert!(err.trim_end().ends_with("3 error(s)"), "{err}");
 }
 
 #[test]
@@ -148,4 +156,120 @@ fn serve_survives_a_closed_stdout() {
     child.kill().unwrap();
     let _ = child.wait();
     assert!(served && exited.is_none(), "the gateway died: {exited:?}");
+}
+
+/// Reads the banner's first line for the base URL the gateway serves on.
+fn base_url(child: &mut std::process::Child) -> String {
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let base = first.split("listening on ").nth(1).expect("banner").trim();
+    // Keep draining the banner so the gateway never blocks on a full pipe.
+    std::thread::spawn(move || lines.for_each(drop));
+    base.to_string()
+}
+
+/// POSTs a JSON-RPC send with `headers`; returns (HTTP status, body).
+fn curl_send(url: &str, headers: &[&str]) -> (u16, serde_json::Value) {
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message":{"kind":"message","messageId":"m","role":"user","parts":[{"kind":"text","text":"hi"}]}}}"#;
+    let mut cmd = Command::new("curl");
+    cmd.args([
+        "-s",
+        "-w",
+        "\n%{http_code}",
+        "-H",
+        "content-type: application/json",
+        "-d",
+        body,
+    ]);
+    for h in headers {
+        cmd.args(["-H", h]);
+    }
+    let out = cmd.arg(url).output().expect("curl is available");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (body, status) = text.rsplit_once('\n').expect("status line");
+    (
+        status.parse().unwrap(),
+        serde_json::from_str(body).unwrap_or_default(),
+    )
+}
+
+/// `serve --auth-token` (or A2A_GATEWAY_AUTH_TOKEN): one bearer token that every agent,
+/// public ones included, then requires.
+#[test]
+fn serve_with_one_auth_token_requires_it_everywhere() {
+    let public = "name = \"open\"\ndescription = \"public\"\naccess = \"public\"\n[backend]\nkind = \"echo\"\n";
+    let (dir, agents, _) = write_config(&[("echo.toml", ECHO), ("open.toml", public)], None);
+    for by_env in [false, true] {
+        let mut cmd = bin();
+        cmd.current_dir(dir.path())
+            .args(["serve", "--port", "0"])
+            .arg("--agents-dir")
+            .arg(&agents)
+            .env("A2A_GATEWAY_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        if by_env {
+            cmd.env("A2A_GATEWAY_AUTH_TOKEN", "s3cret-token");
+        } else {
+            cmd.args(["--auth-token", "s3cret-token"]);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let base = base_url(&mut child);
+        for agent in ["echo", "open"] {
+            let url = format!("{base}/a2a/agents/{agent}");
+            let (status, body) = curl_send(&url, &[]);
+            assert_eq!(status, 401, "{agent} without the token: {body}");
+            assert_eq!(body["error"]["code"], -32041, "{body}");
+            assert!(
+                body["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("Unauthenticated"),
+                "{body}"
+            );
+            let (status, _) = curl_send(&url, &["Authorization: Bearer wrong"]);
+            assert_eq!(status, 401, "{agent} with a wrong token");
+            let (status, body) = curl_send(&url, &["Authorization: Bearer s3cret-token"]);
+            assert_eq!(status, 200, "{agent} with the token: {body}");
+            assert_eq!(body["result"]["status"]["state"], "completed", "{body}");
+        }
+        child.kill().unwrap();
+        let _ = child.wait();
+    }
+    let out = bin()
+        .current_dir(dir.path())
+        .args(["serve", "--port", "0", "--auth-token", " "])
+        .arg("--agents-dir")
+        .arg(&agents)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64), "an empty token is refused");
+}
+
+/// Log lines carry no colour codes when stderr is not a terminal (a file, a pipe).
+#[test]
+fn logs_to_a_pipe_have_no_colour_codes() {
+    let port = crate::peers::free_port();
+    let unreachable = format!(
+        "name = \"far\"\n[backend]\nkind = \"a2a\"\nurl = \"http://127.0.0.1:{port}\"\nconnect_timeout_secs = 1\n"
+    );
+    let (dir, agents, _) = write_config(&[("far.toml", &unreachable)], None);
+    let mut child = bin()
+        .current_dir(dir.path())
+        .args(["serve", "--port", "0"])
+        .arg("--agents-dir")
+        .arg(&agents)
+        .env("A2A_GATEWAY_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _base = base_url(&mut child);
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    child.kill().unwrap();
+    let _ = child.wait();
+    assert!(line.contains("upstream agent unavailable"), "{line:?}");
+    assert!(!line.contains('\u{1b}'), "no ANSI escapes: {line:?}");
 }
