@@ -207,8 +207,10 @@ impl std::ops::DerefMut for GroupChild {
 }
 
 fn start(cfg: &CommandConfig) -> Result<Box<Proc>, BackendError> {
+    // The caller learns that it failed, not where the program lives or what the OS said.
     let mut child = spawn(cfg).map_err(|e| {
-        BackendError::Failed(format!("the agent's program could not start: {}", e.kind()))
+        tracing::error!(program = ?cfg.command, cwd = ?cfg.cwd, error = %e, "an agent's program could not start");
+        BackendError::Unavailable("its program could not start".into())
     })?;
     let deadline = deadline_after(cfg.timeout_secs);
     let stderr = child.stderr.take();

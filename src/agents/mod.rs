@@ -42,6 +42,10 @@ pub enum BackendError {
     /// Shown to the caller in the failed task's status message.
     #[error("{0}")]
     Failed(String),
+    /// The agent cannot take work now (its program would not start): the caller is told
+    /// to retry, or, when the task exists already, the task fails with this reason.
+    #[error("{0}")]
+    Unavailable(String),
     #[error("the task was closed while the agent was still producing output")]
     SinkClosed(#[from] SinkClosed),
 }

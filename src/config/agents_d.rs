@@ -1,6 +1,7 @@
 //! `agents.d/`: one TOML file per agent, loaded in sorted order.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -111,38 +112,57 @@ pub fn load_agents_dir(dir: &Path, diags: &mut Diagnostics) -> Vec<AgentDef> {
                 continue;
             }
         };
-        let Some((agent, name_offset)) = parse_agent(&file, &text, diags) else {
-            continue;
-        };
-        if let Some(first) = seen.get(&agent.name) {
-            diags.push(Diagnostic::at(
-                &file,
-                &text,
-                name_offset,
-                format!(
-                    "duplicate agent name \"{}\" (already defined in {})",
-                    agent.name,
-                    first.display()
-                ),
-            ));
-            continue;
+        let Parsed { agent, name } = parse_agent(&file, &text, diags);
+        // Names are checked across files even when a file has other problems.
+        if let Some((name, offset)) = name {
+            if let Some(first) = seen.get(&name) {
+                diags.push(Diagnostic::at(
+                    &file,
+                    &text,
+                    offset,
+                    format!(
+                        "duplicate agent name \"{name}\" (already defined in {})",
+                        first.display()
+                    ),
+                ));
+                continue;
+            }
+            seen.insert(name, file.clone());
         }
-        seen.insert(agent.name.clone(), file.clone());
-        agents.push(agent);
+        agents.extend(agent);
     }
     agents
 }
 
-/// Parses one file; every problem becomes a diagnostic, and None means the file is unusable.
-/// Also returns where the name is written, for cross-file messages.
-fn parse_agent(file: &Path, text: &str, diags: &mut Diagnostics) -> Option<(AgentDef, usize)> {
+/// One file's agent (None when the file has problems) and its name with where it is
+/// written, when the name can be read at all.
+struct Parsed {
+    agent: Option<AgentDef>,
+    name: Option<(String, usize)>,
+}
+
+/// Parses one file; every problem becomes a diagnostic.
+fn parse_agent(file: &Path, text: &str, diags: &mut Diagnostics) -> Parsed {
     let raw: AgentFile = match toml::from_str(text) {
         Ok(raw) => raw,
         Err(e) => {
             diags.push(Diagnostic::from_toml(file, text, &e));
-            return None;
+            let name = check_what_reads(file, text, e.message(), diags);
+            return Parsed { agent: None, name };
         }
     };
+    let name = Some((raw.name.get_ref().clone(), raw.name.span().start));
+    let agent = check_agent(file, text, raw, diags);
+    Parsed { agent, name }
+}
+
+/// The semantic checks of a file that parsed.
+fn check_agent(
+    file: &Path,
+    text: &str,
+    raw: AgentFile,
+    diags: &mut Diagnostics,
+) -> Option<AgentDef> {
     let before = diags.0.len();
     let at = |offset: usize, msg: String| Diagnostic::at(file, text, offset, msg);
     if let Err(msg) = check_name(raw.name.get_ref()) {
@@ -164,9 +184,12 @@ fn parse_agent(file: &Path, text: &str, diags: &mut Diagnostics) -> Option<(Agen
         BackendSpec::A2a(cfg) => {
             check_a2a(cfg, &mut |offset, msg| diags.push(at(offset, msg)), text)
         }
-        BackendSpec::Command(cfg) => {
-            check_command(cfg, &mut |offset, msg| diags.push(at(offset, msg)), text)
-        }
+        BackendSpec::Command(cfg) => check_command(
+            cfg,
+            file,
+            &mut |offset, msg| diags.push(at(offset, msg)),
+            text,
+        ),
         BackendSpec::Echo(_) => {}
     }
     for modes in [&raw.default_input_modes, &raw.default_output_modes]
@@ -203,7 +226,6 @@ fn parse_agent(file: &Path, text: &str, diags: &mut Diagnostics) -> Option<(Agen
     if diags.0.len() > before {
         return None;
     }
-    let name_offset = raw.name.span().start;
     let def = AgentDef {
         name: raw.name.into_inner(),
         description: raw.description.map(Spanned::into_inner).unwrap_or_default(),
@@ -220,7 +242,101 @@ fn parse_agent(file: &Path, text: &str, diags: &mut Diagnostics) -> Option<(Agen
         access: raw.access,
         source: file.to_path_buf(),
     };
-    Some((def, name_offset))
+    Some(def)
+}
+
+/// Every top-level key an agent file may hold.
+const AGENT_KEYS: &[&str] = &[
+    "name",
+    "description",
+    "version",
+    "provider",
+    "documentation_url",
+    "icon_url",
+    "default_input_modes",
+    "default_output_modes",
+    "skills",
+    "backend",
+    "limits",
+    "access",
+];
+
+/// A file that does not parse as an agent may have more problems than the first one serde
+/// stops at: checks what can still be read (unknown keys, the name, the description, the
+/// backend) so one run of `check` reports them all. `first` is the message already
+/// reported. Returns the name, when it is a string, for the duplicate check.
+fn check_what_reads(
+    file: &Path,
+    text: &str,
+    first: &str,
+    diags: &mut Diagnostics,
+) -> Option<(String, usize)> {
+    let Ok(table) = toml::from_str::<BTreeMap<Spanned<String>, Spanned<toml::Value>>>(text) else {
+        return None; // Not TOML at all: the syntax error is all there is to say.
+    };
+    let first = first.trim();
+    let mut report = |offset: usize, message: String| {
+        if message != first {
+            diags.push(Diagnostic::at(file, text, offset, message));
+        }
+    };
+    let mut name = None;
+    let mut kind = None;
+    for (key, value) in &table {
+        match key.get_ref().as_str() {
+            "name" => {
+                if let toml::Value::String(n) = value.get_ref() {
+                    let offset = value.span().start;
+                    if let Err(msg) = check_name(n) {
+                        report(offset, msg);
+                    }
+                    name = Some((n.clone(), offset));
+                }
+            }
+            "backend" => {
+                kind = value
+                    .get_ref()
+                    .get("kind")
+                    .and_then(toml::Value::as_str)
+                    .map(str::to_string);
+                match value.get_ref().clone().try_into::<BackendSpec>() {
+                    Ok(BackendSpec::Command(mut cfg)) => {
+                        check_command(&mut cfg, file, &mut report, text)
+                    }
+                    Ok(BackendSpec::A2a(mut cfg)) => check_a2a(&mut cfg, &mut report, text),
+                    Ok(BackendSpec::Echo(_)) => {}
+                    Err(e) => report(value.span().start, e.message().trim().to_string()),
+                }
+            }
+            known if AGENT_KEYS.contains(&known) => {}
+            unknown => {
+                let expected = AGENT_KEYS
+                    .iter()
+                    .map(|k| format!("`{k}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                report(
+                    key.span().start,
+                    format!("unknown field `{unknown}`, expected one of {expected}"),
+                );
+            }
+        }
+    }
+    let description = table
+        .iter()
+        .find(|(k, _)| k.get_ref() == "description")
+        .map(|(_, v)| v);
+    match description {
+        Some(d) if d.get_ref().as_str().is_some_and(|d| d.trim().is_empty()) => {
+            report(d.span().start, "description must not be empty".into())
+        }
+        None if kind.as_deref() != Some("a2a") => report(
+            0,
+            "missing field `description` (only agents with kind = \"a2a\" may omit it)".into(),
+        ),
+        _ => {}
+    }
+    name
 }
 
 /// Checks an upstream agent's settings and expands `${VAR}` in its headers. Values inside
@@ -275,8 +391,16 @@ fn check_a2a(cfg: &mut A2aConfig, report: &mut dyn FnMut(usize, String), text: &
     }
 }
 
-/// Checks a command agent: the program must exist now, not at the first request.
-fn check_command(cfg: &mut CommandConfig, report: &mut dyn FnMut(usize, String), text: &str) {
+/// Checks a command agent: the program must exist and be executable now, not at the first
+/// request. Relative paths (the program, `cwd`) are resolved against the agent file's
+/// directory, which is also the process's working directory unless `cwd` names another,
+/// so an agent file and its scripts can move together.
+fn check_command(
+    cfg: &mut CommandConfig,
+    file: &Path,
+    report: &mut dyn FnMut(usize, String),
+    text: &str,
+) {
     let find = |needle: &str| text.find(needle).unwrap_or(0);
     let Some(program) = cfg.command.first().cloned() else {
         report(
@@ -285,31 +409,56 @@ fn check_command(cfg: &mut CommandConfig, report: &mut dyn FnMut(usize, String),
         );
         return;
     };
-    // Relative paths are resolved against cwd, itself relative to the gateway's directory.
-    let cwd = cfg.cwd.clone().unwrap_or_else(|| PathBuf::from("."));
+    let base = file
+        .parent()
+        .map(absolute)
+        .unwrap_or_else(|| PathBuf::from("."));
+    let cwd = match &cfg.cwd {
+        Some(dir) => base.join(dir),
+        None => base,
+    };
+    if !cwd.is_dir() {
+        report(
+            find("cwd"),
+            format!("backend.cwd: {} is not a directory", cwd.display()),
+        );
+    }
     let found = if program.contains('/') {
         let path = cwd.join(&program);
-        path.is_file().then_some(path)
+        path.exists().then_some(path)
     } else {
         std::env::var_os("PATH").and_then(|paths| {
             std::env::split_paths(&paths)
                 .map(|d| d.join(&program))
-                .find(|p| p.is_file())
+                .find(|p| p.is_file() && is_executable(p))
         })
     };
-    if found.is_none() {
-        report(
+    match found {
+        None => report(
             find(&program),
             format!(
                 "backend.command: program \"{program}\" not found{}",
                 if program.contains('/') {
-                    ""
+                    format!(" (looked for {})", cwd.join(&program).display())
                 } else {
-                    " on PATH"
+                    " on PATH".into()
                 },
             ),
-        );
+        ),
+        Some(path) if !(path.is_file() && is_executable(&path)) => report(
+            find(&program),
+            format!(
+                "backend.command: {} is not an executable file",
+                path.display()
+            ),
+        ),
+        Some(path) => {
+            if program.contains('/') {
+                cfg.command[0] = path.display().to_string();
+            }
+        }
     }
+    cfg.cwd = Some(cwd);
     if cfg.timeout_secs == 0 || cfg.max_concurrent == 0 {
         report(
             find("[backend]"),
@@ -349,6 +498,19 @@ fn expand_env(value: &str) -> Result<String, String> {
     }
     out.push_str(rest);
     Ok(out)
+}
+
+fn is_executable(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o111 != 0)
+}
+
+/// `dir` made absolute against the gateway's working directory, so a process started with
+/// another working directory still finds what it names.
+fn absolute(dir: &Path) -> PathBuf {
+    if dir.as_os_str().is_empty() {
+        return std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    }
+    std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf())
 }
 
 #[cfg(test)]

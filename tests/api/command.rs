@@ -796,3 +796,112 @@ async fn programs_do_not_outlive_the_gateway() {
         wait_until_gone(waiting, &format!("after SIG{signal} to the gateway")).await;
     }
 }
+
+/// Program paths, `cwd` and the working directory are the agent file's, wherever the
+/// gateway was started; a program that is not executable is refused at load time.
+#[tokio::test]
+async fn command_paths_are_relative_to_the_agent_file() {
+    let (dir, agents, gateway_toml) = write_config(&[], Some("[server]\nworkers = 1\n"));
+    let scripts = agents.join("bin");
+    std::fs::create_dir(&scripts).unwrap();
+    let prog = scripts.join("where.sh");
+    std::fs::write(&prog, "#!/bin/sh\ncat >/dev/null\npwd\n").unwrap();
+    let plain = scripts.join("plain.sh");
+    std::fs::write(&plain, "#!/bin/sh\necho hi\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(
+        agents.join("here.toml"),
+        agent("here", "text", &["./bin/where.sh"], ""),
+    )
+    .unwrap();
+    std::fs::write(
+        agents.join("there.toml"),
+        agent("there", "text", &["./where.sh"], "cwd = \"bin\""),
+    )
+    .unwrap();
+    // The test's working directory is the repository, not the configuration's.
+    let settings = a2a_gateway::config::load(gateway_toml.as_deref(), &agents).expect("loads");
+    let app = a2a_gateway::app::Application::with_listener(
+        settings,
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap(),
+    )
+    .await
+    .unwrap();
+    let base = format!("http://127.0.0.1:{}", app.port());
+    let handle = app.handle();
+    tokio::spawn(app.run_until_stopped());
+    let client = reqwest::Client::new();
+    for (name, cwd) in [("here", agents.clone()), ("there", scripts.clone())] {
+        let body = json!({"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message": D::V10.message("x")}});
+        let r: Value = client
+            .post(format!("{base}/a2a/agents/{name}"))
+            .header("A2A-Version", "1.0")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let task = &r["result"]["task"];
+        assert_eq!(
+            task["status"]["state"], "TASK_STATE_COMPLETED",
+            "{name}: {r}"
+        );
+        let pwd = text_of(&task["artifacts"]);
+        assert_eq!(
+            std::fs::canonicalize(pwd.trim()).unwrap(),
+            std::fs::canonicalize(&cwd).unwrap(),
+            "{name} runs in {}",
+            cwd.display()
+        );
+    }
+    drop(handle.stop(false));
+
+    std::fs::write(
+        agents.join("plain.toml"),
+        agent("plain", "text", &["bin/plain.sh"], ""),
+    )
+    .unwrap();
+    let err = a2a_gateway::config::load(gateway_toml.as_deref(), &agents)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("plain.toml:6:13: backend.command:"), "{err}");
+    assert!(err.contains("plain.sh is not an executable file"), "{err}");
+    drop(dir);
+}
+
+/// A program that cannot be started (removed after the gateway loaded it) is answered
+/// "unavailable, retry" with no server path and no OS error; the details go to the log.
+#[tokio::test]
+async fn a_program_that_cannot_start_fails_without_leaking_details() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = dir.path().join("gone.sh");
+    std::fs::write(&prog, "#!/bin/sh\necho hi\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let gone = agent("gone", "text", &[prog.to_str().unwrap()], "");
+    let gw = gateway(&[("gone.toml", &gone)]).await;
+    std::fs::remove_file(&prog).unwrap();
+    for d in [D::V03, D::V10] {
+        let r = gw
+            .call(
+                "/a2a/agents/gone",
+                d,
+                d.send(),
+                json!({"message": d.message("x")}),
+            )
+            .await;
+        assert_eq!((r.status, r.code()), (503, -32051), "{}", r.body);
+        assert_eq!(
+            r.message(),
+            "Agent gone is unavailable: its program could not start",
+            "no path, no OS error: {}",
+            r.body
+        );
+        assert_eq!(r.header("retry-after"), "1");
+    }
+    let health = gw.client.get(gw.url("/a2a/health")).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+}

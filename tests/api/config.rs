@@ -162,3 +162,44 @@ fn every_shipped_file_loads() {
     assert!(settings.agents.iter().any(|a| a.name == "echo"));
     assert_eq!(settings.gateway.default_agent_name(), Some("echo"));
 }
+
+/// One run reports everything: a file with an unknown key still has its bad name, its
+/// empty description and its missing program reported, and names are checked for
+/// duplicates across files even when one of them has other problems.
+#[test]
+fn a_file_with_a_wrong_key_still_reports_its_other_problems() {
+    let got = problems(
+        &[
+            (
+                "a.toml",
+                "name = \"Bad\"\ndescription = \"\"\ncolour = \"red\"\n[backend]\nkind = \"command\"\ncommand = [\"./missing.sh\"]\n",
+            ),
+            (
+                "b.toml",
+                "name = \"twin\"\ndescription = \"d\"\nsize = 3\n[backend]\nkind = \"echo\"\n",
+            ),
+            ("c.toml", "name = \"twin\"\ndescription = \"d\"\n[backend]\nkind = \"echo\"\n"),
+        ],
+        None,
+    );
+    for want in [
+        "a.toml:3:1: unknown field `colour`",
+        "a.toml:1:8: name \"Bad\" must start with a lowercase letter",
+        "a.toml:2:15: description must not be empty",
+        "backend.command: program \"./missing.sh\" not found",
+        "b.toml:3:1: unknown field `size`",
+        "c.toml:1:8: duplicate agent name \"twin\"",
+    ] {
+        assert!(
+            got.iter().any(|g| g.contains(want)),
+            "wanted {want:?} in {got:#?}"
+        );
+    }
+    assert_eq!(
+        got.iter()
+            .filter(|g| g.contains("unknown field `colour`"))
+            .count(),
+        1,
+        "each problem once: {got:#?}"
+    );
+}
