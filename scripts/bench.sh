@@ -19,6 +19,8 @@
 # ratio and their median: on a shared machine one round can be off by 10% either way.
 #
 # Knobs: DURATION (10s) CONNECTIONS (50) WORKERS (2) RATE (2000/s) STREAMS (10000) ROUNDS (3).
+# BASELINE_BIN=path/to/an/older/a2a-gateway adds that build to the core and proxy rounds, so a
+# change is measured before and after in the same run (build it from a git worktree).
 # Needs wrk (apt-get install wrk).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -36,6 +38,7 @@ BODY="$ROOT/scripts/bench/send_message.json"
 command -v wrk >/dev/null || { echo "bench: wrk is required (apt-get install wrk)" >&2; exit 1; }
 cargo build --release --quiet --bin a2a-gateway --examples
 BIN="$ROOT/target/release/a2a-gateway"
+BASELINE_BIN="${BASELINE_BIN:-}"
 EX="$ROOT/target/release/examples"
 
 TMP="$(mktemp -d)"
@@ -74,10 +77,10 @@ rounds() {
     done
 }
 
-# gateway PORT AGENTS_DIR [extra gateway.toml lines]; sets GW_PID
+# gateway PORT AGENTS_DIR [extra gateway.toml lines]; sets GW_PID. GW_BIN picks the binary.
 gateway() {
     printf '%b\n' "${3:-}" > "$TMP/gw-$1.toml"
-    A2A_GATEWAY_LOG=warn "$BIN" serve --config "$TMP/gw-$1.toml" --agents-dir "$2" \
+    A2A_GATEWAY_LOG=warn "${GW_BIN:-$BIN}" serve --config "$TMP/gw-$1.toml" --agents-dir "$2" \
         --port "$1" --workers "$WORKERS" > "$TMP/gw-$1.log" 2>&1 &
     GW_PID=$!; PIDS+=("$GW_PID")
     wait_up "http://127.0.0.1:$1/a2a/health"
@@ -89,8 +92,13 @@ bench_core() {
     pb=$(free_port); "$EX/bare_jsonrpc" "127.0.0.1:$pb" "$WORKERS" & PIDS+=($!)
     wait_up "http://127.0.0.1:$pb/.well-known/agent-card.json"
     pg=$(free_port); gateway "$pg" "$ROOT/agents.d" 'default_agent = "echo"'
+    local -a older=()
+    if [ -n "$BASELINE_BIN" ]; then
+        local po; po=$(free_port); GW_BIN="$BASELINE_BIN" gateway "$po" "$ROOT/agents.d" 'default_agent = "echo"'
+        older=("baseline build -> echo agent" "http://127.0.0.1:$po/a2a/agents/echo")
+    fi
     rounds "bare actix-web handler (fixed bytes)" "http://127.0.0.1:$pb/" \
-        "gateway -> echo agent" "http://127.0.0.1:$pg/a2a/agents/echo"
+        "gateway -> echo agent" "http://127.0.0.1:$pg/a2a/agents/echo" "${older[@]}"
     echo "(target >= 0.70x) and against a baseline that parses the request and echoes its id:"
     rounds "bare JSON-RPC handler (parses)" "http://127.0.0.1:$pb/jsonrpc" \
         "gateway -> echo agent" "http://127.0.0.1:$pg/a2a/agents/echo"
@@ -119,9 +127,14 @@ bench_proxy() {
     agents="$TMP/proxy.d"; mkdir -p "$agents"
     printf 'name = "fast"\n[backend]\nkind = "a2a"\nurl = "http://127.0.0.1:%s"\n' "$pu" > "$agents/fast.toml"
     pg=$(free_port); gateway "$pg" "$agents"
+    local -a older=()
+    if [ -n "$BASELINE_BIN" ]; then
+        local po; po=$(free_port); GW_BIN="$BASELINE_BIN" gateway "$po" "$agents"
+        older=("baseline build (a2a backend)" "http://127.0.0.1:$po/a2a/agents/fast")
+    fi
     rounds "plain actix+reqwest forwarder" "http://127.0.0.1:$pf/" \
-        "gateway (a2a backend)" "http://127.0.0.1:$pg/a2a/agents/fast"
-    echo "(target >= 0.85x)"
+        "gateway (a2a backend)" "http://127.0.0.1:$pg/a2a/agents/fast" "${older[@]}"
+    echo "(floor >= 1.0x)"
 
     echo "== proxy: latency at a fixed $RATE req/s for 10 s =="
     local h="A2A-Version:1.0" direct via_fwd via_gw

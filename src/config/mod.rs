@@ -464,9 +464,11 @@ pub enum CommandIo {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CommandConfig {
-    /// argv; no shell is involved.
+    /// argv; no shell is involved. A program path with a `/` is relative to the agent
+    /// file's directory (after loading: absolute).
     pub command: Vec<String>,
-    /// Working directory (relative to the gateway's); default: the gateway's.
+    /// Working directory, relative to the agent file's directory; default: that directory.
+    /// After loading: absolute.
     #[serde(default)]
     pub cwd: Option<PathBuf>,
     /// The only environment the process gets, besides PATH, HOME and LANG; `${VAR}` is
