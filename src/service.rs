@@ -14,7 +14,7 @@ use crate::agents::{
 use crate::auth::Principal;
 use crate::error::GatewayError;
 use crate::protocol::model::{
-    new_id, Message, SendResult, StreamItem, Task, TaskEvent, TaskState, TaskStatus,
+    new_id, Message, SendResult, StreamEnd, StreamItem, Task, TaskEvent, TaskState, TaskStatus,
     TaskStatusUpdateEvent,
 };
 use crate::protocol::ops::{ItemStream, ListTasksResponse, SendRequest};
@@ -543,7 +543,7 @@ impl A2aService {
             match rx.recv().await {
                 Ok(item) => {
                     let item = (*item).clone();
-                    let next = (!item.finishes_task()).then_some(rx);
+                    let next = (!StreamEnd::Terminal.closes(&item)).then_some(rx);
                     Some((Ok(item), next))
                 }
                 Err(broadcast::error::RecvError::Lagged(n)) => Some((

@@ -55,10 +55,13 @@ pub async fn handle(
         Ok(c) => c,
         Err(e) => return respond(&req, &state, early(e)),
     };
+    if let Err(e) = state.admit_early(agent_name.as_deref(), &caller) {
+        return respond(&req, &state, early(e));
+    }
     if let Err(e) = check_content_type(&req) {
         return respond(&req, &state, early(e));
     }
-    let bytes = match read_body(&req, body, state.config.limits.max_body_bytes).await {
+    let bytes = match read_body(&req, body, &state.bodies).await {
         Ok(b) => b,
         Err(e) => return respond(&req, &state, early(e)),
     };
@@ -158,7 +161,7 @@ pub async fn unknown_endpoint(
     };
     // The body only lends its id and dialect to the answer; one that cannot be read
     // (too large, cut off) leaves them at their defaults.
-    let bytes = read_body(&req, body, state.config.limits.max_body_bytes)
+    let bytes = read_body(&req, body, &state.bodies)
         .await
         .unwrap_or_default();
     let (id, dialect) = match parse_request(&bytes, header) {
@@ -193,6 +196,10 @@ fn respond_with(
                 .unwrap_or(actix_web::http::StatusCode::OK);
             let mut resp = HttpResponse::build(code);
             resp.content_type("application/json");
+            // A body that never came in full (408): the connection cannot be read on.
+            if code == actix_web::http::StatusCode::REQUEST_TIMEOUT {
+                resp.force_close();
+            }
             if let Some(secs) = retry_after {
                 resp.insert_header((header::RETRY_AFTER, secs.to_string()));
             }
@@ -205,6 +212,7 @@ fn respond_with(
             RpcReply::Stream {
                 id,
                 dialect,
+                end,
                 items,
                 keepalive,
             },
@@ -212,7 +220,7 @@ fn respond_with(
         ) => {
             let keepalive = keepalive.unwrap_or_else(|| state.default_keepalive());
             event_stream(req, items, keepalive, slot, move |item| {
-                render_stream_item(&id, dialect, item)
+                render_stream_item(&id, dialect, end, item)
             })
         }
         // Only streaming methods produce streams, and they always take a slot first.

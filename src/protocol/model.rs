@@ -837,6 +837,24 @@ impl StreamItem {
     }
 }
 
+/// Where a stream of task events ends: a send's at the first terminal or interrupted state
+/// (the caller answers and sends again), a subscription's only when the task is over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamEnd {
+    Interrupted,
+    Terminal,
+}
+
+impl StreamEnd {
+    /// Whether `item` is the last of such a stream (0.3 and 0.1 mark it `final`).
+    pub fn closes(self, item: &StreamItem) -> bool {
+        match self {
+            StreamEnd::Interrupted => item.ends_stream(),
+            StreamEnd::Terminal => item.finishes_task(),
+        }
+    }
+}
+
 /// What a send returns: the 1.0 `SendMessageResponse` oneof.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SendResult {

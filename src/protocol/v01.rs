@@ -13,8 +13,8 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::model::{
-    format_timestamp, new_id, Artifact, Message, Part, PartContent, Role, StreamItem, Task,
-    TaskState, TaskStatus,
+    format_timestamp, new_id, Artifact, Message, Part, PartContent, Role, StreamEnd, StreamItem,
+    Task, TaskState, TaskStatus,
 };
 use super::params::{self, SendParams};
 use crate::error::GatewayError;
@@ -185,7 +185,7 @@ impl Serialize for MessageAsTaskV01<'_> {
 
 /// One stream item as a 0.1 event: a status event (a task snapshot shows as its status),
 /// or an artifact event; `final` marks where a 0.1 stream ends.
-pub struct EventV01<'a>(pub &'a StreamItem);
+pub struct EventV01<'a>(pub &'a StreamItem, pub StreamEnd);
 
 impl Serialize for EventV01<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -218,7 +218,7 @@ impl Serialize for EventV01<'_> {
             ),
         };
         m.serialize_entry("status", &StatusV01(&status))?;
-        m.serialize_entry("final", &self.0.ends_stream())?;
+        m.serialize_entry("final", &self.1.closes(self.0))?;
         if let Some(md) = metadata {
             m.serialize_entry("metadata", md)?;
         }
@@ -419,7 +419,7 @@ mod tests {
         assert!(v.get("history").is_none() && v.get("kind").is_none(), "{v}");
 
         let status = StreamItem::Task(task);
-        let e = serde_json::to_value(EventV01(&status)).unwrap();
+        let e = serde_json::to_value(EventV01(&status, StreamEnd::Interrupted)).unwrap();
         assert_eq!(
             (e["id"].clone(), e["final"].clone()),
             (json!("client-id"), json!(true))

@@ -7,8 +7,8 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::model::{
-    format_timestamp, Artifact, Message, Part, PartContent, SendResult, Stamp, Stamped, StreamItem,
-    Task, TaskArtifactUpdateEvent, TaskStatus, TaskStatusUpdateEvent, DATA_COMPAT_KEY,
+    format_timestamp, Artifact, Message, Part, PartContent, SendResult, Stamp, Stamped, StreamEnd,
+    StreamItem, Task, TaskArtifactUpdateEvent, TaskStatus, TaskStatusUpdateEvent, DATA_COMPAT_KEY,
 };
 
 /// Borrowing adapter: `V03(&x)` serializes `x` in its 0.3 JSON-RPC form.
@@ -239,7 +239,7 @@ impl Serialize for V03<'_, SendResult> {
 
 /// A stream item in 0.3 form. `final` is set on whichever event closes the stream, so a 0.3
 /// client never waits on a stream the gateway has already ended (trap 5 of the reference).
-pub struct StreamItemV03<'a>(pub &'a StreamItem);
+pub struct StreamItemV03<'a>(pub &'a StreamItem, pub StreamEnd);
 
 impl Serialize for StreamItemV03<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -248,7 +248,7 @@ impl Serialize for StreamItemV03<'_> {
             StreamItem::Message(m) => V03(m).serialize(s),
             StreamItem::StatusUpdate(e) => StatusV03 {
                 event: e,
-                is_final: self.0.ends_stream(),
+                is_final: self.1.closes(self.0),
             }
             .serialize(s),
             StreamItem::ArtifactUpdate(e) => V03(e).serialize(s),

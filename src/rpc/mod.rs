@@ -11,7 +11,7 @@ use crate::agents::Agent;
 use crate::auth::Principal;
 use crate::error::GatewayError;
 use crate::protocol::jsonrpc::{render_error, render_result, Method, RpcRequest};
-use crate::protocol::model::{SendResult, Stamped, StreamItem, Task};
+use crate::protocol::model::{SendResult, Stamped, StreamEnd, StreamItem, Task};
 use crate::protocol::ops::{ItemStream, SendRequest};
 use crate::protocol::params::{self, ListTasksParams, SendParams, TaskIdParams};
 use crate::protocol::v03::{StreamItemV03, V03};
@@ -34,6 +34,8 @@ pub enum RpcReply {
     Stream {
         id: Value,
         dialect: Dialect,
+        /// Where the stream ends, which 0.3 and 0.1 events say with `final`.
+        end: StreamEnd,
         items: ItemStream,
         /// The agent's own keep-alive period, if it sets one.
         keepalive: Option<std::time::Duration>,
@@ -102,6 +104,7 @@ pub async fn dispatch(
                 Ok(RpcReply::Stream {
                     id: id.clone(),
                     dialect,
+                    end: StreamEnd::Interrupted,
                     items: served.clone().stamp_stream(items),
                     keepalive: agent.remote().and_then(|r| r.stream_keepalive()),
                 })
@@ -141,6 +144,7 @@ pub async fn dispatch(
                 Ok(RpcReply::Stream {
                     id: id.clone(),
                     dialect,
+                    end: StreamEnd::Terminal,
                     items: served.clone().stamp_stream(items),
                     keepalive: agent.remote().and_then(|r| r.stream_keepalive()),
                 })
@@ -210,6 +214,7 @@ fn ok_task(id: &Value, dialect: Dialect, task: &Task) -> Result<RpcReply, Gatewa
 pub fn render_stream_item(
     id: &Value,
     dialect: Dialect,
+    end: StreamEnd,
     item: &Result<StreamItem, GatewayError>,
 ) -> (bool, Vec<u8>) {
     let rendered = item
@@ -217,8 +222,8 @@ pub fn render_stream_item(
         .map_err(Clone::clone)
         .and_then(|item| match dialect {
             Dialect::V10 => render_result(id, item),
-            Dialect::V03 => render_result(id, StreamItemV03(item)),
-            Dialect::V01 => render_result(id, crate::protocol::v01::EventV01(item)),
+            Dialect::V03 => render_result(id, StreamItemV03(item, end)),
+            Dialect::V01 => render_result(id, crate::protocol::v01::EventV01(item, end)),
         });
     match rendered {
         Ok(body) => (false, body),

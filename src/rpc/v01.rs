@@ -14,7 +14,7 @@ use crate::agents::Agent;
 use crate::auth::Principal;
 use crate::error::GatewayError;
 use crate::protocol::jsonrpc::{render_result, Method};
-use crate::protocol::model::{SendResult, StreamItem, Task};
+use crate::protocol::model::{SendResult, StreamEnd, StreamItem, Task};
 use crate::protocol::ops::ItemStream;
 use crate::protocol::params::{self, TaskIdParams};
 use crate::protocol::v01::{self as shapes, MessageAsTaskV01, SendV01, TaskV01};
@@ -148,6 +148,8 @@ fn stream_reply(id: &Value, agent: &Agent, served: &Served, items: ItemStream) -
     RpcReply::Stream {
         id: id.clone(),
         dialect: Dialect::V01,
+        // 0.1 streams, subscriptions included, end at their final event.
+        end: StreamEnd::Interrupted,
         items: served.clone().stamp_stream(items),
         keepalive: agent.remote().and_then(|r| r.stream_keepalive()),
     }

@@ -19,7 +19,7 @@ use super::transport::root_cause;
 use super::{wire, RemoteAgent};
 use crate::error::GatewayError;
 use crate::protocol::model::{
-    Message, StreamItem, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus,
+    Message, StreamEnd, StreamItem, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus,
     TaskStatusUpdateEvent,
 };
 use crate::protocol::ops::ItemStream;
@@ -27,16 +27,10 @@ use crate::protocol::ops::ItemStream;
 /// How often a subscription whose upstream stream ended early asks for the task.
 const POLL_INTERVAL: Duration = Duration::from_secs(1);
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum StreamKind {
-    Send,
-    Subscribe,
-}
-
 /// State of one relayed upstream stream.
 pub(super) struct Relay {
     agent: Arc<RemoteAgent>,
-    kind: StreamKind,
+    end: StreamEnd,
     body: BoxStream<'static, reqwest::Result<Bytes>>,
     decoder: SseDecoder,
     pending: VecDeque<SseEvent>,
@@ -56,12 +50,12 @@ impl Relay {
     /// Starts relaying `body` and reads its first item.
     pub(super) async fn open(
         agent: Arc<RemoteAgent>,
-        kind: StreamKind,
+        end: StreamEnd,
         body: BoxStream<'static, reqwest::Result<Bytes>>,
     ) -> Result<Relay, GatewayError> {
         let mut relay = Relay {
             agent,
-            kind,
+            end,
             body,
             decoder: SseDecoder::default(),
             pending: VecDeque::new(),
@@ -102,10 +96,7 @@ impl Relay {
     }
 
     fn ends(&self, item: &StreamItem) -> bool {
-        match self.kind {
-            StreamKind::Send => item.ends_stream(),
-            StreamKind::Subscribe => item.finishes_task(),
-        }
+        self.end.closes(item)
     }
 
     async fn next_item(&mut self) -> Option<Result<StreamItem, GatewayError>> {
@@ -145,7 +136,7 @@ impl Relay {
                 }
                 None => "the upstream closed the stream before the task finished",
             };
-            if self.kind == StreamKind::Subscribe && self.task.is_some() {
+            if self.end == StreamEnd::Terminal && self.task.is_some() {
                 tracing::debug!(agent = %self.agent.name, why, "following the task by polling");
                 self.polling = true;
                 return self.poll().await;
@@ -196,7 +187,7 @@ impl Relay {
                 StreamItem::Message(_) => None,
             };
         }
-        if self.kind == StreamKind::Subscribe {
+        if self.end == StreamEnd::Terminal {
             self.shown.saw(item);
         }
     }
