@@ -4,13 +4,15 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix_web::dev::{Server, ServerHandle};
-use actix_web::{web, App, HttpServer};
+use actix_service::{IntoServiceFactory, ServiceFactoryExt};
+use actix_web::dev::{AppConfig, Server, ServerHandle};
+use actix_web::{web, App};
 use tracing_actix_web::TracingLogger;
 
 use crate::agents::{ActorLimits, Agent, Registry};
 use crate::config::Settings;
 use crate::http::{routes, AppState, LeanRootSpan};
+use crate::limits::connections::{ConnectionLimits, Gate};
 use crate::limits::StreamGauge;
 use crate::service::A2aService;
 use crate::tasks::{MemoryTaskStore, Tasks};
@@ -59,6 +61,8 @@ pub fn build_state(settings: Settings) -> std::io::Result<AppState> {
         registry,
         service: A2aService::new(tasks),
         streams: StreamGauge::new(stream_limit),
+        bodies: crate::http::BodyLimits::new(&gateway.limits),
+        connections: connection_limits(&gateway.limits),
         config: gateway,
     })
 }
@@ -85,6 +89,28 @@ async fn start_upstreams(state: &AppState) {
         }
         let first_delay = remote.refresh_interval(result.is_ok());
         tokio::spawn(remote.keep_fresh(first_delay));
+    }
+}
+
+/// The connection caps and first-byte deadline of `[limits]`.
+fn connection_limits(limits: &crate::config::Limits) -> Arc<ConnectionLimits> {
+    let max = limits
+        .max_connections
+        .unwrap_or_else(crate::limits::default_connection_limit);
+    let per_ip = limits.max_connections_per_ip.unwrap_or(max / 4);
+    let first_byte = Duration::from_secs(limits.header_timeout_secs.max(1));
+    ConnectionLimits::new(max, per_ip, first_byte)
+}
+
+/// Every minute, forgets the rate-limit buckets of callers back at a full allowance; stops
+/// with the gateway.
+async fn prune_rate_buckets(state: std::sync::Weak<AppState>) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        match state.upgrade() {
+            Some(state) => state.rates.prune(),
+            None => return,
+        }
     }
 }
 
@@ -137,19 +163,25 @@ impl Application {
         settings: Settings,
         listener: TcpListener,
     ) -> std::io::Result<Application> {
-        let port = listener.local_addr()?.port();
+        let addr = listener.local_addr()?;
         let workers = settings.gateway.server.workers;
         let state = build_state(settings)?;
         start_upstreams(&state).await;
         for source in state.auth.jwks_sources() {
             tokio::spawn(source.keep_fresh());
         }
+        let header_timeout = Duration::from_secs(state.config.limits.header_timeout_secs.max(1));
+        let connections = state.connections.clone();
+        let max_connections = connections.limit();
         let state = web::Data::new(state);
+        tokio::spawn(prune_rate_buckets(Arc::downgrade(
+            &state.clone().into_inner(),
+        )));
         let cors = state.config.cors.clone();
         let rate_limited = state.rates.active();
         let request_spans = crate::http::request_spans_enabled();
         let agent_names: Vec<Arc<str>> = state.registry.iter().map(|a| a.name.clone()).collect();
-        let mut http = HttpServer::new(move || {
+        let app = move || {
             App::new()
                 .app_data(state.clone())
                 .wrap(actix_web::middleware::Condition::new(
@@ -169,17 +201,39 @@ impl Application {
                     !cors.allowed_origins.is_empty(),
                     cors_middleware(&cors),
                 ))
-        })
-        // Slow clients cannot hold a worker: headers must arrive within this time.
-        .client_request_timeout(Duration::from_secs(10))
-        .shutdown_timeout(5);
+        };
+        // actix-web's HttpServer serves the same App; it is built here by hand only to put
+        // the connection gate (limits and the first-byte deadline) in front of HTTP.
+        let mut server = actix_server::Server::build()
+            .shutdown_timeout(5)
+            .max_concurrent_connections(max_connections);
         if workers > 0 {
-            http = http.workers(workers);
+            server = server.workers(workers);
         }
-        // HTTP/2 without TLS is detected by its preface, so gateways can be chained over
-        // multiplexed connections (see the `http2` upstream option); HTTP/1 is unaffected.
-        let server = http.listen_auto_h2c(listener)?.run();
-        Ok(Application { port, server })
+        let server = server
+            .listen("a2a-gateway", listener, move || {
+                let app = app()
+                    .into_factory()
+                    .map_err(|e: actix_web::Error| e.error_response());
+                // HTTP/2 without TLS is detected by its preface, so gateways can be chained
+                // over multiplexed connections (see the `http2` upstream option).
+                let http = actix_http::HttpService::build()
+                    .keep_alive(actix_http::KeepAlive::Timeout(Duration::from_secs(5)))
+                    // Slow clients cannot hold a worker: headers must arrive within this time.
+                    .client_request_timeout(header_timeout)
+                    .local_addr(addr)
+                    .finish(actix_service::map_config(app, |_| AppConfig::default()))
+                    .tcp_auto_h2c();
+                Gate {
+                    inner: http,
+                    limits: connections.clone(),
+                }
+            })?
+            .run();
+        Ok(Application {
+            port: addr.port(),
+            server,
+        })
     }
 
     pub fn port(&self) -> u16 {

@@ -19,6 +19,8 @@ pub mod gateway_codes {
     pub const RATE_LIMITED: i64 = -32070;
     pub const TOO_MANY_STREAMS: i64 = -32071;
     pub const PAYLOAD_TOO_LARGE: i64 = -32060;
+    pub const REQUEST_TIMEOUT: i64 = -32061;
+    pub const BODIES_OVER_BUDGET: i64 = -32062;
 }
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -94,6 +96,11 @@ pub enum GatewayError {
     TooManyStreams(usize),
     #[error("Request body exceeds the limit of {0} bytes")]
     PayloadTooLarge(usize),
+    /// Answered with `Connection: close`: the rest of the body is not waited for.
+    #[error("The request body did not arrive within {0} s")]
+    RequestTimeout(u64),
+    #[error("The gateway is receiving its maximum of request bodies at once; retry later")]
+    BodiesOverBudget,
 }
 
 impl From<crate::tasks::StoreError> for GatewayError {
@@ -138,6 +145,8 @@ impl GatewayError {
             GatewayError::RateLimited { .. } => RATE_LIMITED,
             GatewayError::TooManyStreams(_) => TOO_MANY_STREAMS,
             GatewayError::PayloadTooLarge(_) => PAYLOAD_TOO_LARGE,
+            GatewayError::RequestTimeout(_) => REQUEST_TIMEOUT,
+            GatewayError::BodiesOverBudget => BODIES_OVER_BUDGET,
         }
     }
 
@@ -170,6 +179,8 @@ impl GatewayError {
             GatewayError::RateLimited { .. } => "RATE_LIMITED",
             GatewayError::TooManyStreams(_) => "TOO_MANY_STREAMS",
             GatewayError::PayloadTooLarge(_) => "PAYLOAD_TOO_LARGE",
+            GatewayError::RequestTimeout(_) => "REQUEST_TIMEOUT",
+            GatewayError::BodiesOverBudget => "BODIES_OVER_BUDGET",
         }
     }
 
@@ -187,7 +198,9 @@ impl GatewayError {
             | GatewayError::StreamCapacity(_)
             | GatewayError::RateLimited { .. }
             | GatewayError::TooManyStreams(_)
-            | GatewayError::PayloadTooLarge(_) => "a2a-gateway",
+            | GatewayError::PayloadTooLarge(_)
+            | GatewayError::RequestTimeout(_)
+            | GatewayError::BodiesOverBudget => "a2a-gateway",
             _ => "a2a-protocol.org",
         }
     }
@@ -202,8 +215,10 @@ impl GatewayError {
             GatewayError::Forbidden => 403,
             GatewayError::RateLimited { .. } | GatewayError::TooManyStreams(_) => 429,
             GatewayError::PayloadTooLarge(_) => 413,
+            GatewayError::RequestTimeout(_) => 408,
             GatewayError::ContentTypeNotSupported(_) => 415,
-            GatewayError::AgentBusy(_)
+            GatewayError::BodiesOverBudget
+            | GatewayError::AgentBusy(_)
             | GatewayError::AgentUnavailable { .. }
             | GatewayError::StreamCapacity(_)
             | GatewayError::TaskStoreFull(_) => 503,
@@ -247,8 +262,10 @@ impl GatewayError {
             GatewayError::Forbidden => 403,
             GatewayError::RateLimited { .. } | GatewayError::TooManyStreams(_) => 429,
             GatewayError::PayloadTooLarge(_) => 413,
+            GatewayError::RequestTimeout(_) => 408,
             GatewayError::Internal(_) | GatewayError::InvalidAgentResponse(_) => 500,
-            GatewayError::AgentBusy(_)
+            GatewayError::BodiesOverBudget
+            | GatewayError::AgentBusy(_)
             | GatewayError::AgentUnavailable { .. }
             | GatewayError::StreamCapacity(_)
             | GatewayError::TaskStoreFull(_) => 503,
@@ -264,10 +281,17 @@ impl GatewayError {
             | GatewayError::AgentUnavailable { .. }
             | GatewayError::StreamCapacity(_)
             | GatewayError::TooManyStreams(_)
+            | GatewayError::BodiesOverBudget
             | GatewayError::TaskStoreFull(_) => Some(1),
             GatewayError::RateLimited { retry_after, .. } => Some(*retry_after),
             _ => None,
         }
+    }
+
+    /// Whether the connection must close after the answer (the rest of its request was
+    /// never read).
+    pub fn closes_connection(&self) -> bool {
+        matches!(self, GatewayError::RequestTimeout(_))
     }
 
     /// The `WWW-Authenticate` challenge of a 401.
@@ -403,7 +427,7 @@ fn grpc_status_name(http: u16) -> &'static str {
         404 => "NOT_FOUND",
         413 => "RESOURCE_EXHAUSTED",
         503 => "UNAVAILABLE",
-        504 => "DEADLINE_EXCEEDED",
+        408 | 504 => "DEADLINE_EXCEEDED",
         _ => "INTERNAL",
     }
 }

@@ -50,7 +50,7 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use serde::Deserialize;
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines, Take};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::{oneshot, Semaphore};
 use tokio::task::JoinHandle;
@@ -65,6 +65,9 @@ use crate::protocol::model::{Artifact, Message, Part, PartContent, TaskState};
 const STDERR_TAIL_BYTES: usize = 2048;
 /// How much of stderr is read at a time; with the tail, all that is ever held of it.
 const STDERR_CHUNK_BYTES: usize = 8192;
+/// How long a finished program's stderr is read for what it still holds; a descendant
+/// that keeps the pipe open is not waited for.
+const STDERR_AFTER_EXIT: Duration = Duration::from_millis(200);
 
 pub struct CommandBackend {
     config: Arc<CommandConfig>,
@@ -173,7 +176,12 @@ struct Proc {
     child: GroupChild,
     /// Open for as long as the process may be sent another message (jsonl only).
     stdin: Option<ChildStdin>,
-    lines: Lines<BufReader<ChildStdout>>,
+    /// Capped at `max_output_bytes` (plus one byte, to tell the cap from a clean end).
+    lines: Lines<BufReader<Take<ChildStdout>>>,
+    /// Bytes of output read so far, against `max_output_bytes`.
+    output: usize,
+    /// The process group the program leads, to stop what it leaves behind.
+    group: Option<i32>,
     stderr_tail: JoinHandle<String>,
     /// The end of the process's time, fixed when it starts: waiting for input counts too.
     deadline: Instant,
@@ -243,10 +251,14 @@ fn start(cfg: &CommandConfig) -> Result<Box<Proc>, BackendError> {
     let Some(stdout) = child.stdout.take() else {
         return Err(BackendError::Failed("the program has no stdout".into()));
     };
+    let cap = u64::try_from(cfg.max_output_bytes).unwrap_or(u64::MAX);
+    let group = child.id().and_then(|p| i32::try_from(p).ok());
     Ok(Box::new(Proc {
+        group,
         stdin: child.stdin.take(),
         child: GroupChild(child),
-        lines: BufReader::new(stdout).lines(),
+        lines: BufReader::new(stdout.take(cap.saturating_add(1))).lines(),
+        output: 0,
         stderr_tail,
         deadline,
     }))
@@ -286,6 +298,18 @@ async fn run(
             .map_err(|e| BackendError::Failed(format!("encoding the message: {e}")))?,
     };
     let task_id = events.task_id().to_string();
+    if input.len() > cfg.max_input_bytes {
+        parked.discard(&task_id);
+        let msg = format!(
+            "the message is larger than this agent takes ({} bytes, at most {})",
+            input.len(),
+            cfg.max_input_bytes
+        );
+        events
+            .status(TaskState::Failed, Some(Message::agent_text(msg)))
+            .await?;
+        return Ok(());
+    }
     // A follow-up takes its slot before it claims its parked process: until then the
     // process stays parked, counted in max_waiting and minded by its watcher (deadline,
     // eviction). The watcher no longer sees cancel, though: the follow-up has the task's
@@ -353,6 +377,10 @@ enum Ending {
     Reported,
     /// The program asked for input (jsonl).
     Asked,
+    /// A resumed program closed its stdin before the message reached it.
+    StdinClosed,
+    /// The program wrote more than `max_output_bytes`.
+    TooMuchOutput,
 }
 
 /// What became of a process after one message's run.
@@ -430,27 +458,29 @@ async fn drive(
     if resumed && matches!(proc.child.try_wait(), Ok(Some(_))) {
         return Ok(Outcome::Gone);
     }
-    // Bounded like the rest of the run: a program that neither reads its input nor stops
-    // writing would otherwise stall the write forever.
-    let early = tokio::select! {
-        written = write_input(&mut proc.stdin, input, cfg.io) => match written {
-            // Nobody reads its stdin any more: it is exiting, or closed it after asking.
-            Err(e) if resumed && e.kind() == ErrorKind::BrokenPipe => {
-                stop(&mut proc.child, grace).await;
-                return Ok(Outcome::Gone);
-            }
-            // A program that does not read its input is its own business.
-            _ => None,
-        },
-        _ = cancel.cancelled() => Some(Ending::Canceled),
-        _ = sleep_until(deadline) => Some(Ending::TimedOut),
-    };
+    // Written while the output is read: a program that writes as it reads (`cat`) would
+    // otherwise block on a full stdout pipe while the gateway blocks on its full stdin.
+    let mut stdin = proc.stdin.take();
     let mut held: Option<String> = None;
     let mut chunks = 0usize;
-    let ending = match early {
-        Some(ending) => ending,
-        None => loop {
+    let ending = {
+        let write = write_input(&mut stdin, input, cfg.io);
+        tokio::pin!(write);
+        let mut writing = true;
+        loop {
             let line = tokio::select! {
+                written = &mut write, if writing => {
+                    writing = false;
+                    match written {
+                        // Nobody reads its stdin any more: it is exiting, or closed it
+                        // after asking.
+                        Err(e) if resumed && e.kind() == ErrorKind::BrokenPipe => {
+                            break Ending::StdinClosed
+                        }
+                        // A program that does not read its input is its own business.
+                        _ => continue,
+                    }
+                }
                 line = proc.lines.next_line() => line,
                 _ = cancel.cancelled() => break Ending::Canceled,
                 _ = sleep_until(deadline) => break Ending::TimedOut,
@@ -458,6 +488,10 @@ async fn drive(
             let Ok(Some(line)) = line else {
                 break Ending::Eof;
             };
+            proc.output += line.len() + 1;
+            if proc.output > cfg.max_output_bytes {
+                break Ending::TooMuchOutput;
+            }
             match cfg.io {
                 CommandIo::Text => {
                     // One line behind, so the last chunk can say it is the last.
@@ -475,8 +509,9 @@ async fn drive(
                     Step::Asked => break Ending::Asked,
                 },
             }
-        },
+        }
     };
+    proc.stdin = stdin;
     match ending {
         Ending::Canceled | Ending::Reported => {
             stop(&mut proc.child, grace).await;
@@ -488,6 +523,21 @@ async fn drive(
             return Ok(Outcome::Finished);
         }
         Ending::Asked => return Ok(Outcome::Waiting(proc)),
+        Ending::StdinClosed => {
+            stop(&mut proc.child, grace).await;
+            return Ok(Outcome::Gone);
+        }
+        Ending::TooMuchOutput => {
+            stop(&mut proc.child, grace).await;
+            let msg = format!(
+                "the agent's program wrote more than {} bytes and was stopped",
+                cfg.max_output_bytes
+            );
+            events
+                .status(TaskState::Failed, Some(Message::agent_text(msg)))
+                .await?;
+            return Ok(Outcome::Finished);
+        }
         Ending::Eof => {}
     }
     // A resumed program that asked and then exited without reading on may have been
@@ -518,11 +568,19 @@ async fn drive(
             return Ok(Outcome::Finished);
         }
     };
+    // What the program left running (its group) is killed after the grace, and nothing
+    // waits for it: a descendant holding stderr would otherwise hold the task to its
+    // timeout.
+    if let Some(group) = proc.group {
+        tokio::spawn(async move {
+            tokio::time::sleep(grace).await;
+            let _ = killpg(Pid::from_raw(group), Signal::SIGKILL);
+        });
+    }
     if never_read && status.is_ok() {
         return Ok(Outcome::Gone);
     }
-    // Bounded too: a background process of the program's may hold stderr open after it.
-    let stderr_tail = tokio::time::timeout_at(deadline, &mut proc.stderr_tail)
+    let stderr_tail = tokio::time::timeout(STDERR_AFTER_EXIT, &mut proc.stderr_tail)
         .await
         .ok()
         .and_then(Result::ok)

@@ -150,14 +150,22 @@ impl JwtVerifier {
         let mut validation = Validation::new(alg);
         validation.leeway = cfg.leeway_secs;
         validation.validate_nbf = true;
-        validation.set_required_spec_claims(&["exp"]);
+        // A configured issuer or audience is required in every token, not only checked
+        // when present; and every token names its subject, which becomes the principal:
+        // tokens without one would all share one principal and see each other's tasks.
+        let mut required = vec!["exp", "sub"];
         if let Some(iss) = &cfg.issuer {
             validation.set_issuer(&[iss]);
+            required.push("iss");
         }
         match &cfg.audience {
-            Some(aud) => validation.set_audience(&[aud]),
+            Some(aud) => {
+                validation.set_audience(&[aud]);
+                required.push("aud");
+            }
             None => validation.validate_aud = false,
         }
+        validation.set_required_spec_claims(&required);
         Ok(JwtVerifier {
             id: cfg.id.clone(),
             keys,
@@ -212,7 +220,15 @@ impl JwtVerifier {
             .map_err(|e| format!("jwt {}: {e}", self.id))?;
         let claims = data.claims;
         let exp = claims["exp"].as_i64().unwrap_or(0);
-        let sub = claims["sub"].as_str().unwrap_or("-");
+        let sub = match claims["sub"].as_str() {
+            Some(sub) if !sub.is_empty() => sub,
+            _ => {
+                return Err(format!(
+                    "jwt {}: the sub claim is missing or empty",
+                    self.id
+                ))
+            }
+        };
         let agents: Vec<String> = match &claims[&self.agents_claim] {
             Value::Array(a) => a
                 .iter()

@@ -258,6 +258,22 @@ impl Authenticator {
     /// are not accepted are an error even for public agents: a client with a broken key
     /// should hear so, not be served as someone else.
     pub fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, AuthError> {
+        // More than one credential (a key and a bearer, or either twice) is refused rather
+        // than decided by which one is read first.
+        let keys = headers.get_all(&API_KEY_HEADER_NAME).count();
+        let bearers = headers
+            .get_all(actix_web::http::header::AUTHORIZATION)
+            .count();
+        if keys + bearers > 1 {
+            return Err(AuthError::Rejected {
+                scheme: if keys > 0 {
+                    Scheme::ApiKey
+                } else {
+                    Scheme::Bearer
+                },
+                reason: "more than one credential (X-API-Key, Authorization); send one".into(),
+            });
+        }
         if let Some(key) = headers.get(&API_KEY_HEADER_NAME) {
             let rejected = |reason: &str| AuthError::Rejected {
                 scheme: Scheme::ApiKey,

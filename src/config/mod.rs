@@ -186,6 +186,34 @@ pub struct Limits {
     /// the open-file limit allows at two descriptors per relayed stream.
     #[serde(default)]
     pub max_open_streams: Option<usize>,
+    /// Connections open at once; past it new ones get a 503 and are closed. Default: three
+    /// quarters of what the open-file limit leaves after 1024 descriptors for the rest.
+    #[serde(default)]
+    pub max_connections: Option<usize>,
+    /// Connections open at once from one client address. Default: a quarter of
+    /// `max_connections`.
+    #[serde(default)]
+    pub max_connections_per_ip: Option<usize>,
+    /// A connection must send its first request head within this time, from accept.
+    #[serde(default = "default_header_timeout")]
+    pub header_timeout_secs: u64,
+    /// A request body must arrive within this time, plus a second per
+    /// `body_min_bytes_per_sec` it declares; past it: 408 and the connection closes.
+    #[serde(default = "default_body_timeout")]
+    pub body_timeout_secs: u64,
+    #[serde(default = "default_body_min_rate")]
+    pub body_min_bytes_per_sec: usize,
+    /// Bytes held at once, gateway-wide, for request bodies still arriving; past it new
+    /// bodies get 503 at once.
+    #[serde(default = "default_body_budget")]
+    pub max_buffered_body_bytes: usize,
+    /// Unfinished tasks one caller (a credential, or an address when anonymous) may hold;
+    /// past it that caller's new tasks get -32052, and nobody else's.
+    #[serde(default = "default_tasks_per_caller")]
+    pub max_unfinished_tasks_per_caller: usize,
+    /// A task left in input-required or auth-required this long is canceled.
+    #[serde(default = "default_interrupted_ttl")]
+    pub interrupted_ttl_secs: u64,
 }
 
 impl Default for Limits {
@@ -198,8 +226,35 @@ impl Default for Limits {
             card_max_age_secs: default_card_max_age(),
             stream_keepalive_secs: default_keepalive(),
             max_open_streams: None,
+            max_connections: None,
+            max_connections_per_ip: None,
+            header_timeout_secs: default_header_timeout(),
+            body_timeout_secs: default_body_timeout(),
+            body_min_bytes_per_sec: default_body_min_rate(),
+            max_buffered_body_bytes: default_body_budget(),
+            max_unfinished_tasks_per_caller: default_tasks_per_caller(),
+            interrupted_ttl_secs: default_interrupted_ttl(),
         }
     }
+}
+
+fn default_header_timeout() -> u64 {
+    10
+}
+fn default_body_timeout() -> u64 {
+    10
+}
+fn default_body_min_rate() -> usize {
+    16 * 1024
+}
+fn default_body_budget() -> usize {
+    64 * 1024 * 1024
+}
+fn default_tasks_per_caller() -> usize {
+    1_000
+}
+fn default_interrupted_ttl() -> u64 {
+    3_600
 }
 
 fn default_max_body() -> usize {
@@ -495,6 +550,21 @@ pub struct CommandConfig {
     /// given as long again before the SIGTERM to exit by itself once its stdin is closed.
     #[serde(default = "default_kill_grace")]
     pub kill_grace_ms: u64,
+    /// The largest message given to the program (its text, or its JSON line); a larger one
+    /// fails its task without starting anything.
+    #[serde(default = "default_command_input")]
+    pub max_input_bytes: usize,
+    /// The most a process may write to stdout in its life; past it, it is stopped and its
+    /// task failed (like the 16 MiB cap on upstream answers).
+    #[serde(default = "default_command_output")]
+    pub max_output_bytes: usize,
+}
+
+fn default_command_input() -> usize {
+    1024 * 1024
+}
+fn default_command_output() -> usize {
+    16 * 1024 * 1024
 }
 
 fn default_command_timeout() -> u64 {

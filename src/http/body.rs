@@ -1,10 +1,15 @@
-//! Reading request bodies: content type and size checks that answer in the protocol.
+//! Reading request bodies: content type, size, time and memory checks that answer in the
+//! protocol.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use actix_web::http::header;
 use actix_web::{web, HttpRequest};
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 
+use crate::config::Limits;
 use crate::error::GatewayError;
 
 /// JSON-RPC travels as `application/json`; `application/a2a+json` and other `+json` types are
@@ -27,12 +32,65 @@ pub fn check_content_type(req: &HttpRequest) -> Result<(), GatewayError> {
     }
 }
 
-/// Reads the body, refusing at once (by Content-Length) or as soon as it exceeds `limit`.
+/// What a body may cost: its size, its time, and its share of the bytes held gateway-wide
+/// for bodies still arriving (so slow senders cannot hold the gateway's memory).
+pub struct BodyLimits {
+    max_bytes: usize,
+    base_time: Duration,
+    min_rate: usize,
+    budget: usize,
+    buffered: AtomicUsize,
+}
+
+impl BodyLimits {
+    pub fn new(limits: &Limits) -> BodyLimits {
+        BodyLimits {
+            max_bytes: limits.max_body_bytes,
+            base_time: Duration::from_secs(limits.body_timeout_secs.max(1)),
+            min_rate: limits.body_min_bytes_per_sec.max(1),
+            budget: limits.max_buffered_body_bytes,
+            buffered: AtomicUsize::new(0),
+        }
+    }
+
+    /// Bytes held right now for bodies still arriving.
+    pub fn buffered(&self) -> usize {
+        self.buffered.load(Ordering::Acquire)
+    }
+
+    /// Takes `n` more bytes of the budget, or refuses.
+    fn reserve(&self, held: &mut Held<'_>, n: usize) -> Result<(), GatewayError> {
+        let before = self.buffered.fetch_add(n, Ordering::AcqRel);
+        if before + n > self.budget {
+            self.buffered.fetch_sub(n, Ordering::AcqRel);
+            return Err(GatewayError::BodiesOverBudget);
+        }
+        held.bytes += n;
+        Ok(())
+    }
+}
+
+/// A body's reservation, given back when the body is read (or given up).
+struct Held<'a> {
+    limits: &'a BodyLimits,
+    bytes: usize,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.limits.buffered.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
+}
+
+/// Reads the body: refused at once when its declared size is over the limit or the
+/// gateway's budget, refused as soon as it grows past either, and given up with 408 when it
+/// has not arrived within `body_timeout_secs` plus a second per `body_min_bytes_per_sec`.
 pub async fn read_body(
     req: &HttpRequest,
     mut body: web::Payload,
-    limit: usize,
+    limits: &BodyLimits,
 ) -> Result<Bytes, GatewayError> {
+    let limit = limits.max_bytes;
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -41,14 +99,32 @@ pub async fn read_body(
     if declared.is_some_and(|n| n > limit) {
         return Err(GatewayError::PayloadTooLarge(limit));
     }
-    let mut buf = BytesMut::with_capacity(declared.unwrap_or(1024).min(limit));
-    while let Some(chunk) = body.next().await {
-        let chunk = chunk
-            .map_err(|e| GatewayError::InvalidRequest(format!("could not read the body: {e}")))?;
-        if buf.len() + chunk.len() > limit {
-            return Err(GatewayError::PayloadTooLarge(limit));
-        }
-        buf.extend_from_slice(&chunk);
+    let mut held = Held { limits, bytes: 0 };
+    // A declared length is taken whole up front: a sender cannot start many bodies cheaply.
+    if let Some(n) = declared {
+        limits.reserve(&mut held, n)?;
     }
-    Ok(buf.freeze())
+    let expected = declared.unwrap_or(limit);
+    let deadline = limits.base_time + Duration::from_secs((expected / limits.min_rate) as u64);
+    let read = async {
+        let mut buf = BytesMut::with_capacity(declared.unwrap_or(1024).min(limit));
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(|e| {
+                GatewayError::InvalidRequest(format!("could not read the body: {e}"))
+            })?;
+            if buf.len() + chunk.len() > limit {
+                return Err(GatewayError::PayloadTooLarge(limit));
+            }
+            let more = (buf.len() + chunk.len()).saturating_sub(held.bytes);
+            if more > 0 {
+                limits.reserve(&mut held, more)?;
+            }
+            buf.extend_from_slice(&chunk);
+        }
+        Ok(buf.freeze())
+    };
+    match tokio::time::timeout(deadline, read).await {
+        Ok(result) => result,
+        Err(_) => Err(GatewayError::RequestTimeout(deadline.as_secs())),
+    }
 }

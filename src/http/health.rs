@@ -23,6 +23,9 @@ pub async fn health(state: web::Data<AppState>) -> HttpResponse {
             "tasks": state.service.tasks().len(),
             "openStreams": state.streams.open(),
             "maxOpenStreams": state.streams.limit(),
+            "openConnections": state.connections.open(),
+            "maxConnections": state.connections.limit(),
+            "bufferedBodyBytes": state.bodies.buffered(),
             "agents": Value::Object(agents),
         }))
 }

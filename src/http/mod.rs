@@ -24,6 +24,7 @@ use crate::limits::{RateInfo, RateLimits, StreamGauge, StreamSlot};
 use crate::routing::{Router, Served};
 use crate::service::A2aService;
 
+pub use body::BodyLimits;
 pub(crate) use normalize::TrimTrailingSlash;
 
 /// The request span: method, path and status only. The default builder records a dozen
@@ -71,6 +72,8 @@ pub struct AppState {
     pub registry: Registry,
     pub service: A2aService,
     pub streams: StreamGauge,
+    pub bodies: body::BodyLimits,
+    pub(crate) connections: Arc<crate::limits::connections::ConnectionLimits>,
 }
 
 impl AppState {
@@ -95,6 +98,27 @@ impl AppState {
         self.auth
             .authenticate(req.headers())
             .map_err(|e| self.auth_error(e))
+    }
+
+    /// Refuses from the headers alone, before any body is read, a caller that may not call
+    /// the agent the path names (`agent`), or on the shared endpoints any agent at all.
+    pub fn admit_early(&self, agent: Option<&str>, caller: &Principal) -> Result<(), GatewayError> {
+        match agent {
+            // An unknown agent is answered later, with the request's id.
+            Some(name) => match self.registry.get(name) {
+                Some(agent) => self.authorize(caller, agent),
+                None => Ok(()),
+            },
+            None if caller.anonymous
+                && !self
+                    .registry
+                    .iter()
+                    .any(|a| self.auth.access_of(&a.def) == Access::Public) =>
+            {
+                Err(self.auth_error(AuthError::Missing))
+            }
+            None => Ok(()),
+        }
     }
 
     /// Whether `caller` may call `agent`: a 401 or a 403 if not.
@@ -297,6 +321,9 @@ pub fn error_response(e: &GatewayError) -> HttpResponse {
     }
     if let Some(c) = e.challenge() {
         resp.insert_header((header::WWW_AUTHENTICATE, c.to_string()));
+    }
+    if e.closes_connection() {
+        resp.force_close();
     }
     resp.body(e.rest_body().to_string())
 }

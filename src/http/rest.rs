@@ -137,9 +137,10 @@ async fn routed_send(
     state: &AppState,
 ) -> Result<RoutedSend, GatewayError> {
     let caller = state.authenticate(req)?;
+    state.admit_early(req.match_info().get("name"), &caller)?;
     check_version(req)?;
     check_content_type(req)?;
-    let bytes = read_body(req, body, state.config.limits.max_body_bytes).await?;
+    let bytes = read_body(req, body, &state.bodies).await?;
     let raw: Box<RawValue> =
         serde_json::from_slice(&bytes).map_err(|e| GatewayError::Parse(e.to_string()))?;
     let params: SendParams = params::decode(Some(&raw))?;

@@ -1,6 +1,7 @@
 //! Limits that protect the gateway and share it fairly: open streams (gateway-wide and per
 //! caller) and request rates.
 
+pub(crate) mod connections;
 mod rate;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -97,6 +98,13 @@ impl StreamGauge {
 pub fn default_stream_limit() -> usize {
     let (soft, _) = rlimit::getrlimit(rlimit::Resource::NOFILE).unwrap_or((1024, 1024));
     (soft.saturating_sub(RESERVED_DESCRIPTORS) / 2).max(16) as usize
+}
+
+/// Connections open at once by default: three quarters of the descriptors the open-file
+/// limit leaves, the rest being for upstream calls, streams and command pipes.
+pub fn default_connection_limit() -> usize {
+    let (soft, _) = rlimit::getrlimit(rlimit::Resource::NOFILE).unwrap_or((1024, 1024));
+    (soft.saturating_sub(RESERVED_DESCRIPTORS) * 3 / 4).clamp(64, 1_000_000) as usize
 }
 
 /// Raises the soft open-file limit to the hard one, as servers do; returns the new limit.

@@ -165,6 +165,21 @@ impl RateLimits {
         self.tier(caller).and_then(|t| t.max_streams)
     }
 
+    /// Forgets the callers whose allowance is full again: without this, every address that
+    /// ever called would keep its bucket (memory grows with distinct callers). Run on a
+    /// timer; a forgotten caller starts again with a full allowance, as it would have.
+    pub fn prune(&self) {
+        for tier in self.tiers.values() {
+            tier.limiter.retain_recent();
+            tier.limiter.shrink_to_fit();
+        }
+    }
+
+    /// Callers with a bucket right now, over every tier.
+    pub fn tracked_callers(&self) -> usize {
+        self.tiers.values().map(|t| t.limiter.len()).sum()
+    }
+
     /// Counts one request. `Ok(None)` when nothing limits it; otherwise the tighter of the
     /// caller's and the agent's allowance, or the refusal. `key` names the caller's bucket;
     /// it is only worked out when a tier applies.
@@ -226,5 +241,42 @@ impl RateLimits {
                 ))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{AuthConfig, RateLimitConfig, TierConfig};
+
+    /// Buckets of callers whose allowance is full again are dropped, so distinct
+    /// addresses do not grow memory for ever.
+    #[test]
+    fn prune_forgets_callers_with_a_full_allowance() {
+        let mut cfg = RateLimitConfig::default();
+        cfg.tiers.insert(
+            "default".into(),
+            TierConfig {
+                requests_per_minute: 600_000,
+                burst: Some(1),
+                max_streams: None,
+            },
+        );
+        let limits = RateLimits::build(&cfg, &AuthConfig::default()).unwrap();
+        let anonymous = AuthConfig::default();
+        let caller = crate::auth::Authenticator::build(&anonymous)
+            .unwrap()
+            .authenticate(&actix_web::http::header::HeaderMap::new())
+            .unwrap();
+        for i in 0..1000 {
+            limits
+                .check(&caller, || format!("ip:10.0.{}.{}", i / 256, i % 256), "a")
+                .unwrap();
+        }
+        assert_eq!(limits.tracked_callers(), 1000);
+        // At 10,000 a second the one-request allowance is full again within a millisecond.
+        std::thread::sleep(Duration::from_millis(20));
+        limits.prune();
+        assert_eq!(limits.tracked_callers(), 0);
     }
 }

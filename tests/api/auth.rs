@@ -188,6 +188,45 @@ fn credential_cases() -> Vec<(&'static str, &'static str, String, u16)> {
             401,
         ),
         (
+            "jwt without iss (issuer configured)",
+            "Authorization",
+            bearer(
+                hs,
+                &with(&|c| {
+                    c.as_object_mut().unwrap().remove("iss");
+                }),
+            ),
+            401,
+        ),
+        (
+            "jwt without aud (audience configured)",
+            "Authorization",
+            bearer(
+                hs,
+                &with(&|c| {
+                    c.as_object_mut().unwrap().remove("aud");
+                }),
+            ),
+            401,
+        ),
+        (
+            "jwt without sub",
+            "Authorization",
+            bearer(
+                hs,
+                &with(&|c| {
+                    c.as_object_mut().unwrap().remove("sub");
+                }),
+            ),
+            401,
+        ),
+        (
+            "jwt with an empty sub",
+            "Authorization",
+            bearer(hs, &with(&|c| c["sub"] = json!(""))),
+            401,
+        ),
+        (
             "alg none",
             "Authorization",
             format!("Bearer {alg_none}"),

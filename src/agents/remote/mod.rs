@@ -22,12 +22,12 @@ use serde_json::Value;
 
 use self::ledger::Ledger;
 use self::transport::{root_cause, Failure, Transport};
-use self::upstream_stream::{Relay, StreamKind};
+use self::upstream_stream::Relay;
 use self::wire::TaskOp;
 use super::AgentHealth;
 use crate::config::A2aConfig;
 use crate::error::GatewayError;
-use crate::protocol::model::{Message, SendResult, StreamItem, Task};
+use crate::protocol::model::{Message, SendResult, StreamEnd, StreamItem, Task};
 use crate::protocol::ops::{ItemStream, ListTasksResponse, SendRequest};
 use crate::protocol::params::ListQuery;
 use crate::protocol::Dialect;
@@ -85,6 +85,10 @@ pub struct RemoteAgent {
     /// The tasks relayed while the upstream speaks 0.3, which has no ListTasks.
     ledger: Ledger,
 }
+
+/// How long a caller's stream waits for the upstream's first event before it starts (and
+/// its keep-alives with it): errors come back as plain JSON-RPC answers until then.
+const FIRST_EVENT_GRACE: Duration = Duration::from_secs(1);
 
 /// How many relayed tasks each 0.3 upstream's ledger keeps (the oldest created go first).
 const LEDGER_CAPACITY: usize = 10_000;
@@ -454,8 +458,36 @@ impl RemoteAgent {
         let up = self.upstream()?;
         let message = self.inward_message(&req.message)?;
         let body = wire::send_body(up.dialect, true, self.request_id(), req, &message)?;
-        let relay = self.open_stream(&up, body, StreamKind::Send).await?;
-        Ok(relay.into_stream())
+        let me = self.clone();
+        self.started(async move { me.open_stream(&up, body, StreamEnd::Interrupted).await })
+            .await
+    }
+
+    /// Waits for an upstream stream's first event, within `timeout_secs`. What fails before
+    /// it, quickly as upstreams fail, is returned as an error (a plain JSON-RPC answer); an
+    /// upstream still silent after [`FIRST_EVENT_GRACE`] gets the caller's stream started
+    /// (its keep-alives run) and is waited for inside it, a failure then ending the stream.
+    async fn started(
+        self: &Arc<Self>,
+        open: impl std::future::Future<Output = Result<Relay, GatewayError>> + Send + 'static,
+    ) -> Result<ItemStream, GatewayError> {
+        let limit = Duration::from_secs(self.config.timeout_secs);
+        let (name, secs) = (self.name.to_string(), self.config.timeout_secs);
+        let mut open = Box::pin(async move {
+            tokio::time::timeout(limit, open)
+                .await
+                .unwrap_or(Err(GatewayError::UpstreamTimeout { agent: name, secs }))
+        });
+        tokio::select! {
+            relay = &mut open => Ok(relay?.into_stream()),
+            _ = tokio::time::sleep(FIRST_EVENT_GRACE.min(limit)) => {
+                let items = futures_util::stream::once(open).flat_map(|relay| match relay {
+                    Ok(relay) => relay.into_stream(),
+                    Err(e) => Box::pin(futures_util::stream::iter([Err(e)])),
+                });
+                Ok(Box::pin(items))
+            }
+        }
     }
 
     pub async fn get(&self, id: &str, history_length: Option<usize>) -> Result<Task, GatewayError> {
@@ -491,14 +523,18 @@ impl RemoteAgent {
             remote_id,
             None,
         )?;
-        let mut relay = self.open_stream(&up, body, StreamKind::Subscribe).await?;
-        // 1.0 opens a subscription with the task itself; a 0.3 upstream's resubscribe
-        // may not send it, so it is fetched.
-        if !matches!(relay.first(), Some(StreamItem::Task(_))) {
-            let task = self.get(id, None).await?;
-            relay.put_first(StreamItem::Task(task));
-        }
-        Ok(relay.into_stream())
+        let (me, id) = (self.clone(), id.to_string());
+        self.started(async move {
+            let mut relay = me.open_stream(&up, body, StreamEnd::Terminal).await?;
+            // 1.0 opens a subscription with the task itself; a 0.3 upstream's resubscribe
+            // may not send it, so it is fetched.
+            if !matches!(relay.first(), Some(StreamItem::Task(_))) {
+                let task = me.get(&id, None).await?;
+                relay.put_first(StreamItem::Task(task));
+            }
+            Ok(relay)
+        })
+        .await
     }
 
     /// The ledger, while the upstream speaks 0.3 (1.0 upstreams list their own tasks).
@@ -615,7 +651,7 @@ impl RemoteAgent {
         self: &Arc<Self>,
         up: &Upstream,
         body: Vec<u8>,
-        kind: StreamKind,
+        end: StreamEnd,
     ) -> Result<Relay, GatewayError> {
         let resp = self
             .post(up, body)
@@ -643,7 +679,7 @@ impl RemoteAgent {
                 self.name
             )));
         }
-        Relay::open(self.clone(), kind, resp.bytes_stream().boxed()).await
+        Relay::open(self.clone(), end, resp.bytes_stream().boxed()).await
     }
 }
 
