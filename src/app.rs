@@ -204,9 +204,11 @@ impl Application {
         };
         // actix-web's HttpServer serves the same App; it is built here by hand only to put
         // the connection gate (limits and the first-byte deadline) in front of HTTP.
+        // actix stops accepting at its own cap, leaving the excess unanswered in the backlog;
+        // set above the gate's, it leaves the refusing to the gate, which answers at once.
         let mut server = actix_server::Server::build()
             .shutdown_timeout(5)
-            .max_concurrent_connections(max_connections);
+            .max_concurrent_connections(max_connections.saturating_add(1024));
         if workers > 0 {
             server = server.workers(workers);
         }

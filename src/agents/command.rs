@@ -467,8 +467,16 @@ async fn drive(
         let write = write_input(&mut stdin, input, cfg.io);
         tokio::pin!(write);
         let mut writing = true;
+        let mut exited = false;
         loop {
             let line = tokio::select! {
+                // A program that exits while what it started holds its stdout open: those
+                // are stopped after the grace, which ends the output.
+                _ = proc.child.wait(), if !exited => {
+                    exited = true;
+                    reap_group_later(proc.group, grace);
+                    continue;
+                }
                 written = &mut write, if writing => {
                     writing = false;
                     match written {
@@ -568,15 +576,7 @@ async fn drive(
             return Ok(Outcome::Finished);
         }
     };
-    // What the program left running (its group) is killed after the grace, and nothing
-    // waits for it: a descendant holding stderr would otherwise hold the task to its
-    // timeout.
-    if let Some(group) = proc.group {
-        tokio::spawn(async move {
-            tokio::time::sleep(grace).await;
-            let _ = killpg(Pid::from_raw(group), Signal::SIGKILL);
-        });
-    }
+    reap_group_later(proc.group, grace);
     if never_read && status.is_ok() {
         return Ok(Outcome::Gone);
     }
@@ -610,6 +610,18 @@ async fn drive(
         }
     }
     Ok(Outcome::Finished)
+}
+
+/// What a program that has exited left running (its process group) is killed after
+/// `grace`, and nothing waits for it: a descendant holding the program's stdout or stderr
+/// would otherwise hold its task until the timeout.
+fn reap_group_later(group: Option<i32>, grace: Duration) {
+    if let Some(group) = group {
+        tokio::spawn(async move {
+            tokio::time::sleep(grace).await;
+            let _ = killpg(Pid::from_raw(group), Signal::SIGKILL);
+        });
+    }
 }
 
 async fn timed_out(events: &mut EventSink, secs: u64, note: &str) -> Result<(), BackendError> {

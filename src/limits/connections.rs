@@ -150,8 +150,10 @@ where
         let first_byte = self.limits.first_byte;
         Box::pin(async move {
             let Some(_place) = admitted else {
-                // Best effort and without waiting: a refusal must cost nothing.
-                let _ = io.try_write(REFUSAL);
+                // Best effort, and briefly: a refusal must cost next to nothing.
+                let mut io = io;
+                let refuse = tokio::io::AsyncWriteExt::write_all(&mut io, REFUSAL);
+                let _ = tokio::time::timeout(Duration::from_millis(100), refuse).await;
                 return Ok(());
             };
             let mut byte = [0u8; 1];
@@ -182,6 +184,9 @@ mod tests {
         drop(a1);
         assert_eq!(limits.open(), 2);
         assert!(limits.admit(Some(b)).is_some());
-        assert_eq!(REFUSAL.split(|b| *b == b'\n').next_back().unwrap().len(), 91);
+        assert_eq!(
+            REFUSAL.split(|b| *b == b'\n').next_back().unwrap().len(),
+            91
+        );
     }
 }

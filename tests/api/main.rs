@@ -8,6 +8,7 @@ mod command;
 mod config;
 mod errors;
 mod helpers;
+mod hostile;
 mod interop;
 mod legacy;
 mod lifecycle;

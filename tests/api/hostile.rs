@@ -1,0 +1,353 @@
+//! Hostile clients and peers, over raw sockets where a polite HTTP client would not misbehave:
+//! silent and slow connections, connection floods from one address, bodies that never end,
+//! bodies that would fill memory, credentials that contradict each other, programs that flood
+//! or outlive their task, upstreams that never answer. Each case would hang or exhaust the
+//! gateway without its fix; each ends with the gateway still answering.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+
+use crate::helpers::{sha, spawn_with, TestGateway, D, ECHO};
+use crate::peers::{fault_server, upstream_agent};
+
+fn addr(gw: &TestGateway) -> SocketAddr {
+    gw.base.trim_start_matches("http://").parse().unwrap()
+}
+
+/// A connection to the gateway from the loopback address `from` (127.0.0.x).
+async fn connect_from(gw: &TestGateway, from: &str) -> TcpStream {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
+    socket.connect(addr(gw)).await.unwrap()
+}
+
+/// Reads until the peer closes (or `limit` passes); returns what came and whether it closed.
+async fn read_to_close(stream: &mut TcpStream, limit: Duration) -> (String, bool) {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    let closed = tokio::time::timeout(limit, async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await
+    .is_ok();
+    (String::from_utf8_lossy(&out).into_owned(), closed)
+}
+
+async fn healthy(gw: &TestGateway) {
+    let health: Value = gw.get_json("/a2a/health").await;
+    assert_eq!(health["status"], "ok", "{health}");
+}
+
+#[tokio::test]
+async fn a_silent_connection_is_closed_after_the_header_timeout() {
+    let gw = spawn_with(&[("echo.toml", ECHO)], "[limits]\nheader_timeout_secs = 1").await;
+    let started = Instant::now();
+    let mut silent = connect_from(&gw, "127.0.0.1").await;
+    let (_, closed) = read_to_close(&mut silent, Duration::from_secs(5)).await;
+    assert!(closed, "a connection that sends nothing is closed");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    healthy(&gw).await;
+}
+
+/// Past the per-address cap, that address is refused at once; other addresses are served
+/// up to the global cap; health keeps answering from elsewhere.
+#[tokio::test]
+async fn connection_floods_are_refused_at_once_per_address_and_overall() {
+    let gw = spawn_with(
+        &[("echo.toml", ECHO)],
+        "[limits]\nmax_connections = 6\nmax_connections_per_ip = 3\nheader_timeout_secs = 20",
+    )
+    .await;
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(connect_from(&gw, "127.0.0.2").await);
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut extra = connect_from(&gw, "127.0.0.2").await;
+    let (answer, closed) = read_to_close(&mut extra, Duration::from_secs(2)).await;
+    assert!(closed, "refused at once, not after a timeout");
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer:?}");
+    assert!(answer.contains("too many connections"), "{answer:?}");
+    // Another address still gets in, and the gateway says what it allows.
+    let health = raw_health(&gw, "127.0.0.3").await;
+    assert!(health.starts_with("HTTP/1.1 200"), "{health:?}");
+    assert!(health.contains("\"maxConnections\":6"), "{health:?}");
+    for from in ["127.0.0.3", "127.0.0.3", "127.0.0.4"] {
+        held.push(connect_from(&gw, from).await);
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Six held: the seventh, from anywhere, is refused.
+    let mut seventh = connect_from(&gw, "127.0.0.5").await;
+    let (answer, closed) = read_to_close(&mut seventh, Duration::from_secs(2)).await;
+    assert!(closed && answer.starts_with("HTTP/1.1 503"), "{answer:?}");
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let health = raw_health(&gw, "127.0.0.5").await;
+    assert!(
+        health.starts_with("HTTP/1.1 200"),
+        "places come back: {health:?}"
+    );
+}
+
+/// `GET /a2a/health` on a connection of its own from `from`, closed after the answer.
+async fn raw_health(gw: &TestGateway, from: &str) -> String {
+    let mut c = connect_from(gw, from).await;
+    c.write_all(b"GET /a2a/health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    read_to_close(&mut c, Duration::from_secs(2)).await.0
+}
+
+/// A body that stops arriving is answered 408 and its connection closed; a body announced
+/// to a private agent without credentials is refused before any of it is read.
+#[tokio::test]
+async fn bodies_that_never_end_get_408_and_anonymous_ones_401_first() {
+    let gateway = format!(
+        "[limits]\nbody_timeout_secs = 1\nbody_min_bytes_per_sec = 1048576\n\
+         [auth]\n[[auth.api_keys]]\nid = \"k\"\nsecret_sha256 = \"{}\"\n",
+        sha("key")
+    );
+    let private =
+        "name = \"private\"\ndescription = \"d\"\naccess = \"authenticated\"\n[backend]\nkind = \"echo\"\n";
+    let gw = spawn_with(&[("echo.toml", ECHO), ("private.toml", private)], &gateway).await;
+    let head = |path: &str, len: usize| {
+        format!(
+            "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {len}\r\n\r\n"
+        )
+    };
+    // Half a body, then silence.
+    let mut slow = connect_from(&gw, "127.0.0.1").await;
+    slow.write_all(head("/a2a/agents/echo", 100_000).as_bytes())
+        .await
+        .unwrap();
+    slow.write_all(&[b' '; 50_000]).await.unwrap();
+    let started = Instant::now();
+    let (answer, closed) = read_to_close(&mut slow, Duration::from_secs(6)).await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer:?}");
+    assert!(answer.contains("-32061"), "a JSON-RPC body: {answer:?}");
+    assert!(closed, "the connection is closed");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // No credentials for a private agent: 401 while the body is still unsent.
+    let mut anonymous = connect_from(&gw, "127.0.0.1").await;
+    anonymous
+        .write_all(head("/a2a/agents/private", 1_000_000).as_bytes())
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(2), anonymous.read(&mut buf))
+        .await
+        .expect("answered before the body")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&buf[..n]);
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer:?}");
+    healthy(&gw).await;
+}
+
+/// Bodies still arriving may hold only so many bytes gateway-wide: past that, new ones are
+/// refused at once with 503, and the bytes come back when the slow body is given up.
+#[tokio::test]
+async fn buffered_bodies_have_a_gateway_wide_budget() {
+    let gw = spawn_with(
+        &[("echo.toml", ECHO)],
+        "[limits]\nmax_buffered_body_bytes = 100000\nbody_timeout_secs = 30",
+    )
+    .await;
+    let head = |len: usize| {
+        format!("POST /a2a/agents/echo HTTP/1.1\r\nhost: x\r\ncontent-length: {len}\r\n\r\n")
+    };
+    let mut hog = connect_from(&gw, "127.0.0.1").await;
+    hog.write_all(head(80_000).as_bytes()).await.unwrap();
+    hog.write_all(&[b' '; 1000]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let health: Value = gw.get_json("/a2a/health").await;
+    assert_eq!(health["bufferedBodyBytes"], 80_000, "{health}");
+    let r = gw
+        .post_raw(
+            "/a2a/agents/echo",
+            &[("content-type", "application/json")],
+            json!({"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message": D::V10.message(&"x".repeat(30_000))}})
+                .to_string(),
+        )
+        .await;
+    assert_eq!((r.status, r.code()), (503, -32062), "{}", r.body);
+    assert_eq!(r.header("retry-after"), "1");
+    drop(hog);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let health: Value = gw.get_json("/a2a/health").await;
+    assert_eq!(health["bufferedBodyBytes"], 0, "given back: {health}");
+    let again = gw.send(D::V10, "small").await;
+    assert_eq!(again["status"]["state"], "TASK_STATE_COMPLETED");
+}
+
+#[tokio::test]
+async fn conflicting_credentials_are_refused() {
+    let gateway = format!(
+        "[auth]\n[[auth.api_keys]]\nid = \"a\"\nsecret_sha256 = \"{}\"\n[[auth.bearer_tokens]]\nid = \"b\"\nsecret_sha256 = \"{}\"\n",
+        sha("key-a"),
+        sha("token-b")
+    );
+    let gw = spawn_with(&[("echo.toml", ECHO)], &gateway).await;
+    let body = json!({"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message": D::V10.message("x")}}).to_string();
+    let send = |headers: Vec<(&'static str, &'static str)>| {
+        let mut req = gw
+            .client
+            .post(gw.url("/a2a/agents/echo"))
+            .header("A2A-Version", "1.0")
+            .body(body.clone());
+        for (k, v) in headers {
+            req = req.header(k, v);
+        }
+        req.send()
+    };
+    let ok = send(vec![("X-API-Key", "key-a")]).await.unwrap();
+    assert_eq!(ok.status(), 200);
+    for headers in [
+        vec![("X-API-Key", "key-a"), ("Authorization", "Bearer token-b")],
+        vec![("X-API-Key", "key-a"), ("Authorization", "Bearer wrong")],
+        vec![("X-API-Key", "key-a"), ("X-API-Key", "key-a")],
+        vec![
+            ("Authorization", "Bearer token-b"),
+            ("Authorization", "Bearer token-b"),
+        ],
+    ] {
+        let r = send(headers.clone()).await.unwrap();
+        assert_eq!(r.status(), 401, "{headers:?}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["code"], -32041, "{headers:?}: {v}");
+    }
+}
+
+fn command_agent(name: &str, command: &[&str], extra: &str) -> String {
+    let argv: Vec<String> = command.iter().map(|a| format!("{a:?}")).collect();
+    format!(
+        "name = \"{name}\"\ndescription = \"d\"\n[backend]\nkind = \"command\"\ncommand = [{}]\n{extra}\n",
+        argv.join(", ")
+    )
+}
+
+/// Programs that write while they read get their whole input (no pipe deadlock); inputs
+/// and outputs past the agent's caps fail the task clearly; what a program leaves running
+/// does not hold its task.
+#[tokio::test]
+async fn command_programs_cannot_deadlock_flood_or_linger() {
+    let gw = spawn_with(
+        &[
+            (
+                "cat.toml",
+                &command_agent("cat", &["cat"], "timeout_secs = 20"),
+            ),
+            (
+                "small.toml",
+                &command_agent("small", &["cat"], "max_input_bytes = 1000"),
+            ),
+            (
+                "flood.toml",
+                &command_agent("flood", &["yes", "flood"], "max_output_bytes = 100000"),
+            ),
+            (
+                "linger.toml",
+                &command_agent(
+                    "linger",
+                    &["sh", "-c", "sleep 30 & echo done"],
+                    "timeout_secs = 20\nkill_grace_ms = 200",
+                ),
+            ),
+        ],
+        "[limits]\nmax_body_bytes = 2000000",
+    )
+    .await;
+    let send = |agent: &'static str, text: String| {
+        let gw = &gw;
+        async move {
+            let r = gw
+                .call(
+                    &format!("/a2a/agents/{agent}"),
+                    D::V10,
+                    "SendMessage",
+                    json!({"message": D::V10.message(&text)}),
+                )
+                .await;
+            r.result()["task"].clone()
+        }
+    };
+    let big = "0123456789abcdef\n".repeat(30_000); // 510 KB, well past a pipe's buffer
+    let task = send("cat", big.clone()).await;
+    assert_eq!(
+        task["status"]["state"], "TASK_STATE_COMPLETED",
+        "{}",
+        task["status"]
+    );
+    let echoed: String = task["artifacts"][0]["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(echoed.len(), big.len() + 1, "all of it came back");
+
+    let task = send("small", "x".repeat(2000)).await;
+    assert_eq!(task["status"]["state"], "TASK_STATE_FAILED");
+    let said = task["status"]["message"]["parts"][0]["text"]
+        .as_str()
+        .unwrap();
+    assert!(said.contains("larger than this agent takes"), "{said}");
+
+    let task = send("flood", "go".into()).await;
+    assert_eq!(task["status"]["state"], "TASK_STATE_FAILED");
+    let said = task["status"]["message"]["parts"][0]["text"]
+        .as_str()
+        .unwrap();
+    assert!(said.contains("wrote more than 100000 bytes"), "{said}");
+
+    let started = Instant::now();
+    let task = send("linger", "x".into()).await;
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{task}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "a background child does not hold the task: {:?}",
+        started.elapsed()
+    );
+}
+
+/// An upstream that never sends its response head: the caller's stream starts anyway (so
+/// keep-alives flow) and ends with a timeout error within timeout_secs.
+#[tokio::test]
+async fn a_silent_upstream_stream_times_out() {
+    let peer = fault_server("slow", 60).await;
+    let up = upstream_agent("up", &peer.url(), "protocol = \"1.0\"\ntimeout_secs = 2");
+    let gw = spawn_with(&[("up.toml", &up)], "").await;
+    let started = Instant::now();
+    let events = gw
+        .sse(
+            "/a2a/agents/up",
+            D::V10,
+            "SendStreamingMessage",
+            json!({"message": D::V10.message("anyone?")}),
+        )
+        .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "{:?}",
+        started.elapsed()
+    );
+    let last = &events.last().expect("an event").data;
+    assert_eq!(last["error"]["code"], -32053, "{last}");
+}
