@@ -39,7 +39,8 @@ pub fn build_state(settings: Settings) -> std::io::Result<AppState> {
         })
         .collect::<Result<Vec<_>, _>>()?;
     let registry = Registry::new(agents, gateway.default_agent_name().map(str::to_string));
-    let tasks = Arc::new(Tasks::new(Arc::new(MemoryTaskStore::new(limits.max_tasks))));
+    let store = Arc::new(MemoryTaskStore::new(limits.max_tasks));
+    let tasks = Arc::new(Tasks::new(store, limits.max_unfinished_tasks_per_caller));
     let stream_limit = limits
         .max_open_streams
         .unwrap_or_else(crate::limits::default_stream_limit);
@@ -114,6 +115,28 @@ async fn prune_rate_buckets(state: std::sync::Weak<AppState>) {
     }
 }
 
+/// Cancels the tasks left in input-required (or auth-required) past `interrupted_ttl_secs`,
+/// checking a few times per period; stops with the gateway.
+async fn expire_interrupted_tasks(state: std::sync::Weak<AppState>) {
+    let Some(ttl) = state
+        .upgrade()
+        .map(|s| Duration::from_secs(s.config.limits.interrupted_ttl_secs.max(1)))
+    else {
+        return;
+    };
+    let every = (ttl / 4).clamp(Duration::from_millis(250), Duration::from_secs(60));
+    loop {
+        tokio::time::sleep(every).await;
+        let Some(state) = state.upgrade() else {
+            return;
+        };
+        let n = state.service.tasks().expire_interrupted(ttl);
+        if n > 0 {
+            tracing::info!(tasks = n, "canceled tasks left waiting for input");
+        }
+    }
+}
+
 /// CORS for browser clients, from `[cors]`. Disallowed origins get no CORS headers.
 fn cors_middleware(cfg: &crate::config::CorsConfig) -> actix_cors::Cors {
     let mut cors = actix_cors::Cors::default()
@@ -175,6 +198,9 @@ impl Application {
         let max_connections = connections.limit();
         let state = web::Data::new(state);
         tokio::spawn(prune_rate_buckets(Arc::downgrade(
+            &state.clone().into_inner(),
+        )));
+        tokio::spawn(expire_interrupted_tasks(Arc::downgrade(
             &state.clone().into_inner(),
         )));
         let cors = state.config.cors.clone();

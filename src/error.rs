@@ -85,6 +85,9 @@ pub enum GatewayError {
     },
     #[error("The gateway is holding its maximum of {0} unfinished tasks; retry later")]
     TaskStoreFull(usize),
+    /// One caller's share of the store is full; everyone else is still served.
+    #[error("You hold the maximum of {0} unfinished tasks; finish or cancel some, or retry later")]
+    TaskQuota(usize),
     #[error("The gateway is holding its maximum of {0} open streams; retry later")]
     StreamCapacity(usize),
     #[error("Rate limit exceeded ({scope}): retry in {retry_after} s")]
@@ -107,6 +110,7 @@ impl From<crate::tasks::StoreError> for GatewayError {
     fn from(e: crate::tasks::StoreError) -> GatewayError {
         match e {
             crate::tasks::StoreError::Full(n) => GatewayError::TaskStoreFull(n),
+            crate::tasks::StoreError::Quota(n) => GatewayError::TaskQuota(n),
             crate::tasks::StoreError::BadPageToken => GatewayError::InvalidParams(
                 "params.pageToken: not a token this gateway issued".into(),
             ),
@@ -140,7 +144,7 @@ impl GatewayError {
             GatewayError::AgentUnavailable { .. } => AGENT_UNAVAILABLE,
             GatewayError::UpstreamTimeout { .. } => UPSTREAM_TIMEOUT,
             GatewayError::Upstream { code, .. } => *code,
-            GatewayError::TaskStoreFull(_) => TASK_STORE_FULL,
+            GatewayError::TaskStoreFull(_) | GatewayError::TaskQuota(_) => TASK_STORE_FULL,
             GatewayError::StreamCapacity(_) => STREAM_CAPACITY,
             GatewayError::RateLimited { .. } => RATE_LIMITED,
             GatewayError::TooManyStreams(_) => TOO_MANY_STREAMS,
@@ -175,6 +179,7 @@ impl GatewayError {
             GatewayError::UpstreamTimeout { .. } => "UPSTREAM_TIMEOUT",
             GatewayError::Upstream { code, .. } => reason_for_code(*code),
             GatewayError::TaskStoreFull(_) => "TASK_STORE_FULL",
+            GatewayError::TaskQuota(_) => "TASK_QUOTA_EXCEEDED",
             GatewayError::StreamCapacity(_) => "STREAM_CAPACITY",
             GatewayError::RateLimited { .. } => "RATE_LIMITED",
             GatewayError::TooManyStreams(_) => "TOO_MANY_STREAMS",
@@ -195,6 +200,7 @@ impl GatewayError {
             | GatewayError::AgentUnavailable { .. }
             | GatewayError::UpstreamTimeout { .. }
             | GatewayError::TaskStoreFull(_)
+            | GatewayError::TaskQuota(_)
             | GatewayError::StreamCapacity(_)
             | GatewayError::RateLimited { .. }
             | GatewayError::TooManyStreams(_)
@@ -213,7 +219,9 @@ impl GatewayError {
             GatewayError::AgentNotFound { .. } | GatewayError::EndpointNotFound(_) => 404,
             GatewayError::Unauthenticated { .. } => 401,
             GatewayError::Forbidden => 403,
-            GatewayError::RateLimited { .. } | GatewayError::TooManyStreams(_) => 429,
+            GatewayError::RateLimited { .. }
+            | GatewayError::TooManyStreams(_)
+            | GatewayError::TaskQuota(_) => 429,
             GatewayError::PayloadTooLarge(_) => 413,
             GatewayError::RequestTimeout(_) => 408,
             GatewayError::ContentTypeNotSupported(_) => 415,
@@ -260,7 +268,9 @@ impl GatewayError {
             | GatewayError::EndpointNotFound(_) => 404,
             GatewayError::Unauthenticated { .. } => 401,
             GatewayError::Forbidden => 403,
-            GatewayError::RateLimited { .. } | GatewayError::TooManyStreams(_) => 429,
+            GatewayError::RateLimited { .. }
+            | GatewayError::TooManyStreams(_)
+            | GatewayError::TaskQuota(_) => 429,
             GatewayError::PayloadTooLarge(_) => 413,
             GatewayError::RequestTimeout(_) => 408,
             GatewayError::Internal(_) | GatewayError::InvalidAgentResponse(_) => 500,
@@ -282,6 +292,7 @@ impl GatewayError {
             | GatewayError::StreamCapacity(_)
             | GatewayError::TooManyStreams(_)
             | GatewayError::BodiesOverBudget
+            | GatewayError::TaskQuota(_)
             | GatewayError::TaskStoreFull(_) => Some(1),
             GatewayError::RateLimited { retry_after, .. } => Some(*retry_after),
             _ => None,

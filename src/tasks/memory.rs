@@ -144,6 +144,17 @@ impl TaskStore for MemoryTaskStore {
         })
     }
 
+    fn interrupted_before(&self, cutoff: chrono::DateTime<chrono::Utc>) -> Vec<String> {
+        self.tasks
+            .iter()
+            .filter(|st| {
+                let status = &st.task.status;
+                status.state.is_interrupted() && status.timestamp.is_some_and(|t| t < cutoff)
+            })
+            .map(|st| st.task.id.clone())
+            .collect()
+    }
+
     fn len(&self) -> usize {
         self.count.load(Ordering::Acquire)
     }

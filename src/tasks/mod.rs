@@ -47,6 +47,9 @@ pub enum StoreError {
     BadPageToken,
     #[error("task id {0} is not a UUID")]
     BadId(String),
+    /// The caller holds its quota of unfinished tasks.
+    #[error("the caller holds its maximum of {0} unfinished tasks")]
+    Quota(usize),
 }
 
 pub struct TaskPage {
@@ -66,6 +69,8 @@ pub trait TaskStore: Send + Sync + 'static {
     fn update(&self, id: &str, f: &mut dyn FnMut(&mut StoredTask)) -> bool;
     /// One page of an agent's tasks, newest status first (full tasks; callers trim them).
     fn list(&self, viewer: Viewer<'_>, query: &ListQuery) -> Result<TaskPage, StoreError>;
+    /// Tasks waiting for input (or auth) since before `cutoff`.
+    fn interrupted_before(&self, cutoff: chrono::DateTime<chrono::Utc>) -> Vec<String>;
     fn len(&self) -> usize;
     fn is_empty(&self) -> bool {
         self.len() == 0
@@ -130,18 +135,25 @@ pub struct Tasks {
     store: Arc<dyn TaskStore>,
     fanout: Fanout,
     seq: std::sync::atomic::AtomicU64,
+    /// Unfinished tasks per owner, so that one caller cannot fill the store for everyone.
+    unfinished: FastMap<Arc<str>, usize>,
+    quota: usize,
 }
 
 impl Tasks {
-    pub fn new(store: Arc<dyn TaskStore>) -> Tasks {
+    /// `quota`: unfinished tasks one owner may hold at once.
+    pub fn new(store: Arc<dyn TaskStore>, quota: usize) -> Tasks {
         Tasks {
             store,
             fanout: Fanout::default(),
             seq: Default::default(),
+            unfinished: FastMap::default(),
+            quota: quota.max(1),
         }
     }
 
-    /// Stores a new task whose work, if any is still going on, `cancel` can stop.
+    /// Stores a new task whose work, if any is still going on, `cancel` can stop. An
+    /// unfinished one counts against its owner's quota until it finishes.
     pub fn create(
         &self,
         agent: Arc<str>,
@@ -149,14 +161,67 @@ impl Tasks {
         task: Task,
         cancel: Option<CancellationToken>,
     ) -> Result<(), StoreError> {
+        let counted = !task.status.state.is_terminal();
+        if counted {
+            let mut held = self.unfinished.entry(owner.clone()).or_insert(0);
+            if *held >= self.quota {
+                return Err(StoreError::Quota(self.quota));
+            }
+            *held += 1;
+        }
         let seq = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.store.insert(StoredTask {
+        let inserted = self.store.insert(StoredTask {
             task,
             agent,
-            owner,
+            owner: owner.clone(),
             seq,
             cancel,
-        })
+        });
+        if inserted.is_err() && counted {
+            self.finished(&owner);
+        }
+        inserted
+    }
+
+    /// One of `owner`'s tasks finished: it no longer counts against the quota.
+    fn finished(&self, owner: &Arc<str>) {
+        if let Some(mut held) = self.unfinished.get_mut(owner) {
+            *held = held.saturating_sub(1);
+        }
+        self.unfinished.remove_if(owner, |_, held| *held == 0);
+    }
+
+    /// Cancels the tasks left waiting for input (or auth) longer than `ttl`, stopping
+    /// their work; returns how many.
+    pub fn expire_interrupted(&self, ttl: std::time::Duration) -> usize {
+        let Ok(ttl) = chrono::Duration::from_std(ttl) else {
+            return 0;
+        };
+        let cutoff = chrono::Utc::now() - ttl;
+        let mut expired = 0;
+        for id in self.store.interrupted_before(cutoff) {
+            let mut context_id = None;
+            self.store.read(&id, &mut |st| {
+                if let Some(token) = &st.cancel {
+                    token.cancel();
+                }
+                context_id = Some(st.task.context_id.clone());
+            });
+            let Some(context_id) = context_id else {
+                continue;
+            };
+            let note = format!("canceled: no answer came within {} s", ttl.num_seconds());
+            let event = TaskEvent::Status(TaskStatusUpdateEvent {
+                task_id: id.clone(),
+                context_id,
+                status: TaskStatus::now(TaskState::Canceled, Some(Message::agent_text(note))),
+                metadata: None,
+            });
+            if self.apply(&id, &event) == Applied::Yes {
+                expired += 1;
+            }
+        }
+        expired
     }
 
     /// Stops the work in progress on the agent's task, if any.
@@ -215,6 +280,7 @@ impl Tasks {
             st.task.apply(event);
             if st.task.status.state.is_terminal() {
                 st.cancel = None;
+                self.finished(&st.owner);
             }
             self.fanout.publish(
                 id,

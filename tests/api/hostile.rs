@@ -351,3 +351,58 @@ async fn a_silent_upstream_stream_times_out() {
     let last = &events.last().expect("an event").data;
     assert_eq!(last["error"]["code"], -32053, "{last}");
 }
+
+/// One caller filling the store with tasks waiting for input is refused once it holds its
+/// quota, while another caller is still served; tasks left unanswered past
+/// `interrupted_ttl_secs` are canceled, which gives the caller its places back.
+#[tokio::test]
+async fn one_caller_cannot_fill_the_task_store() {
+    let gateway = format!(
+        "[limits]\nmax_unfinished_tasks_per_caller = 3\ninterrupted_ttl_secs = 1\n\
+         [auth]\n[[auth.api_keys]]\nid = \"k\"\nsecret_sha256 = \"{}\"\n",
+        sha("key")
+    );
+    let gw = spawn_with(&[("echo.toml", ECHO)], &gateway).await;
+    let ask = |key: Option<&'static str>| {
+        let body = json!({"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message": D::V10.message("/input still there?")}});
+        let mut req = gw
+            .client
+            .post(gw.url("/a2a/agents/echo"))
+            .header("A2A-Version", "1.0")
+            .body(body.to_string());
+        if let Some(k) = key {
+            req = req.header("X-API-Key", k);
+        }
+        async move {
+            let r = req.send().await.unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        }
+    };
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let (status, body) = ask(None).await;
+        assert_eq!(status, 200, "{body}");
+        ids.push(body["result"]["task"]["id"].as_str().unwrap().to_string());
+    }
+    let (status, body) = ask(None).await;
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (429, json!(-32052)),
+        "{body}"
+    );
+    let (status, body) = ask(Some("key")).await;
+    assert_eq!(status, 200, "another caller is served: {body}");
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let r = gw.get_task(D::V10, &ids[0]).await;
+    let status = &r.result()["status"];
+    assert_eq!(status["state"], "TASK_STATE_CANCELED", "{status}");
+    assert!(
+        status["message"]["parts"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("no answer came within 1 s"),
+        "{status}"
+    );
+    let (status, body) = ask(None).await;
+    assert_eq!(status, 200, "places come back: {body}");
+}
