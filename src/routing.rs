@@ -237,7 +237,14 @@ impl<V: Clone> BoundedMap<V> {
     }
 }
 
-/// Which agent served each contextId (the newest 100k conversations).
+/// One caller's conversation: its contextId scoped by the caller, length-prefixed so no
+/// choice of ids makes two callers' keys meet. Context affinity and an agent's context
+/// lanes are per caller, so knowing another caller's contextId steers nothing of theirs.
+pub fn conversation(principal: &str, context_id: &str) -> String {
+    format!("{}:{principal}{context_id}", principal.len())
+}
+
+/// Which agent served each caller's contextId (the newest 100k conversations).
 pub struct ContextIndex {
     agents: BoundedMap<Arc<str>>,
 }
@@ -251,12 +258,16 @@ impl Default for ContextIndex {
 }
 
 impl ContextIndex {
-    pub fn record(&self, context_id: &str, agent: &Arc<str>) {
-        // Most messages continue a known conversation: a read is cheaper than a write.
-        if context_id.is_empty() || self.agents.get(context_id).is_some_and(|a| a == *agent) {
+    pub fn record(&self, principal: &str, context_id: &str, agent: &Arc<str>) {
+        if context_id.is_empty() {
             return;
         }
-        self.agents.insert(context_id, agent.clone());
+        let key = conversation(principal, context_id);
+        // Most messages continue a known conversation: a read is cheaper than a write.
+        if self.agents.get(&key).is_some_and(|a| a == *agent) {
+            return;
+        }
+        self.agents.insert(&key, agent.clone());
     }
 
     /// A contextId for a conversation the gateway starts with one of its own agents. It
@@ -270,9 +281,14 @@ impl ContextIndex {
         id
     }
 
-    /// The agent recorded for the conversation, else the local agent its id names.
-    fn agent<'a>(&self, registry: &'a Registry, context_id: &str) -> Option<&'a Arc<Agent>> {
-        if let Some(name) = self.agents.get(context_id) {
+    /// The agent recorded for the caller's conversation, else the local agent its id names.
+    fn agent<'a>(
+        &self,
+        registry: &'a Registry,
+        principal: &str,
+        context_id: &str,
+    ) -> Option<&'a Arc<Agent>> {
+        if let Some(name) = self.agents.get(&conversation(principal, context_id)) {
             return registry.get(&name);
         }
         let (prefix, _) = context_id.split_once('.')?;
@@ -366,7 +382,7 @@ impl Router {
             .context_id
             .as_deref()
             .or(probe.session_id.as_deref())
-            .and_then(|c| contexts.agent(registry, c))
+            .and_then(|c| contexts.agent(registry, &caller.id, c))
         {
             return Ok((agent, Reason::Context));
         }

@@ -19,7 +19,7 @@ use crate::protocol::model::{
 };
 use crate::protocol::ops::{ItemStream, ListTasksResponse, SendRequest};
 use crate::protocol::params::ListQuery;
-use crate::routing::{BoundedMap, ContextIndex};
+use crate::routing::{conversation, BoundedMap, ContextIndex};
 use crate::tasks::{Applied, Tasks, Viewer};
 
 /// How many events an execution may run ahead of a slow caller before it waits.
@@ -130,17 +130,17 @@ impl A2aService {
             Backend::Local(backend) => self.send_local(agent, caller, backend, req, writer).await,
             Backend::Remote(remote) => {
                 self.remote_owners.check_message(&req.message, caller)?;
-                let _turn = take_turn(agent, &req).await?;
+                let _turn = take_turn(agent, caller, &req).await?;
                 let result = remote.send(&req).await?;
                 remote.note_result(&caller.id, &result);
                 match &result {
                     SendResult::Task(t) => {
                         self.remote_owners.record(&t.id, caller);
-                        self.contexts.record(&t.context_id, &agent.name);
+                        self.contexts.record(&caller.id, &t.context_id, &agent.name);
                     }
                     SendResult::Message(m) => {
                         if let Some(c) = &m.context_id {
-                            self.contexts.record(c, &agent.name);
+                            self.contexts.record(&caller.id, c, &agent.name);
                         }
                     }
                     SendResult::Relayed(r) => {
@@ -148,7 +148,7 @@ impl A2aService {
                             self.remote_owners.record(t, caller);
                         }
                         if let Some(c) = &r.context_id {
-                            self.contexts.record(c, &agent.name);
+                            self.contexts.record(&caller.id, c, &agent.name);
                         }
                     }
                 }
@@ -177,7 +177,7 @@ impl A2aService {
             Backend::Remote(remote) => {
                 self.remote_owners.check_message(&req.message, caller)?;
                 // The turn is held for as long as the stream is open.
-                let turn = take_turn(agent, &req).await?;
+                let turn = take_turn(agent, caller, &req).await?;
                 let items = remote.stream(&req).await?;
                 let owners = self.remote_owners.clone();
                 let contexts = self.contexts.clone();
@@ -191,7 +191,7 @@ impl A2aService {
                     }
                     if let Ok(StreamItem::Task(t)) = &item {
                         owners.record_id(&t.id, &caller, anonymous);
-                        contexts.record(&t.context_id, &agent_name);
+                        contexts.record(&caller, &t.context_id, &agent_name);
                     }
                     item
                 })))
@@ -341,8 +341,8 @@ impl A2aService {
         if p.continuing.is_some() {
             return Ok(Err(p));
         }
-        let context = (!p.fresh_context).then_some(p.context_id.as_str());
-        let Some(_running) = agent.actor.try_run_now(context) else {
+        let lane = (!p.fresh_context).then(|| conversation(&caller.id, &p.context_id));
+        let Some(_running) = agent.actor.try_run_now(lane.as_deref()) else {
             return Ok(Err(p));
         };
         let Some(outcome) = backend.answer_now(&p.message) else {
@@ -429,7 +429,7 @@ impl A2aService {
         let task_id = message.task_id.clone().unwrap_or_default();
         let context_id = message.context_id.clone().unwrap_or_default();
         if !fresh_context {
-            self.contexts.record(&context_id, &agent.name);
+            self.contexts.record(&caller.id, &context_id, &agent.name);
         }
         Ok(Prepared {
             message,
@@ -463,7 +463,8 @@ impl A2aService {
             streaming,
             tx,
         };
-        agent.actor.submit(&job.context_id.clone(), job.run())?;
+        let lane = conversation(&job.owner, &job.context_id);
+        agent.actor.submit(&lane, job.run())?;
         Ok(Started {
             task_id,
             updates: rx,
@@ -655,10 +656,20 @@ fn check_send(req: &SendRequest) -> Result<(), GatewayError> {
     Ok(())
 }
 
-/// Waits for the agent's actor to admit a forwarded message (mailbox, lane, concurrency).
-async fn take_turn(agent: &Agent, req: &SendRequest) -> Result<Admission, GatewayError> {
-    let context = req.message.context_id.as_deref().filter(|c| !c.is_empty());
-    Ok(agent.actor.enqueue(context)?.ready().await)
+/// Waits for the agent's actor to admit a forwarded message (mailbox, the caller's lane for
+/// its context, concurrency).
+async fn take_turn(
+    agent: &Agent,
+    caller: &Principal,
+    req: &SendRequest,
+) -> Result<Admission, GatewayError> {
+    let lane = req
+        .message
+        .context_id
+        .as_deref()
+        .filter(|c| !c.is_empty())
+        .map(|c| conversation(&caller.id, c));
+    Ok(agent.actor.enqueue(lane.as_deref())?.ready().await)
 }
 
 fn terminal_task_error(id: &str, state: TaskState) -> GatewayError {

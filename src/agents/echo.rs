@@ -35,7 +35,8 @@ impl EchoBackend {
 impl AgentBackend for EchoBackend {
     fn execute(&self, exec: Execution) -> BoxFuture<'static, Result<(), BackendError>> {
         let chunk_delay = Duration::from_millis(self.config.chunk_delay_ms);
-        Box::pin(run(exec, chunk_delay))
+        let max_delay = Duration::from_secs(self.config.max_delay_secs);
+        Box::pin(run(exec, chunk_delay, max_delay))
     }
 
     fn answer_now(&self, message: &Message) -> Option<Immediate> {
@@ -296,7 +297,11 @@ async fn echo_text(
     Ok(())
 }
 
-async fn run(exec: Execution, chunk_delay: Duration) -> Result<(), BackendError> {
+async fn run(
+    exec: Execution,
+    chunk_delay: Duration,
+    max_delay: Duration,
+) -> Result<(), BackendError> {
     let Execution {
         message,
         streaming,
@@ -321,6 +326,7 @@ async fn run(exec: Execution, chunk_delay: Duration) -> Result<(), BackendError>
     match behaviour {
         Behaviour::Echo(text) => echo_text(sink, &text, streaming, chunk_delay).await?,
         Behaviour::Delay(d, text) => {
+            let d = d.min(max_delay);
             sink.status(TaskState::Working, None).await?;
             // A zero delay arms no timer: its tick would cost a millisecond.
             if d.is_zero() || wait(d).await {

@@ -631,6 +631,13 @@ pub struct EchoConfig {
     /// Pause between streamed chunks, to make streaming visible in demos.
     #[serde(default)]
     pub chunk_delay_ms: u64,
+    /// The longest `/delay` a caller may ask for; longer ones wait this long.
+    #[serde(default = "default_echo_max_delay")]
+    pub max_delay_secs: u64,
+}
+
+fn default_echo_max_delay() -> u64 {
+    60
 }
 
 /// Loads and validates everything. `config_path` None means "gateway.toml if present".

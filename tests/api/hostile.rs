@@ -406,3 +406,98 @@ async fn one_caller_cannot_fill_the_task_store() {
     let (status, body) = ask(None).await;
     assert_eq!(status, 200, "places come back: {body}");
 }
+
+/// Knowing another caller's contextId steers nothing of theirs: affinity and the order of
+/// a conversation's messages are per caller. And the echo agent's `/delay` has a ceiling.
+#[tokio::test]
+async fn a_caller_cannot_steer_or_stall_another_callers_conversation() {
+    let gateway = format!(
+        "default_agent = \"echo\"\n[auth]\n[[auth.api_keys]]\nid = \"p1\"\nsecret_sha256 = \"{}\"\n[[auth.api_keys]]\nid = \"p2\"\nsecret_sha256 = \"{}\"\n",
+        sha("key-1"),
+        sha("key-2")
+    );
+    let capped = ECHO
+        .replace("name = \"echo\"", "name = \"capped\"")
+        .replace("kind = \"echo\"", "kind = \"echo\"\nmax_delay_secs = 1");
+    let gw = spawn_with(
+        &[
+            ("echo.toml", ECHO),
+            ("other.toml", crate::helpers::OTHER),
+            ("capped.toml", &capped),
+        ],
+        &gateway,
+    )
+    .await;
+    let send =
+        |path: &'static str, key: &'static str, text: &str, metadata: Value, blocking: bool| {
+            let mut message = D::V10.message(text);
+            message["contextId"] = json!("shared-ctx");
+            message["metadata"] = metadata;
+            let body = json!({"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{
+            "message": message, "configuration": {"returnImmediately": !blocking}}});
+            let req = gw
+                .client
+                .post(gw.url(path))
+                .header("A2A-Version", "1.0")
+                .header("X-API-Key", key)
+                .body(body.to_string());
+            async move {
+                let r = req.send().await.unwrap();
+                let agent = r.headers()["a2a-gateway-agent"]
+                    .to_str()
+                    .unwrap()
+                    .to_string();
+                (agent, r.json::<Value>().await.unwrap())
+            }
+        };
+    // P2 claims the conversation for `other`, and parks a long task in it on `echo`.
+    let (agent, _) = send(
+        "/a2a",
+        "key-2",
+        "mine now",
+        json!({"gateway/agent": "other"}),
+        true,
+    )
+    .await;
+    assert_eq!(agent, "other");
+    send(
+        "/a2a/agents/echo",
+        "key-2",
+        "/delay 30 stall",
+        json!({}),
+        false,
+    )
+    .await;
+    // P1's message on the same contextId goes where P1's would, at once.
+    let started = Instant::now();
+    let (agent, body) = send("/a2a", "key-1", "hello", json!({}), true).await;
+    assert_eq!(agent, "echo", "not steered by P2: {body}");
+    assert_eq!(
+        body["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{body}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "not stalled: {:?}",
+        started.elapsed()
+    );
+    // A day's delay is capped by the agent's max_delay_secs.
+    let started = Instant::now();
+    let (_, body) = send(
+        "/a2a/agents/capped",
+        "key-1",
+        "/delay 86400 late",
+        json!({}),
+        true,
+    )
+    .await;
+    assert_eq!(
+        body["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{body}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
