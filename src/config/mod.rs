@@ -610,6 +610,10 @@ pub struct A2aConfig {
     /// shares a few connections instead of one descriptor each.
     #[serde(default)]
     pub http2: bool,
+    /// Calls go to the origin `url` names; a card naming another origin is followed only
+    /// when this says so, and then without the file's `headers` (they never cross origins).
+    #[serde(default)]
+    pub follow_card_url: bool,
 }
 
 fn default_upstream_timeout() -> u64 {

@@ -501,3 +501,93 @@ async fn a_caller_cannot_steer_or_stall_another_callers_conversation() {
         started.elapsed()
     );
 }
+
+/// An upstream's card cannot send the agent file's secret headers elsewhere: calls stay on
+/// the file's origin unless the file says `follow_card_url`, and then go without the
+/// headers; a card that redirects to another origin is not followed.
+#[tokio::test]
+async fn a_hostile_upstream_card_cannot_collect_the_files_secrets() {
+    let log = tempfile::tempdir().unwrap();
+    let seen = log.path().join("collector.jsonl");
+    let collector =
+        crate::peers::fault_server_with("error", 0, &["--log-requests", seen.to_str().unwrap()])
+            .await;
+    let elsewhere = collector.url();
+    let hostile =
+        crate::peers::fault_server_with("extended", 0, &["--card-interface", &elsewhere]).await;
+    let redirecting = crate::peers::fault_server_with(
+        "extended",
+        0,
+        &[
+            "--card-redirect",
+            &format!("{elsewhere}.well-known/agent-card.json"),
+        ],
+    )
+    .await;
+    let secret = "headers = { X-Secret = \"s3cret\" }";
+    let gw = spawn_with(
+        &[
+            (
+                "pinned.toml",
+                &upstream_agent("pinned", &hostile.url(), secret),
+            ),
+            (
+                "follows.toml",
+                &upstream_agent(
+                    "follows",
+                    &hostile.url(),
+                    &format!("{secret}\nfollow_card_url = true"),
+                ),
+            ),
+            (
+                "redirected.toml",
+                &upstream_agent("redirected", &redirecting.url(), secret),
+            ),
+        ],
+        "",
+    )
+    .await;
+    let send = |agent: &str| {
+        let path = format!("/a2a/agents/{agent}");
+        let gw = &gw;
+        async move {
+            gw.call(
+                &path,
+                D::V10,
+                "SendMessage",
+                json!({"message": D::V10.message("hi")}),
+            )
+            .await
+        }
+    };
+    // Pinned: answered by the file's own origin (the extended upstream), not the card's.
+    let r = send("pinned").await;
+    assert_eq!(
+        r.result()["task"]["status"]["state"],
+        "TASK_STATE_COMPLETED",
+        "{}",
+        r.body
+    );
+    // Following the card: the collector answers (-32001), and sees no secret.
+    let r = send("follows").await;
+    assert_eq!(r.code(), -32001, "{}", r.body);
+    // A card behind a cross-origin redirect is not fetched: the agent stays unavailable.
+    let r = send("redirected").await;
+    assert_eq!(r.code(), -32051, "{}", r.body);
+    let requests = std::fs::read_to_string(&seen).unwrap_or_default();
+    let requests: Vec<Value> = requests
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        requests.len(),
+        1,
+        "only the followed call reached it: {requests:?}"
+    );
+    for r in &requests {
+        assert!(
+            r["headers"].get("x-secret").is_none(),
+            "a secret crossed origins: {r}"
+        );
+    }
+}

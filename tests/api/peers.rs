@@ -95,19 +95,16 @@ pub async fn js_agent(dialects: &str) -> Peer {
 
 /// A deliberately broken upstream (`garbage`, `invalid`, `slow`, `error`).
 pub async fn fault_server(mode: &str, delay_secs: u32) -> Peer {
+    fault_server_with(mode, delay_secs, &[]).await
+}
+
+/// [`fault_server`] with more of its options (`--card-interface URL`, ...).
+pub async fn fault_server_with(mode: &str, delay_secs: u32, extra: &[&str]) -> Peer {
     let script = repo_root().join("tests/interop/fault_server.py");
-    start(
-        PathBuf::from("python3"),
-        &[
-            script.to_str().unwrap(),
-            "--mode",
-            mode,
-            "--delay",
-            &delay_secs.to_string(),
-        ],
-        0,
-    )
-    .await
+    let delay = delay_secs.to_string();
+    let mut args = vec![script.to_str().unwrap(), "--mode", mode, "--delay", &delay];
+    args.extend_from_slice(extra);
+    start(PathBuf::from("python3"), &args, 0).await
 }
 
 /// A port nothing listens on (bound, then released).

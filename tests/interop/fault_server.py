@@ -44,6 +44,11 @@ method, any A2A-Version) is answered per --mode:
            is only waiting for input; on a finished task its first SSE event is
            a -32004 error. Other methods answer -32601.
 
+Options for hostile-card tests: --card-interface URL makes the card's interface (and
+top-level url) point there instead of at this server; --card-redirect URL answers the card
+GET with a 307 to URL; --log-requests FILE appends one JSON line per request received
+({"method", "path", "headers"}), to see what reached this server.
+
 ID is the request's "id" when the body is a JSON object with a string or
 integer id, else null. Requests are served on separate threads, so several can
 be in flight (e.g. many slow ones). --port 0 binds a free port; --ready-file
@@ -158,6 +163,15 @@ class FaultHandler(BaseHTTPRequestHandler):
     delay = 30.0
     base_url = 'http://127.0.0.1:0/'
     verbose = False
+    card_interface = None
+    card_redirect = None
+    log_requests = None
+
+    def log_request_seen(self) -> None:
+        if self.log_requests:
+            with open(self.log_requests, 'a') as f:
+                f.write(json.dumps({'method': self.command, 'path': self.path,
+                                    'headers': {k.lower(): v for k, v in self.headers.items()}}) + '\n')
 
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - stdlib signature
         if self.verbose:
@@ -174,13 +188,20 @@ class FaultHandler(BaseHTTPRequestHandler):
         self.send_body(status, 'application/json', json.dumps(obj).encode())
 
     def do_GET(self) -> None:  # noqa: N802 - stdlib name
-        if self.path.split('?', 1)[0] == CARD_PATH:
+        self.log_request_seen()
+        if self.path.split('?', 1)[0] == CARD_PATH and self.card_redirect:
+            self.send_response(307)
+            self.send_header('Location', self.card_redirect)
+            self.send_header('Content-Length', '0')
+            self.end_headers()
+        elif self.path.split('?', 1)[0] == CARD_PATH:
             card = legacy_card if self.mode == 'legacy03' else agent_card
-            self.send_json(card(self.base_url))
+            self.send_json(card(self.card_interface or self.base_url))
         else:
             self.send_body(404, 'text/plain', b'not found\n')
 
     def do_POST(self) -> None:  # noqa: N802 - stdlib name
+        self.log_request_seen()
         length = int(self.headers.get('Content-Length') or 0)
         raw = self.rfile.read(length) if length > 0 else b''
         try:
@@ -288,6 +309,9 @@ def main() -> None:
                         help='seconds a slow-mode answer takes (default 30)')
     parser.add_argument('--ready-file', help='write the bound port here once listening')
     parser.add_argument('--verbose', action='store_true', help='log every request to stderr')
+    parser.add_argument('--card-interface', help="the URL the card's interface names")
+    parser.add_argument('--card-redirect', help='answer the card GET with a 307 to this URL')
+    parser.add_argument('--log-requests', help='append one JSON line per request here')
     args = parser.parse_args()
 
     if ':' in args.host:
@@ -302,6 +326,9 @@ def main() -> None:
     FaultHandler.delay = args.delay
     FaultHandler.base_url = f'http://{host}:{port}/'
     FaultHandler.verbose = args.verbose
+    FaultHandler.card_interface = args.card_interface
+    FaultHandler.card_redirect = args.card_redirect
+    FaultHandler.log_requests = args.log_requests
     if args.ready_file:
         tmp = f'{args.ready_file}.{os.getpid()}.tmp'
         with open(tmp, 'w') as f:

@@ -38,6 +38,8 @@ struct Upstream {
     /// Parsed once: every call would otherwise parse it again (IDNA included).
     uri: http::Uri,
     dialect: Dialect,
+    /// Whether the agent file's `headers` go with calls: only to the file's own origin.
+    secrets: bool,
 }
 
 impl Upstream {
@@ -48,7 +50,11 @@ impl Upstream {
             .as_str()
             .parse()
             .map_err(|e| format!("url \"{url}\": {e}"))?;
-        Ok(Upstream { uri, dialect })
+        Ok(Upstream {
+            uri,
+            dialect,
+            secrets: true,
+        })
     }
 
     /// The `A2A-Version` header a call to this remote carries. Absent means 0.3 to every
@@ -73,8 +79,9 @@ struct State {
 pub struct RemoteAgent {
     name: Arc<str>,
     config: A2aConfig,
-    /// Streams.
+    /// Streams. The file's headers are added per call, when the call may carry them.
     client: reqwest::Client,
+    headers: HeaderMap,
     /// Card fetches, the only requests that follow redirects.
     cards: reqwest::Client,
     /// Every other call.
@@ -104,13 +111,13 @@ impl RemoteAgent {
             headers.insert(name, value);
         }
         let transport = Transport::new(&config, headers.clone())?;
-        let reqwest_client = |redirects: reqwest::redirect::Policy| {
+        let reqwest_client = |redirects: reqwest::redirect::Policy, defaults: HeaderMap| {
             let mut builder = reqwest::Client::builder();
             if config.http2 {
                 builder = builder.http2_prior_knowledge();
             }
             builder
-                .default_headers(headers.clone())
+                .default_headers(defaults)
                 .redirect(redirects)
                 .connect_timeout(Duration::from_secs(config.connect_timeout_secs))
                 .pool_idle_timeout(Duration::from_secs(90))
@@ -121,8 +128,20 @@ impl RemoteAgent {
         };
         // A JSON-RPC call is never replayed, with the file's headers, at an address the
         // agent file does not name.
-        let client = reqwest_client(reqwest::redirect::Policy::none())?;
-        let cards = reqwest_client(reqwest::redirect::Policy::limited(5))?;
+        let client = reqwest_client(reqwest::redirect::Policy::none(), HeaderMap::new())?;
+        // Card fetches follow redirects on the file's origin only: the client carries the
+        // file's headers, which must not reach another host.
+        let same_origin = reqwest::redirect::Policy::custom(|attempt| {
+            let first = attempt.previous().first().map(reqwest::Url::origin);
+            if attempt.previous().len() > 5 {
+                attempt.error("too many redirects")
+            } else if first.is_some_and(|o| o == attempt.url().origin()) {
+                attempt.follow()
+            } else {
+                attempt.error("the card redirects to another origin")
+            }
+        });
+        let cards = reqwest_client(same_origin, headers.clone())?;
         let forced = match config.protocol.as_deref() {
             Some("0.3") => Some(Dialect::V03),
             Some("1.0") => Some(Dialect::V10),
@@ -138,6 +157,7 @@ impl RemoteAgent {
             name: Arc::from(name),
             config,
             client,
+            headers,
             cards,
             transport,
             forced,
@@ -191,14 +211,55 @@ impl RemoteAgent {
         }
     }
 
+    /// The endpoint the file names itself (a base URL and `protocol`), if it does.
+    fn pinned_endpoint(&self) -> Option<Upstream> {
+        let dialect = self.forced.filter(|_| !is_card_url(&self.config.url))?;
+        Upstream::parse(&self.config.url, dialect).ok()
+    }
+
+    /// Keeps calls on the origin the agent file names. A card naming another origin (where
+    /// the file's headers would go) has its path used on the file's origin, unless the file
+    /// says `follow_card_url`; then the card's origin is called without the file's headers,
+    /// and never a link-local address (cloud metadata) the file does not name.
+    fn on_file_origin(&self, up: Upstream) -> Result<Upstream, String> {
+        let file = reqwest::Url::parse(&self.config.url).map_err(|e| e.to_string())?;
+        let chosen = reqwest::Url::parse(&up.uri.to_string()).map_err(|e| e.to_string())?;
+        if chosen.origin() == file.origin() {
+            return Ok(up);
+        }
+        if !self.config.follow_card_url {
+            tracing::warn!(agent = %self.name, card = %chosen, "the card names another origin; calls stay on the agent file's (follow_card_url = true follows the card)");
+            let mut pinned = file;
+            pinned.set_path(chosen.path());
+            pinned.set_query(chosen.query());
+            return Upstream::parse(pinned.as_str(), up.dialect);
+        }
+        if chosen.host().is_some_and(|h| is_link_local(&h)) {
+            return Err(format!(
+                "the card points at {chosen}, a link-local address the agent file does not name"
+            ));
+        }
+        Ok(Upstream {
+            secrets: false,
+            ..up
+        })
+    }
+
     /// Fetches the remote card and picks the endpoint and dialect from it.
     pub async fn refresh(&self) -> Result<(), String> {
         let mut last_err = String::from("no card URL");
         for url in self.card_urls() {
             match self.fetch_card(&url).await {
                 Ok(card) => {
-                    let upstream = choose_upstream(&card, &url, self.forced)
-                        .ok_or_else(|| "the remote card offers no JSON-RPC interface".to_string());
+                    let upstream = match self.pinned_endpoint() {
+                        // The file names the endpoint and its dialect: the card only describes.
+                        Some(up) => Ok(up),
+                        None => choose_upstream(&card, &url, self.forced)
+                            .ok_or_else(|| {
+                                "the remote card offers no JSON-RPC interface".to_string()
+                            })
+                            .and_then(|up| self.on_file_origin(up)),
+                    };
                     let mut state = self.write();
                     match upstream {
                         Ok(up) => {
@@ -323,6 +384,9 @@ impl RemoteAgent {
             .post(up.uri.to_string())
             .header(CONTENT_TYPE, "application/json")
             .body(body);
+        if up.secrets {
+            req = req.headers(self.headers.clone());
+        }
         if let Some((name, value)) = up.version_header() {
             req = req.header(name, value);
         }
@@ -343,7 +407,7 @@ impl RemoteAgent {
     async fn exchange(&self, up: &Upstream, body: Vec<u8>) -> Result<bytes::Bytes, GatewayError> {
         let body = self
             .transport
-            .post_json(&up.uri, up.version_header(), body)
+            .post_json(&up.uri, up.version_header(), up.secrets, body)
             .await
             .map_err(|f| self.transport_error(f))?;
         self.note_alive();
@@ -683,6 +747,18 @@ impl RemoteAgent {
     }
 }
 
+/// Link-local addresses, where clouds serve instance metadata and credentials.
+fn is_link_local(host: &url::Host<&str>) -> bool {
+    match host {
+        url::Host::Ipv4(ip) => ip.is_link_local(),
+        url::Host::Ipv6(ip) => {
+            (ip.segments()[0] & 0xffc0) == 0xfe80
+                || *ip == std::net::Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254)
+        }
+        url::Host::Domain(d) => d.eq_ignore_ascii_case("metadata.google.internal"),
+    }
+}
+
 fn is_card_url(url: &str) -> bool {
     url.trim_end_matches('/').ends_with(".json")
 }
@@ -734,20 +810,11 @@ fn choose_upstream(card: &Value, card_url: &str, forced: Option<Dialect>) -> Opt
     None
 }
 
-/// Resolves an interface URL that is relative (some cards say "/a2a").
+/// `url` as the card at `card_url` means it (absolute, or relative to the card).
 fn resolve(card_url: &str, url: &str) -> String {
-    if url.starts_with("http://") || url.starts_with("https://") {
-        return url.to_string();
-    }
-    let origin_end = card_url
-        .find("://")
-        .and_then(|i| card_url[i + 3..].find('/').map(|j| i + 3 + j))
-        .unwrap_or(card_url.len());
-    format!(
-        "{}/{}",
-        &card_url[..origin_end],
-        url.trim_start_matches('/')
-    )
+    reqwest::Url::parse(card_url)
+        .and_then(|base| base.join(url))
+        .map_or_else(|_| url.to_string(), String::from)
 }
 
 #[cfg(test)]

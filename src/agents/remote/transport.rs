@@ -129,6 +129,7 @@ impl Transport {
         &self,
         uri: &Uri,
         extra: Option<(HeaderName, HeaderValue)>,
+        secrets: bool,
         body: Vec<u8>,
     ) -> Result<Bytes, Failure> {
         let mut req = Request::new(Full::new(Bytes::from(body)));
@@ -139,7 +140,8 @@ impl Transport {
         if let Some((name, value)) = extra {
             h.insert(name, value);
         }
-        for (name, value) in &self.headers {
+        // The agent file's headers go only to the origin the file names.
+        for (name, value) in self.headers.iter().filter(|_| secrets) {
             h.entry(name).or_insert_with(|| value.clone());
         }
         let exchange = async {
