@@ -12,9 +12,10 @@ use super::sse::event_stream;
 use super::{served_headers, version_header, AppState};
 use crate::error::GatewayError;
 use crate::limits::StreamSlot;
-use crate::protocol::jsonrpc::{parse_request, parse_request_for_agent};
+use crate::protocol::jsonrpc::{parse_request, parse_request_for_agent, Method};
+use crate::protocol::params::{self, TaskIdParams};
 use crate::protocol::Dialect;
-use crate::routing::Served;
+use crate::routing::{Reason, Served};
 use crate::rpc::{dispatch, render_stream_item, RpcReply};
 
 pub async fn default_agent(
@@ -111,10 +112,23 @@ pub async fn handle(
             }
         }
     };
-    if let Err(e) = state
-        .authorize(&caller, &agent)
-        .and_then(|()| state.admit(&req, &caller, &agent))
-    {
+    if let Err(e) = state.authorize(&caller, &agent) {
+        // On the shared endpoint a task call reached this agent through its task: a caller
+        // who may not call the agent hears what an unknown id gets, learning nothing.
+        let e = match (&reason, rpc.method) {
+            (
+                Some(Reason::Task),
+                Method::GetTask | Method::CancelTask | Method::SubscribeToTask,
+            ) => GatewayError::TaskNotFound(
+                params::decode::<TaskIdParams>(rpc.params)
+                    .map(|p| p.id)
+                    .unwrap_or_default(),
+            ),
+            _ => e,
+        };
+        return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &e));
+    }
+    if let Err(e) = state.admit(&req, &caller, &agent) {
         return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &e));
     }
     // Past authorization, every answer names the agent (refusals before it do not).

@@ -591,3 +591,38 @@ async fn a_hostile_upstream_card_cannot_collect_the_files_secrets() {
         );
     }
 }
+
+/// On the shared endpoints, a task of a private agent and a task that does not exist are
+/// answered alike to a caller who may not see it: its existence leaks nothing.
+#[tokio::test]
+async fn task_calls_on_the_shared_endpoints_do_not_reveal_private_tasks() {
+    let gateway = format!(
+        "default_agent = \"open\"\n[auth]\n[[auth.api_keys]]\nid = \"k\"\nsecret_sha256 = \"{}\"\n",
+        sha("key")
+    );
+    let secure = "name = \"secure\"\ndescription = \"d\"\naccess = \"authenticated\"\n[backend]\nkind = \"echo\"\n";
+    let open = "name = \"open\"\ndescription = \"d\"\n[backend]\nkind = \"echo\"\n";
+    let gw = spawn_with(&[("secure.toml", secure), ("open.toml", open)], &gateway).await;
+    let body = json!({"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message": D::V10.message("private")}});
+    let created: Value = gw
+        .client
+        .post(gw.url("/a2a/agents/secure"))
+        .header("A2A-Version", "1.0")
+        .header("X-API-Key", "key")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = created["result"]["task"]["id"].as_str().unwrap().to_string();
+    for (label, task) in [("private", id.as_str()), ("unknown", "00000000-0000-4000-8000-000000000000")] {
+        let r = gw.call("/a2a", D::V10, "GetTask", json!({"id": task})).await;
+        assert_eq!((r.status, r.code()), (200, -32001), "{label}: {}", r.body);
+        let rest = gw.client.get(gw.url(&format!("/a2a/rest/tasks/{task}"))).send().await.unwrap();
+        assert_eq!(rest.status(), 404, "{label}");
+        let v: Value = rest.json().await.unwrap();
+        assert_eq!(v["error"]["details"][0]["reason"], "TASK_NOT_FOUND", "{label}: {v}");
+    }
+}
