@@ -227,6 +227,10 @@ impl Application {
                     !cors.allowed_origins.is_empty(),
                     cors_middleware(&cors),
                 ))
+                .wrap(actix_web::middleware::Condition::new(
+                    !cors.allowed_origins.is_empty(),
+                    actix_web::middleware::from_fn(crate::http::cors_only_when_allowed),
+                ))
         };
         // actix-web's HttpServer serves the same App; it is built here by hand only to put
         // the connection gate (limits and the first-byte deadline) in front of HTTP.

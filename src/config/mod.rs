@@ -727,11 +727,15 @@ fn validate_gateway(
         }
     }
     let cors = &gateway.cors;
-    if cors.allow_credentials && cors.allowed_origins.iter().any(|o| o == "*") {
-        diags.push(Diagnostic::file(
-            file,
-            "cors: allow_credentials cannot be combined with the origin \"*\" (browsers refuse it)",
-        ));
+    // "null" is the origin of sandboxed frames and local files: any page can claim it,
+    // so with credentials it is as open as "*".
+    for open in ["*", "null"] {
+        if cors.allow_credentials && cors.allowed_origins.iter().any(|o| o == open) {
+            diags.push(Diagnostic::file(
+                file,
+                format!("cors: allow_credentials cannot be combined with the origin \"{open}\" (any page can claim it)"),
+            ));
+        }
     }
     if let Err(errors) = crate::limits::RateLimits::build(&gateway.rate_limits, &gateway.auth) {
         for e in errors {

@@ -271,6 +271,27 @@ pub fn served_headers(resp: &mut HttpResponse, served: &Served) {
     }
 }
 
+/// Middleware around CORS: an answer that does not allow its origin carries no CORS
+/// header at all (actix-cors still adds `Access-Control-Expose-Headers`).
+pub async fn cors_only_when_allowed(
+    req: actix_web::dev::ServiceRequest,
+    next: actix_web::middleware::Next<impl actix_web::body::MessageBody + 'static>,
+) -> Result<actix_web::dev::ServiceResponse<impl actix_web::body::MessageBody>, actix_web::Error> {
+    let mut resp = next.call(req).await?;
+    let headers = resp.headers_mut();
+    if !headers.contains_key(header::ACCESS_CONTROL_ALLOW_ORIGIN) {
+        let cors: Vec<HeaderName> = headers
+            .keys()
+            .filter(|k| k.as_str().starts_with("access-control-"))
+            .cloned()
+            .collect();
+        for name in cors {
+            headers.remove(name);
+        }
+    }
+    Ok(resp)
+}
+
 /// Middleware: writes the `X-RateLimit-*` headers a handler recorded for its request.
 pub async fn rate_limit_headers(
     req: actix_web::dev::ServiceRequest,

@@ -117,12 +117,16 @@ fn agent_for(
             (agent, Some(reason))
         }
     };
-    state.authorize(caller, agent).map_err(|e| match (target, &reason) {
-        // A task reached through its id on the shared routes: a caller who may not call
-        // its agent hears what an unknown id gets.
-        (Target::Task(id), Some(routing::Reason::Task)) => GatewayError::TaskNotFound(id.into()),
-        _ => e,
-    })?;
+    state
+        .authorize(caller, agent)
+        .map_err(|e| match (target, &reason) {
+            // A task reached through its id on the shared routes: a caller who may not call
+            // its agent hears what an unknown id gets.
+            (Target::Task(id), Some(routing::Reason::Task)) => {
+                GatewayError::TaskNotFound(id.into())
+            }
+            _ => e,
+        })?;
     state.admit(req, caller, agent)?;
     Ok((agent.clone(), Served::new(agent, reason)))
 }

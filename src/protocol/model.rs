@@ -335,6 +335,24 @@ fn present_value<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Er
     Value::deserialize(d).map(Some)
 }
 
+/// File bytes must be base64 (standard or URL-safe alphabet, padded or not): they are passed
+/// on as received, so a peer must not be the first to find them broken.
+fn checked_base64<E: de::Error>(b64: String) -> Result<String, E> {
+    use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
+    use base64::engine::DecodePaddingMode;
+    use base64::Engine;
+    let lenient =
+        GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent);
+    let standard = GeneralPurpose::new(&base64::alphabet::STANDARD, lenient);
+    let url_safe = GeneralPurpose::new(&base64::alphabet::URL_SAFE, lenient);
+    let trimmed = b64.trim();
+    if standard.decode(trimmed).is_ok() || url_safe.decode(trimmed).is_ok() {
+        Ok(b64)
+    } else {
+        Err(E::custom("file bytes are not valid base64"))
+    }
+}
+
 /// Marker the SDKs put on a 0.3 data part that wraps a non-object 1.0 value.
 pub const DATA_COMPAT_KEY: &str = "data_part_compat";
 
@@ -348,14 +366,14 @@ impl<'de> Deserialize<'de> for Part {
         let content = if let Some(text) = w.text {
             PartContent::Text(text)
         } else if let Some(raw) = w.raw {
-            PartContent::Raw(raw)
+            PartContent::Raw(checked_base64(raw)?)
         } else if let Some(url) = w.url {
             PartContent::Url(url)
         } else if let Some(file) = w.file {
             filename = filename.or(file.name);
             media_type = media_type.or(file.mime_type);
             match (file.bytes, file.uri) {
-                (Some(b), _) => PartContent::Raw(b),
+                (Some(b), _) => PartContent::Raw(checked_base64(b)?),
                 (None, Some(u)) => PartContent::Url(u),
                 (None, None) => {
                     return Err(de::Error::custom("file part needs \"bytes\" or \"uri\""))

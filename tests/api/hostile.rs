@@ -616,13 +616,101 @@ async fn task_calls_on_the_shared_endpoints_do_not_reveal_private_tasks() {
         .json()
         .await
         .unwrap();
-    let id = created["result"]["task"]["id"].as_str().unwrap().to_string();
-    for (label, task) in [("private", id.as_str()), ("unknown", "00000000-0000-4000-8000-000000000000")] {
-        let r = gw.call("/a2a", D::V10, "GetTask", json!({"id": task})).await;
+    let id = created["result"]["task"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for (label, task) in [
+        ("private", id.as_str()),
+        ("unknown", "00000000-0000-4000-8000-000000000000"),
+    ] {
+        let r = gw
+            .call("/a2a", D::V10, "GetTask", json!({"id": task}))
+            .await;
         assert_eq!((r.status, r.code()), (200, -32001), "{label}: {}", r.body);
-        let rest = gw.client.get(gw.url(&format!("/a2a/rest/tasks/{task}"))).send().await.unwrap();
+        let rest = gw
+            .client
+            .get(gw.url(&format!("/a2a/rest/tasks/{task}")))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(rest.status(), 404, "{label}");
         let v: Value = rest.json().await.unwrap();
-        assert_eq!(v["error"]["details"][0]["reason"], "TASK_NOT_FOUND", "{label}: {v}");
+        assert_eq!(
+            v["error"]["details"][0]["reason"], "TASK_NOT_FOUND",
+            "{label}: {v}"
+        );
     }
+}
+
+/// Small holes: file bytes that are not base64, credentials with the "null" origin, CORS
+/// headers for origins that are not allowed.
+#[tokio::test]
+async fn bad_base64_null_origins_and_foreign_origins_are_refused() {
+    let gw = spawn_with(
+        &[("echo.toml", ECHO)],
+        "[cors]\nallowed_origins = [\"https://app.example\"]",
+    )
+    .await;
+    for (d, part) in [
+        (
+            D::V10,
+            json!({"raw": "not base64!!", "mediaType": "text/plain"}),
+        ),
+        (
+            D::V03,
+            json!({"kind": "file", "file": {"bytes": "%%%", "mimeType": "text/plain"}}),
+        ),
+    ] {
+        let mut message = d.message("x");
+        message["parts"] = json!([part]);
+        let r = gw
+            .call("/a2a/agents/echo", d, d.send(), json!({"message": message}))
+            .await;
+        assert_eq!(r.code(), -32602, "{d:?}: {}", r.body);
+        assert!(r.message().contains("not valid base64"), "{}", r.message());
+    }
+    let mut fine = D::V10.message("x");
+    fine["parts"] = json!([{"raw": "aGVsbG8", "mediaType": "text/plain"}]);
+    let r = gw
+        .call(
+            "/a2a/agents/echo",
+            D::V10,
+            "SendMessage",
+            json!({"message": fine}),
+        )
+        .await;
+    assert!(
+        r.body.get("result").is_some(),
+        "unpadded base64 is fine: {}",
+        r.body
+    );
+
+    let foreign = gw
+        .client
+        .post(gw.url("/a2a/agents/echo"))
+        .header("Origin", "https://evil.example")
+        .header("A2A-Version", "1.0")
+        .body(json!({"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message": D::V10.message("x")}}).to_string())
+        .send()
+        .await
+        .unwrap();
+    let cors: Vec<_> = foreign
+        .headers()
+        .keys()
+        .filter(|k| k.as_str().starts_with("access-control-"))
+        .collect();
+    assert!(
+        cors.is_empty(),
+        "no CORS headers for a foreign origin: {cors:?}"
+    );
+
+    let err = crate::helpers::load_errors(
+        &[("echo.toml", ECHO)],
+        "[cors]\nallowed_origins = [\"null\"]\nallow_credentials = true\n",
+    );
+    assert!(
+        err.contains("cannot be combined with the origin \"null\""),
+        "{err}"
+    );
 }
