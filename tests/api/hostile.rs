@@ -714,3 +714,74 @@ async fn bad_base64_null_origins_and_foreign_origins_are_refused() {
         "{err}"
     );
 }
+
+/// (open connections, open streams) as health reports them, less health's own connection.
+async fn open_now(gw: &TestGateway) -> (u64, u64) {
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let h: Value = client
+        .get(gw.url("/a2a/health"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    (
+        h["openConnections"].as_u64().unwrap() - 1,
+        h["openStreams"].as_u64().unwrap(),
+    )
+}
+
+/// Waits until health reports `want`; returns how long that took.
+async fn settle(gw: &TestGateway, want: (u64, u64)) -> Duration {
+    let started = Instant::now();
+    loop {
+        let now = open_now(gw).await;
+        if now == want {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(6),
+            "still {now:?}, waiting for {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A client that closes a stream (a FIN, not only an RST) is noticed within a keep-alive
+/// period or two, and its connection and stream place are given back.
+#[tokio::test]
+async fn a_client_that_closes_a_stream_gives_back_its_connection() {
+    let gw = spawn_with(
+        &[("echo.toml", ECHO)],
+        "[limits]\nstream_keepalive_secs = 1",
+    )
+    .await;
+    let baseline = open_now(&gw).await.0;
+    let body = |method: &str, text: &str| {
+        json!({"jsonrpc":"2.0","id":1,"method":method,"params":{"message": D::V10.message(text)}})
+            .to_string()
+    };
+    let request = |body: String| {
+        format!(
+            "POST /a2a/agents/echo HTTP/1.1\r\nhost: x\r\na2a-version: 1.0\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    // A stream, closed with a FIN after its first event.
+    let mut stream = connect_from(&gw, "127.0.0.1").await;
+    stream
+        .write_all(request(body("SendStreamingMessage", "/delay 30 long")).as_bytes())
+        .await
+        .unwrap();
+    let mut buf = [0u8; 1024];
+    let _ = stream.read(&mut buf).await.unwrap();
+    settle(&gw, (baseline + 1, 1)).await;
+    stream.shutdown().await.unwrap();
+    drop(stream);
+    let took = settle(&gw, (baseline, 0)).await;
+    assert!(took < Duration::from_secs(4), "noticed in {took:?}");
+}
