@@ -21,3 +21,10 @@ pub mod routing;
 pub mod rpc;
 pub mod service;
 pub mod tasks;
+
+/// Entry points for the fuzz targets under `fuzz/`, which need a few internals; built only
+/// with the `fuzzing` feature, so the public surface stays what it is.
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing {
+    pub use crate::agents::remote::sse::{SseDecoder, SseEvent, MAX_EVENT_BYTES};
+}

@@ -187,7 +187,7 @@ pub struct Limits {
     #[serde(default)]
     pub max_open_streams: Option<usize>,
     /// Connections open at once; past it new ones get a 503 and are closed. Default: three
-    /// quarters of what the open-file limit leaves after 1024 descriptors for the rest.
+    /// quarters of what the open-file limit leaves after 512 descriptors for the rest.
     #[serde(default)]
     pub max_connections: Option<usize>,
     /// Connections open at once from one client address. Default: a quarter of
@@ -207,7 +207,7 @@ pub struct Limits {
     /// bodies get 503 at once.
     #[serde(default = "default_body_budget")]
     pub max_buffered_body_bytes: usize,
-    /// Unfinished tasks one caller (a credential, or an address when anonymous) may hold;
+    /// Unfinished tasks one caller (a principal; all anonymous callers are one) may hold;
     /// past it that caller's new tasks get -32052, and nobody else's.
     #[serde(default = "default_tasks_per_caller")]
     pub max_unfinished_tasks_per_caller: usize,

@@ -10,6 +10,9 @@ pub mod v01;
 pub mod v03;
 pub mod write;
 
+#[cfg(test)]
+mod roundtrip;
+
 use crate::error::GatewayError;
 
 /// The protocol generation a caller speaks; every answer goes out in the caller's dialect.

@@ -212,7 +212,7 @@ impl Relayed {
 
     /// Opens a send result: 1.0 wraps it (`{"task":{…}}`), 0.3 tags it (`"kind":"task"`).
     /// The gateway reads results along with their envelope (`from_wrapped`/`from_tagged`).
-    #[cfg(test)]
+    #[cfg(any(test, feature = "fuzzing"))]
     pub fn read(dialect: Dialect, result: &RawValue) -> Result<Relayed, RelayError> {
         match dialect {
             Dialect::V10 => Relayed::from_wrapped(serde_json::from_str(result.get())?),

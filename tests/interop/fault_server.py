@@ -5,7 +5,7 @@ a real SDK server (tests/interop/echo_reference_agent.py, js/echo_agent.mjs)
 cannot be made to misbehave: garbage bodies, non-JSON-RPC JSON, answers that
 take too long, canned upstream errors. Python standard library only.
 
-    python fault_server.py --port N --mode garbage|invalid|slow|error|extended|malformed|redirect|huge [--delay SECS]
+    python fault_server.py --port N --mode garbage|invalid|slow|error|extended|malformed|redirect|huge|legacy03 [--delay SECS]
                            [--host 127.0.0.1] [--ready-file PATH]
 
 GET /.well-known/agent-card.json is always a VALID A2A 1.0 card (name "fault",

@@ -6,7 +6,7 @@
 //! remotes never collide and any task id names the agent that owns it.
 
 mod ledger;
-mod sse;
+pub(crate) mod sse;
 mod transport;
 mod upstream_stream;
 mod wire;
