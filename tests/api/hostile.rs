@@ -207,18 +207,13 @@ async fn conflicting_credentials_are_refused() {
     let gw = spawn_with(&[("echo.toml", ECHO)], &gateway).await;
     let body = json!({"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message": D::V10.message("x")}}).to_string();
     let send = |headers: Vec<(&'static str, &'static str)>| {
-        let mut req = gw
-            .client
-            .post(gw.url("/a2a/agents/echo"))
-            .header("A2A-Version", "1.0")
-            .body(body.clone());
-        for (k, v) in headers {
-            req = req.header(k, v);
-        }
-        req.send()
+        let mut all = vec![("A2A-Version", "1.0")];
+        all.extend(headers);
+        let (gw, body) = (&gw, body.clone());
+        async move { gw.post_raw("/a2a/agents/echo", &all, body).await }
     };
-    let ok = send(vec![("X-API-Key", "key-a")]).await.unwrap();
-    assert_eq!(ok.status(), 200);
+    let ok = send(vec![("X-API-Key", "key-a")]).await;
+    assert_eq!(ok.status, 200);
     for headers in [
         vec![("X-API-Key", "key-a"), ("Authorization", "Bearer token-b")],
         vec![("X-API-Key", "key-a"), ("Authorization", "Bearer wrong")],
@@ -228,10 +223,13 @@ async fn conflicting_credentials_are_refused() {
             ("Authorization", "Bearer token-b"),
         ],
     ] {
-        let r = send(headers.clone()).await.unwrap();
-        assert_eq!(r.status(), 401, "{headers:?}");
-        let v: Value = r.json().await.unwrap();
-        assert_eq!(v["error"]["code"], -32041, "{headers:?}: {v}");
+        let r = send(headers.clone()).await;
+        assert_eq!(
+            (r.status, r.code()),
+            (401, -32041),
+            "{headers:?}: {}",
+            r.body
+        );
     }
 }
 
@@ -365,17 +363,14 @@ async fn one_caller_cannot_fill_the_task_store() {
     let gw = spawn_with(&[("echo.toml", ECHO)], &gateway).await;
     let ask = |key: Option<&'static str>| {
         let body = json!({"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message": D::V10.message("/input still there?")}});
-        let mut req = gw
-            .client
-            .post(gw.url("/a2a/agents/echo"))
-            .header("A2A-Version", "1.0")
-            .body(body.to_string());
-        if let Some(k) = key {
-            req = req.header("X-API-Key", k);
-        }
+        let mut headers = vec![("A2A-Version", "1.0")];
+        headers.extend(key.map(|k| ("X-API-Key", k)));
+        let gw = &gw;
         async move {
-            let r = req.send().await.unwrap();
-            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+            let r = gw
+                .post_raw("/a2a/agents/echo", &headers, body.to_string())
+                .await;
+            (r.status, r.body)
         }
     };
     let mut ids = Vec::new();
@@ -435,19 +430,11 @@ async fn a_caller_cannot_steer_or_stall_another_callers_conversation() {
             message["metadata"] = metadata;
             let body = json!({"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{
             "message": message, "configuration": {"returnImmediately": !blocking}}});
-            let req = gw
-                .client
-                .post(gw.url(path))
-                .header("A2A-Version", "1.0")
-                .header("X-API-Key", key)
-                .body(body.to_string());
+            let gw = &gw;
             async move {
-                let r = req.send().await.unwrap();
-                let agent = r.headers()["a2a-gateway-agent"]
-                    .to_str()
-                    .unwrap()
-                    .to_string();
-                (agent, r.json::<Value>().await.unwrap())
+                let headers = [("A2A-Version", "1.0"), ("X-API-Key", key)];
+                let r = gw.post_raw(path, &headers, body.to_string()).await;
+                (r.header("a2a-gateway-agent").to_string(), r.body)
             }
         };
     // P2 claims the conversation for `other`, and parks a long task in it on `echo`.
@@ -604,18 +591,11 @@ async fn task_calls_on_the_shared_endpoints_do_not_reveal_private_tasks() {
     let open = "name = \"open\"\ndescription = \"d\"\n[backend]\nkind = \"echo\"\n";
     let gw = spawn_with(&[("secure.toml", secure), ("open.toml", open)], &gateway).await;
     let body = json!({"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message": D::V10.message("private")}});
-    let created: Value = gw
-        .client
-        .post(gw.url("/a2a/agents/secure"))
-        .header("A2A-Version", "1.0")
-        .header("X-API-Key", "key")
-        .body(body.to_string())
-        .send()
+    let headers = [("A2A-Version", "1.0"), ("X-API-Key", "key")];
+    let created = gw
+        .post_raw("/a2a/agents/secure", &headers, body.to_string())
         .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .body;
     let id = created["result"]["task"]["id"]
         .as_str()
         .unwrap()
