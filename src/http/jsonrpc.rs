@@ -5,14 +5,13 @@ use std::sync::Arc;
 
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
-use serde_json::Value;
 
 use super::body::{check_content_type, read_body};
 use super::sse::event_stream;
 use super::{served_headers, version_header, AppState};
 use crate::error::GatewayError;
 use crate::limits::StreamSlot;
-use crate::protocol::jsonrpc::{parse_request, parse_request_for_agent, Method};
+use crate::protocol::jsonrpc::{parse_request, parse_request_for_agent, Method, RpcId};
 use crate::protocol::params::{self, TaskIdParams};
 use crate::protocol::Dialect;
 use crate::routing::{Reason, Served};
@@ -49,7 +48,7 @@ pub async fn handle(
         .copied()
         .flatten()
         .unwrap_or(Dialect::V03);
-    let early = |e: GatewayError| RpcReply::error(&Value::Null, early_dialect, &e);
+    let early = |e: GatewayError| RpcReply::error(&RpcId::NULL, early_dialect, &e);
 
     // Credentials first: a caller that cannot get in learns nothing about the request.
     let caller = match state.authenticate(&req) {

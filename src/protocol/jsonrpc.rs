@@ -66,11 +66,64 @@ impl Method {
     }
 }
 
+/// A request's id as the caller wrote it: strings, null and integers that fit 64 bits as
+/// values; any other number (past 64 bits, a fraction, an exponent) as its text, so that it
+/// comes back exactly as sent rather than rounded through a float.
+#[derive(Debug, Clone)]
+pub enum RpcId {
+    Value(Value),
+    Raw(Box<RawValue>),
+}
+
+impl RpcId {
+    pub const NULL: RpcId = RpcId::Value(Value::Null);
+
+    pub fn is_null(&self) -> bool {
+        matches!(self, RpcId::Value(Value::Null))
+    }
+
+    /// An id as written, or None when it is not a string, a number or null.
+    fn read(raw: &RawValue) -> Option<RpcId> {
+        let text = raw.get();
+        match serde_json::from_str::<Value>(text).ok()? {
+            v @ (Value::Null | Value::String(_)) => Some(RpcId::Value(v)),
+            Value::Number(n) if n.is_i64() || n.is_u64() => Some(RpcId::Value(Value::Number(n))),
+            Value::Number(_) => Some(RpcId::Raw(raw.to_owned())),
+            _ => None,
+        }
+    }
+}
+
+impl From<Value> for RpcId {
+    fn from(v: Value) -> RpcId {
+        RpcId::Value(v)
+    }
+}
+
+impl PartialEq for RpcId {
+    fn eq(&self, other: &RpcId) -> bool {
+        match (self, other) {
+            (RpcId::Value(a), RpcId::Value(b)) => a == b,
+            (RpcId::Raw(a), RpcId::Raw(b)) => a.get() == b.get(),
+            _ => false,
+        }
+    }
+}
+
+impl Serialize for RpcId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            RpcId::Value(v) => v.serialize(s),
+            RpcId::Raw(r) => r.serialize(s),
+        }
+    }
+}
+
 /// A validated request, borrowing from the body. `params` stays raw until the operation
 /// knows its type, unless a send's were decoded in the envelope's pass (`send`).
 #[derive(Debug)]
 pub struct RpcRequest<'a> {
-    pub id: Value,
+    pub id: RpcId,
     pub method: Method,
     pub dialect: Dialect,
     pub params: Option<&'a RawValue>,
@@ -81,7 +134,7 @@ pub struct RpcRequest<'a> {
 /// A request that failed before it could be dispatched, with what is needed to answer it.
 #[derive(Debug)]
 pub struct RpcFailure {
-    pub id: Value,
+    pub id: RpcId,
     pub dialect: Dialect,
     pub error: GatewayError,
 }
@@ -89,7 +142,8 @@ pub struct RpcFailure {
 #[derive(Deserialize)]
 struct Envelope<'a> {
     jsonrpc: Option<Value>,
-    id: Option<Value>,
+    #[serde(borrow)]
+    id: Option<&'a RawValue>,
     method: Option<Value>,
     #[serde(borrow)]
     params: Option<&'a RawValue>,
@@ -115,12 +169,19 @@ pub fn parse_request_for_agent(
     match serde_json::from_str::<OnePass>(text) {
         Ok(OnePass {
             version_ok: true,
-            id: Some(id @ (Value::String(_) | Value::Number(_))),
+            id: Some(id @ Value::String(_)),
             method: Some((method, dialect)),
             params,
             send,
-        }) => Ok(RpcRequest {
-            id,
+        })
+        | Ok(OnePass {
+            version_ok: true,
+            id: Some(id @ Value::Number(_)),
+            method: Some((method, dialect)),
+            params,
+            send,
+        }) if id.is_i64() || id.is_u64() => Ok(RpcRequest {
+            id: RpcId::Value(id),
             method,
             dialect,
             params,
@@ -226,7 +287,7 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
 /// Parses and validates an envelope. `header` is the caller's `A2A-Version`, already parsed.
 pub fn parse_request(body: &[u8], header: Option<Dialect>) -> Result<RpcRequest<'_>, RpcFailure> {
     let fallback = header.unwrap_or(Dialect::V03);
-    let fail = |id: Value, dialect, error| RpcFailure { id, dialect, error };
+    let fail = |id: RpcId, dialect, error| RpcFailure { id, dialect, error };
     let first = body.iter().find(|b| !b.is_ascii_whitespace()).copied();
     if first != Some(b'{') {
         let error = match serde_json::from_slice::<IgnoredAny>(body) {
@@ -238,7 +299,7 @@ pub fn parse_request(body: &[u8], header: Option<Dialect>) -> Result<RpcRequest<
                 "the body must be a JSON-RPC 2.0 request object".into(),
             ),
         };
-        return Err(fail(Value::Null, fallback, error));
+        return Err(fail(RpcId::NULL, fallback, error));
     }
     let env: Envelope = serde_json::from_slice(body).map_err(|e| {
         let error = if e.is_data() {
@@ -246,16 +307,16 @@ pub fn parse_request(body: &[u8], header: Option<Dialect>) -> Result<RpcRequest<
         } else {
             GatewayError::Parse(e.to_string())
         };
-        fail(Value::Null, fallback, error)
+        fail(RpcId::NULL, fallback, error)
     })?;
     // A2A has no notifications and clients wait for an answer, so a request without an
     // id is judged like one with `"id": null` (as the official SDKs do), not dropped.
-    let id = match env.id {
-        Some(id @ (Value::String(_) | Value::Number(_) | Value::Null)) => id,
-        None => Value::Null,
-        Some(_) => {
+    let id = match env.id.map(RpcId::read) {
+        Some(Some(id)) => id,
+        None => RpcId::NULL,
+        Some(None) => {
             return Err(fail(
-                Value::Null,
+                RpcId::NULL,
                 fallback,
                 GatewayError::InvalidRequest("\"id\" must be a string or a number".into()),
             ))
@@ -309,14 +370,14 @@ pub fn parse_request(body: &[u8], header: Option<Dialect>) -> Result<RpcRequest<
 #[derive(Serialize)]
 struct Success<'a, R: Serialize> {
     jsonrpc: &'static str,
-    id: &'a Value,
+    id: &'a RpcId,
     result: R,
 }
 
 #[derive(Serialize)]
 struct Failure<'a> {
     jsonrpc: &'static str,
-    id: &'a Value,
+    id: &'a RpcId,
     error: ErrorObject,
 }
 
@@ -332,7 +393,7 @@ struct ErrorObject {
 /// not grow the buffer several times over.
 pub(crate) const RESULT_CAPACITY: usize = 1024;
 
-pub fn render_result<R: Serialize>(id: &Value, result: R) -> Result<Vec<u8>, GatewayError> {
+pub fn render_result<R: Serialize>(id: &RpcId, result: R) -> Result<Vec<u8>, GatewayError> {
     let mut out = Vec::with_capacity(RESULT_CAPACITY);
     serde_json::to_writer(
         &mut out,
@@ -346,7 +407,7 @@ pub fn render_result<R: Serialize>(id: &Value, result: R) -> Result<Vec<u8>, Gat
     Ok(out)
 }
 
-pub fn render_error(id: &Value, dialect: Dialect, error: &GatewayError) -> Vec<u8> {
+pub fn render_error(id: &RpcId, dialect: Dialect, error: &GatewayError) -> Vec<u8> {
     let (code, data) = match dialect {
         Dialect::V01 => (super::v01::error_code(error.code()), error.data_v03()),
         Dialect::V03 => (error.code(), error.data_v03()),
@@ -496,9 +557,9 @@ mod tests {
             None,
         )
         .unwrap();
-        assert_eq!((r.id, r.method), (Value::Null, Method::GetTask));
+        assert_eq!((r.id, r.method), (RpcId::NULL, Method::GetTask));
         let r = parse_request(br#"{"jsonrpc":"2.0","id":null,"method":"GetTask"}"#, None).unwrap();
-        assert_eq!(r.id, Value::Null);
+        assert_eq!(r.id, RpcId::NULL);
     }
 
     #[test]

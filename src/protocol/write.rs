@@ -9,7 +9,6 @@
 //! the two to that over every field.
 
 use serde::Serialize;
-use serde_json::Value;
 
 use super::jsonrpc::RESULT_CAPACITY;
 use super::model::{
@@ -18,7 +17,11 @@ use super::model::{
 };
 
 /// `{"jsonrpc":"2.0","id":…,"result":{"task":…}}` for `task`, with `stamp` on its metadata.
-pub fn task_answer(id: &Value, task: &Task, stamp: Stamp<'_>) -> serde_json::Result<Vec<u8>> {
+pub fn task_answer(
+    id: &super::jsonrpc::RpcId,
+    task: &Task,
+    stamp: Stamp<'_>,
+) -> serde_json::Result<Vec<u8>> {
     let mut w = Writer(Vec::with_capacity(RESULT_CAPACITY));
     w.raw(b"{\"jsonrpc\":\"2.0\",\"id\":");
     w.serde(id)?;
@@ -238,10 +241,10 @@ impl Writer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::jsonrpc::render_result;
+    use crate::protocol::jsonrpc::{render_result, RpcId};
     use crate::protocol::model::{Role, Stamped, TaskState};
     use chrono::{DateTime, Utc};
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     fn map(v: Value) -> Option<crate::protocol::model::Metadata> {
         v.as_object().cloned()
@@ -383,7 +386,7 @@ mod tests {
                 Some(("gateway/route", "rule-1")),
             ),
         ];
-        for id in [json!(1), json!("req-\"7\""), json!(-3)] {
+        for id in [json!(1), json!("req-\"7\""), json!(-3)].map(RpcId::from) {
             for task in tasks() {
                 for stamp in stamps {
                     let fast = task_answer(&id, &task, stamp).unwrap();

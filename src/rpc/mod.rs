@@ -5,12 +5,10 @@ mod v01;
 
 use std::sync::Arc;
 
-use serde_json::Value;
-
 use crate::agents::Agent;
 use crate::auth::Principal;
 use crate::error::GatewayError;
-use crate::protocol::jsonrpc::{render_error, render_result, Method, RpcRequest};
+use crate::protocol::jsonrpc::{render_error, render_result, Method, RpcId, RpcRequest};
 use crate::protocol::model::{SendResult, Stamped, StreamEnd, StreamItem, Task};
 use crate::protocol::ops::{ItemStream, SendRequest};
 use crate::protocol::params::{self, ListTasksParams, SendParams, TaskIdParams};
@@ -32,7 +30,7 @@ pub enum RpcReply {
     },
     /// An SSE stream; each item is rendered with [`render_stream_item`].
     Stream {
-        id: Value,
+        id: RpcId,
         dialect: Dialect,
         /// Where the stream ends, which 0.3 and 0.1 events say with `final`.
         end: StreamEnd,
@@ -43,7 +41,7 @@ pub enum RpcReply {
 }
 
 impl RpcReply {
-    pub fn error(id: &Value, dialect: Dialect, error: &GatewayError) -> RpcReply {
+    pub fn error(id: &RpcId, dialect: Dialect, error: &GatewayError) -> RpcReply {
         if let GatewayError::Internal(detail) = error {
             tracing::error!(%detail, "internal error");
         }
@@ -193,7 +191,7 @@ pub(crate) fn json(body: Vec<u8>) -> RpcReply {
     }
 }
 
-fn ok(id: &Value, dialect: Dialect, result: &SendResult) -> Result<RpcReply, GatewayError> {
+fn ok(id: &RpcId, dialect: Dialect, result: &SendResult) -> Result<RpcReply, GatewayError> {
     Ok(json(match dialect {
         Dialect::V10 => render_result(id, result)?,
         Dialect::V03 => render_result(id, V03(result))?,
@@ -201,7 +199,7 @@ fn ok(id: &Value, dialect: Dialect, result: &SendResult) -> Result<RpcReply, Gat
     }))
 }
 
-fn ok_task(id: &Value, dialect: Dialect, task: &Task) -> Result<RpcReply, GatewayError> {
+fn ok_task(id: &RpcId, dialect: Dialect, task: &Task) -> Result<RpcReply, GatewayError> {
     Ok(json(match dialect {
         Dialect::V10 => render_result(id, task)?,
         Dialect::V03 => render_result(id, V03(task))?,
@@ -212,7 +210,7 @@ fn ok_task(id: &Value, dialect: Dialect, task: &Task) -> Result<RpcReply, Gatewa
 /// One SSE `data:` payload: a JSON-RPC response whose result is the item in the caller's
 /// dialect; `true` with a JSON-RPC error body when it must go out as `event: error`.
 pub fn render_stream_item(
-    id: &Value,
+    id: &RpcId,
     dialect: Dialect,
     end: StreamEnd,
     item: &Result<StreamItem, GatewayError>,

@@ -7,13 +7,12 @@ use std::sync::Arc;
 
 use futures_util::stream::{self, StreamExt};
 use serde_json::value::RawValue;
-use serde_json::Value;
 
 use super::{json, send_request, RpcReply};
 use crate::agents::Agent;
 use crate::auth::Principal;
 use crate::error::GatewayError;
-use crate::protocol::jsonrpc::{render_result, Method};
+use crate::protocol::jsonrpc::{render_result, Method, RpcId};
 use crate::protocol::model::{SendResult, StreamEnd, StreamItem, Task};
 use crate::protocol::ops::ItemStream;
 use crate::protocol::params::{self, TaskIdParams};
@@ -27,7 +26,7 @@ pub(super) async fn dispatch(
     service: &A2aService,
     agent: &Arc<Agent>,
     caller: &Principal,
-    id: &Value,
+    id: &RpcId,
     method: Method,
     params: Option<&RawValue>,
     served: &Served,
@@ -95,7 +94,7 @@ pub(super) async fn get(
     service: &A2aService,
     agent: &Agent,
     caller: &Principal,
-    id: &Value,
+    id: &RpcId,
     p: TaskIdParams,
     task_id: &str,
     served: &Served,
@@ -111,7 +110,7 @@ pub(super) async fn cancel(
     service: &A2aService,
     agent: &Agent,
     caller: &Principal,
-    id: &Value,
+    id: &RpcId,
     name: &str,
     task_id: &str,
     served: &Served,
@@ -127,7 +126,7 @@ pub(super) async fn subscribe(
     service: &A2aService,
     agent: &Arc<Agent>,
     caller: &Principal,
-    id: &Value,
+    id: &RpcId,
     name: &str,
     task_id: &str,
     served: &Served,
@@ -144,7 +143,7 @@ pub(super) async fn subscribe(
     Ok(stream_reply(id, agent, served, Box::pin(items)))
 }
 
-fn stream_reply(id: &Value, agent: &Agent, served: &Served, items: ItemStream) -> RpcReply {
+fn stream_reply(id: &RpcId, agent: &Agent, served: &Served, items: ItemStream) -> RpcReply {
     RpcReply::Stream {
         id: id.clone(),
         dialect: Dialect::V01,
@@ -167,7 +166,7 @@ fn renamed(mut item: StreamItem, name: &str) -> StreamItem {
 }
 
 pub(super) fn ok(
-    id: &Value,
+    id: &RpcId,
     result: &SendResult,
     history_length: Option<usize>,
 ) -> Result<RpcReply, GatewayError> {
@@ -193,7 +192,7 @@ pub(super) fn ok(
 }
 
 pub(super) fn render_task(
-    id: &Value,
+    id: &RpcId,
     task: &Task,
     history_length: Option<usize>,
 ) -> Result<Vec<u8>, GatewayError> {

@@ -545,3 +545,43 @@ mailbox = 1
         "the queued one is served after the first"
     );
 }
+
+/// Ids come back exactly as sent: numbers past 64 bits, fractions and exponents are not
+/// rounded through a float, on answers and on errors alike.
+#[tokio::test]
+async fn ids_come_back_exactly_as_written() {
+    let gw = spawn().await;
+    for id in [
+        "123456789012345678901234567890",
+        "-1.25e-3",
+        "1.0",
+        "18446744073709551615",
+        "\"\\u0041b\"",
+    ] {
+        for (method, params) in [
+            ("SendMessage", json!({"message": D::V10.message("x")})),
+            ("GetTask", json!({"id": "missing"})),
+        ] {
+            let body =
+                format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{params}}}"#);
+            let resp = gw
+                .client
+                .post(gw.url("/a2a/agents/echo"))
+                .header("A2A-Version", "1.0")
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            let text = resp.text().await.unwrap();
+            let want_id = if id.starts_with('"') {
+                "\"Ab\"".to_string()
+            } else {
+                id.to_string()
+            };
+            assert!(
+                text.contains(&format!("\"id\":{want_id},")),
+                "{method} with id {id}: {text}"
+            );
+        }
+    }
+}
