@@ -109,7 +109,7 @@ pub async fn dispatch(
             }
             Method::GetTask => {
                 let p: TaskIdParams = params::decode(params)?;
-                if let Some(task_id) = service.legacy_names().get(agent, caller, &p.id) {
+                if let Some(task_id) = legacy_task(service, agent, caller, dialect, &p.id) {
                     return v01::get(service, agent, caller, &id, p, &task_id, served).await;
                 }
                 let history = params::history_length(p.history_length, dialect)?;
@@ -125,7 +125,7 @@ pub async fn dispatch(
             }
             Method::CancelTask => {
                 let p: TaskIdParams = params::decode(params)?;
-                if let Some(task_id) = service.legacy_names().get(agent, caller, &p.id) {
+                if let Some(task_id) = legacy_task(service, agent, caller, dialect, &p.id) {
                     return v01::cancel(service, agent, caller, &id, &p.id, &task_id, served).await;
                 }
                 let mut task = service.cancel(agent, caller, &p.id).await?;
@@ -134,7 +134,7 @@ pub async fn dispatch(
             }
             Method::SubscribeToTask => {
                 let p: TaskIdParams = params::decode(params)?;
-                if let Some(task_id) = service.legacy_names().get(agent, caller, &p.id) {
+                if let Some(task_id) = legacy_task(service, agent, caller, dialect, &p.id) {
                     let sub = v01::subscribe(service, agent, caller, &id, &p.id, &task_id, served);
                     return sub.await;
                 }
@@ -180,6 +180,20 @@ pub(crate) fn send_request(p: SendParams, dialect: Dialect) -> Result<SendReques
         message,
         reply_dialect: dialect,
     })
+}
+
+/// The task a 0.1 client named `id`, for the task methods 0.1 shares with 0.3 (only those
+/// names can come from a 0.1 client).
+fn legacy_task(
+    service: &A2aService,
+    agent: &Agent,
+    caller: &Principal,
+    dialect: Dialect,
+    id: &str,
+) -> Option<String> {
+    (dialect == Dialect::V03)
+        .then(|| service.legacy_names().get(agent, caller, id))
+        .flatten()
 }
 
 pub(crate) fn json(body: Vec<u8>) -> RpcReply {
