@@ -2,7 +2,7 @@
 # Load benchmarks (benchmarks, not tests: absolute numbers vary with the machine and its
 # neighbours, so every figure is a ratio against a baseline measured in the same run).
 #
-#   scripts/bench.sh [core|proxy|auth|streams|all]      (default: all)
+#   scripts/bench.sh [core|proxy|auth|streams|burst|all]      (default: all)
 #
 # core    SendMessage to the echo agent through the gateway vs a bare actix-web handler
 #         returning a fixed result (examples/bare_jsonrpc.rs); the same for a message the
@@ -14,6 +14,8 @@
 #         caller (rate limiting on, with a tier too generous to refuse anything).
 # streams N SSE streams (default 10000) held open through the gateway to an upstream
 #         gateway over h2c; gateway memory per open stream.
+# burst   BURST (500) bodies of 1 MiB held at once, then answered: the gateway's RSS before,
+#         at its peak, and 5 s after (freed memory goes back to the system).
 #
 # core and proxy alternate baseline and gateway for ROUNDS rounds and report every round's
 # ratio and their median: on a shared machine one round can be off by 10% either way.
@@ -31,6 +33,7 @@ CONNECTIONS="${CONNECTIONS:-50}"
 WORKERS="${WORKERS:-2}"
 RATE="${RATE:-2000}"
 STREAMS="${STREAMS:-10000}"
+BURST="${BURST:-500}"
 ROUNDS="${ROUNDS:-3}"
 LUA="$ROOT/scripts/bench/send_message.lua"
 BODY="$ROOT/scripts/bench/send_message.json"
@@ -208,11 +211,42 @@ burst = 1000000000"
     awk -v o="$o" -v k="$k" -v j="$j" 'BEGIN { printf "ratio API key/off: %.2fx, JWT/off: %.2fx (target >= 0.85x)\n", k / o, j / o }'
 }
 
+bench_burst() {
+    echo "== burst: $BURST concurrent 1 MiB bodies, then idle: does memory go back? =="
+    local pb
+    pb=$(free_port)
+    gateway "$pb" "$ROOT/agents.d" "default_agent = \"echo\"\n[limits]\nmax_body_bytes = 2000000\nmax_buffered_body_bytes = 2000000000\nmax_connections_per_ip = 100000"
+    local before peak=0 after
+    before=$(rss_kib "$GW_PID")
+    python3 - "$pb" "$BURST" > "$TMP/burst.out" <<'PY' &
+import socket, sys, threading
+port, n = int(sys.argv[1]), int(sys.argv[2])
+# A task id nobody has: read whole, answered, and nothing of it stored.
+body = b'{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"' + b'x' * 1000000 + b'"}}'
+head = b'POST /a2a/agents/echo HTTP/1.1\r\nhost: x\r\na2a-version: 1.0\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: %d\r\n\r\n' % len(body)
+socks = [socket.create_connection(('127.0.0.1', port)) for _ in range(n)]
+for s in socks:
+    s.sendall(head + body[:-1])      # all but the last byte: every body held at once
+for s in socks:
+    s.sendall(body[-1:])
+ok = sum(1 for s in socks if s.recv(12).startswith(b'HTTP/1.1 200'))
+print(f'{ok} of {n} answered 200')
+PY
+    local client=$!
+    while kill -0 "$client" 2>/dev/null; do
+        local r; r=$(rss_kib "$GW_PID"); [ "$r" -gt "$peak" ] && peak=$r; sleep 0.2
+    done
+    sleep 5
+    after=$(rss_kib "$GW_PID")
+    echo "$(cat "$TMP/burst.out"); gateway RSS before $((before / 1024)) MiB, peak $((peak / 1024)) MiB, 5 s after $((after / 1024)) MiB"
+}
+
 case "$SECTION" in
     core) bench_core ;;
     proxy) bench_proxy ;;
     streams) bench_streams ;;
     auth) bench_auth ;;
+    burst) bench_burst ;;
     all) bench_core; bench_proxy; bench_auth; bench_streams ;;
-    *) echo "usage: scripts/bench.sh [core|proxy|auth|streams|all]" >&2; exit 2 ;;
+    *) echo "usage: scripts/bench.sh [core|proxy|auth|streams|burst|all]" >&2; exit 2 ;;
 esac

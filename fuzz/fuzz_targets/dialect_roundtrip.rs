@@ -14,13 +14,25 @@ where
 {
     let v10 = serde_json::to_vec(value).expect("1.0 renders");
     let back: T = serde_json::from_slice(&v10).expect("1.0 reads back");
-    assert_eq!(serde_json::to_vec(&back).unwrap(), v10, "1.0 is a fixed point");
+    assert_eq!(
+        serde_json::to_vec(&back).unwrap(),
+        v10,
+        "1.0 is a fixed point"
+    );
     let v03 = serde_json::to_vec(&V03(value)).expect("0.3 renders");
     let back: T = serde_json::from_slice(&v03).expect("0.3 reads back");
-    assert_eq!(serde_json::to_vec(&V03(&back)).unwrap(), v03, "0.3 is a fixed point");
+    assert_eq!(
+        serde_json::to_vec(&V03(&back)).unwrap(),
+        v03,
+        "0.3 is a fixed point"
+    );
     let again = serde_json::to_vec(&back).unwrap();
     let back2: T = serde_json::from_slice(&again).unwrap();
-    assert_eq!(serde_json::to_vec(&V03(&back2)).unwrap(), v03, "0.3 -> 1.0 -> 0.3 keeps it");
+    assert_eq!(
+        serde_json::to_vec(&V03(&back2)).unwrap(),
+        v03,
+        "0.3 -> 1.0 -> 0.3 keeps it"
+    );
 }
 
 fuzz_target!(|data: &[u8]| {

@@ -14,11 +14,17 @@ fuzz_target!(|body: &[u8]| {
         let two = parse_request(body, header);
         match (one, two) {
             (Ok(one), Ok(two)) => {
-                assert_eq!((&one.id, one.method, one.dialect), (&two.id, two.method, two.dialect));
-                let sends = matches!(one.method, Method::SendMessage | Method::SendStreamingMessage)
-                    && one.dialect != Dialect::V01;
+                assert_eq!(
+                    (&one.id, one.method, one.dialect),
+                    (&two.id, two.method, two.dialect)
+                );
+                let sends = matches!(
+                    one.method,
+                    Method::SendMessage | Method::SendStreamingMessage
+                ) && one.dialect != Dialect::V01;
                 if sends {
-                    let decoded = |r: &a2a_gateway::protocol::jsonrpc::RpcRequest<'_>| match &r.send {
+                    let decoded = |r: &a2a_gateway::protocol::jsonrpc::RpcRequest<'_>| match &r.send
+                    {
                         Some(p) => Ok(format!("{p:?}")),
                         None => params::decode::<SendParams>(r.params)
                             .map(|p| format!("{p:?}"))

@@ -31,7 +31,11 @@ fuzz_target!(|data: &[u8]| {
         };
         if let Some(id) = relayed.task_id.as_deref() {
             assert!(id.starts_with("up."), "{id}");
-            let task = if dialect == Dialect::V10 { &v["task"] } else { &v };
+            let task = if dialect == Dialect::V10 {
+                &v["task"]
+            } else {
+                &v
+            };
             assert_eq!(task["id"].as_str(), Some(id));
         }
     }
