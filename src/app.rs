@@ -55,6 +55,10 @@ pub fn build_state(settings: Settings) -> std::io::Result<AppState> {
         .map(crate::routing::Rule::build)
         .collect::<Result<Vec<_>, _>>()
         .map_err(std::io::Error::other)?;
+    let open_to_all = !auth.enabled()
+        && registry
+            .iter()
+            .all(|a| auth.access_of(&a.def) == crate::config::Access::Public);
     Ok(AppState {
         auth,
         rates,
@@ -64,6 +68,7 @@ pub fn build_state(settings: Settings) -> std::io::Result<AppState> {
         streams: StreamGauge::new(stream_limit),
         bodies: crate::http::BodyLimits::new(&gateway.limits),
         connections: connection_limits(&gateway.limits),
+        open_to_all,
         config: gateway,
     })
 }

@@ -260,13 +260,13 @@ impl Authenticator {
     pub fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, AuthError> {
         // More than one credential (a key and a bearer, or either twice) is refused rather
         // than decided by which one is read first.
-        let keys = headers.get_all(&API_KEY_HEADER_NAME).count();
-        let bearers = headers
-            .get_all(actix_web::http::header::AUTHORIZATION)
-            .count();
-        if keys + bearers > 1 {
+        let mut keys = headers.get_all(&API_KEY_HEADER_NAME);
+        let mut bearers = headers.get_all(actix_web::http::header::AUTHORIZATION);
+        let (key, bearer) = (keys.next(), bearers.next());
+        let more = keys.next().is_some() || bearers.next().is_some();
+        if more || (key.is_some() && bearer.is_some()) {
             return Err(AuthError::Rejected {
-                scheme: if keys > 0 {
+                scheme: if key.is_some() {
                     Scheme::ApiKey
                 } else {
                     Scheme::Bearer
@@ -274,7 +274,7 @@ impl Authenticator {
                 reason: "more than one credential (X-API-Key, Authorization); send one".into(),
             });
         }
-        if let Some(key) = headers.get(&API_KEY_HEADER_NAME) {
+        if let Some(key) = key {
             let rejected = |reason: &str| AuthError::Rejected {
                 scheme: Scheme::ApiKey,
                 reason: reason.into(),
@@ -290,7 +290,7 @@ impl Authenticator {
                 None => Err(rejected("unknown api key")),
             };
         }
-        let Some(auth) = headers.get(actix_web::http::header::AUTHORIZATION) else {
+        let Some(auth) = bearer else {
             return Ok(self.anonymous.clone());
         };
         let rejected = |reason: String| AuthError::Rejected {

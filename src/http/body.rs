@@ -104,27 +104,32 @@ pub async fn read_body(
     if let Some(n) = declared {
         limits.reserve(&mut held, n)?;
     }
+    let mut buf = BytesMut::with_capacity(declared.unwrap_or(1024).min(limit));
+    let mut take = |chunk: Result<Bytes, actix_web::error::PayloadError>,
+                    buf: &mut BytesMut|
+     -> Result<(), GatewayError> {
+        let chunk = chunk
+            .map_err(|e| GatewayError::InvalidRequest(format!("could not read the body: {e}")))?;
+        if buf.len() + chunk.len() > limit {
+            return Err(GatewayError::PayloadTooLarge(limit));
+        }
+        let more = (buf.len() + chunk.len()).saturating_sub(held.bytes);
+        if more > 0 {
+            limits.reserve(&mut held, more)?;
+        }
+        buf.extend_from_slice(&chunk);
+        Ok(())
+    };
     let expected = declared.unwrap_or(limit);
     let deadline = limits.base_time + Duration::from_secs((expected / limits.min_rate) as u64);
-    let read = async {
-        let mut buf = BytesMut::with_capacity(declared.unwrap_or(1024).min(limit));
+    let rest = async {
         while let Some(chunk) = body.next().await {
-            let chunk = chunk.map_err(|e| {
-                GatewayError::InvalidRequest(format!("could not read the body: {e}"))
-            })?;
-            if buf.len() + chunk.len() > limit {
-                return Err(GatewayError::PayloadTooLarge(limit));
-            }
-            let more = (buf.len() + chunk.len()).saturating_sub(held.bytes);
-            if more > 0 {
-                limits.reserve(&mut held, more)?;
-            }
-            buf.extend_from_slice(&chunk);
+            take(chunk, &mut buf)?;
         }
-        Ok(buf.freeze())
+        Ok(())
     };
-    match tokio::time::timeout(deadline, read).await {
-        Ok(result) => result,
+    match tokio::time::timeout(deadline, rest).await {
+        Ok(result) => result.map(|()| buf.freeze()),
         Err(_) => Err(GatewayError::RequestTimeout(deadline.as_secs())),
     }
 }
