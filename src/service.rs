@@ -14,7 +14,7 @@ use crate::agents::{
 use crate::auth::Principal;
 use crate::error::GatewayError;
 use crate::protocol::model::{
-    new_id, Message, SendResult, StreamEnd, StreamItem, Task, TaskEvent, TaskState, TaskStatus,
+    new_id, Message, SendResult, StreamEnd, StreamItem, Task, TaskState, TaskStatus,
     TaskStatusUpdateEvent,
 };
 use crate::protocol::ops::{ItemStream, ListTasksResponse, SendRequest};
@@ -502,21 +502,14 @@ impl A2aService {
 
     /// Stops running work and marks the task canceled.
     fn cancel_local(&self, v: Viewer<'_>, id: &str) -> Result<Task, GatewayError> {
-        let (state, context_id) = self
+        let state = self
             .tasks
-            .inspect(v, id, |t| (t.status.state, t.context_id.clone()))
+            .inspect(v, id, |t| t.status.state)
             .ok_or_else(|| GatewayError::TaskNotFound(id.to_string()))?;
         if state.is_terminal() {
             return Err(not_cancelable(id, state));
         }
-        self.tasks.cancel_work(v, id);
-        let event = TaskEvent::Status(TaskStatusUpdateEvent {
-            task_id: id.to_string(),
-            context_id,
-            status: TaskStatus::now(TaskState::Canceled, None),
-            metadata: None,
-        });
-        match self.tasks.apply(id, &event) {
+        match self.tasks.cancel(id, None) {
             Applied::Yes => self.get_local(v, id, None),
             Applied::NotFound => Err(GatewayError::TaskNotFound(id.to_string())),
             Applied::TaskFinished => {

@@ -199,40 +199,36 @@ impl Tasks {
         };
         let cutoff = chrono::Utc::now() - ttl;
         let mut expired = 0;
+        let note = format!("canceled: no answer came within {} s", ttl.num_seconds());
         for id in self.store.interrupted_before(cutoff) {
-            let mut context_id = None;
-            self.store.read(&id, &mut |st| {
-                if let Some(token) = &st.cancel {
-                    token.cancel();
-                }
-                context_id = Some(st.task.context_id.clone());
-            });
-            let Some(context_id) = context_id else {
-                continue;
-            };
-            let note = format!("canceled: no answer came within {} s", ttl.num_seconds());
-            let event = TaskEvent::Status(TaskStatusUpdateEvent {
-                task_id: id.clone(),
-                context_id,
-                status: TaskStatus::now(TaskState::Canceled, Some(Message::agent_text(note))),
-                metadata: None,
-            });
-            if self.apply(&id, &event) == Applied::Yes {
+            if self.cancel(&id, Some(Message::agent_text(note.clone()))) == Applied::Yes {
                 expired += 1;
             }
         }
         expired
     }
 
-    /// Stops the work in progress on the agent's task, if any.
-    pub fn cancel_work(&self, viewer: Viewer<'_>, id: &str) {
+    /// Stops the work in progress on a task and marks it canceled, with `note` as its
+    /// status message; stored and published like any other event. Callers check first
+    /// that the caller may see it.
+    pub fn cancel(&self, id: &str, note: Option<Message>) -> Applied {
+        let mut context_id = None;
         self.store.read(id, &mut |st| {
-            if viewer.sees(st) {
-                if let Some(token) = &st.cancel {
-                    token.cancel();
-                }
+            if let Some(token) = &st.cancel {
+                token.cancel();
             }
+            context_id = Some(st.task.context_id.clone());
         });
+        let Some(context_id) = context_id else {
+            return Applied::NotFound;
+        };
+        let event = TaskEvent::Status(TaskStatusUpdateEvent {
+            task_id: id.to_string(),
+            context_id,
+            status: TaskStatus::now(TaskState::Canceled, note),
+            metadata: None,
+        });
+        self.apply(id, &event)
     }
 
     /// The agent that owns a task.

@@ -27,6 +27,12 @@ pub(crate) struct Record {
 }
 
 impl Record {
+    /// A newer status (a status without a time keeps the time last seen).
+    fn saw(&mut self, status: &TaskStatus) {
+        self.state = status.state;
+        self.timestamp = status.timestamp.or(self.timestamp);
+    }
+
     /// The task as last seen: its ids and status, without history or artifacts.
     pub fn summary(self) -> Task {
         Task {
@@ -75,8 +81,7 @@ impl Ledger {
     pub fn note(&self, owner: &Arc<str>, id: &str, context_id: &str, status: &TaskStatus) {
         let mut inner = self.lock();
         if let Some(r) = inner.records.get_mut(id) {
-            r.state = status.state;
-            r.timestamp = status.timestamp.or(r.timestamp);
+            r.saw(status);
             return;
         }
         let seq = inner.next_seq;
@@ -104,8 +109,7 @@ impl Ledger {
     /// A newer status of a task already recorded; unknown ids are ignored.
     pub fn update(&self, id: &str, status: &TaskStatus) {
         if let Some(r) = self.lock().records.get_mut(id) {
-            r.state = status.state;
-            r.timestamp = status.timestamp.or(r.timestamp);
+            r.saw(status);
         }
     }
 
