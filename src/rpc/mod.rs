@@ -74,6 +74,9 @@ pub async fn dispatch(
         if dialect == Dialect::V01 {
             return v01::dispatch(service, agent, caller, &id, method, params, served).await;
         }
+        if let Some((p, task_id)) = legacy_task(service, agent, caller, dialect, method, params)? {
+            return v01::task_call(service, agent, caller, &id, method, p, &task_id, served).await;
+        }
         match method {
             Method::SendMessage => {
                 let send = send_request(send_params()?, dialect)?;
@@ -109,9 +112,6 @@ pub async fn dispatch(
             }
             Method::GetTask => {
                 let p: TaskIdParams = params::decode(params)?;
-                if let Some(task_id) = legacy_task(service, agent, caller, dialect, &p.id) {
-                    return v01::get(service, agent, caller, &id, p, &task_id, served).await;
-                }
                 let history = params::history_length(p.history_length, dialect)?;
                 let mut task = service.get(agent, caller, &p.id, history).await?;
                 served.stamp_task(&mut task);
@@ -125,19 +125,12 @@ pub async fn dispatch(
             }
             Method::CancelTask => {
                 let p: TaskIdParams = params::decode(params)?;
-                if let Some(task_id) = legacy_task(service, agent, caller, dialect, &p.id) {
-                    return v01::cancel(service, agent, caller, &id, &p.id, &task_id, served).await;
-                }
                 let mut task = service.cancel(agent, caller, &p.id).await?;
                 served.stamp_task(&mut task);
                 ok_task(&id, dialect, &task)
             }
             Method::SubscribeToTask => {
                 let p: TaskIdParams = params::decode(params)?;
-                if let Some(task_id) = legacy_task(service, agent, caller, dialect, &p.id) {
-                    let sub = v01::subscribe(service, agent, caller, &id, &p.id, &task_id, served);
-                    return sub.await;
-                }
                 let items = service.subscribe(agent, caller, &p.id).await?;
                 Ok(RpcReply::Stream {
                     id: id.clone(),
@@ -182,18 +175,28 @@ pub(crate) fn send_request(p: SendParams, dialect: Dialect) -> Result<SendReques
     })
 }
 
-/// The task a 0.1 client named `id`, for the task methods 0.1 shares with 0.3 (only those
-/// names can come from a 0.1 client).
+/// A task call with a 0.3 name (0.1 clients read their tasks with the names 0.3 kept) for a
+/// task a 0.1 client named: its params and the gateway's task. Other calls: None.
 fn legacy_task(
     service: &A2aService,
     agent: &Agent,
     caller: &Principal,
     dialect: Dialect,
-    id: &str,
-) -> Option<String> {
-    (dialect == Dialect::V03)
-        .then(|| service.legacy_names().get(agent, caller, id))
-        .flatten()
+    method: Method,
+    params: Option<&serde_json::value::RawValue>,
+) -> Result<Option<(TaskIdParams, String)>, GatewayError> {
+    let task_method = matches!(
+        method,
+        Method::GetTask | Method::CancelTask | Method::SubscribeToTask
+    );
+    if dialect != Dialect::V03 || !task_method {
+        return Ok(None);
+    }
+    let p: TaskIdParams = params::decode(params)?;
+    Ok(service
+        .legacy_names()
+        .get(agent, caller, &p.id)
+        .map(|task_id| (p, task_id)))
 }
 
 pub(crate) fn json(body: Vec<u8>) -> RpcReply {

@@ -15,7 +15,7 @@ use crate::error::GatewayError;
 use crate::protocol::jsonrpc::{render_result, Method, RpcId};
 use crate::protocol::model::{SendResult, StreamEnd, StreamItem, Task};
 use crate::protocol::ops::ItemStream;
-use crate::protocol::params::{self, TaskIdParams};
+use crate::protocol::params::TaskIdParams;
 use crate::protocol::v01::{self as shapes, MessageAsTaskV01, SendV01, TaskV01};
 use crate::protocol::Dialect;
 use crate::routing::Served;
@@ -67,30 +67,41 @@ pub(super) async fn dispatch(
             }
             ok(id, &result, history_length)
         }
-        Method::GetTask | Method::CancelTask | Method::SubscribeToTask => {
-            let p: TaskIdParams = params::decode(params)?;
-            let task_id = service
-                .legacy_names()
-                .get(agent, caller, &p.id)
-                .ok_or_else(|| GatewayError::TaskNotFound(p.id.clone()))?;
-            let name = p.id.clone();
-            match method {
-                Method::GetTask => get(service, agent, caller, id, p, &task_id, served).await,
-                Method::CancelTask => {
-                    cancel(service, agent, caller, id, &name, &task_id, served).await
-                }
-                _ => subscribe(service, agent, caller, id, &name, &task_id, served).await,
-            }
-        }
         Method::PushNotificationConfig => Err(GatewayError::PushNotSupported),
-        Method::ListTasks | Method::GetExtendedAgentCard => Err(GatewayError::MethodNotFound(
+        // 0.1 reads its tasks with the names 0.3 kept (see `task_call`).
+        Method::GetTask
+        | Method::CancelTask
+        | Method::SubscribeToTask
+        | Method::ListTasks
+        | Method::GetExtendedAgentCard => Err(GatewayError::MethodNotFound(
             "this method has no 0.1 form".into(),
         )),
     }
 }
 
+/// `tasks/get`, `tasks/cancel` or `tasks/resubscribe` of `task_id`, the task a 0.1 client
+/// named `p.id`.
+#[allow(clippy::too_many_arguments)] // the dispatch context, passed on as is
+pub(super) async fn task_call(
+    service: &A2aService,
+    agent: &Arc<Agent>,
+    caller: &Principal,
+    id: &RpcId,
+    method: Method,
+    p: TaskIdParams,
+    task_id: &str,
+    served: &Served,
+) -> Result<RpcReply, GatewayError> {
+    let name = p.id.clone();
+    match method {
+        Method::GetTask => get(service, agent, caller, id, p, task_id, served).await,
+        Method::CancelTask => cancel(service, agent, caller, id, &name, task_id, served).await,
+        _ => subscribe(service, agent, caller, id, &name, task_id, served).await,
+    }
+}
+
 /// `tasks/get` of a task a 0.1 client named: with no history unless asked for.
-pub(super) async fn get(
+async fn get(
     service: &A2aService,
     agent: &Agent,
     caller: &Principal,
@@ -106,7 +117,7 @@ pub(super) async fn get(
     Ok(json(render_task(id, &task, history)?))
 }
 
-pub(super) async fn cancel(
+async fn cancel(
     service: &A2aService,
     agent: &Agent,
     caller: &Principal,
@@ -122,7 +133,7 @@ pub(super) async fn cancel(
 }
 
 /// `tasks/resubscribe`: 0.1 streams end at their final event, input-required included.
-pub(super) async fn subscribe(
+async fn subscribe(
     service: &A2aService,
     agent: &Arc<Agent>,
     caller: &Principal,
