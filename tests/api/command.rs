@@ -822,28 +822,18 @@ async fn command_paths_are_relative_to_the_agent_file() {
     .unwrap();
     // The test's working directory is the repository, not the configuration's.
     let settings = a2a_gateway::config::load(gateway_toml.as_deref(), &agents).expect("loads");
-    let app = a2a_gateway::app::Application::with_listener(
-        settings,
-        std::net::TcpListener::bind("127.0.0.1:0").unwrap(),
-    )
-    .await
-    .unwrap();
-    let base = format!("http://127.0.0.1:{}", app.port());
-    let handle = app.handle();
-    tokio::spawn(app.run_until_stopped());
-    let client = reqwest::Client::new();
+    let gw = crate::helpers::start(settings, dir).await;
     for (name, cwd) in [("here", agents.clone()), ("there", scripts.clone())] {
-        let body = json!({"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message": D::V10.message("x")}});
-        let r: Value = client
-            .post(format!("{base}/a2a/agents/{name}"))
-            .header("A2A-Version", "1.0")
-            .body(body.to_string())
-            .send()
+        let path = format!("/a2a/agents/{name}");
+        let r = gw
+            .call(
+                &path,
+                D::V10,
+                "SendMessage",
+                json!({"message": D::V10.message("x")}),
+            )
             .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+            .body;
         let task = &r["result"]["task"];
         assert_eq!(
             task["status"]["state"], "TASK_STATE_COMPLETED",
@@ -857,8 +847,6 @@ async fn command_paths_are_relative_to_the_agent_file() {
             cwd.display()
         );
     }
-    drop(handle.stop(false));
-
     std::fs::write(
         agents.join("plain.toml"),
         agent("plain", "text", &["bin/plain.sh"], ""),
@@ -869,7 +857,6 @@ async fn command_paths_are_relative_to_the_agent_file() {
         .to_string();
     assert!(err.contains("plain.toml:6:13: backend.command:"), "{err}");
     assert!(err.contains("plain.sh is not an executable file"), "{err}");
-    drop(dir);
 }
 
 /// A program that cannot be started (removed after the gateway loaded it) is answered

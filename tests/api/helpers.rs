@@ -95,7 +95,7 @@ pub async fn spawn_shipped() -> TestGateway {
 }
 
 /// Runs a gateway in this test's runtime; `dir` (its configuration) lives as long as it.
-async fn start(settings: config::Settings, dir: tempfile::TempDir) -> TestGateway {
+pub async fn start(settings: config::Settings, dir: tempfile::TempDir) -> TestGateway {
     let app = Application::build(settings).await.expect("bind");
     let base = format!("http://127.0.0.1:{}", app.port());
     let handle = app.handle();
