@@ -38,20 +38,13 @@ ROUNDS="${ROUNDS:-3}"
 LUA="$ROOT/scripts/bench/send_message.lua"
 BODY="$ROOT/scripts/bench/send_message.json"
 
-command -v wrk >/dev/null || { echo "bench: wrk is required (apt-get install wrk)" >&2; exit 1; }
+source "$ROOT/scripts/lib.sh"
+need_wrk bench
 cargo build --release --quiet --bin a2a-gateway --examples
 BIN="$ROOT/target/release/a2a-gateway"
 BASELINE_BIN="${BASELINE_BIN:-}"
 EX="$ROOT/target/release/examples"
 
-TMP="$(mktemp -d)"
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$TMP"; }
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_up() { for _ in $(seq 200); do curl -s -o /dev/null "$1" && return 0; sleep 0.05; done; echo "bench: $1 never came up" >&2; exit 1; }
-rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 rps() { awk '/Requests\/sec/ {print $2}'; }
 p99() { echo "$1" | awk '/ 99%/ {print $2}'; }
 health() { curl -s "http://127.0.0.1:$1/a2a/health" | python3 -c "import json,sys; print(json.load(sys.stdin)[\"$2\"])"; }

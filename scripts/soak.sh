@@ -18,16 +18,10 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 SOAK_SECS="${SOAK_SECS:-600}"
-command -v wrk >/dev/null || { echo "soak: wrk is required (apt-get install wrk)" >&2; exit 1; }
+source "$ROOT/scripts/lib.sh"
+need_wrk soak
 cargo build --release --quiet --bin a2a-gateway
 BIN="$ROOT/target/release/a2a-gateway"
-TMP="$(mktemp -d)"
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$TMP"; }
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_up() { for _ in $(seq 200); do curl -s -o /dev/null "$1" && return 0; sleep 0.05; done; echo "soak: $1 never came up" >&2; exit 1; }
 
 # The upstream: a gateway of its own serving the echo agent.
 UP=$(free_port); mkdir -p "$TMP/up.d"; cp agents.d/echo.toml "$TMP/up.d/"
@@ -81,7 +75,7 @@ bad() {
 loop bad bad & PIDS+=($!)
 
 counts() { for f in "$TMP"/*.codes; do printf '%s:' "$(basename "$f" .codes)"; sort "$f" | uniq -c | awk '{printf " %s=%s", $2, $1}'; printf '  '; done; }
-rss() { awk '/VmRSS/ {print $2}' "/proc/$GW_PID/status"; }
+rss() { rss_kib "$GW_PID"; }
 fds() { ls "/proc/$GW_PID/fd" | wc -l; }
 printf 'minute  RSS(MiB)  fds  tasks  errors so far (status=count per client)\n'
 first_rss=0; first_fds=0; minute=0
