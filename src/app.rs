@@ -258,9 +258,13 @@ impl Application {
                     .keep_alive(actix_http::KeepAlive::Timeout(Duration::from_secs(5)))
                     // Slow clients cannot hold a worker: headers must arrive within this time.
                     .client_request_timeout(header_timeout)
+                    // A client that closes its side has left: its handler is dropped and its
+                    // socket closed at once, rather than when a long blocking send ends (as
+                    // nginx does, 499). Clients that half-close and wait are not supported.
+                    .h1_allow_half_closed(false)
                     .local_addr(addr)
-                    .finish(actix_service::map_config(app, |_| AppConfig::default()))
-                    .tcp_auto_h2c();
+                    .finish(actix_service::map_config(app, |_| AppConfig::default()));
+                let http = crate::http::tcp_with_json_rejections(http);
                 Gate {
                     inner: http,
                     limits: connections.clone(),

@@ -6,6 +6,7 @@ mod cards;
 mod health;
 mod jsonrpc;
 mod normalize;
+mod rejections;
 mod rest;
 mod sse;
 
@@ -26,6 +27,7 @@ use crate::service::A2aService;
 
 pub use body::BodyLimits;
 pub(crate) use normalize::TrimTrailingSlash;
+pub(crate) use rejections::tcp_with_json_rejections;
 
 /// The request span: method, path and status only. The default builder records a dozen
 /// fields and draws a random request id per request, which cost about a tenth of the
@@ -379,9 +381,18 @@ async fn not_found(
         format!(
             "no route for {} {}; see /.well-known/agent-card.json and /a2a/agents",
             req.method(),
-            req.path()
+            shown_path(&req)
         ),
     )
+}
+
+/// The path as error messages quote it: at most 200 bytes, so a long URL is not sent back.
+fn shown_path(req: &HttpRequest) -> String {
+    let path = req.path();
+    match path.char_indices().nth(200) {
+        Some((cut, _)) => format!("{}…", &path[..cut]),
+        None => path.to_string(),
+    }
 }
 
 async fn method_not_allowed(req: HttpRequest) -> HttpResponse {
@@ -390,7 +401,7 @@ async fn method_not_allowed(req: HttpRequest) -> HttpResponse {
         format!(
             "{} is not allowed on {}: JSON-RPC calls use POST",
             req.method(),
-            req.path()
+            shown_path(&req)
         ),
     );
     resp.headers_mut()

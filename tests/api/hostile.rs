@@ -765,3 +765,83 @@ async fn a_client_that_closes_a_stream_gives_back_its_connection() {
     let took = settle(&gw, (baseline, 0)).await;
     assert!(took < Duration::from_secs(4), "noticed in {took:?}");
 }
+
+/// A blocking send whose client left (a FIN after the request) gives back its socket at
+/// once, not when the task ends; the task itself goes on.
+#[tokio::test]
+async fn a_blocking_send_whose_client_left_releases_its_socket() {
+    let gw = spawn_with(&[("echo.toml", ECHO)], "").await;
+    let baseline = open_now(&gw).await.0;
+    let body = json!({"jsonrpc":"2.0","id":1,"method":"SendMessage",
+        "params":{"message": D::V10.message("/delay 30 long")}})
+    .to_string();
+    let request = format!(
+        "POST /a2a/agents/echo HTTP/1.1\r\nhost: x\r\na2a-version: 1.0\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut client = connect_from(&gw, "127.0.0.1").await;
+    client.write_all(request.as_bytes()).await.unwrap();
+    settle(&gw, (baseline + 1, 0)).await;
+    client.shutdown().await.unwrap();
+    let (answer, closed) = read_to_close(&mut client, Duration::from_secs(5)).await;
+    assert!(closed, "the gateway closes its side: {answer:?}");
+    let took = settle(&gw, (baseline, 0)).await;
+    assert!(took < Duration::from_secs(4), "released in {took:?}");
+    // The task was not canceled by the client leaving.
+    let list = gw
+        .call("/a2a/agents/echo", D::V10, "ListTasks", json!({}))
+        .await;
+    let tasks = list.result()["tasks"].as_array().unwrap().clone();
+    assert_eq!(tasks.len(), 1, "{tasks:?}");
+    assert_eq!(tasks[0]["status"]["state"], "TASK_STATE_WORKING");
+}
+
+/// What actix-http rejects before any handler runs (a request it cannot parse, a head too
+/// large, a head too slow) is answered with a JSON body like every other error, and the
+/// gateway stays healthy.
+#[tokio::test]
+async fn http_level_rejections_have_json_bodies() {
+    let gw = spawn_with(&[("echo.toml", ECHO)], "[limits]\nheader_timeout_secs = 1").await;
+    let long_url = format!("GET /{} HTTP/1.1\r\nhost: x\r\n\r\n", "a".repeat(40_000));
+    let too_long_url = format!("GET /{} HTTP/1.1\r\nhost: x\r\n\r\n", "a".repeat(70_000));
+    let many_headers = format!(
+        "GET /a2a/health HTTP/1.1\r\nhost: x\r\n{}\r\n",
+        (0..200).map(|i| format!("x-h{i}: 1\r\n")).collect::<String>()
+    );
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("bad request line", b"GET /a b c HTTP/1.1\r\nhost: x\r\n\r\n".to_vec(), "400"),
+        ("control byte in the URI", b"GET /\x01 HTTP/1.1\r\nhost: x\r\n\r\n".to_vec(), "400"),
+        ("bad header", b"GET / HTTP/1.1\r\nho st: x\r\n\r\n".to_vec(), "400"),
+        ("URL past what a URI holds", too_long_url.into_bytes(), "400"),
+        ("too many headers", many_headers.into_bytes(), "431"),
+        ("head never finished", b"GET /a2a/health HTTP/1.1\r\nhost: x\r\n".to_vec(), "408"),
+    ];
+    for (what, request, status) in cases {
+        let mut c = connect_from(&gw, "127.0.0.1").await;
+        c.write_all(&request).await.unwrap();
+        let (answer, closed) = read_to_close(&mut c, Duration::from_secs(5)).await;
+        assert!(closed, "{what}: closed");
+        assert!(answer.starts_with(&format!("HTTP/1.1 {status} ")), "{what}: {answer:?}");
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+        assert!(head.contains("content-type: application/json"), "{what}: {head}");
+        let body: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(body["error"]["code"].to_string(), status, "{what}: {body}");
+        assert!(!body["error"]["message"].as_str().unwrap().is_empty());
+    }
+    // A long URL that fits is routed, and its 404 does not send the URL back whole.
+    let mut c = connect_from(&gw, "127.0.0.1").await;
+    c.write_all(long_url.as_bytes()).await.unwrap();
+    let mut answer = vec![0u8; 4096];
+    let n = c.read(&mut answer).await.unwrap();
+    let answer = String::from_utf8_lossy(&answer[..n]);
+    assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
+    let length: usize = answer
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length: "))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(length < 1000, "{length}");
+    healthy(&gw).await;
+}

@@ -1,0 +1,200 @@
+//! JSON bodies for the rejections actix-http writes itself. Its HTTP/1 dispatcher answers a
+//! request it cannot parse (400: a bad request line, URI or header), a head past its 32 KiB
+//! buffer or 96 headers (431) and a head that did not arrive within the header timeout (408)
+//! with an empty body, and offers no hook to change that. Every other answer of the gateway
+//! has a JSON body, so each connection's stream is wrapped: when a write starts with one of
+//! those three heads (an empty body and no content type, which no handler of ours writes),
+//! the same status goes out with a JSON body instead. Everything else passes through.
+
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use actix_http::Protocol;
+use actix_service::{fn_service, ServiceFactory, ServiceFactoryExt};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+
+/// The listener's service: tells HTTP/1 from h2c by the preface (as actix's
+/// `tcp_auto_h2c` does) and hands the HTTP service each connection wrapped.
+pub(crate) fn tcp_with_json_rejections<F>(
+    http: F,
+) -> impl ServiceFactory<TcpStream, Config = (), Response = (), Error = F::Error, InitError = ()>
+where
+    F: ServiceFactory<
+        (JsonRejections<TcpStream>, Protocol, Option<SocketAddr>),
+        Config = (),
+        Response = (),
+        InitError = (),
+    >,
+    F::Error: From<io::Error>,
+{
+    fn_service(|io: TcpStream| async move {
+        const H2_PREFACE: &[u8] = b"PRI * HTTP/2";
+        let mut buf = [0u8; 12];
+        io.peek(&mut buf).await?;
+        let protocol = if buf == H2_PREFACE {
+            Protocol::Http2
+        } else {
+            Protocol::Http1
+        };
+        let peer = io.peer_addr().ok();
+        Ok::<_, F::Error>((JsonRejections::new(io), protocol, peer))
+    })
+    .and_then(http)
+}
+
+/// A connection whose dispatcher-written rejections get JSON bodies.
+pub(crate) struct JsonRejections<IO> {
+    io: IO,
+    /// The replacement being written, and how much of it has gone.
+    pending: Option<(Vec<u8>, usize)>,
+}
+
+impl<IO> JsonRejections<IO> {
+    pub(crate) fn new(io: IO) -> Self {
+        JsonRejections { io, pending: None }
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> JsonRejections<IO> {
+    fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while let Some((bytes, written)) = &mut self.pending {
+            if *written == bytes.len() {
+                self.pending = None;
+                break;
+            }
+            match ready!(Pin::new(&mut self.io).poll_write(cx, &bytes[*written..]))? {
+                0 => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                n => *written += n,
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for JsonRejections<IO> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for JsonRejections<IO> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        ready!(this.poll_pending(cx))?;
+        if let Some((head_len, replacement)) = replacement_for(buf) {
+            // The dispatcher's head counts as written; the replacement goes out before
+            // anything else is written, flushed or shut down.
+            this.pending = Some((replacement, 0));
+            let _ = this.poll_pending(cx)?;
+            return Poll::Ready(Ok(head_len));
+        }
+        Pin::new(&mut this.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        ready!(this.poll_pending(cx))?;
+        Pin::new(&mut this.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        ready!(this.poll_pending(cx))?;
+        Pin::new(&mut this.io).poll_shutdown(cx)
+    }
+}
+
+/// When `buf` starts with a head actix-http writes for a rejection of its own: that head's
+/// length and the answer to write in its place.
+fn replacement_for(buf: &[u8]) -> Option<(usize, Vec<u8>)> {
+    if !(buf.starts_with(b"HTTP/1.1 4") || buf.starts_with(b"HTTP/1.0 4")) || buf.len() < 13 {
+        return None;
+    }
+    let (status, message) = match &buf[9..12] {
+        b"400" => (
+            "INVALID_ARGUMENT",
+            "malformed HTTP request: the request line, the URI (at most 64 KiB) or a header could not be parsed",
+        ),
+        b"408" => (
+            "DEADLINE_EXCEEDED",
+            "the request head did not arrive within the header timeout",
+        ),
+        b"431" => (
+            "INVALID_ARGUMENT",
+            "request head too large: the request line and headers must fit in 32 KiB, with at most 96 headers",
+        ),
+        _ => return None,
+    };
+    let head_len = find(buf, b"\r\n\r\n")? + 4;
+    let head = &buf[..head_len];
+    if find(head, b"\r\ncontent-length: 0\r\n").is_none() || find(head, b"content-type:").is_some()
+    {
+        return None;
+    }
+    let code = &buf[9..12];
+    let body = format!(
+        "{{\"error\":{{\"code\":{},\"status\":\"{status}\",\"message\":\"{message}\"}}}}",
+        std::str::from_utf8(code).ok()?
+    );
+    let status_line = &buf[..find(buf, b"\r\n")?];
+    let mut answer = Vec::with_capacity(status_line.len() + body.len() + 96);
+    answer.extend_from_slice(status_line);
+    answer.extend_from_slice(
+        format!(
+            "\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        )
+        .as_bytes(),
+    );
+    answer.extend_from_slice(body.as_bytes());
+    Some((head_len, answer))
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ACTIX_400: &[u8] =
+        b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\ndate: Mon, 23 Nov 2026 23:44:29 GMT\r\n\r\n";
+
+    #[test]
+    fn the_dispatchers_rejections_get_json_bodies() {
+        let (len, answer) = replacement_for(ACTIX_400).unwrap();
+        assert_eq!(len, ACTIX_400.len());
+        let answer = String::from_utf8(answer).unwrap();
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{head}");
+        assert!(head.contains(&format!("content-length: {}", body.len())));
+        let body: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(body["error"]["code"], 400);
+        let head_431 = b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+        assert!(replacement_for(head_431).is_some());
+    }
+
+    #[test]
+    fn answers_of_the_gateway_pass_through() {
+        let ours = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\ncontent-type: application/json\r\n\r\n";
+        assert!(replacement_for(ours).is_none(), "has a content type");
+        let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
+        assert!(replacement_for(ok).is_none());
+        let with_body = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 2\r\n\r\n{}";
+        assert!(replacement_for(with_body).is_none());
+        assert!(replacement_for(b"HTTP/1.1 4").is_none());
+        assert!(replacement_for(b"\x00\x00\x12\x04").is_none(), "an h2 frame");
+    }
+}
