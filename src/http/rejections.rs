@@ -195,6 +195,9 @@ mod tests {
         let with_body = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 2\r\n\r\n{}";
         assert!(replacement_for(with_body).is_none());
         assert!(replacement_for(b"HTTP/1.1 4").is_none());
-        assert!(replacement_for(b"\x00\x00\x12\x04").is_none(), "an h2 frame");
+        assert!(
+            replacement_for(b"\x00\x00\x12\x04").is_none(),
+            "an h2 frame"
+        );
     }
 }

@@ -806,24 +806,52 @@ async fn http_level_rejections_have_json_bodies() {
     let too_long_url = format!("GET /{} HTTP/1.1\r\nhost: x\r\n\r\n", "a".repeat(70_000));
     let many_headers = format!(
         "GET /a2a/health HTTP/1.1\r\nhost: x\r\n{}\r\n",
-        (0..200).map(|i| format!("x-h{i}: 1\r\n")).collect::<String>()
+        (0..200)
+            .map(|i| format!("x-h{i}: 1\r\n"))
+            .collect::<String>()
     );
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
-        ("bad request line", b"GET /a b c HTTP/1.1\r\nhost: x\r\n\r\n".to_vec(), "400"),
-        ("control byte in the URI", b"GET /\x01 HTTP/1.1\r\nhost: x\r\n\r\n".to_vec(), "400"),
-        ("bad header", b"GET / HTTP/1.1\r\nho st: x\r\n\r\n".to_vec(), "400"),
-        ("URL past what a URI holds", too_long_url.into_bytes(), "400"),
+        (
+            "bad request line",
+            b"GET /a b c HTTP/1.1\r\nhost: x\r\n\r\n".to_vec(),
+            "400",
+        ),
+        (
+            "control byte in the URI",
+            b"GET /\x01 HTTP/1.1\r\nhost: x\r\n\r\n".to_vec(),
+            "400",
+        ),
+        (
+            "bad header",
+            b"GET / HTTP/1.1\r\nho st: x\r\n\r\n".to_vec(),
+            "400",
+        ),
+        (
+            "URL past what a URI holds",
+            too_long_url.into_bytes(),
+            "400",
+        ),
         ("too many headers", many_headers.into_bytes(), "431"),
-        ("head never finished", b"GET /a2a/health HTTP/1.1\r\nhost: x\r\n".to_vec(), "408"),
+        (
+            "head never finished",
+            b"GET /a2a/health HTTP/1.1\r\nhost: x\r\n".to_vec(),
+            "408",
+        ),
     ];
     for (what, request, status) in cases {
         let mut c = connect_from(&gw, "127.0.0.1").await;
         c.write_all(&request).await.unwrap();
         let (answer, closed) = read_to_close(&mut c, Duration::from_secs(5)).await;
         assert!(closed, "{what}: closed");
-        assert!(answer.starts_with(&format!("HTTP/1.1 {status} ")), "{what}: {answer:?}");
+        assert!(
+            answer.starts_with(&format!("HTTP/1.1 {status} ")),
+            "{what}: {answer:?}"
+        );
         let (head, body) = answer.split_once("\r\n\r\n").unwrap();
-        assert!(head.contains("content-type: application/json"), "{what}: {head}");
+        assert!(
+            head.contains("content-type: application/json"),
+            "{what}: {head}"
+        );
         let body: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{what}: {e}"));
         assert_eq!(body["error"]["code"].to_string(), status, "{what}: {body}");
         assert!(!body["error"]["message"].as_str().unwrap().is_empty());

@@ -6,6 +6,7 @@
 //! remotes never collide and any task id names the agent that owns it.
 
 mod ledger;
+mod resolve;
 pub(crate) mod sse;
 mod transport;
 mod upstream_stream;
@@ -110,9 +111,16 @@ impl RemoteAgent {
             value.set_sensitive(true);
             headers.insert(name, value);
         }
-        let transport = Transport::new(&config, headers.clone())?;
+        // Link-local addresses only where the file itself names one, whatever a name resolves to.
+        let resolver = resolve::GuardedResolver {
+            allow_link_local: reqwest::Url::parse(&config.url)
+                .ok()
+                .and_then(|u| u.host().map(|h| resolve::is_link_local_host(&h)))
+                .unwrap_or(false),
+        };
+        let transport = Transport::new(&config, headers.clone(), resolver)?;
         let reqwest_client = |redirects: reqwest::redirect::Policy, defaults: HeaderMap| {
-            let mut builder = reqwest::Client::builder();
+            let mut builder = reqwest::Client::builder().dns_resolver(Arc::new(resolver));
             if config.http2 {
                 builder = builder.http2_prior_knowledge();
             }
@@ -234,7 +242,10 @@ impl RemoteAgent {
             pinned.set_query(chosen.query());
             return Upstream::parse(pinned.as_str(), up.dialect);
         }
-        if chosen.host().is_some_and(|h| is_link_local(&h)) {
+        if chosen
+            .host()
+            .is_some_and(|h| resolve::is_link_local_host(&h))
+        {
             return Err(format!(
                 "the card points at {chosen}, a link-local address the agent file does not name"
             ));
@@ -744,18 +755,6 @@ impl RemoteAgent {
             )));
         }
         Relay::open(self.clone(), end, resp.bytes_stream().boxed()).await
-    }
-}
-
-/// Link-local addresses, where clouds serve instance metadata and credentials.
-fn is_link_local(host: &url::Host<&str>) -> bool {
-    match host {
-        url::Host::Ipv4(ip) => ip.is_link_local(),
-        url::Host::Ipv6(ip) => {
-            (ip.segments()[0] & 0xffc0) == 0xfe80
-                || *ip == std::net::Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254)
-        }
-        url::Host::Domain(d) => d.eq_ignore_ascii_case("metadata.google.internal"),
     }
 }
 

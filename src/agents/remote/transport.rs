@@ -18,6 +18,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
+use super::resolve::GuardedResolver;
 use crate::config::A2aConfig;
 
 /// Why a call got no answer. Shared with the reqwest paths so both map failures alike.
@@ -91,15 +92,19 @@ pub fn root_cause(e: &dyn std::error::Error) -> String {
 }
 
 pub struct Transport {
-    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    client: Client<HttpsConnector<HttpConnector<GuardedResolver>>, Full<Bytes>>,
     /// The agent file's `headers`; the gateway's own headers win over them.
     headers: HeaderMap,
     timeout: Duration,
 }
 
 impl Transport {
-    pub fn new(config: &A2aConfig, headers: HeaderMap) -> Result<Transport, String> {
-        let mut http = HttpConnector::new();
+    pub fn new(
+        config: &A2aConfig,
+        headers: HeaderMap,
+        resolver: GuardedResolver,
+    ) -> Result<Transport, String> {
+        let mut http = HttpConnector::new_with_resolver(resolver);
         http.enforce_http(false);
         http.set_nodelay(true);
         http.set_connect_timeout(Some(Duration::from_secs(config.connect_timeout_secs)));
