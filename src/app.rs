@@ -26,6 +26,7 @@ pub struct Application {
 pub fn build_state(settings: Settings) -> std::io::Result<AppState> {
     let Settings { gateway, agents } = settings;
     let limits = &gateway.limits;
+    let card_changes = crate::agents::CardChanges::default();
     let agents = agents
         .into_iter()
         .map(|def| {
@@ -34,11 +35,15 @@ pub fn build_state(settings: Settings) -> std::io::Result<AppState> {
                 max_concurrency: def.max_concurrency.unwrap_or(limits.agent_max_concurrency),
             };
             let name = def.name.clone();
-            Agent::new(def, actor_limits)
+            Agent::new(def, actor_limits, &card_changes)
                 .map_err(|e| std::io::Error::other(format!("agent {name}: {e}")))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let registry = Registry::new(agents, gateway.default_agent_name().map(str::to_string));
+    let registry = Registry::new(
+        agents,
+        gateway.default_agent_name().map(str::to_string),
+        card_changes,
+    );
     let store = Arc::new(MemoryTaskStore::new(limits.max_tasks));
     let tasks = Arc::new(Tasks::new(store, limits.max_unfinished_tasks_per_caller));
     let stream_limit = limits
@@ -68,6 +73,7 @@ pub fn build_state(settings: Settings) -> std::io::Result<AppState> {
         streams: StreamGauge::new(stream_limit),
         bodies: crate::http::BodyLimits::new(&gateway.limits),
         connections: connection_limits(&gateway.limits),
+        cards: crate::http::CardCache::new(),
         open_to_all,
         config: gateway,
     })
@@ -211,7 +217,6 @@ impl Application {
         let cors = state.config.cors.clone();
         let rate_limited = state.rates.active();
         let request_spans = crate::http::request_spans_enabled();
-        let agent_names: Vec<Arc<str>> = state.registry.iter().map(|a| a.name.clone()).collect();
         let app = move || {
             App::new()
                 .app_data(state.clone())
@@ -223,7 +228,7 @@ impl Application {
                     request_spans,
                     TracingLogger::<LeanRootSpan>::new(),
                 ))
-                .configure(|cfg| routes(cfg, &agent_names))
+                .configure(routes)
                 // Before routing: `/a2a/agents/echo/` is `/a2a/agents/echo` on every route.
                 .wrap(crate::http::TrimTrailingSlash)
                 // Registered last, so it runs first: preflights are answered before auth

@@ -10,7 +10,8 @@ pub mod echo;
 pub mod remote;
 mod sink;
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
@@ -104,15 +105,23 @@ pub struct Agent {
 }
 
 impl Agent {
-    pub fn new(def: AgentDef, limits: ActorLimits) -> Result<Agent, String> {
+    /// `card_changes` is counted up whenever an upstream's card changes (cards built from
+    /// it are then stale).
+    pub fn new(
+        def: AgentDef,
+        limits: ActorLimits,
+        card_changes: &CardChanges,
+    ) -> Result<Agent, String> {
         let backend = match &def.backend {
             BackendSpec::Echo(cfg) => Backend::Local(Arc::new(echo::EchoBackend::new(cfg.clone()))),
             BackendSpec::Command(cfg) => {
                 Backend::Local(Arc::new(command::CommandBackend::new(cfg.clone())))
             }
-            BackendSpec::A2a(cfg) => {
-                Backend::Remote(Arc::new(RemoteAgent::new(&def.name, cfg.clone())?))
-            }
+            BackendSpec::A2a(cfg) => Backend::Remote(Arc::new(RemoteAgent::new(
+                &def.name,
+                cfg.clone(),
+                card_changes.clone(),
+            )?)),
         };
         Ok(Agent {
             name: Arc::from(def.name.as_str()),
@@ -137,36 +146,77 @@ impl Agent {
     }
 }
 
-/// All agents, by name, in sorted order.
+/// Counts changes of upstream cards, so what is built from them knows when to rebuild.
+#[derive(Clone, Default)]
+pub struct CardChanges(Arc<AtomicU64>);
+
+impl CardChanges {
+    pub(crate) fn bump(&self) {
+        self.0.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub(crate) fn current(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+/// All agents: looked up by name in constant time, listed in name order.
 pub struct Registry {
-    agents: BTreeMap<String, Arc<Agent>>,
+    by_name: HashMap<Arc<str>, Arc<Agent>, ahash::RandomState>,
+    sorted: Vec<Arc<Agent>>,
     default_agent: Option<String>,
+    card_changes: CardChanges,
 }
 
 impl Registry {
-    pub fn new(agents: Vec<Agent>, default_agent: Option<String>) -> Registry {
+    pub fn new(
+        agents: Vec<Agent>,
+        default_agent: Option<String>,
+        card_changes: CardChanges,
+    ) -> Registry {
+        let mut sorted: Vec<Arc<Agent>> = agents.into_iter().map(Arc::new).collect();
+        sorted.sort_by(|a, b| a.name.cmp(&b.name));
+        let by_name = sorted.iter().map(|a| (a.name.clone(), a.clone())).collect();
         Registry {
-            agents: agents
-                .into_iter()
-                .map(|a| (a.def.name.clone(), Arc::new(a)))
-                .collect(),
+            by_name,
+            sorted,
             default_agent,
+            card_changes,
         }
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<Agent>> {
-        self.agents.get(name)
+        self.by_name.get(name)
     }
 
     pub fn default_agent(&self) -> Option<&Arc<Agent>> {
         self.default_agent.as_deref().and_then(|n| self.get(n))
     }
 
+    /// What an unknown-agent error lists: the first 100 names (`/a2a/agents` lists all), so
+    /// a mistyped name costs little to answer however many agents there are.
     pub fn names(&self) -> Vec<String> {
-        self.agents.keys().cloned().collect()
+        self.sorted
+            .iter()
+            .take(100)
+            .map(|a| a.def.name.clone())
+            .collect()
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Agent>> {
-        self.agents.values()
+        self.sorted.iter()
+    }
+
+    pub fn len(&self) -> usize {
+        self.sorted.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.sorted.is_empty()
+    }
+
+    /// Changes whenever an upstream card does.
+    pub(crate) fn card_generation(&self) -> u64 {
+        self.card_changes.current()
     }
 }

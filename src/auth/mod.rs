@@ -48,6 +48,16 @@ impl Scope {
     }
 }
 
+/// What decides which agents a principal may see and call: principals with equal keys see
+/// the same agents (so what is built for one can be served to the other).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum AccessKey {
+    Anonymous,
+    All,
+    /// The agents named, sorted.
+    Agents(Vec<String>),
+}
+
 /// The caller of a request. Anonymous callers share one principal: without credentials
 /// there is no identity to keep tasks apart by.
 #[derive(Debug, Clone)]
@@ -61,6 +71,20 @@ pub struct Principal {
 }
 
 impl Principal {
+    pub fn access_key(&self) -> AccessKey {
+        if self.anonymous {
+            return AccessKey::Anonymous;
+        }
+        match &self.scope {
+            Scope::All => AccessKey::All,
+            Scope::Agents(set) => {
+                let mut names: Vec<String> = set.iter().cloned().collect();
+                names.sort_unstable();
+                AccessKey::Agents(names)
+            }
+        }
+    }
+
     pub fn anonymous() -> Principal {
         Principal {
             id: Arc::from("anonymous"),

@@ -2,6 +2,7 @@ use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::{json, Value};
 
+use super::card_cache::{CardKey, Coding, Rendered};
 use super::{error_response, version_header, AppState};
 use crate::auth::Principal;
 use crate::card;
@@ -22,20 +23,30 @@ fn wants_v10(req: &HttpRequest) -> bool {
 }
 
 pub async fn gateway_card(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
-    let base = state.base_url(&req);
     let caller = card_caller(&req, &state);
-    let schemes = state.auth.schemes();
-    let sec = card::Security {
-        schemes: &schemes,
-        required: state.auth.default_access() == Access::Authenticated,
+    let key = CardKey {
+        access: caller.access_key(),
+        base: state.base_url(&req),
         v10: wants_v10(&req),
+        generation: state.registry.card_generation(),
     };
-    let visible = state
-        .registry
-        .iter()
-        .filter(|a| state.auth.authorize(&caller, &a.def).is_ok());
-    let body = card::gateway_card(&state.config, visible, &base, &sec);
-    card_response(&req, &state, &body)
+    let rendered = state.cards.get_or_render(key.clone(), || {
+        let schemes = state.auth.schemes();
+        let sec = card::Security {
+            schemes: &schemes,
+            required: state.auth.default_access() == Access::Authenticated,
+            v10: key.v10,
+        };
+        let visible = state
+            .registry
+            .iter()
+            .filter(|a| state.auth.authorize(&caller, &a.def).is_ok());
+        serde_json::to_vec(&card::gateway_card(&state.config, visible, &key.base, &sec))
+    });
+    match rendered {
+        Ok(card) => card_response(&req, &state, &card, Coding::preferred(&req)),
+        Err(e) => error_response(&GatewayError::Internal(format!("serializing a card: {e}"))),
+    }
 }
 
 pub async fn agent_card(
@@ -53,8 +64,11 @@ pub async fn agent_card(
         required: state.auth.access_of(&agent.def) == Access::Authenticated,
         v10: wants_v10(&req),
     };
-    let body = card::agent_card(agent, &base, &sec);
-    card_response(&req, &state, &body)
+    match serde_json::to_vec(&card::agent_card(agent, &base, &sec)) {
+        // An agent's card is small: rendered per request and sent as it is.
+        Ok(body) => card_response(&req, &state, &Rendered::new(body), Coding::Identity),
+        Err(e) => error_response(&GatewayError::Internal(format!("serializing a card: {e}"))),
+    }
 }
 
 pub async fn list_agents(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
@@ -84,17 +98,15 @@ pub async fn list_agents(req: HttpRequest, state: web::Data<AppState>) -> HttpRe
     }))
 }
 
-/// Serves a card with a validator and a max-age, answering a matching `If-None-Match`
-/// with 304.
-fn card_response(req: &HttpRequest, state: &AppState, card: &Value) -> HttpResponse {
-    let body = match serde_json::to_vec(card) {
-        Ok(b) => b,
-        // error_response logs the detail; the client sees "Internal error".
-        Err(e) => {
-            return error_response(&GatewayError::Internal(format!("serializing a card: {e}")))
-        }
-    };
-    let etag = card::etag(&body);
+/// Serves a card in `coding` with a validator and a max-age, answering a matching
+/// `If-None-Match` with 304.
+fn card_response(
+    req: &HttpRequest,
+    state: &AppState,
+    card: &Rendered,
+    coding: Coding,
+) -> HttpResponse {
+    let (body, etag, coding) = card.encoded(coding);
     let cache = format!("public, max-age={}", state.config.limits.card_max_age_secs);
     let matches = req
         .headers()
@@ -108,9 +120,12 @@ fn card_response(req: &HttpRequest, state: &AppState, card: &Value) -> HttpRespo
     let mut resp = if matches {
         HttpResponse::NotModified().finish()
     } else {
-        HttpResponse::Ok()
-            .content_type("application/json")
-            .body(body)
+        let mut ok = HttpResponse::Ok();
+        ok.content_type("application/json");
+        if let Some(name) = coding.header_value() {
+            ok.insert_header((header::CONTENT_ENCODING, name));
+        }
+        ok.body(body)
     };
     let headers = resp.headers_mut();
     for (name, value) in [
@@ -119,7 +134,7 @@ fn card_response(req: &HttpRequest, state: &AppState, card: &Value) -> HttpRespo
         // Card URLs follow these headers unless a public URL is configured.
         (
             header::VARY,
-            "Host, Forwarded, X-Forwarded-Host, X-Forwarded-Proto, A2A-Version, Authorization, X-API-Key"
+            "Host, Forwarded, X-Forwarded-Host, X-Forwarded-Proto, A2A-Version, Authorization, X-API-Key, Accept-Encoding"
                 .to_string(),
         ),
     ] {

@@ -25,13 +25,24 @@ pub async fn default_agent(
     handle(req, body, state, None).await
 }
 
-pub async fn named_agent(
+/// `/a2a/agents/{name}`, any method: JSON-RPC calls are POSTs.
+pub async fn agent_endpoint(
     req: HttpRequest,
-    name: web::Path<String>,
     body: web::Payload,
     state: web::Data<AppState>,
 ) -> HttpResponse {
-    handle(req, body, state, Some(name.into_inner().into())).await
+    if req.method() != actix_web::http::Method::POST {
+        return super::method_not_allowed(req).await;
+    }
+    let Some(segment) = super::agent_segment(req.path()) else {
+        return super::not_found(req, body, state).await;
+    };
+    // The registry's own name, so a known agent costs no allocation.
+    let name = match state.registry.get(segment) {
+        Some(agent) => agent.name.clone(),
+        None => Arc::from(segment),
+    };
+    handle(req, body, state, Some(name)).await
 }
 
 pub async fn handle(

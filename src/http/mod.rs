@@ -2,6 +2,7 @@
 //! card builders, and render; everything else lives in the layers below.
 
 mod body;
+mod card_cache;
 mod cards;
 mod health;
 mod jsonrpc;
@@ -26,6 +27,7 @@ use crate::routing::{Router, Served};
 use crate::service::A2aService;
 
 pub use body::BodyLimits;
+pub(crate) use card_cache::CardCache;
 pub(crate) use normalize::TrimTrailingSlash;
 pub(crate) use rejections::tcp_with_json_rejections;
 
@@ -76,6 +78,8 @@ pub struct AppState {
     pub streams: StreamGauge,
     pub bodies: body::BodyLimits,
     pub(crate) connections: Arc<crate::limits::connections::ConnectionLimits>,
+    /// Rendered aggregated cards.
+    pub(crate) cards: card_cache::CardCache,
     /// No credentials configured and every agent public: access has nothing to check.
     pub(crate) open_to_all: bool,
 }
@@ -220,7 +224,7 @@ impl AppState {
 /// Every route. `agents` are the configured agents' names: each gets its JSON-RPC path as
 /// a fixed one, which the router matches by comparing strings instead of running the
 /// pattern's regex on every call; the pattern still answers for names that are not agents.
-pub fn routes(cfg: &mut web::ServiceConfig, agents: &[Arc<str>]) {
+pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(
         web::resource("/a2a")
             .route(web::post().to(jsonrpc::default_agent))
@@ -228,43 +232,45 @@ pub fn routes(cfg: &mut web::ServiceConfig, agents: &[Arc<str>]) {
     )
     .service(web::resource("/a2a/health").route(web::get().to(health::health)))
     .service(web::resource("/a2a/agents").route(web::get().to(cards::list_agents)));
-    // The hot routes before the scopes, so they are matched without trying those first.
-    for name in agents {
-        let agent = name.clone();
-        cfg.service(
-            web::resource(format!("/a2a/agents/{name}"))
-                .route(web::post().to(move |req, body, state| {
-                    jsonrpc::handle(req, body, state, Some(agent.clone()))
-                }))
-                .default_service(web::to(method_not_allowed)),
-        );
-    }
+    // Every agent's JSON-RPC endpoint is this one route, placed before the patterns: a
+    // static prefix and a byte scan for a single path segment, then a lookup of the name,
+    // so the ten-thousandth agent costs what the first does.
     cfg.service(
-        web::resource("/a2a/agents/{name}")
-            .route(web::post().to(jsonrpc::named_agent))
-            .default_service(web::to(method_not_allowed)),
-    )
-    .service(rest::scope("/a2a/rest"))
-    .service(rest::scope("/a2a/agents/{name}/rest"))
-    .service(
-        web::resource([
-            "/a2a/agents/{name}/card",
-            "/a2a/agents/{name}/.well-known/agent-card.json",
-            "/a2a/agents/{name}/.well-known/agent.json",
-            "/a2a/agents/{name}/.well-known/agent-card",
-        ])
-        .route(web::get().to(cards::agent_card)),
-    )
-    .service(
-        // `agent-card` without `.json` is what JAF-style clients ask for.
-        web::resource([
-            "/.well-known/agent-card.json",
-            "/.well-known/agent.json",
-            "/.well-known/agent-card",
-        ])
-        .route(web::get().to(cards::gateway_card)),
-    )
-    .default_service(web::to(not_found));
+        web::scope(AGENTS_PREFIX)
+            .guard(actix_web::guard::fn_guard(|ctx| {
+                agent_segment(ctx.head().uri.path()).is_some()
+            }))
+            .default_service(web::to(jsonrpc::agent_endpoint)),
+    );
+    cfg.service(rest::scope("/a2a/rest"))
+        .service(rest::scope("/a2a/agents/{name}/rest"))
+        .service(
+            web::resource([
+                "/a2a/agents/{name}/card",
+                "/a2a/agents/{name}/.well-known/agent-card.json",
+                "/a2a/agents/{name}/.well-known/agent.json",
+                "/a2a/agents/{name}/.well-known/agent-card",
+            ])
+            .route(web::get().to(cards::agent_card)),
+        )
+        .service(
+            // `agent-card` without `.json` is what JAF-style clients ask for.
+            web::resource([
+                "/.well-known/agent-card.json",
+                "/.well-known/agent.json",
+                "/.well-known/agent-card",
+            ])
+            .route(web::get().to(cards::gateway_card)),
+        )
+        .default_service(web::to(not_found));
+}
+
+const AGENTS_PREFIX: &str = "/a2a/agents";
+
+/// `name` of a path `/a2a/agents/{name}`: one non-empty segment after the prefix.
+pub(crate) fn agent_segment(path: &str) -> Option<&str> {
+    let name = path.strip_prefix(AGENTS_PREFIX)?.strip_prefix('/')?;
+    (!name.is_empty() && !name.contains('/')).then_some(name)
 }
 
 /// Which agent answered, and on the shared endpoints why.
@@ -368,7 +374,7 @@ fn rest_error(status: u16, message: String) -> HttpResponse {
 }
 
 /// A POST is answered as JSON-RPC (its client speaks it), anything else as plain JSON.
-async fn not_found(
+pub(crate) async fn not_found(
     req: HttpRequest,
     body: web::Payload,
     state: web::Data<AppState>,
@@ -395,7 +401,7 @@ fn shown_path(req: &HttpRequest) -> String {
     }
 }
 
-async fn method_not_allowed(req: HttpRequest) -> HttpResponse {
+pub(crate) async fn method_not_allowed(req: HttpRequest) -> HttpResponse {
     let mut resp = rest_error(
         405,
         format!(

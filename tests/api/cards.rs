@@ -181,3 +181,67 @@ async fn agent_list_and_health() {
     assert_eq!(health["agents"]["echo"], "healthy");
     assert!(health["timestamp"].as_str().unwrap().ends_with('Z'));
 }
+
+/// The aggregated card is kept per access scope and served compressed to clients that
+/// accept it, each coding with its own validator; what one scope sees never reaches another.
+#[tokio::test]
+async fn the_aggregated_card_is_compressed_and_kept_per_access_scope() {
+    let private = "name = \"private\"\ndescription = \"d\"\naccess = \"authenticated\"\n[[skills]]\nid = \"secret-skill\"\nname = \"s\"\ndescription = \"d\"\n[backend]\nkind = \"echo\"\n";
+    let gateway = format!(
+        "[auth]\n[[auth.api_keys]]\nid = \"k\"\nsecret_sha256 = \"{}\"\n",
+        crate::helpers::sha("key")
+    );
+    let gw = spawn_with(&[("echo.toml", ECHO), ("private.toml", private)], &gateway).await;
+    let raw = reqwest::Client::new();
+    let fetch = |key: Option<&'static str>, coding: &'static str| {
+        let raw = raw.clone();
+        let url = gw.url("/.well-known/agent-card.json");
+        async move {
+            let mut req = raw.get(url).header("Accept-Encoding", coding);
+            if let Some(key) = key {
+                req = req.header("X-API-Key", key);
+            }
+            let resp = req.send().await.unwrap();
+            let headers = resp.headers().clone();
+            (headers, resp.bytes().await.unwrap().to_vec())
+        }
+    };
+    let ids = |card: &Value| card["skills"].to_string();
+    for _ in 0..2 {
+        let (h, plain) = fetch(None, "identity").await;
+        assert!(h.get("content-encoding").is_none());
+        let anonymous: Value = serde_json::from_slice(&plain).unwrap();
+        assert!(!ids(&anonymous).contains("secret-skill"), "{anonymous}");
+        let (hk, keyed) = fetch(Some("key"), "identity").await;
+        let keyed: Value = serde_json::from_slice(&keyed).unwrap();
+        assert!(ids(&keyed).contains("secret-skill"), "{keyed}");
+        assert_ne!(h["etag"], hk["etag"]);
+    }
+    let (plain_headers, plain) = fetch(None, "identity").await;
+    let (gz_headers, gz) = fetch(None, "gzip").await;
+    assert_eq!(gz_headers["content-encoding"], "gzip");
+    assert!(gz_headers["vary"]
+        .to_str()
+        .unwrap()
+        .contains("Accept-Encoding"));
+    let mut unzipped = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&gz[..]), &mut unzipped).unwrap();
+    assert_eq!(unzipped, plain);
+    let (br_headers, br) = fetch(None, "gzip, br").await;
+    assert_eq!(br_headers["content-encoding"], "br");
+    let mut unbrotli = Vec::new();
+    std::io::Read::read_to_end(&mut brotli::Decompressor::new(&br[..], 4096), &mut unbrotli)
+        .unwrap();
+    assert_eq!(unbrotli, plain);
+    assert_ne!(gz_headers["etag"], plain_headers["etag"]);
+    assert_ne!(gz_headers["etag"], br_headers["etag"]);
+    // A gzip validator revalidates the gzip form.
+    let resp = raw
+        .get(gw.url("/.well-known/agent-card.json"))
+        .header("Accept-Encoding", "gzip")
+        .header("If-None-Match", gz_headers["etag"].to_str().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 304);
+}

@@ -496,6 +496,17 @@ async fn a_remote_down_at_startup_is_unhealthy_then_recovers() {
     let health: Value = gw.get_json("/a2a/health").await;
     assert_eq!(health["agents"]["up"], "unhealthy");
     assert_eq!(health["status"], "degraded");
+    let card_skills_of_up = || async {
+        let card: Value = gw.get_json("/.well-known/agent-card.json").await;
+        card["skills"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["tags"].as_array().unwrap().contains(&json!("agent:up")))
+            .map(|s| s["id"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    let skills_before = card_skills_of_up().await;
     let r = gw
         .call(
             AGENT,
@@ -530,6 +541,10 @@ async fn a_remote_down_at_startup_is_unhealthy_then_recovers() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert!(healthy, "the agent recovers once its remote is up");
+    // The aggregated card (rendered once and kept) shows the remote card's skills now.
+    let skills_after = card_skills_of_up().await;
+    assert_ne!(skills_after, skills_before, "the kept card was rebuilt");
+    assert!(!skills_after.is_empty());
     let r = gw
         .call(
             AGENT,

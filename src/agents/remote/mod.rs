@@ -92,6 +92,7 @@ pub struct RemoteAgent {
     next_id: AtomicU64,
     /// The tasks relayed while the upstream speaks 0.3, which has no ListTasks.
     ledger: Ledger,
+    card_changes: super::CardChanges,
 }
 
 /// How long a caller's stream waits for the upstream's first event before it starts (and
@@ -102,7 +103,11 @@ const FIRST_EVENT_GRACE: Duration = Duration::from_secs(1);
 const LEDGER_CAPACITY: usize = 10_000;
 
 impl RemoteAgent {
-    pub fn new(name: &str, config: A2aConfig) -> Result<RemoteAgent, String> {
+    pub fn new(
+        name: &str,
+        config: A2aConfig,
+        card_changes: super::CardChanges,
+    ) -> Result<RemoteAgent, String> {
         let mut headers = HeaderMap::new();
         for (k, v) in &config.headers {
             // Validated at load; a failure here is a bug, reported rather than ignored.
@@ -175,6 +180,7 @@ impl RemoteAgent {
             }),
             next_id: AtomicU64::new(1),
             ledger: Ledger::new(LEDGER_CAPACITY),
+            card_changes,
         })
     }
 
@@ -275,7 +281,10 @@ impl RemoteAgent {
                     match upstream {
                         Ok(up) => {
                             state.upstream = Some(Arc::new(up));
-                            state.card = Some(Arc::new(card));
+                            if state.card.as_deref() != Some(&card) {
+                                state.card = Some(Arc::new(card));
+                                self.card_changes.bump();
+                            }
                             state.healthy = true;
                             return Ok(());
                         }

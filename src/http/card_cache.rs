@@ -1,0 +1,233 @@
+//! Rendered cards, kept with their compressed forms. The aggregated card unites every
+//! visible agent's skills (151 KB with 2,000 agents): it is rendered once per key (the
+//! caller's access scope, the base URL its links use, the shape of its security fields, the
+//! generation of upstream cards) and compressed at most once per encoding, then served from
+//! memory. A new key, or an upstream card that changes, renders it anew; the cache is
+//! bounded (a caller choosing many Host headers only makes it render more often).
+
+use std::io::Write;
+use std::sync::{Arc, OnceLock};
+
+use actix_web::http::header;
+use actix_web::HttpRequest;
+use bytes::Bytes;
+
+use crate::auth::AccessKey;
+
+/// What the aggregated card depends on besides the configuration.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct CardKey {
+    pub(crate) access: AccessKey,
+    pub(crate) base: String,
+    pub(crate) v10: bool,
+    pub(crate) generation: u64,
+}
+
+pub(crate) struct CardCache {
+    cards: quick_cache::sync::Cache<CardKey, Arc<Rendered>>,
+}
+
+/// How many rendered aggregated cards are kept.
+const CAPACITY: usize = 64;
+
+impl CardCache {
+    pub(crate) fn new() -> CardCache {
+        CardCache {
+            cards: quick_cache::sync::Cache::new(CAPACITY),
+        }
+    }
+
+    /// The card for `key`, rendered by `render` when it is not kept.
+    pub(crate) fn get_or_render<E>(
+        &self,
+        key: CardKey,
+        render: impl FnOnce() -> Result<Vec<u8>, E>,
+    ) -> Result<Arc<Rendered>, E> {
+        self.cards
+            .get_or_insert_with(&key, || render().map(|body| Arc::new(Rendered::new(body))))
+    }
+}
+
+/// A content coding a client accepts, best first: br, then gzip, else none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Coding {
+    Identity,
+    Gzip,
+    Brotli,
+}
+
+impl Coding {
+    pub(crate) fn preferred(req: &HttpRequest) -> Coding {
+        let mut best = Coding::Identity;
+        for value in req.headers().get_all(header::ACCEPT_ENCODING) {
+            let Ok(value) = value.to_str() else { continue };
+            for item in value.split(',') {
+                let mut parts = item.split(';');
+                let name = parts.next().unwrap_or_default().trim();
+                let refused = parts.any(|p| {
+                    p.trim()
+                        .strip_prefix("q=")
+                        .and_then(|q| q.trim().parse::<f32>().ok())
+                        .is_some_and(|q| q <= 0.0)
+                });
+                if refused {
+                    continue;
+                }
+                if name.eq_ignore_ascii_case("br") {
+                    best = Coding::Brotli;
+                } else if name.eq_ignore_ascii_case("gzip") && best == Coding::Identity {
+                    best = Coding::Gzip;
+                }
+            }
+        }
+        best
+    }
+
+    pub(crate) fn header_value(self) -> Option<&'static str> {
+        match self {
+            Coding::Identity => None,
+            Coding::Gzip => Some("gzip"),
+            Coding::Brotli => Some("br"),
+        }
+    }
+}
+
+/// A card's JSON, its validator, and its compressed forms once asked for.
+pub(crate) struct Rendered {
+    body: Bytes,
+    etag: String,
+    gzip: OnceLock<Option<Bytes>>,
+    brotli: OnceLock<Option<Bytes>>,
+}
+
+impl Rendered {
+    pub(crate) fn new(body: Vec<u8>) -> Rendered {
+        Rendered {
+            etag: crate::card::etag(&body),
+            body: Bytes::from(body),
+            gzip: OnceLock::new(),
+            brotli: OnceLock::new(),
+        }
+    }
+
+    /// The body in `coding` and its validator (each coding is its own representation, so
+    /// its own strong ETag), or the plain body when compressing fails.
+    pub(crate) fn encoded(&self, coding: Coding) -> (Bytes, String, Coding) {
+        let compressed = match coding {
+            Coding::Identity => None,
+            Coding::Gzip => self.gzip.get_or_init(|| gzip(&self.body)).clone(),
+            Coding::Brotli => self.brotli.get_or_init(|| brotli(&self.body)).clone(),
+        };
+        match (compressed, coding.header_value()) {
+            (Some(bytes), Some(name)) => {
+                let etag = format!("{}-{name}\"", self.etag.trim_end_matches('"'));
+                (bytes, etag, coding)
+            }
+            _ => (self.body.clone(), self.etag.clone(), Coding::Identity),
+        }
+    }
+}
+
+fn gzip(body: &[u8]) -> Option<Bytes> {
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    encoder.write_all(body).ok()?;
+    encoder.finish().ok().map(Bytes::from)
+}
+
+fn brotli(body: &[u8]) -> Option<Bytes> {
+    let mut out = Vec::new();
+    {
+        // Quality 5 compresses about as well as gzip's best at a fraction of brotli 11's time.
+        let mut writer = brotli::CompressorWriter::new(&mut out, 4096, 5, 22);
+        writer.write_all(body).ok()?;
+    }
+    Some(Bytes::from(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actix_web::test::TestRequest;
+    use std::io::Read;
+
+    fn coding(accept: &str) -> Coding {
+        let req = TestRequest::default()
+            .insert_header((header::ACCEPT_ENCODING, accept))
+            .to_http_request();
+        Coding::preferred(&req)
+    }
+
+    #[test]
+    fn negotiates_br_then_gzip_and_honours_q_zero() {
+        assert_eq!(coding("gzip, deflate, br"), Coding::Brotli);
+        assert_eq!(coding("gzip"), Coding::Gzip);
+        assert_eq!(coding("GZIP;q=0.5"), Coding::Gzip);
+        assert_eq!(coding("br;q=0, gzip"), Coding::Gzip);
+        assert_eq!(coding("gzip;q=0"), Coding::Identity);
+        assert_eq!(coding("identity"), Coding::Identity);
+        assert_eq!(
+            Coding::preferred(&TestRequest::default().to_http_request()),
+            Coding::Identity
+        );
+    }
+
+    #[test]
+    fn compressed_forms_decode_to_the_body_and_have_their_own_etags() {
+        let body = br#"{"skills":["a","a","a","a","a","a","a","a","a","a"]}"#.repeat(50);
+        let card = Rendered::new(body.clone());
+        let (plain, plain_tag, _) = card.encoded(Coding::Identity);
+        assert_eq!(plain, body);
+        let (gz, gz_tag, c) = card.encoded(Coding::Gzip);
+        assert_eq!(c, Coding::Gzip);
+        let mut out = Vec::new();
+        flate2::read::GzDecoder::new(&gz[..])
+            .read_to_end(&mut out)
+            .unwrap();
+        assert_eq!(out, body);
+        let (br, br_tag, _) = card.encoded(Coding::Brotli);
+        let mut out = Vec::new();
+        brotli::Decompressor::new(&br[..], 4096)
+            .read_to_end(&mut out)
+            .unwrap();
+        assert_eq!(out, body);
+        assert!(gz.len() < body.len() / 4 && br.len() < body.len() / 4);
+        assert!(
+            gz_tag.starts_with('"') && gz_tag.ends_with("-gzip\""),
+            "{gz_tag}"
+        );
+        assert_ne!(plain_tag, gz_tag);
+        assert_ne!(gz_tag, br_tag);
+    }
+
+    #[test]
+    fn renders_once_per_key() {
+        let cache = CardCache::new();
+        let key = CardKey {
+            access: AccessKey::Anonymous,
+            base: "http://x".into(),
+            v10: false,
+            generation: 0,
+        };
+        let mut renders = 0;
+        for _ in 0..3 {
+            cache
+                .get_or_render(key.clone(), || {
+                    renders += 1;
+                    Ok::<_, ()>(b"{}".to_vec())
+                })
+                .unwrap();
+        }
+        assert_eq!(renders, 1);
+        let newer = CardKey {
+            generation: 1,
+            ..key
+        };
+        cache
+            .get_or_render(newer, || {
+                renders += 1;
+                Ok::<_, ()>(b"{}".to_vec())
+            })
+            .unwrap();
+        assert_eq!(renders, 2);
+    }
+}
