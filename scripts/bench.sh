@@ -2,7 +2,7 @@
 # Load benchmarks (benchmarks, not tests: absolute numbers vary with the machine and its
 # neighbours, so every figure is a ratio against a baseline measured in the same run).
 #
-#   scripts/bench.sh [core|proxy|auth|streams|burst|all]      (default: all)
+#   scripts/bench.sh [core|proxy|auth|streams|burst|agents|all]      (default: all)
 #
 # core    SendMessage to the echo agent through the gateway vs a bare actix-web handler
 #         returning a fixed result (examples/bare_jsonrpc.rs); the same for a message the
@@ -14,6 +14,9 @@
 #         caller (rate limiting on, with a tier too generous to refuse anything).
 # streams N SSE streams (default 10000) held open through the gateway to an upstream
 #         gateway over h2c; gateway memory per open stream.
+# agents  AGENTS (10000) generated echo agents: SendMessage to the last agent vs the first
+#         (target >= 0.95x), and the aggregated card asked for with gzip vs one agent's card
+#         (target >= 0.15x).
 # burst   BURST (500) bodies of 1 MiB held at once, then answered: the gateway's RSS before,
 #         at its peak, and 5 s after (freed memory goes back to the system).
 #
@@ -34,6 +37,7 @@ WORKERS="${WORKERS:-2}"
 RATE="${RATE:-2000}"
 STREAMS="${STREAMS:-10000}"
 BURST="${BURST:-500}"
+AGENTS="${AGENTS:-10000}"
 ROUNDS="${ROUNDS:-3}"
 LUA="$ROOT/scripts/bench/send_message.lua"
 BODY="$ROOT/scripts/bench/send_message.json"
@@ -204,6 +208,46 @@ burst = 1000000000"
     awk -v o="$o" -v k="$k" -v j="$j" 'BEGIN { printf "ratio API key/off: %.2fx, JWT/off: %.2fx (target >= 0.85x)\n", k / o, j / o }'
 }
 
+# agents_dir DIR N: N echo agents a00000..., each with a skill, as a large deployment has.
+agents_dir() {
+    mkdir -p "$1"
+    python3 - "$1" "$2" <<'PY'
+import pathlib, sys
+d, n = pathlib.Path(sys.argv[1]), int(sys.argv[2])
+for i in range(n):
+    (d / f"a{i:05d}.toml").write_text(
+        f'name = "a{i:05d}"\ndescription = "Generated agent {i}"\n'
+        f'[[skills]]\nid = "echo"\nname = "Echo {i}"\ndescription = "Echoes what it is sent"\n'
+        f'tags = ["echo"]\nexamples = ["hello"]\n[backend]\nkind = "echo"\n')
+PY
+}
+
+bench_agents() {
+    echo "== agents: $AGENTS echo agents, $CONNECTIONS connections, $DURATION, $WORKERS workers =="
+    local dir="$TMP/many.d" pg last
+    agents_dir "$dir" "$AGENTS"
+    last=$(printf 'a%05d' $((AGENTS - 1)))
+    pg=$(free_port); gateway "$pg" "$dir"
+    echo "gateway RSS with $AGENTS agents: $(( $(rss_kib "$GW_PID") / 1024 )) MiB"
+    local -a older_send=() older_card=()
+    if [ -n "$BASELINE_BIN" ]; then
+        local po; po=$(free_port); GW_BIN="$BASELINE_BIN" gateway "$po" "$dir"
+        older_send=("baseline build -> last agent" "http://127.0.0.1:$po/a2a/agents/$last")
+        older_card=("baseline build, aggregated card (gzip)" "http://127.0.0.1:$po/.well-known/agent-card.json")
+    fi
+    rounds "gateway -> first agent" "http://127.0.0.1:$pg/a2a/agents/a00000" \
+        "gateway -> last agent" "http://127.0.0.1:$pg/a2a/agents/$last"
+    echo "(target >= 0.95x)"
+    if [ -n "$BASELINE_BIN" ]; then
+        rounds "baseline build -> first agent" "http://127.0.0.1:$po/a2a/agents/a00000" "${older_send[@]}"
+    fi
+    echo "aggregated card: $(curl -s -H 'Accept-Encoding: gzip' "http://127.0.0.1:$pg/.well-known/agent-card.json" | wc -c) bytes gzip, $(curl -s "http://127.0.0.1:$pg/.well-known/agent-card.json" | wc -c) plain"
+    LUA="$ROOT/scripts/bench/get_gzip.lua" rounds \
+        "one agent's card" "http://127.0.0.1:$pg/a2a/agents/a00000/card" \
+        "aggregated card (gzip)" "http://127.0.0.1:$pg/.well-known/agent-card.json" "${older_card[@]}"
+    echo "(target >= 0.15x)"
+}
+
 bench_burst() {
     echo "== burst: $BURST concurrent 1 MiB bodies, then idle: does memory go back? =="
     local pb
@@ -240,6 +284,7 @@ case "$SECTION" in
     streams) bench_streams ;;
     auth) bench_auth ;;
     burst) bench_burst ;;
-    all) bench_core; bench_proxy; bench_auth; bench_streams ;;
-    *) echo "usage: scripts/bench.sh [core|proxy|auth|streams|burst|all]" >&2; exit 2 ;;
+    agents) bench_agents ;;
+    all) bench_core; bench_proxy; bench_auth; bench_streams; bench_agents ;;
+    *) echo "usage: scripts/bench.sh [core|proxy|auth|streams|burst|agents|all]" >&2; exit 2 ;;
 esac
