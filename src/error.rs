@@ -106,19 +106,6 @@ pub enum GatewayError {
     BodiesOverBudget,
 }
 
-impl From<crate::tasks::StoreError> for GatewayError {
-    fn from(e: crate::tasks::StoreError) -> GatewayError {
-        match e {
-            crate::tasks::StoreError::Full(n) => GatewayError::TaskStoreFull(n),
-            crate::tasks::StoreError::Quota(n) => GatewayError::TaskQuota(n),
-            crate::tasks::StoreError::BadPageToken => GatewayError::InvalidParams(
-                "params.pageToken: not a token this gateway issued".into(),
-            ),
-            other => GatewayError::Internal(other.to_string()),
-        }
-    }
-}
-
 impl GatewayError {
     pub fn code(&self) -> i64 {
         use gateway_codes::*;

@@ -24,7 +24,8 @@ use crate::auth::Principal;
 use crate::config::RuleConfig;
 use crate::error::GatewayError;
 use crate::protocol::jsonrpc::{Method, RpcRequest};
-use crate::protocol::model::{Metadata, SendResult, Stamp, StreamItem, Task};
+use crate::protocol::model::{Metadata, Stamp, StreamItem, Task};
+use crate::protocol::ops::SendResult;
 use crate::protocol::ops::{ItemStream, ListTasksResponse};
 use crate::tasks::{FastMap, Tasks};
 

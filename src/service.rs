@@ -1,6 +1,7 @@
 //! The A2A operations, independent of transport: JSON-RPC (both dialects) and, later, the
 //! HTTP+JSON binding call these and only render the results differently.
 
+use crate::protocol::ops::SendResult;
 use std::sync::Arc;
 
 use futures_util::stream::{self, Stream, StreamExt};
@@ -14,8 +15,7 @@ use crate::agents::{
 use crate::auth::Principal;
 use crate::error::GatewayError;
 use crate::protocol::model::{
-    new_id, Message, SendResult, StreamEnd, StreamItem, Task, TaskState, TaskStatus,
-    TaskStatusUpdateEvent,
+    new_id, Message, StreamEnd, StreamItem, Task, TaskState, TaskStatus, TaskStatusUpdateEvent,
 };
 use crate::protocol::ops::{ItemStream, ListTasksResponse, SendRequest};
 use crate::protocol::params::ListQuery;

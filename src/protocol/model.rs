@@ -5,7 +5,6 @@
 //! every dialect a client may speak: 0.3 `kind`-tagged parts, 0.1 `type` tags, snake_case keys,
 //! lowercase or numeric enums. The 0.3 output shapes live in [`super::v03`].
 
-use super::relay::Relayed;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::de::{self, Deserializer};
 use serde::ser::{SerializeMap, Serializer};
@@ -869,34 +868,6 @@ impl StreamEnd {
         match self {
             StreamEnd::Interrupted => item.ends_stream(),
             StreamEnd::Terminal => item.finishes_task(),
-        }
-    }
-}
-
-/// What a send returns: the 1.0 `SendMessageResponse` oneof.
-#[derive(Debug, Clone, PartialEq)]
-pub enum SendResult {
-    Task(Task),
-    Message(Message),
-    /// An upstream's answer, already in the caller's dialect (see [`Relayed`]).
-    Relayed(Relayed),
-}
-
-impl Serialize for SendResult {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        fn wrapped<S: serde::Serializer, T: Serialize>(
-            s: S,
-            key: &str,
-            value: &T,
-        ) -> Result<S::Ok, S::Error> {
-            let mut map = s.serialize_map(Some(1))?;
-            map.serialize_entry(key, value)?;
-            map.end()
-        }
-        match self {
-            SendResult::Task(t) => wrapped(s, "task", t),
-            SendResult::Message(m) => wrapped(s, "message", m),
-            SendResult::Relayed(r) => r.serialize_as(super::Dialect::V10, s),
         }
     }
 }

@@ -4,9 +4,11 @@
 use std::pin::Pin;
 
 use futures_util::Stream;
+use serde::ser::SerializeMap;
 use serde::Serialize;
 
 use super::model::{Message, StreamItem, Task};
+use super::relay::Relayed;
 use crate::error::GatewayError;
 
 /// A stream of task events in order; ends after the item that closes it.
@@ -32,4 +34,32 @@ pub struct ListTasksResponse {
     pub next_page_token: String,
     pub page_size: usize,
     pub total_size: usize,
+}
+
+/// What a send returns: the 1.0 `SendMessageResponse` oneof.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SendResult {
+    Task(Task),
+    Message(Message),
+    /// An upstream's answer, already in the caller's dialect (see [`Relayed`]).
+    Relayed(Relayed),
+}
+
+impl Serialize for SendResult {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        fn wrapped<S: serde::Serializer, T: Serialize>(
+            s: S,
+            key: &str,
+            value: &T,
+        ) -> Result<S::Ok, S::Error> {
+            let mut map = s.serialize_map(Some(1))?;
+            map.serialize_entry(key, value)?;
+            map.end()
+        }
+        match self {
+            SendResult::Task(t) => wrapped(s, "task", t),
+            SendResult::Message(m) => wrapped(s, "message", m),
+            SendResult::Relayed(r) => r.serialize_as(super::Dialect::V10, s),
+        }
+    }
 }

@@ -160,10 +160,9 @@ impl ListTasksParams {
 /// `historyLength` per dialect: 1.0 `0` means no history, while 0.3 SDKs read `0` as "do
 /// not trim" (trap 6 of the reference). `None` means the whole history.
 pub fn history_length(raw: Option<i64>, dialect: Dialect) -> Result<Option<usize>, GatewayError> {
-    if dialect == Dialect::V01 {
-        return super::v01::history_length(raw);
-    }
     match (raw, dialect) {
+        // 0.1 clients that name no length get no history (its task answers carry none).
+        (None, Dialect::V01) => Ok(Some(0)),
         (None, _) => Ok(None),
         (Some(n), _) if n < 0 => Err(GatewayError::InvalidParams(format!(
             "params.historyLength: must not be negative, got {n}"

@@ -91,17 +91,6 @@ pub fn read_send(raw: Option<&RawValue>) -> Result<SendV01, GatewayError> {
     Ok(SendV01 { task_id, params })
 }
 
-/// A 0.1 `historyLength`: absent or 0 means no history (the 0.1 specification).
-pub fn history_length(raw: Option<i64>) -> Result<Option<usize>, GatewayError> {
-    match raw {
-        None => Ok(Some(0)),
-        Some(n) if n < 0 => Err(GatewayError::InvalidParams(format!(
-            "params.historyLength: must not be negative, got {n}"
-        ))),
-        Some(n) => Ok(Some(n as usize)),
-    }
-}
-
 /// 0.1 knows seven states; the later ones map to their nearest.
 pub fn state_name(state: TaskState) -> &'static str {
     match state {

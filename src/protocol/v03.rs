@@ -2,13 +2,14 @@
 //! roles, `file`/`data` parts), written straight from the canonical model without an
 //! intermediate `Value` tree.
 
+use super::ops::SendResult;
 use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::model::{
-    format_timestamp, Artifact, Message, Part, PartContent, SendResult, Stamp, Stamped, StreamEnd,
-    StreamItem, Task, TaskArtifactUpdateEvent, TaskStatus, TaskStatusUpdateEvent, DATA_COMPAT_KEY,
+    format_timestamp, Artifact, Message, Part, PartContent, Stamp, Stamped, StreamEnd, StreamItem,
+    Task, TaskArtifactUpdateEvent, TaskStatus, TaskStatusUpdateEvent, DATA_COMPAT_KEY,
 };
 
 /// Borrowing adapter: `V03(&x)` serializes `x` in its 0.3 JSON-RPC form.

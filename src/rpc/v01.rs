@@ -13,8 +13,9 @@ use crate::agents::Agent;
 use crate::auth::Principal;
 use crate::error::GatewayError;
 use crate::protocol::jsonrpc::{render_result, Method, RpcId};
-use crate::protocol::model::{SendResult, StreamEnd, StreamItem, Task};
+use crate::protocol::model::{StreamEnd, StreamItem, Task};
 use crate::protocol::ops::ItemStream;
+use crate::protocol::ops::SendResult;
 use crate::protocol::params::TaskIdParams;
 use crate::protocol::v01::{self as shapes, MessageAsTaskV01, SendV01, TaskV01};
 use crate::protocol::Dialect;
@@ -110,7 +111,7 @@ async fn get(
     task_id: &str,
     served: &Served,
 ) -> Result<RpcReply, GatewayError> {
-    let history = shapes::history_length(p.history_length)?;
+    let history = crate::protocol::params::history_length(p.history_length, Dialect::V01)?;
     let mut task = service.get(agent, caller, task_id, history).await?;
     served.stamp_task(&mut task);
     task.id = p.id;

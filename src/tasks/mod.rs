@@ -351,3 +351,16 @@ impl Tasks {
         self.store.is_empty()
     }
 }
+
+impl From<StoreError> for crate::error::GatewayError {
+    fn from(e: StoreError) -> crate::error::GatewayError {
+        match e {
+            StoreError::Full(n) => crate::error::GatewayError::TaskStoreFull(n),
+            StoreError::Quota(n) => crate::error::GatewayError::TaskQuota(n),
+            StoreError::BadPageToken => crate::error::GatewayError::InvalidParams(
+                "params.pageToken: not a token this gateway issued".into(),
+            ),
+            other => crate::error::GatewayError::Internal(other.to_string()),
+        }
+    }
+}

@@ -2,14 +2,14 @@
 //! read back into the canonical model. Reading is lenient about the dialect: a peer that
 //! answers in the other generation's shape is still understood.
 
+use crate::protocol::ops::SendResult;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::error::GatewayError;
 use crate::protocol::model::{
-    Message, Metadata, SendResult, StreamItem, Task, TaskArtifactUpdateEvent, TaskState,
-    TaskStatusUpdateEvent,
+    Message, Metadata, StreamItem, Task, TaskArtifactUpdateEvent, TaskState, TaskStatusUpdateEvent,
 };
 use crate::protocol::ops::SendRequest;
 use crate::protocol::params::ListQuery;
