@@ -15,6 +15,7 @@ use crate::http::{routes, AppState, LeanRootSpan};
 use crate::limits::connections::{ConnectionLimits, Gate};
 use crate::limits::StreamGauge;
 use crate::service::A2aService;
+use crate::setup::Ready;
 use crate::tasks::{MemoryTaskStore, Tasks};
 
 pub struct Application {
@@ -22,9 +23,17 @@ pub struct Application {
     server: Server,
 }
 
-/// Wires the agents, the task store and the service from validated settings.
-pub fn build_state(settings: Settings) -> std::io::Result<AppState> {
-    let Settings { gateway, agents } = settings;
+/// Wires the agents, the task store and the service from the ready parts.
+pub fn build_state(ready: Ready) -> std::io::Result<AppState> {
+    let Ready {
+        settings,
+        auth,
+        rates,
+        rules,
+    } = ready;
+    let Settings {
+        gateway, agents, ..
+    } = settings;
     let limits = &gateway.limits;
     let card_changes = crate::agents::CardChanges::default();
     let agents = agents
@@ -49,17 +58,6 @@ pub fn build_state(settings: Settings) -> std::io::Result<AppState> {
     let stream_limit = limits
         .max_open_streams
         .unwrap_or_else(crate::limits::default_stream_limit);
-    let auth = crate::auth::Authenticator::build(&gateway.auth)
-        .map_err(|errors| std::io::Error::other(errors.join("; ")))?;
-    let rates = crate::limits::RateLimits::build(&gateway.rate_limits, &gateway.auth)
-        .map_err(|errors| std::io::Error::other(errors.join("; ")))?;
-    let rules = gateway
-        .routing
-        .rules
-        .iter()
-        .map(crate::routing::Rule::build)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(std::io::Error::other)?;
     let open_to_all = !auth.enabled()
         && registry
             .iter()
@@ -186,20 +184,24 @@ fn cors_middleware(cfg: &crate::config::CorsConfig) -> actix_cors::Cors {
 }
 
 impl Application {
-    /// Binds the configured host and port (port 0 picks a free one).
+    /// Builds the parts of `settings` (see [`crate::setup`]) and serves them.
     pub async fn build(settings: Settings) -> std::io::Result<Application> {
-        let server = &settings.gateway.server;
-        let listener = TcpListener::bind((server.host.as_str(), server.port))?;
-        Application::with_listener(settings, listener).await
+        let ready = crate::setup::build(settings)
+            .map_err(|diags| std::io::Error::other(diags.to_string()))?;
+        Application::serve(ready).await
     }
 
-    pub async fn with_listener(
-        settings: Settings,
-        listener: TcpListener,
-    ) -> std::io::Result<Application> {
+    /// Binds the configured host and port (port 0 picks a free one).
+    pub async fn serve(ready: Ready) -> std::io::Result<Application> {
+        let server = &ready.settings.gateway.server;
+        let listener = TcpListener::bind((server.host.as_str(), server.port))?;
+        Application::with_listener(ready, listener).await
+    }
+
+    async fn with_listener(ready: Ready, listener: TcpListener) -> std::io::Result<Application> {
         let addr = listener.local_addr()?;
-        let workers = settings.gateway.server.workers;
-        let state = build_state(settings)?;
+        let workers = ready.settings.gateway.server.workers;
+        let state = build_state(ready)?;
         start_upstreams(&state).await;
         for source in state.auth.jwks_sources() {
             tokio::spawn(source.keep_fresh());

@@ -8,7 +8,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::app::Application;
 use crate::card::agent_path;
-use crate::config::{self, Settings};
+use crate::config;
 
 /// Exit status for an invalid configuration (EX_USAGE), as supervisors expect.
 const EXIT_BAD_CONFIG: u8 = 64;
@@ -69,13 +69,9 @@ pub fn run() -> ExitCode {
     }
 }
 
-fn load(args: &ConfigArgs) -> Result<Settings, config::Diagnostics> {
-    config::load(args.config.as_deref(), &args.agents_dir)
-}
-
 fn check(args: &ConfigArgs) -> ExitCode {
-    match load(args) {
-        Ok(settings) => {
+    match crate::setup::load(args.config.as_deref(), &args.agents_dir) {
+        Ok(crate::setup::Ready { settings, .. }) => {
             println!(
                 "ok: {} agent(s) in {}: {}",
                 settings.agents.len(),
@@ -115,7 +111,7 @@ fn serve(args: ServeArgs) -> ExitCode {
     if let Some(limit) = crate::limits::raise_open_file_limit() {
         tracing::debug!(limit, "open-file limit");
     }
-    let mut settings = match load(&args.config) {
+    let mut settings = match config::load(args.config.config.as_deref(), &args.config.agents_dir) {
         Ok(s) => s,
         Err(diags) => {
             eprint!("{diags}");
@@ -156,12 +152,25 @@ fn serve(args: ServeArgs) -> ExitCode {
             "serving without authentication on a non-loopback address: anyone who can reach it can call every agent"
         );
     }
+    // Built once, after the command line has had its say (`--auth-token`).
+    let ready = match crate::setup::build(settings) {
+        Ok(ready) => ready,
+        Err(diags) => {
+            eprint!("{diags}");
+            eprintln!(
+                "refusing to start: {} configuration error(s)",
+                diags.0.len()
+            );
+            return ExitCode::from(EXIT_BAD_CONFIG);
+        }
+    };
+    let settings = &ready.settings;
     let public_url = settings.gateway.public_url().map(str::to_string);
     let agents: Vec<String> = settings.agents.iter().map(|a| a.name.clone()).collect();
     let default_agent = settings.gateway.default_agent_name().map(str::to_string);
 
     let result = actix_web::rt::System::new().block_on(async move {
-        let app = match Application::build(settings).await {
+        let app = match Application::serve(ready).await {
             Ok(app) => app,
             Err(e) => {
                 eprintln!("cannot listen on {host}: {e}");

@@ -20,6 +20,7 @@ pub mod protocol;
 pub mod routing;
 pub mod rpc;
 pub mod service;
+pub mod setup;
 pub mod tasks;
 
 /// Entry points for the fuzz targets under `fuzz/`, which need a few internals; built only

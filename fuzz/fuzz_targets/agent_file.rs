@@ -17,7 +17,7 @@ fuzz_target!(|data: &[u8]| {
     std::fs::write(agents.join("a.toml"), agent).unwrap();
     let gateway_toml = dir.path().join("gateway.toml");
     std::fs::write(&gateway_toml, gateway).unwrap();
-    if let Err(diags) = a2a_gateway::config::load(Some(&gateway_toml), &agents) {
+    if let Err(diags) = a2a_gateway::setup::load(Some(&gateway_toml), &agents) {
         for d in &diags.0 {
             let lines = if d.file.ends_with("a.toml") {
                 agent

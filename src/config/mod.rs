@@ -15,11 +15,13 @@ use toml::Spanned;
 pub use agents_d::load_agents_dir;
 pub use diagnostics::{Diagnostic, Diagnostics};
 
-/// Everything the gateway needs to start, validated.
+/// Both files as read and checked, before anything is built from them (see `setup`).
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub gateway: GatewayConfig,
     pub agents: Vec<AgentDef>,
+    /// The gateway file diagnostics name (`gateway.toml` when none was read).
+    pub gateway_file: PathBuf,
 }
 
 impl Settings {
@@ -644,14 +646,32 @@ fn default_echo_max_delay() -> u64 {
     60
 }
 
-/// Loads and validates everything. `config_path` None means "gateway.toml if present".
+/// Reads and checks both files. `config_path` None means "gateway.toml if present". What
+/// is built from them (credentials, rate limits, rules) is checked by `setup::load`.
 pub fn load(config_path: Option<&Path>, agents_dir: &Path) -> Result<Settings, Diagnostics> {
+    let (settings, diags) = read(config_path, agents_dir);
+    diags.into_result(settings)
+}
+
+/// Like [`load`], but returns what could be read beside every problem found, so that
+/// later checks can add theirs.
+pub fn read(config_path: Option<&Path>, agents_dir: &Path) -> (Settings, Diagnostics) {
     let mut diags = Diagnostics::default();
     let gateway = load_gateway(config_path, &mut diags);
     let agents = load_agents_dir(agents_dir, &mut diags);
     let mut gateway = gateway.unwrap_or_default();
     validate_gateway(&mut gateway, config_path, &agents, &mut diags);
-    diags.into_result(Settings { gateway, agents })
+    let gateway_file = config_path
+        .unwrap_or(Path::new(DEFAULT_CONFIG_FILE))
+        .to_path_buf();
+    (
+        Settings {
+            gateway,
+            agents,
+            gateway_file,
+        },
+        diags,
+    )
 }
 
 const DEFAULT_CONFIG_FILE: &str = "gateway.toml";
@@ -720,12 +740,6 @@ fn validate_gateway(
         }
         _ => {}
     }
-    // Secrets and keys are read now, so `check` reports a missing variable or file.
-    if let Err(errors) = crate::auth::Authenticator::build(&gateway.auth) {
-        for e in errors {
-            diags.push(Diagnostic::file(file, format!("auth: {e}")));
-        }
-    }
     let cors = &gateway.cors;
     // "null" is the origin of sandboxed frames and local files: any page can claim it,
     // so with credentials it is as open as "*".
@@ -735,11 +749,6 @@ fn validate_gateway(
                 file,
                 format!("cors: allow_credentials cannot be combined with the origin \"{open}\" (any page can claim it)"),
             ));
-        }
-    }
-    if let Err(errors) = crate::limits::RateLimits::build(&gateway.rate_limits, &gateway.auth) {
-        for e in errors {
-            diags.push(Diagnostic::file(file, format!("rate_limits: {e}")));
         }
     }
     for (i, rule) in gateway.routing.rules.iter().enumerate() {
@@ -754,14 +763,6 @@ fn validate_gateway(
                     i + 1,
                     rule.agent.get_ref()
                 ),
-            ));
-        }
-        if let Err(e) = crate::routing::Rule::build(rule) {
-            diags.push(Diagnostic::at(
-                file,
-                &text,
-                at,
-                format!("routing rule {}: {e}", i + 1),
             ));
         }
     }

@@ -852,8 +852,9 @@ async fn command_paths_are_relative_to_the_agent_file() {
         agent("plain", "text", &["bin/plain.sh"], ""),
     )
     .unwrap();
-    let err = a2a_gateway::config::load(gateway_toml.as_deref(), &agents)
-        .unwrap_err()
+    let err = a2a_gateway::setup::load(gateway_toml.as_deref(), &agents)
+        .err()
+        .expect("does not load")
         .to_string();
     assert!(err.contains("plain.toml:6:13: backend.command:"), "{err}");
     assert!(err.contains("plain.sh is not an executable file"), "{err}");

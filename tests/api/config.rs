@@ -9,7 +9,7 @@ fn problems(files: &[(&str, &str)], gateway: Option<&str>) -> Vec<String> {
     // Always name a gateway file, so the repository's own gateway.toml (in the test's
     // working directory) never leaks in.
     let (_dir, agents, gateway) = write_config(files, Some(gateway.unwrap_or("")));
-    match config::load(gateway.as_deref(), &agents) {
+    match a2a_gateway::setup::load(gateway.as_deref(), &agents) {
         Ok(_) => Vec::new(),
         Err(d) => {
             d.0.iter()

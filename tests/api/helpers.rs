@@ -70,7 +70,7 @@ pub fn write_config(
 /// The rendered load errors of a configuration that must not load (`file:line:col: ...`).
 pub fn load_errors(files: &[(&str, &str)], gateway: &str) -> String {
     let (_dir, agents, gateway) = write_config(files, Some(gateway));
-    match config::load(gateway.as_deref(), &agents) {
+    match a2a_gateway::setup::load(gateway.as_deref(), &agents) {
         Ok(_) => panic!("the configuration loaded, but it should not"),
         Err(d) => d.to_string(),
     }

@@ -1,0 +1,91 @@
+//! From settings to the parts the gateway runs with. The credentials (secrets and keys read
+//! from their variables and files), the rate limits and the routing rules are built here,
+//! once; a part that cannot be built is reported like any load error, so `check` and
+//! `serve` report every problem of a configuration in one go.
+//!
+//! `config` reads and checks the files and knows nothing of what is built from them; this
+//! module sits above it and the modules it builds (auth, limits, routing).
+
+use std::path::Path;
+
+use crate::auth::Authenticator;
+use crate::config::{self, Diagnostic, Diagnostics, Settings};
+use crate::limits::RateLimits;
+use crate::routing::Rule;
+
+/// Settings with their parts built.
+pub struct Ready {
+    pub settings: Settings,
+    pub(crate) auth: Authenticator,
+    pub(crate) rates: RateLimits,
+    pub(crate) rules: Vec<Rule>,
+}
+
+/// Reads both files and builds their parts; every problem of either, or the ready parts.
+pub fn load(config_path: Option<&Path>, agents_dir: &Path) -> Result<Ready, Diagnostics> {
+    let (settings, mut diags) = config::read(config_path, agents_dir);
+    let parts = parts(&settings, &mut diags);
+    match parts {
+        Some((auth, rates, rules)) if diags.0.is_empty() => Ok(Ready {
+            settings,
+            auth,
+            rates,
+            rules,
+        }),
+        _ => Err(diags),
+    }
+}
+
+/// Builds the parts of settings already read (and perhaps changed, as `--auth-token` does).
+pub fn build(settings: Settings) -> Result<Ready, Diagnostics> {
+    let mut diags = Diagnostics::default();
+    match parts(&settings, &mut diags) {
+        Some((auth, rates, rules)) => Ok(Ready {
+            settings,
+            auth,
+            rates,
+            rules,
+        }),
+        None => Err(diags),
+    }
+}
+
+fn parts(
+    settings: &Settings,
+    diags: &mut Diagnostics,
+) -> Option<(Authenticator, RateLimits, Vec<Rule>)> {
+    let gateway = &settings.gateway;
+    let file = settings.gateway_file.as_path();
+    let before = diags.0.len();
+    let auth = Authenticator::build(&gateway.auth)
+        .map_err(|errors| {
+            for e in errors {
+                diags.push(Diagnostic::file(file, format!("auth: {e}")));
+            }
+        })
+        .ok();
+    let rates = RateLimits::build(&gateway.rate_limits, &gateway.auth)
+        .map_err(|errors| {
+            for e in errors {
+                diags.push(Diagnostic::file(file, format!("rate_limits: {e}")));
+            }
+        })
+        .ok();
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    let mut rules = Vec::new();
+    for (i, rule) in gateway.routing.rules.iter().enumerate() {
+        match Rule::build(rule) {
+            Ok(r) => rules.push(r),
+            Err(e) => diags.push(Diagnostic::at(
+                file,
+                &text,
+                rule.agent.span().start,
+                format!("routing rule {}: {e}", i + 1),
+            )),
+        }
+    }
+    if diags.0.len() > before {
+        return None;
+    }
+    Some((auth?, rates?, rules))
+}
