@@ -10,6 +10,7 @@ mod errors;
 mod helpers;
 mod hostile;
 mod interop;
+mod layout;
 mod legacy;
 mod lifecycle;
 mod limits;
