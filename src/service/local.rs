@@ -1,280 +1,128 @@
-//! The A2A operations, independent of transport: JSON-RPC (both dialects) and, later, the
-//! HTTP+JSON binding call these and only render the results differently.
+//! Agents whose tasks the gateway runs itself: a message gets its task and context ids,
+//! is answered at once when its backend knows the whole outcome and nothing is overtaken,
+//! and is otherwise scheduled on the agent's actor as a job whose events the task store
+//! keeps and publishes.
 
-use crate::protocol::ops::SendResult;
 use std::sync::Arc;
 
-use futures_util::stream::{self, Stream, StreamExt};
+use futures_util::future::LocalBoxFuture;
+use futures_util::stream::{self, Stream};
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
+use super::{viewer, Operations, Sent, TaskWriter};
 use crate::agents::{
-    Admission, Agent, AgentBackend, Backend, BackendError, EventSink, Execution, Immediate,
-    SinkProbe, SinkSetup, Update,
+    Agent, AgentBackend, Backend, BackendError, EventSink, Execution, Immediate, SinkProbe,
+    SinkSetup, Update,
 };
 use crate::auth::Principal;
 use crate::error::GatewayError;
 use crate::protocol::model::{
     new_id, Message, StreamEnd, StreamItem, Task, TaskState, TaskStatus, TaskStatusUpdateEvent,
 };
-use crate::protocol::ops::{ItemStream, ListTasksResponse, SendRequest};
+use crate::protocol::ops::{ItemStream, ListTasksResponse, SendRequest, SendResult};
 use crate::protocol::params::ListQuery;
-use crate::routing::{conversation, BoundedMap, ContextIndex};
+use crate::routing::{conversation, ContextIndex};
 use crate::tasks::{Applied, Tasks, Viewer};
 
 /// How many events an execution may run ahead of a slow caller before it waits.
 const CALLER_BUFFER: usize = 32;
 
-pub struct A2aService {
+pub(super) struct LocalOps {
     tasks: Arc<Tasks>,
-    remote_owners: Arc<RemoteOwners>,
     contexts: Arc<ContextIndex>,
-    legacy_ids: LegacyNames,
 }
 
-/// 0.1 clients choose their task ids: the gateway's task for each (agent, caller, chosen
-/// id), so two callers' ids never meet. Cloned into the streams that name new tasks.
-#[derive(Clone)]
-pub struct LegacyNames(Arc<BoundedMap<String>>);
-
-impl LegacyNames {
-    /// The task a 0.1 caller named `client_id` on `agent`.
-    pub fn get(&self, agent: &Agent, caller: &Principal, client_id: &str) -> Option<String> {
-        self.0.get(&legacy_key(agent, caller, client_id))
-    }
-
-    /// Records that the 0.1 caller's `client_id` names `task_id` on `agent`.
-    pub fn name(&self, agent: &Agent, caller: &Principal, client_id: &str, task_id: &str) {
-        self.0
-            .insert(&legacy_key(agent, caller, client_id), task_id.to_string());
+fn backend_of(agent: &Agent) -> Result<&Arc<dyn AgentBackend>, GatewayError> {
+    match &agent.backend {
+        Backend::Local(backend) => Ok(backend),
+        Backend::Remote(_) => Err(GatewayError::Internal(format!(
+            "agent {} is not local",
+            agent.name
+        ))),
     }
 }
 
-/// A message with its ids settled, ready to run (see [`A2aService::prepare`]).
-struct Prepared {
-    message: Message,
-    /// The task a follow-up message continues; None for a new task.
-    continuing: Option<String>,
-    task_id: String,
-    context_id: String,
-    /// The gateway made the contextId up just now, so nothing else can be using it.
-    fresh_context: bool,
-}
-
-/// How the caller will write a task that answers a send. Given one, the service writes the
-/// answer to a task it settles at once from the task it is about to store, not from a copy.
-pub type TaskWriter<'a> = &'a (dyn Fn(&Task) -> Result<Vec<u8>, GatewayError> + Sync);
-
-/// What a send returns: its result, or the answer already written by the [`TaskWriter`].
-// Moved once per send; boxing the result would cost an allocation on every other path.
-#[allow(clippy::large_enum_variant)]
-pub enum Sent {
-    Result(SendResult),
-    Written(Vec<u8>),
-}
-
-struct Started {
-    task_id: String,
-    updates: mpsc::Receiver<Result<Update, GatewayError>>,
-}
-
-impl A2aService {
-    pub fn new(tasks: Arc<Tasks>) -> A2aService {
-        let remote_owners = Arc::new(RemoteOwners::new(tasks_capacity_hint()));
-        A2aService {
-            tasks,
-            remote_owners,
-            contexts: Arc::default(),
-            legacy_ids: LegacyNames(Arc::new(BoundedMap::new(tasks_capacity_hint()))),
-        }
-    }
-
-    /// The task names of 0.1 clients.
-    pub fn legacy_names(&self) -> &LegacyNames {
-        &self.legacy_ids
-    }
-
-    pub fn tasks(&self) -> &Tasks {
-        &self.tasks
-    }
-
-    /// Which agent served each conversation, for context affinity on `/a2a`.
-    pub fn contexts(&self) -> &ContextIndex {
-        &self.contexts
-    }
-
-    /// `SendMessage` / `message/send`.
-    pub async fn send(
-        &self,
-        agent: &Arc<Agent>,
-        caller: &Principal,
+impl Operations for LocalOps {
+    fn send<'a>(
+        &'a self,
+        agent: &'a Arc<Agent>,
+        caller: &'a Principal,
         req: SendRequest,
-    ) -> Result<SendResult, GatewayError> {
-        match self.send_writing(agent, caller, req, None).await? {
-            Sent::Result(result) => Ok(result),
-            Sent::Written(_) => Err(GatewayError::Internal("answer written unasked".into())),
-        }
+        writer: Option<TaskWriter<'a>>,
+    ) -> LocalBoxFuture<'a, Result<Sent, GatewayError>> {
+        Box::pin(async move {
+            let backend = backend_of(agent)?;
+            self.send_local(agent, caller, backend, req, writer).await
+        })
     }
 
-    /// [`Self::send`], leaving the writing of a task answer to `writer` where that saves
-    /// a copy of the task.
-    pub async fn send_writing(
-        &self,
-        agent: &Arc<Agent>,
-        caller: &Principal,
+    fn stream<'a>(
+        &'a self,
+        agent: &'a Arc<Agent>,
+        caller: &'a Principal,
         req: SendRequest,
-        writer: Option<TaskWriter<'_>>,
-    ) -> Result<Sent, GatewayError> {
-        check_send(&req)?;
-        match &agent.backend {
-            Backend::Local(backend) => self.send_local(agent, caller, backend, req, writer).await,
-            Backend::Remote(remote) => {
-                self.remote_owners.check_message(&req.message, caller)?;
-                let _turn = take_turn(agent, caller, &req).await?;
-                let result = remote.send(&req).await?;
-                remote.note_result(&caller.id, &result);
-                match &result {
-                    SendResult::Task(t) => {
-                        self.remote_owners.record(&t.id, caller);
-                        self.contexts.record(&caller.id, &t.context_id, &agent.name);
-                    }
-                    SendResult::Message(m) => {
-                        if let Some(c) = &m.context_id {
-                            self.contexts.record(&caller.id, c, &agent.name);
-                        }
-                    }
-                    SendResult::Relayed(r) => {
-                        if let Some(t) = &r.task_id {
-                            self.remote_owners.record(t, caller);
-                        }
-                        if let Some(c) = &r.context_id {
-                            self.contexts.record(&caller.id, c, &agent.name);
-                        }
-                    }
-                }
-                Ok(Sent::Result(result))
-            }
-        }
+    ) -> LocalBoxFuture<'a, Result<ItemStream, GatewayError>> {
+        Box::pin(async move {
+            let backend = backend_of(agent)?;
+            let prepared = self.prepare(agent, caller, req.message)?;
+            let continuing = prepared.continuing.is_some();
+            let Started { updates, .. } = self.launch(agent, caller, backend, prepared, true)?;
+            Ok(until_stream_ends(updates, continuing))
+        })
     }
 
-    /// `SendStreamingMessage` / `message/stream`: the task (or one Message) first, then
-    /// every event until the task finishes or needs input.
-    pub async fn stream(
-        &self,
-        agent: &Arc<Agent>,
-        caller: &Principal,
-        req: SendRequest,
-    ) -> Result<ItemStream, GatewayError> {
-        check_send(&req)?;
-        match &agent.backend {
-            Backend::Local(backend) => {
-                let prepared = self.prepare(agent, caller, req.message)?;
-                let continuing = prepared.continuing.is_some();
-                let Started { updates, .. } =
-                    self.launch(agent, caller, backend, prepared, true)?;
-                Ok(until_stream_ends(updates, continuing))
-            }
-            Backend::Remote(remote) => {
-                self.remote_owners.check_message(&req.message, caller)?;
-                // The turn is held for as long as the stream is open.
-                let turn = take_turn(agent, caller, &req).await?;
-                let items = remote.stream(&req).await?;
-                let owners = self.remote_owners.clone();
-                let contexts = self.contexts.clone();
-                let (caller, anonymous) = (caller.id.clone(), caller.anonymous);
-                let agent_name = agent.name.clone();
-                let remote = remote.clone();
-                Ok(Box::pin(items.map(move |item| {
-                    let _held = &turn;
-                    if let Ok(item) = &item {
-                        remote.note_item(&caller, item);
-                    }
-                    if let Ok(StreamItem::Task(t)) = &item {
-                        owners.record_id(&t.id, &caller, anonymous);
-                        contexts.record(&caller, &t.context_id, &agent_name);
-                    }
-                    item
-                })))
-            }
-        }
-    }
-
-    /// `GetTask` / `tasks/get`.
-    pub async fn get(
-        &self,
-        agent: &Agent,
-        caller: &Principal,
-        id: &str,
+    fn get<'a>(
+        &'a self,
+        agent: &'a Agent,
+        caller: &'a Principal,
+        id: &'a str,
         history_length: Option<usize>,
-    ) -> Result<Task, GatewayError> {
-        match &agent.backend {
-            Backend::Local(_) => self.get_local(viewer(agent, caller), id, history_length),
-            Backend::Remote(remote) => {
-                self.remote_owners.check(id, caller)?;
-                let task = remote.get(id, history_length).await?;
-                remote.note_task(&task);
-                Ok(task)
-            }
-        }
+    ) -> LocalBoxFuture<'a, Result<Task, GatewayError>> {
+        Box::pin(std::future::ready(self.get_local(
+            viewer(agent, caller),
+            id,
+            history_length,
+        )))
     }
 
-    /// `ListTasks` (1.0 only).
-    pub async fn list(
-        &self,
-        agent: &Agent,
-        caller: &Principal,
-        query: &ListQuery,
-    ) -> Result<ListTasksResponse, GatewayError> {
-        match &agent.backend {
-            Backend::Local(_) => self.list_local(viewer(agent, caller), query),
-            Backend::Remote(remote) => {
-                let mut page = remote.list(&caller.id, query).await?;
-                // The remote does not know our callers: keep only what this one created.
-                page.tasks
-                    .retain(|t| self.remote_owners.check(&t.id, caller).is_ok());
-                Ok(page)
-            }
-        }
+    fn list<'a>(
+        &'a self,
+        agent: &'a Agent,
+        caller: &'a Principal,
+        query: &'a ListQuery,
+    ) -> LocalBoxFuture<'a, Result<ListTasksResponse, GatewayError>> {
+        Box::pin(std::future::ready(
+            self.list_local(viewer(agent, caller), query),
+        ))
     }
 
-    /// `CancelTask` / `tasks/cancel`.
-    pub async fn cancel(
-        &self,
-        agent: &Agent,
-        caller: &Principal,
-        id: &str,
-    ) -> Result<Task, GatewayError> {
-        match &agent.backend {
-            Backend::Local(_) => self.cancel_local(viewer(agent, caller), id),
-            Backend::Remote(remote) => {
-                self.remote_owners.check(id, caller)?;
-                let task = remote.cancel(id).await?;
-                remote.note_task(&task);
-                Ok(task)
-            }
-        }
+    fn cancel<'a>(
+        &'a self,
+        agent: &'a Agent,
+        caller: &'a Principal,
+        id: &'a str,
+    ) -> LocalBoxFuture<'a, Result<Task, GatewayError>> {
+        Box::pin(std::future::ready(
+            self.cancel_local(viewer(agent, caller), id),
+        ))
     }
 
-    /// `SubscribeToTask` / `tasks/resubscribe`: the current task, then its later events.
-    pub async fn subscribe(
-        &self,
-        agent: &Agent,
-        caller: &Principal,
-        id: &str,
-    ) -> Result<ItemStream, GatewayError> {
-        match &agent.backend {
-            Backend::Local(_) => self.subscribe_local(viewer(agent, caller), id),
-            Backend::Remote(remote) => {
-                self.remote_owners.check(id, caller)?;
-                let items = remote.subscribe(id).await?;
-                let (remote, owner) = (remote.clone(), caller.id.clone());
-                Ok(Box::pin(items.inspect(move |item| {
-                    if let Ok(item) = item {
-                        remote.note_item(&owner, item);
-                    }
-                })))
-            }
-        }
+    fn subscribe<'a>(
+        &'a self,
+        agent: &'a Agent,
+        caller: &'a Principal,
+        id: &'a str,
+    ) -> LocalBoxFuture<'a, Result<ItemStream, GatewayError>> {
+        Box::pin(std::future::ready(
+            self.subscribe_local(viewer(agent, caller), id),
+        ))
+    }
+}
+
+impl LocalOps {
+    pub(super) fn new(tasks: Arc<Tasks>, contexts: Arc<ContextIndex>) -> LocalOps {
+        LocalOps { tasks, contexts }
     }
 
     async fn send_local(
@@ -555,6 +403,22 @@ impl A2aService {
     }
 }
 
+/// A message with its ids settled, ready to run (see [`A2aService::prepare`]).
+struct Prepared {
+    message: Message,
+    /// The task a follow-up message continues; None for a new task.
+    continuing: Option<String>,
+    task_id: String,
+    context_id: String,
+    /// The gateway made the contextId up just now, so nothing else can be using it.
+    fresh_context: bool,
+}
+
+struct Started {
+    task_id: String,
+    updates: mpsc::Receiver<Result<Update, GatewayError>>,
+}
+
 /// `futures::StreamExt::chain` under a name that reads well at the call site.
 trait ChainItems: Stream + Sized {
     fn chain_items<S: Stream<Item = Self::Item>>(self, next: S) -> stream::Chain<Self, S> {
@@ -562,108 +426,6 @@ trait ChainItems: Stream + Sized {
     }
 }
 impl<S: Stream> ChainItems for S {}
-
-/// Length-prefixed, so no choice of ids can make two callers' keys meet.
-fn legacy_key(agent: &Agent, caller: &Principal, client_id: &str) -> String {
-    let (a, p) = (&agent.name, &caller.id);
-    format!("{}:{a}{}:{p}{client_id}", a.len(), p.len())
-}
-
-fn viewer<'a>(agent: &'a Agent, caller: &'a Principal) -> Viewer<'a> {
-    Viewer {
-        agent: &agent.name,
-        principal: &caller.id,
-    }
-}
-
-/// How many upstream task owners are remembered (the oldest are forgotten first).
-fn tasks_capacity_hint() -> usize {
-    100_000
-}
-
-/// Who created each upstream task. The remote owns the task and knows nothing of the
-/// gateway's callers, so the gateway remembers, bounded, the creator of every task id it
-/// has handed out. An id it does not remember (created before a restart, or long ago) is
-/// visible only to the anonymous principal, which is what every caller is when no
-/// credentials are configured.
-pub struct RemoteOwners {
-    owners: BoundedMap<Arc<str>>,
-}
-
-impl RemoteOwners {
-    fn new(capacity: usize) -> RemoteOwners {
-        RemoteOwners {
-            owners: BoundedMap::new(capacity),
-        }
-    }
-
-    fn record(&self, task_id: &str, caller: &Principal) {
-        self.record_id(task_id, &caller.id, caller.anonymous);
-    }
-
-    /// Anonymous callers are not recorded: an id nobody claimed is visible to exactly the
-    /// anonymous principal anyway, so the record would change nothing (and cost on every
-    /// call of a gateway without credentials).
-    fn record_id(&self, task_id: &str, owner: &Arc<str>, anonymous: bool) {
-        if !anonymous {
-            self.owners.insert(task_id, owner.clone());
-        }
-    }
-
-    fn check(&self, task_id: &str, caller: &Principal) -> Result<(), GatewayError> {
-        let visible = match self.owners.get(task_id) {
-            Some(owner) => *owner == *caller.id,
-            None => caller.anonymous,
-        };
-        if visible {
-            Ok(())
-        } else {
-            Err(GatewayError::TaskNotFound(task_id.to_string()))
-        }
-    }
-
-    /// A follow-up message may only continue the caller's own task.
-    fn check_message(&self, message: &Message, caller: &Principal) -> Result<(), GatewayError> {
-        match message.task_id.as_deref().filter(|t| !t.is_empty()) {
-            Some(t) => self.check(t, caller),
-            None => Ok(()),
-        }
-    }
-}
-
-/// Checks what every send needs, whichever backend serves it.
-fn check_send(req: &SendRequest) -> Result<(), GatewayError> {
-    if req.has_push_config {
-        return Err(GatewayError::PushNotSupported);
-    }
-    if req.message.message_id.trim().is_empty() {
-        return Err(GatewayError::InvalidParams(
-            "params.message.messageId: must not be empty".into(),
-        ));
-    }
-    if req.message.parts.is_empty() {
-        return Err(GatewayError::InvalidParams(
-            "params.message.parts: a message needs at least one part".into(),
-        ));
-    }
-    Ok(())
-}
-
-/// Waits for the agent's actor to admit a forwarded message (mailbox, the caller's lane for
-/// its context, concurrency).
-async fn take_turn(
-    agent: &Agent,
-    caller: &Principal,
-    req: &SendRequest,
-) -> Result<Admission, GatewayError> {
-    let lane = req
-        .message
-        .context_id
-        .as_deref()
-        .filter(|c| !c.is_empty())
-        .map(|c| conversation(&caller.id, c));
-    Ok(agent.actor.enqueue(lane.as_deref())?.ready().await)
-}
 
 fn terminal_task_error(id: &str, state: TaskState) -> GatewayError {
     GatewayError::UnsupportedOperation(format!(

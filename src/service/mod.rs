@@ -1,0 +1,264 @@
+//! The A2A operations, independent of transport: JSON-RPC (both dialects) and the HTTP+JSON
+//! binding call these and only render the results differently.
+//!
+//! Each operation is answered by the agent's kind of backend, behind one seam
+//! ([`Operations`]): `local` runs tasks on the gateway (the agent's actor, the job runner,
+//! the task store) for every [`crate::agents::AgentBackend`] (echo, command, and any new
+//! local kind), and `upstream` forwards to a remote A2A server, keeping who created each
+//! of its tasks. The service checks what every call needs and chooses the implementation
+//! once per call.
+
+mod local;
+mod upstream;
+
+use std::sync::Arc;
+
+use futures_util::future::LocalBoxFuture;
+
+use crate::agents::{Agent, Backend};
+use crate::auth::Principal;
+use crate::error::GatewayError;
+use crate::protocol::model::Task;
+use crate::protocol::ops::{ItemStream, ListTasksResponse, SendRequest, SendResult};
+use crate::protocol::params::ListQuery;
+use crate::routing::{BoundedMap, ContextIndex};
+use crate::tasks::{Tasks, Viewer};
+
+use local::LocalOps;
+use upstream::UpstreamOps;
+
+pub struct A2aService {
+    tasks: Arc<Tasks>,
+    contexts: Arc<ContextIndex>,
+    legacy_ids: LegacyNames,
+    local: LocalOps,
+    upstream: UpstreamOps,
+}
+
+/// 0.1 clients choose their task ids: the gateway's task for each (agent, caller, chosen
+/// id), so two callers' ids never meet. Cloned into the streams that name new tasks.
+#[derive(Clone)]
+pub struct LegacyNames(Arc<BoundedMap<String>>);
+
+impl LegacyNames {
+    /// The task a 0.1 caller named `client_id` on `agent`.
+    pub fn get(&self, agent: &Agent, caller: &Principal, client_id: &str) -> Option<String> {
+        self.0.get(&legacy_key(agent, caller, client_id))
+    }
+
+    /// Records that the 0.1 caller's `client_id` names `task_id` on `agent`.
+    pub fn name(&self, agent: &Agent, caller: &Principal, client_id: &str, task_id: &str) {
+        self.0
+            .insert(&legacy_key(agent, caller, client_id), task_id.to_string());
+    }
+}
+
+/// How the caller will write a task that answers a send. Given one, the service writes the
+/// answer to a task it settles at once from the task it is about to store, not from a copy.
+pub type TaskWriter<'a> = &'a (dyn Fn(&Task) -> Result<Vec<u8>, GatewayError> + Sync);
+
+/// What a send returns: its result, or the answer already written by the [`TaskWriter`].
+// Moved once per send; boxing the result would cost an allocation on every other path.
+#[allow(clippy::large_enum_variant)]
+pub enum Sent {
+    Result(SendResult),
+    Written(Vec<u8>),
+}
+
+/// The A2A operations as one kind of backend answers them. Checks common to every kind
+/// (a send's message, push configs) are made by the service before it calls these.
+pub(crate) trait Operations {
+    fn send<'a>(
+        &'a self,
+        agent: &'a Arc<Agent>,
+        caller: &'a Principal,
+        req: SendRequest,
+        writer: Option<TaskWriter<'a>>,
+    ) -> LocalBoxFuture<'a, Result<Sent, GatewayError>>;
+
+    fn stream<'a>(
+        &'a self,
+        agent: &'a Arc<Agent>,
+        caller: &'a Principal,
+        req: SendRequest,
+    ) -> LocalBoxFuture<'a, Result<ItemStream, GatewayError>>;
+
+    fn get<'a>(
+        &'a self,
+        agent: &'a Agent,
+        caller: &'a Principal,
+        id: &'a str,
+        history_length: Option<usize>,
+    ) -> LocalBoxFuture<'a, Result<Task, GatewayError>>;
+
+    fn list<'a>(
+        &'a self,
+        agent: &'a Agent,
+        caller: &'a Principal,
+        query: &'a ListQuery,
+    ) -> LocalBoxFuture<'a, Result<ListTasksResponse, GatewayError>>;
+
+    fn cancel<'a>(
+        &'a self,
+        agent: &'a Agent,
+        caller: &'a Principal,
+        id: &'a str,
+    ) -> LocalBoxFuture<'a, Result<Task, GatewayError>>;
+
+    fn subscribe<'a>(
+        &'a self,
+        agent: &'a Agent,
+        caller: &'a Principal,
+        id: &'a str,
+    ) -> LocalBoxFuture<'a, Result<ItemStream, GatewayError>>;
+}
+
+impl A2aService {
+    pub fn new(tasks: Arc<Tasks>) -> A2aService {
+        let contexts: Arc<ContextIndex> = Arc::default();
+        A2aService {
+            local: LocalOps::new(tasks.clone(), contexts.clone()),
+            upstream: UpstreamOps::new(contexts.clone(), tasks_capacity_hint()),
+            tasks,
+            contexts,
+            legacy_ids: LegacyNames(Arc::new(BoundedMap::new(tasks_capacity_hint()))),
+        }
+    }
+
+    /// The task names of 0.1 clients.
+    pub fn legacy_names(&self) -> &LegacyNames {
+        &self.legacy_ids
+    }
+
+    pub fn tasks(&self) -> &Tasks {
+        &self.tasks
+    }
+
+    /// Which agent served each conversation, for context affinity on `/a2a`.
+    pub fn contexts(&self) -> &ContextIndex {
+        &self.contexts
+    }
+
+    /// Who answers `agent`'s operations: chosen here, once per call.
+    fn ops(&self, agent: &Agent) -> &dyn Operations {
+        match agent.backend {
+            Backend::Local(_) => &self.local,
+            Backend::Remote(_) => &self.upstream,
+        }
+    }
+
+    /// `SendMessage` / `message/send`.
+    pub async fn send(
+        &self,
+        agent: &Arc<Agent>,
+        caller: &Principal,
+        req: SendRequest,
+    ) -> Result<SendResult, GatewayError> {
+        match self.send_writing(agent, caller, req, None).await? {
+            Sent::Result(result) => Ok(result),
+            Sent::Written(_) => Err(GatewayError::Internal("answer written unasked".into())),
+        }
+    }
+
+    /// [`Self::send`], leaving the writing of a task answer to `writer` where that saves
+    /// a copy of the task.
+    pub async fn send_writing(
+        &self,
+        agent: &Arc<Agent>,
+        caller: &Principal,
+        req: SendRequest,
+        writer: Option<TaskWriter<'_>>,
+    ) -> Result<Sent, GatewayError> {
+        check_send(&req)?;
+        self.ops(agent).send(agent, caller, req, writer).await
+    }
+
+    /// `SendStreamingMessage` / `message/stream`: the task (or one Message) first, then
+    /// every event until the task finishes or needs input.
+    pub async fn stream(
+        &self,
+        agent: &Arc<Agent>,
+        caller: &Principal,
+        req: SendRequest,
+    ) -> Result<ItemStream, GatewayError> {
+        check_send(&req)?;
+        self.ops(agent).stream(agent, caller, req).await
+    }
+
+    /// `GetTask` / `tasks/get`.
+    pub async fn get(
+        &self,
+        agent: &Agent,
+        caller: &Principal,
+        id: &str,
+        history_length: Option<usize>,
+    ) -> Result<Task, GatewayError> {
+        self.ops(agent).get(agent, caller, id, history_length).await
+    }
+
+    /// `ListTasks` (1.0 only).
+    pub async fn list(
+        &self,
+        agent: &Agent,
+        caller: &Principal,
+        query: &ListQuery,
+    ) -> Result<ListTasksResponse, GatewayError> {
+        self.ops(agent).list(agent, caller, query).await
+    }
+
+    /// `CancelTask` / `tasks/cancel`.
+    pub async fn cancel(
+        &self,
+        agent: &Agent,
+        caller: &Principal,
+        id: &str,
+    ) -> Result<Task, GatewayError> {
+        self.ops(agent).cancel(agent, caller, id).await
+    }
+
+    /// `SubscribeToTask` / `tasks/resubscribe`: the current task, then its later events.
+    pub async fn subscribe(
+        &self,
+        agent: &Agent,
+        caller: &Principal,
+        id: &str,
+    ) -> Result<ItemStream, GatewayError> {
+        self.ops(agent).subscribe(agent, caller, id).await
+    }
+}
+
+/// Length-prefixed, so no choice of ids can make two callers' keys meet.
+fn legacy_key(agent: &Agent, caller: &Principal, client_id: &str) -> String {
+    let (a, p) = (&agent.name, &caller.id);
+    format!("{}:{a}{}:{p}{client_id}", a.len(), p.len())
+}
+
+fn viewer<'a>(agent: &'a Agent, caller: &'a Principal) -> Viewer<'a> {
+    Viewer {
+        agent: &agent.name,
+        principal: &caller.id,
+    }
+}
+
+/// How many upstream task owners are remembered (the oldest are forgotten first).
+fn tasks_capacity_hint() -> usize {
+    100_000
+}
+
+/// Checks what every send needs, whichever backend serves it.
+fn check_send(req: &SendRequest) -> Result<(), GatewayError> {
+    if req.has_push_config {
+        return Err(GatewayError::PushNotSupported);
+    }
+    if req.message.message_id.trim().is_empty() {
+        return Err(GatewayError::InvalidParams(
+            "params.message.messageId: must not be empty".into(),
+        ));
+    }
+    if req.message.parts.is_empty() {
+        return Err(GatewayError::InvalidParams(
+            "params.message.parts: a message needs at least one part".into(),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,246 @@
+//! Agents served by an upstream A2A server: every operation is forwarded (the caller's
+//! turn taken on the agent's actor first), and since the upstream knows nothing of the
+//! gateway's callers, the gateway remembers who created each task it handed out.
+
+use std::sync::Arc;
+
+use futures_util::future::LocalBoxFuture;
+use futures_util::stream::StreamExt;
+
+use super::{Operations, Sent, TaskWriter};
+use crate::agents::{Admission, Agent, RemoteAgent};
+use crate::auth::Principal;
+use crate::error::GatewayError;
+use crate::protocol::model::{Message, StreamItem, Task};
+use crate::protocol::ops::{ItemStream, ListTasksResponse, SendRequest, SendResult};
+use crate::protocol::params::ListQuery;
+use crate::routing::{conversation, BoundedMap, ContextIndex};
+
+pub(super) struct UpstreamOps {
+    owners: Arc<RemoteOwners>,
+    contexts: Arc<ContextIndex>,
+}
+
+impl UpstreamOps {
+    pub(super) fn new(contexts: Arc<ContextIndex>, capacity: usize) -> UpstreamOps {
+        UpstreamOps {
+            owners: Arc::new(RemoteOwners::new(capacity)),
+            contexts,
+        }
+    }
+}
+
+fn remote_of(agent: &Agent) -> Result<&Arc<RemoteAgent>, GatewayError> {
+    agent
+        .remote()
+        .ok_or_else(|| GatewayError::Internal(format!("agent {} has no upstream", agent.name)))
+}
+
+impl Operations for UpstreamOps {
+    fn send<'a>(
+        &'a self,
+        agent: &'a Arc<Agent>,
+        caller: &'a Principal,
+        req: SendRequest,
+        _writer: Option<TaskWriter<'a>>,
+    ) -> LocalBoxFuture<'a, Result<Sent, GatewayError>> {
+        Box::pin(async move {
+            let remote = remote_of(agent)?;
+
+            self.owners.check_message(&req.message, caller)?;
+            let _turn = take_turn(agent, caller, &req).await?;
+            let result = remote.send(&req).await?;
+            remote.note_result(&caller.id, &result);
+            match &result {
+                SendResult::Task(t) => {
+                    self.owners.record(&t.id, caller);
+                    self.contexts.record(&caller.id, &t.context_id, &agent.name);
+                }
+                SendResult::Message(m) => {
+                    if let Some(c) = &m.context_id {
+                        self.contexts.record(&caller.id, c, &agent.name);
+                    }
+                }
+                SendResult::Relayed(r) => {
+                    if let Some(t) = &r.task_id {
+                        self.owners.record(t, caller);
+                    }
+                    if let Some(c) = &r.context_id {
+                        self.contexts.record(&caller.id, c, &agent.name);
+                    }
+                }
+            }
+            Ok(Sent::Result(result))
+        })
+    }
+
+    fn stream<'a>(
+        &'a self,
+        agent: &'a Arc<Agent>,
+        caller: &'a Principal,
+        req: SendRequest,
+    ) -> LocalBoxFuture<'a, Result<ItemStream, GatewayError>> {
+        Box::pin(async move {
+            let remote = remote_of(agent)?;
+
+            self.owners.check_message(&req.message, caller)?;
+            // The turn is held for as long as the stream is open.
+            let turn = take_turn(agent, caller, &req).await?;
+            let items = remote.stream(&req).await?;
+            let owners = self.owners.clone();
+            let contexts = self.contexts.clone();
+            let (caller, anonymous) = (caller.id.clone(), caller.anonymous);
+            let agent_name = agent.name.clone();
+            let remote = remote.clone();
+            let items: ItemStream = Box::pin(items.map(move |item| {
+                let _held = &turn;
+                if let Ok(item) = &item {
+                    remote.note_item(&caller, item);
+                }
+                if let Ok(StreamItem::Task(t)) = &item {
+                    owners.record_id(&t.id, &caller, anonymous);
+                    contexts.record(&caller, &t.context_id, &agent_name);
+                }
+                item
+            }));
+            Ok(items)
+        })
+    }
+
+    fn get<'a>(
+        &'a self,
+        agent: &'a Agent,
+        caller: &'a Principal,
+        id: &'a str,
+        history_length: Option<usize>,
+    ) -> LocalBoxFuture<'a, Result<Task, GatewayError>> {
+        Box::pin(async move {
+            let remote = remote_of(agent)?;
+
+            self.owners.check(id, caller)?;
+            let task = remote.get(id, history_length).await?;
+            remote.note_task(&task);
+            Ok(task)
+        })
+    }
+
+    fn list<'a>(
+        &'a self,
+        agent: &'a Agent,
+        caller: &'a Principal,
+        query: &'a ListQuery,
+    ) -> LocalBoxFuture<'a, Result<ListTasksResponse, GatewayError>> {
+        Box::pin(async move {
+            let remote = remote_of(agent)?;
+
+            let mut page = remote.list(&caller.id, query).await?;
+            // The remote does not know our callers: keep only what this one created.
+            page.tasks
+                .retain(|t| self.owners.check(&t.id, caller).is_ok());
+            Ok(page)
+        })
+    }
+
+    fn cancel<'a>(
+        &'a self,
+        agent: &'a Agent,
+        caller: &'a Principal,
+        id: &'a str,
+    ) -> LocalBoxFuture<'a, Result<Task, GatewayError>> {
+        Box::pin(async move {
+            let remote = remote_of(agent)?;
+
+            self.owners.check(id, caller)?;
+            let task = remote.cancel(id).await?;
+            remote.note_task(&task);
+            Ok(task)
+        })
+    }
+
+    fn subscribe<'a>(
+        &'a self,
+        agent: &'a Agent,
+        caller: &'a Principal,
+        id: &'a str,
+    ) -> LocalBoxFuture<'a, Result<ItemStream, GatewayError>> {
+        Box::pin(async move {
+            let remote = remote_of(agent)?;
+
+            self.owners.check(id, caller)?;
+            let items = remote.subscribe(id).await?;
+            let (remote, owner) = (remote.clone(), caller.id.clone());
+            let items: ItemStream = Box::pin(items.inspect(move |item| {
+                if let Ok(item) = item {
+                    remote.note_item(&owner, item);
+                }
+            }));
+            Ok(items)
+        })
+    }
+}
+
+/// Who created each upstream task. The remote owns the task and knows nothing of the
+/// gateway's callers, so the gateway remembers, bounded, the creator of every task id it
+/// has handed out. An id it does not remember (created before a restart, or long ago) is
+/// visible only to the anonymous principal, which is what every caller is when no
+/// credentials are configured.
+pub(super) struct RemoteOwners {
+    owners: BoundedMap<Arc<str>>,
+}
+
+impl RemoteOwners {
+    fn new(capacity: usize) -> RemoteOwners {
+        RemoteOwners {
+            owners: BoundedMap::new(capacity),
+        }
+    }
+
+    fn record(&self, task_id: &str, caller: &Principal) {
+        self.record_id(task_id, &caller.id, caller.anonymous);
+    }
+
+    /// Anonymous callers are not recorded: an id nobody claimed is visible to exactly the
+    /// anonymous principal anyway, so the record would change nothing (and cost on every
+    /// call of a gateway without credentials).
+    fn record_id(&self, task_id: &str, owner: &Arc<str>, anonymous: bool) {
+        if !anonymous {
+            self.owners.insert(task_id, owner.clone());
+        }
+    }
+
+    fn check(&self, task_id: &str, caller: &Principal) -> Result<(), GatewayError> {
+        let visible = match self.owners.get(task_id) {
+            Some(owner) => *owner == *caller.id,
+            None => caller.anonymous,
+        };
+        if visible {
+            Ok(())
+        } else {
+            Err(GatewayError::TaskNotFound(task_id.to_string()))
+        }
+    }
+
+    /// A follow-up message may only continue the caller's own task.
+    fn check_message(&self, message: &Message, caller: &Principal) -> Result<(), GatewayError> {
+        match message.task_id.as_deref().filter(|t| !t.is_empty()) {
+            Some(t) => self.check(t, caller),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Waits for the agent's actor to admit a forwarded message (mailbox, the caller's lane for
+/// its context, concurrency).
+async fn take_turn(
+    agent: &Agent,
+    caller: &Principal,
+    req: &SendRequest,
+) -> Result<Admission, GatewayError> {
+    let lane = req
+        .message
+        .context_id
+        .as_deref()
+        .filter(|c| !c.is_empty())
+        .map(|c| conversation(&caller.id, c));
+    Ok(agent.actor.enqueue(lane.as_deref())?.ready().await)
+}
