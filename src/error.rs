@@ -106,183 +106,180 @@ pub enum GatewayError {
     BodiesOverBudget,
 }
 
+/// One row of the error table: everything that says how an error goes out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Row {
+    code: i64,
+    /// `google.rpc.ErrorInfo.reason`.
+    reason: &'static str,
+    /// The gateway's own condition (domain `a2a-gateway`), not one A2A or JSON-RPC names.
+    ours: bool,
+    /// HTTP status on the JSON-RPC binding. Protocol errors travel with 200 as JSON-RPC
+    /// requires; conditions a proxy or load balancer must see (no such route, too large,
+    /// overloaded) get their HTTP status too, with the same JSON-RPC body.
+    jsonrpc_status: u16,
+    /// HTTP status on the HTTP+JSON binding (A2A 1.0.1's mapping for A2A codes).
+    rest_status: u16,
+    /// An overload a client may retry in a second (`Retry-After: 1`).
+    retry: bool,
+}
+
+impl Row {
+    const fn retry(self) -> Row {
+        Row {
+            retry: true,
+            ..self
+        }
+    }
+}
+
+/// A JSON-RPC or A2A code: 200 on JSON-RPC, `rest` on HTTP+JSON.
+const fn protocol(code: i64, reason: &'static str, rest: u16) -> Row {
+    Row {
+        code,
+        reason,
+        ours: false,
+        jsonrpc_status: 200,
+        rest_status: rest,
+        retry: false,
+    }
+}
+
+/// A condition of the gateway's own, with the same HTTP status on both bindings.
+const fn ours(code: i64, reason: &'static str, status: u16) -> Row {
+    Row {
+        code,
+        reason,
+        ours: true,
+        jsonrpc_status: status,
+        rest_status: status,
+        retry: false,
+    }
+}
+
+/// The codes of JSON-RPC and A2A, each once: the rows of the variants that carry them, and
+/// how a bare code from an upstream is read.
+const PROTOCOL_ROWS: [Row; 15] = [
+    protocol(-32700, "PARSE_ERROR", 400),
+    protocol(-32600, "INVALID_REQUEST", 400),
+    protocol(-32601, "METHOD_NOT_FOUND", 404),
+    protocol(-32602, "INVALID_PARAMS", 400),
+    protocol(-32603, "INTERNAL", 500),
+    protocol(-32001, "TASK_NOT_FOUND", 404),
+    protocol(-32002, "TASK_NOT_CANCELABLE", 400),
+    protocol(-32003, "PUSH_NOTIFICATION_NOT_SUPPORTED", 400),
+    protocol(-32004, "UNSUPPORTED_OPERATION", 400),
+    // The gateway raises -32005 only for the request's own Content-Type, which HTTP answers
+    // with 415 on either binding (see its variant's row). 1.0.1 maps it to 400, where it
+    // means a part's media type: that is how an upstream's -32005 is read.
+    protocol(-32005, "CONTENT_TYPE_NOT_SUPPORTED", 400),
+    protocol(-32006, "INVALID_AGENT_RESPONSE", 500),
+    protocol(-32007, "EXTENDED_AGENT_CARD_NOT_CONFIGURED", 400),
+    protocol(-32008, "EXTENSION_SUPPORT_REQUIRED", 400),
+    protocol(-32009, "VERSION_NOT_SUPPORTED", 400),
+    // Any other code an upstream sends.
+    protocol(0, "INTERNAL", 500),
+];
+
+/// The protocol row of `code`; an unknown code reads as an internal error's.
+const fn protocol_row(code: i64) -> Row {
+    let mut i = 0;
+    while i < PROTOCOL_ROWS.len() - 1 {
+        if PROTOCOL_ROWS[i].code == code {
+            return PROTOCOL_ROWS[i];
+        }
+        i += 1;
+    }
+    Row {
+        code,
+        ..PROTOCOL_ROWS[PROTOCOL_ROWS.len() - 1]
+    }
+}
+
 impl GatewayError {
-    pub fn code(&self) -> i64 {
+    /// This error's row of the table. Every variant has exactly one.
+    fn row(&self) -> Row {
         use gateway_codes::*;
         match self {
-            GatewayError::Parse(_) => -32700,
-            GatewayError::InvalidRequest(_) => -32600,
-            GatewayError::MethodNotFound(_) => -32601,
-            GatewayError::InvalidParams(_) => -32602,
-            GatewayError::Internal(_) => -32603,
-            GatewayError::TaskNotFound(_) => -32001,
-            GatewayError::TaskNotCancelable { .. } => -32002,
-            GatewayError::PushNotSupported => -32003,
-            GatewayError::UnsupportedOperation(_) => -32004,
-            GatewayError::ContentTypeNotSupported(_) => -32005,
-            GatewayError::InvalidAgentResponse(_) => -32006,
-            GatewayError::ExtendedCardNotConfigured => -32007,
-            GatewayError::VersionNotSupported { .. } => -32009,
-            GatewayError::AgentNotFound { .. } => AGENT_NOT_FOUND,
-            GatewayError::EndpointNotFound(_) => ENDPOINT_NOT_FOUND,
-            GatewayError::Unauthenticated { .. } => UNAUTHENTICATED,
-            GatewayError::Forbidden => FORBIDDEN,
-            GatewayError::AgentBusy(_) => AGENT_BUSY,
-            GatewayError::AgentUnavailable { .. } => AGENT_UNAVAILABLE,
-            GatewayError::UpstreamTimeout { .. } => UPSTREAM_TIMEOUT,
-            GatewayError::Upstream { code, .. } => *code,
-            GatewayError::TaskStoreFull(_) | GatewayError::TaskQuota(_) => TASK_STORE_FULL,
-            GatewayError::StreamCapacity(_) => STREAM_CAPACITY,
-            GatewayError::RateLimited { .. } => RATE_LIMITED,
-            GatewayError::TooManyStreams(_) => TOO_MANY_STREAMS,
-            GatewayError::PayloadTooLarge(_) => PAYLOAD_TOO_LARGE,
-            GatewayError::RequestTimeout(_) => REQUEST_TIMEOUT,
-            GatewayError::BodiesOverBudget => BODIES_OVER_BUDGET,
+            GatewayError::Parse(_) => protocol_row(-32700),
+            GatewayError::InvalidRequest(_) => protocol_row(-32600),
+            GatewayError::MethodNotFound(_) => protocol_row(-32601),
+            GatewayError::InvalidParams(_) => protocol_row(-32602),
+            GatewayError::Internal(_) => protocol_row(-32603),
+            GatewayError::TaskNotFound(_) => protocol_row(-32001),
+            GatewayError::TaskNotCancelable { .. } => protocol_row(-32002),
+            GatewayError::PushNotSupported => protocol_row(-32003),
+            GatewayError::UnsupportedOperation(_) => protocol_row(-32004),
+            GatewayError::ContentTypeNotSupported(_) => Row {
+                jsonrpc_status: 415,
+                rest_status: 415,
+                ..protocol_row(-32005)
+            },
+            GatewayError::InvalidAgentResponse(_) => protocol_row(-32006),
+            GatewayError::ExtendedCardNotConfigured => protocol_row(-32007),
+            GatewayError::VersionNotSupported { .. } => protocol_row(-32009),
+            GatewayError::Upstream { code, .. } => protocol_row(*code),
+            GatewayError::AgentNotFound { .. } => ours(AGENT_NOT_FOUND, "AGENT_NOT_FOUND", 404),
+            GatewayError::EndpointNotFound(_) => {
+                ours(ENDPOINT_NOT_FOUND, "ENDPOINT_NOT_FOUND", 404)
+            }
+            GatewayError::Unauthenticated { .. } => ours(UNAUTHENTICATED, "UNAUTHENTICATED", 401),
+            GatewayError::Forbidden => ours(FORBIDDEN, "PERMISSION_DENIED", 403),
+            GatewayError::AgentBusy(_) => ours(AGENT_BUSY, "AGENT_BUSY", 503).retry(),
+            GatewayError::AgentUnavailable { .. } => {
+                ours(AGENT_UNAVAILABLE, "AGENT_UNAVAILABLE", 503).retry()
+            }
+            GatewayError::UpstreamTimeout { .. } => ours(UPSTREAM_TIMEOUT, "UPSTREAM_TIMEOUT", 504),
+            GatewayError::TaskStoreFull(_) => ours(TASK_STORE_FULL, "TASK_STORE_FULL", 503).retry(),
+            GatewayError::TaskQuota(_) => ours(TASK_STORE_FULL, "TASK_QUOTA_EXCEEDED", 429).retry(),
+            GatewayError::StreamCapacity(_) => {
+                ours(STREAM_CAPACITY, "STREAM_CAPACITY", 503).retry()
+            }
+            GatewayError::RateLimited { .. } => ours(RATE_LIMITED, "RATE_LIMITED", 429),
+            GatewayError::TooManyStreams(_) => {
+                ours(TOO_MANY_STREAMS, "TOO_MANY_STREAMS", 429).retry()
+            }
+            GatewayError::PayloadTooLarge(_) => ours(PAYLOAD_TOO_LARGE, "PAYLOAD_TOO_LARGE", 413),
+            GatewayError::RequestTimeout(_) => ours(REQUEST_TIMEOUT, "REQUEST_TIMEOUT", 408),
+            GatewayError::BodiesOverBudget => {
+                ours(BODIES_OVER_BUDGET, "BODIES_OVER_BUDGET", 503).retry()
+            }
         }
+    }
+
+    pub fn code(&self) -> i64 {
+        self.row().code
     }
 
     /// `google.rpc.ErrorInfo.reason`; A2A reasons for A2A codes.
     pub fn reason(&self) -> &'static str {
-        match self {
-            GatewayError::Parse(_) => "PARSE_ERROR",
-            GatewayError::InvalidRequest(_) => "INVALID_REQUEST",
-            GatewayError::MethodNotFound(_) => "METHOD_NOT_FOUND",
-            GatewayError::InvalidParams(_) => "INVALID_PARAMS",
-            GatewayError::Internal(_) => "INTERNAL",
-            GatewayError::TaskNotFound(_) => "TASK_NOT_FOUND",
-            GatewayError::TaskNotCancelable { .. } => "TASK_NOT_CANCELABLE",
-            GatewayError::PushNotSupported => "PUSH_NOTIFICATION_NOT_SUPPORTED",
-            GatewayError::UnsupportedOperation(_) => "UNSUPPORTED_OPERATION",
-            GatewayError::ContentTypeNotSupported(_) => "CONTENT_TYPE_NOT_SUPPORTED",
-            GatewayError::InvalidAgentResponse(_) => "INVALID_AGENT_RESPONSE",
-            GatewayError::ExtendedCardNotConfigured => "EXTENDED_AGENT_CARD_NOT_CONFIGURED",
-            GatewayError::VersionNotSupported { .. } => "VERSION_NOT_SUPPORTED",
-            GatewayError::AgentNotFound { .. } => "AGENT_NOT_FOUND",
-            GatewayError::EndpointNotFound(_) => "ENDPOINT_NOT_FOUND",
-            GatewayError::Unauthenticated { .. } => "UNAUTHENTICATED",
-            GatewayError::Forbidden => "PERMISSION_DENIED",
-            GatewayError::AgentBusy(_) => "AGENT_BUSY",
-            GatewayError::AgentUnavailable { .. } => "AGENT_UNAVAILABLE",
-            GatewayError::UpstreamTimeout { .. } => "UPSTREAM_TIMEOUT",
-            GatewayError::Upstream { code, .. } => reason_for_code(*code),
-            GatewayError::TaskStoreFull(_) => "TASK_STORE_FULL",
-            GatewayError::TaskQuota(_) => "TASK_QUOTA_EXCEEDED",
-            GatewayError::StreamCapacity(_) => "STREAM_CAPACITY",
-            GatewayError::RateLimited { .. } => "RATE_LIMITED",
-            GatewayError::TooManyStreams(_) => "TOO_MANY_STREAMS",
-            GatewayError::PayloadTooLarge(_) => "PAYLOAD_TOO_LARGE",
-            GatewayError::RequestTimeout(_) => "REQUEST_TIMEOUT",
-            GatewayError::BodiesOverBudget => "BODIES_OVER_BUDGET",
-        }
+        self.row().reason
     }
 
     /// The `ErrorInfo` domain: A2A's own for A2A and JSON-RPC codes, ours for the rest.
     pub fn domain(&self) -> &'static str {
-        match self {
-            GatewayError::AgentNotFound { .. }
-            | GatewayError::EndpointNotFound(_)
-            | GatewayError::Unauthenticated { .. }
-            | GatewayError::Forbidden
-            | GatewayError::AgentBusy(_)
-            | GatewayError::AgentUnavailable { .. }
-            | GatewayError::UpstreamTimeout { .. }
-            | GatewayError::TaskStoreFull(_)
-            | GatewayError::TaskQuota(_)
-            | GatewayError::StreamCapacity(_)
-            | GatewayError::RateLimited { .. }
-            | GatewayError::TooManyStreams(_)
-            | GatewayError::PayloadTooLarge(_)
-            | GatewayError::RequestTimeout(_)
-            | GatewayError::BodiesOverBudget => "a2a-gateway",
-            _ => "a2a-protocol.org",
+        if self.row().ours {
+            "a2a-gateway"
+        } else {
+            "a2a-protocol.org"
         }
     }
 
-    /// HTTP status on the JSON-RPC binding. Protocol errors travel with 200 as JSON-RPC
-    /// requires; conditions a proxy or load balancer must see (no such route, too large,
-    /// overloaded) get their HTTP status too, with the same JSON-RPC body.
+    /// HTTP status on the JSON-RPC binding (see [`Row::jsonrpc_status`]).
     pub fn jsonrpc_http_status(&self) -> u16 {
-        match self {
-            GatewayError::AgentNotFound { .. } | GatewayError::EndpointNotFound(_) => 404,
-            GatewayError::Unauthenticated { .. } => 401,
-            GatewayError::Forbidden => 403,
-            GatewayError::RateLimited { .. }
-            | GatewayError::TooManyStreams(_)
-            | GatewayError::TaskQuota(_) => 429,
-            GatewayError::PayloadTooLarge(_) => 413,
-            GatewayError::RequestTimeout(_) => 408,
-            GatewayError::ContentTypeNotSupported(_) => 415,
-            GatewayError::BodiesOverBudget
-            | GatewayError::AgentBusy(_)
-            | GatewayError::AgentUnavailable { .. }
-            | GatewayError::StreamCapacity(_)
-            | GatewayError::TaskStoreFull(_) => 503,
-            GatewayError::UpstreamTimeout { .. } => 504,
-            GatewayError::Upstream { .. }
-            | GatewayError::Parse(_)
-            | GatewayError::InvalidRequest(_)
-            | GatewayError::MethodNotFound(_)
-            | GatewayError::InvalidParams(_)
-            | GatewayError::Internal(_)
-            | GatewayError::TaskNotFound(_)
-            | GatewayError::TaskNotCancelable { .. }
-            | GatewayError::PushNotSupported
-            | GatewayError::UnsupportedOperation(_)
-            | GatewayError::InvalidAgentResponse(_)
-            | GatewayError::ExtendedCardNotConfigured
-            | GatewayError::VersionNotSupported { .. } => 200,
-        }
+        self.row().jsonrpc_status
     }
 
     /// HTTP status on the HTTP+JSON binding (A2A 1.0.1 mapping).
     pub fn rest_http_status(&self) -> u16 {
-        match self {
-            GatewayError::Parse(_)
-            | GatewayError::InvalidRequest(_)
-            | GatewayError::InvalidParams(_)
-            | GatewayError::TaskNotCancelable { .. }
-            | GatewayError::PushNotSupported
-            | GatewayError::UnsupportedOperation(_)
-            | GatewayError::ExtendedCardNotConfigured
-            | GatewayError::VersionNotSupported { .. } => 400,
-            // The gateway raises this only for the request's own Content-Type, which HTTP
-            // answers with 415 on either binding. (1.0.1 maps -32005 to 400, but there it
-            // means a part's media type, which the gateway never refuses.)
-            GatewayError::ContentTypeNotSupported(_) => 415,
-            GatewayError::MethodNotFound(_)
-            | GatewayError::TaskNotFound(_)
-            | GatewayError::AgentNotFound { .. }
-            | GatewayError::EndpointNotFound(_) => 404,
-            GatewayError::Unauthenticated { .. } => 401,
-            GatewayError::Forbidden => 403,
-            GatewayError::RateLimited { .. }
-            | GatewayError::TooManyStreams(_)
-            | GatewayError::TaskQuota(_) => 429,
-            GatewayError::PayloadTooLarge(_) => 413,
-            GatewayError::RequestTimeout(_) => 408,
-            GatewayError::Internal(_) | GatewayError::InvalidAgentResponse(_) => 500,
-            GatewayError::BodiesOverBudget
-            | GatewayError::AgentBusy(_)
-            | GatewayError::AgentUnavailable { .. }
-            | GatewayError::StreamCapacity(_)
-            | GatewayError::TaskStoreFull(_) => 503,
-            GatewayError::UpstreamTimeout { .. } => 504,
-            GatewayError::Upstream { code, .. } => rest_status_for_code(*code),
-        }
+        self.row().rest_status
     }
 
     /// Seconds a client should wait before retrying, for overload answers.
     pub fn retry_after(&self) -> Option<u64> {
         match self {
-            GatewayError::AgentBusy(_)
-            | GatewayError::AgentUnavailable { .. }
-            | GatewayError::StreamCapacity(_)
-            | GatewayError::TooManyStreams(_)
-            | GatewayError::BodiesOverBudget
-            | GatewayError::TaskQuota(_)
-            | GatewayError::TaskStoreFull(_) => Some(1),
             GatewayError::RateLimited { retry_after, .. } => Some(*retry_after),
-            _ => None,
+            other => other.row().retry.then_some(1),
         }
     }
 
@@ -387,35 +384,6 @@ impl GatewayError {
     }
 }
 
-/// The A2A `ErrorInfo` reason of a code, for errors that arrive as bare codes.
-fn reason_for_code(code: i64) -> &'static str {
-    match code {
-        -32700 => "PARSE_ERROR",
-        -32600 => "INVALID_REQUEST",
-        -32601 => "METHOD_NOT_FOUND",
-        -32602 => "INVALID_PARAMS",
-        -32001 => "TASK_NOT_FOUND",
-        -32002 => "TASK_NOT_CANCELABLE",
-        -32003 => "PUSH_NOTIFICATION_NOT_SUPPORTED",
-        -32004 => "UNSUPPORTED_OPERATION",
-        -32005 => "CONTENT_TYPE_NOT_SUPPORTED",
-        -32006 => "INVALID_AGENT_RESPONSE",
-        -32007 => "EXTENDED_AGENT_CARD_NOT_CONFIGURED",
-        -32008 => "EXTENSION_SUPPORT_REQUIRED",
-        -32009 => "VERSION_NOT_SUPPORTED",
-        _ => "INTERNAL",
-    }
-}
-
-/// A2A 1.0.1's HTTP mapping, by code.
-fn rest_status_for_code(code: i64) -> u16 {
-    match code {
-        -32001 | -32601 => 404,
-        -32700 | -32600 | -32602 | -32005..=-32002 | -32009..=-32007 => 400,
-        _ => 500,
-    }
-}
-
 fn grpc_status_name(http: u16) -> &'static str {
     match http {
         400 | 415 => "INVALID_ARGUMENT",
@@ -427,5 +395,41 @@ fn grpc_status_name(http: u16) -> &'static str {
         503 => "UNAVAILABLE",
         408 | 504 => "DEADLINE_EXCEEDED",
         _ => "INTERNAL",
+    }
+}
+
+#[cfg(test)]
+mod table_tests {
+    use super::*;
+
+    #[test]
+    fn each_protocol_code_has_one_row_and_upstream_codes_read_by_it() {
+        let codes: Vec<i64> = PROTOCOL_ROWS.iter().map(|r| r.code).collect();
+        let mut unique = codes.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), codes.len(), "{codes:?}");
+        let upstream = |code| GatewayError::Upstream {
+            code,
+            message: "m".into(),
+            data: None,
+        };
+        assert_eq!(upstream(-32001).reason(), "TASK_NOT_FOUND");
+        assert_eq!(upstream(-32001).rest_http_status(), 404);
+        assert_eq!(upstream(-32001).jsonrpc_http_status(), 200);
+        assert_eq!(upstream(-32005).rest_http_status(), 400);
+        assert_eq!(upstream(-32099).reason(), "INTERNAL");
+        assert_eq!(
+            upstream(-32099).code(),
+            -32099,
+            "the upstream's code is kept"
+        );
+        assert_eq!(upstream(-32099).rest_http_status(), 500);
+        // The gateway's own -32005 is about the request's Content-Type: HTTP's 415.
+        let own = GatewayError::ContentTypeNotSupported("text/plain".into());
+        assert_eq!((own.code(), own.rest_http_status()), (-32005, 415));
+        assert_eq!(own.jsonrpc_http_status(), 415);
+        assert_eq!(own.domain(), "a2a-protocol.org");
+        assert_eq!(GatewayError::Forbidden.domain(), "a2a-gateway");
     }
 }
