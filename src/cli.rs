@@ -30,6 +30,11 @@ enum Command {
     Serve(ServeArgs),
     /// Validate gateway.toml and agents.d/, printing every error as file:line:col: message.
     Check(ConfigArgs),
+    /// Print the JSON schema of gateway.toml or of an agent file, for editors.
+    Schema {
+        #[arg(value_enum)]
+        of: config::SchemaOf,
+    },
 }
 
 #[derive(Args)]
@@ -66,6 +71,12 @@ pub fn run() -> ExitCode {
     match cli.command {
         Command::Check(args) => check(&args),
         Command::Serve(args) => serve(args),
+        Command::Schema { of } => {
+            let text = serde_json::to_string_pretty(&config::schema(of)).unwrap_or_default();
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stdout().lock(), "{text}");
+            ExitCode::SUCCESS
+        }
     }
 }
 

@@ -12,12 +12,14 @@ use super::{
     Skill,
 };
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct AgentFile {
+pub(crate) struct AgentFile {
+    #[schemars(with = "String")]
     name: Spanned<String>,
     /// Required, except for upstream agents, whose card supplies it.
     #[serde(default)]
+    #[schemars(with = "Option<String>")]
     description: Option<Spanned<String>>,
     #[serde(default)]
     version: Option<String>,
@@ -28,10 +30,13 @@ struct AgentFile {
     #[serde(default)]
     icon_url: Option<String>,
     #[serde(default)]
+    #[schemars(with = "Option<Vec<String>>")]
     default_input_modes: Option<Spanned<Vec<String>>>,
     #[serde(default)]
+    #[schemars(with = "Option<Vec<String>>")]
     default_output_modes: Option<Spanned<Vec<String>>>,
     #[serde(default)]
+    #[schemars(with = "Vec<Skill>")]
     skills: Vec<Spanned<Skill>>,
     backend: BackendSpec,
     #[serde(default)]
@@ -40,10 +45,12 @@ struct AgentFile {
     access: Option<Access>,
 }
 
-#[derive(Default, Deserialize)]
+#[derive(Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct AgentLimits {
+    #[schemars(with = "Option<usize>")]
     mailbox: Option<Spanned<usize>>,
+    #[schemars(with = "Option<usize>")]
     max_concurrency: Option<Spanned<usize>>,
 }
 

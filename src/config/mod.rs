@@ -6,6 +6,7 @@
 
 mod agents_d;
 mod diagnostics;
+mod schema;
 
 use std::path::{Path, PathBuf};
 
@@ -14,6 +15,7 @@ use toml::Spanned;
 
 pub use agents_d::load_agents_dir;
 pub use diagnostics::{Diagnostic, Diagnostics};
+pub use schema::{schema, SchemaOf};
 
 /// Both files as read and checked, before anything is built from them (see `setup`).
 #[derive(Debug, Clone)]
@@ -55,7 +57,7 @@ impl Settings {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GatewayConfig {
     #[serde(default = "default_gateway_name")]
@@ -68,9 +70,11 @@ pub struct GatewayConfig {
     /// prefix). Without it, card URLs are derived from each request's Host and
     /// X-Forwarded-* headers.
     #[serde(default)]
+    #[schemars(with = "Option<String>")]
     pub public_url: Option<Spanned<String>>,
     /// Agent that serves `POST /a2a`. Unset with exactly one agent: that agent.
     #[serde(default)]
+    #[schemars(with = "Option<String>")]
     pub default_agent: Option<Spanned<String>>,
     #[serde(default)]
     pub provider: Option<Provider>,
@@ -134,7 +138,7 @@ fn default_version() -> String {
     env!("CARGO_PKG_VERSION").into()
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ServerConfig {
     #[serde(default = "default_host")]
@@ -164,7 +168,7 @@ fn default_port() -> u16 {
     8080
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Limits {
     /// Largest request body accepted, in bytes.
@@ -279,7 +283,7 @@ fn default_keepalive() -> u64 {
 }
 
 /// Who may call an agent.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Access {
     /// Anyone, with or without credentials.
@@ -289,7 +293,7 @@ pub enum Access {
     Authenticated,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AuthConfig {
     /// Access of agents whose file does not say.
@@ -308,7 +312,7 @@ pub struct AuthConfig {
 
 /// A shared secret, never inline: from an environment variable, a file, or given as the
 /// hex SHA-256 of the secret (so the file holds no secret at all).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CredentialConfig {
     pub id: String,
@@ -332,7 +336,7 @@ fn all_agents() -> Vec<String> {
     vec!["*".into()]
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JwtConfig {
     pub id: String,
@@ -369,7 +373,7 @@ pub struct JwtConfig {
 }
 
 /// How `POST /a2a` chooses an agent beyond follow-ups and explicit choices.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RoutingConfig {
     #[serde(default)]
@@ -377,9 +381,10 @@ pub struct RoutingConfig {
 }
 
 /// One routing rule: all the conditions it has must match.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RuleConfig {
+    #[schemars(with = "String")]
     pub agent: Spanned<String>,
     #[serde(default)]
     pub tags: Vec<String>,
@@ -390,7 +395,7 @@ pub struct RuleConfig {
 }
 
 /// Requests per caller (by tier) and per agent. Nothing configured: no limits.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RateLimitConfig {
     /// Proxies whose `X-Forwarded-For` is believed when identifying anonymous callers.
@@ -404,7 +409,7 @@ pub struct RateLimitConfig {
     pub agents: std::collections::BTreeMap<String, QuotaConfig>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TierConfig {
     pub requests_per_minute: u32,
@@ -416,7 +421,7 @@ pub struct TierConfig {
     pub max_streams: Option<usize>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct QuotaConfig {
     pub requests_per_minute: u32,
@@ -435,7 +440,7 @@ fn default_leeway() -> u64 {
     30
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CorsConfig {
     /// Origins browsers may call from (`"*"` for any). Empty: no CORS headers at all.
@@ -451,7 +456,7 @@ fn default_cors_max_age() -> usize {
     600
 }
 
-#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Provider {
     pub organization: String,
@@ -481,7 +486,7 @@ pub struct AgentDef {
     pub source: PathBuf,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Skill {
     pub id: String,
@@ -498,7 +503,7 @@ pub struct Skill {
 }
 
 /// What answers for an agent; `kind` in the `[backend]` table selects it.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
 pub enum BackendSpec {
     Echo(EchoConfig),
@@ -508,7 +513,7 @@ pub enum BackendSpec {
     Command(CommandConfig),
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum CommandIo {
     /// Message text on stdin; each stdout line is an artifact chunk.
@@ -518,7 +523,7 @@ pub enum CommandIo {
     Jsonl,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CommandConfig {
     /// argv; no shell is involved. A program path with a `/` is relative to the agent
@@ -582,7 +587,7 @@ fn default_kill_grace() -> u64 {
     2000
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct A2aConfig {
     /// Base URL of the remote agent (its card is at `/.well-known/agent-card.json`), or
@@ -631,7 +636,7 @@ fn default_retry() -> u64 {
     5
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EchoConfig {
     /// Pause between streamed chunks, to make streaming visible in demos.

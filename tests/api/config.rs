@@ -203,3 +203,61 @@ fn a_file_with_a_wrong_key_still_reports_its_other_problems() {
         "each problem once: {got:#?}"
     );
 }
+
+/// The JSON schemas of both files are the ones the binary generates from its own types,
+/// and the shipped files validate against them (editors use them to complete and check).
+#[test]
+fn the_shipped_schemas_are_current_and_the_shipped_files_follow_them() {
+    use a2a_gateway::config::{schema, SchemaOf};
+    let root = repo_root();
+    for (of, file) in [
+        (SchemaOf::Gateway, "gateway.schema.json"),
+        (SchemaOf::Agent, "agent.schema.json"),
+    ] {
+        let path = root.join("docs/schema").join(file);
+        let committed: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(
+            committed,
+            schema(of),
+            "{} is out of date: cargo run -- schema {} > docs/schema/{file}",
+            path.display(),
+            if of == SchemaOf::Gateway {
+                "gateway"
+            } else {
+                "agent"
+            },
+        );
+    }
+    let validator = |of| jsonschema::validator_for(&schema(of)).unwrap();
+    let as_json = |path: &std::path::Path| -> serde_json::Value {
+        toml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    };
+    let gateway = validator(SchemaOf::Gateway);
+    let errors: Vec<String> = gateway
+        .iter_errors(&as_json(&root.join("gateway.toml")))
+        .map(|e| e.to_string())
+        .collect();
+    assert!(errors.is_empty(), "gateway.toml: {errors:?}");
+    let agent = validator(SchemaOf::Agent);
+    let mut files = 0;
+    for entry in std::fs::read_dir(root.join("agents.d")).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if !(name.ends_with(".toml") || name.ends_with(".toml.example")) {
+            continue;
+        }
+        files += 1;
+        let errors: Vec<String> = agent
+            .iter_errors(&as_json(&path))
+            .map(|e| e.to_string())
+            .collect();
+        assert!(errors.is_empty(), "{name}: {errors:?}");
+    }
+    assert!(files >= 4, "read the shipped agents");
+    // And the schema does refuse what the loader refuses.
+    let bad = serde_json::json!({"name": "a", "colour": "red", "backend": {"kind": "echo"}});
+    assert!(!agent.is_valid(&bad));
+    let bad = serde_json::json!({"name": "a", "backend": {"kind": "telepathy"}});
+    assert!(!agent.is_valid(&bad));
+}
