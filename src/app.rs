@@ -24,7 +24,7 @@ pub struct Application {
 }
 
 /// Wires the agents, the task store and the service from the ready parts.
-pub fn build_state(ready: Ready) -> std::io::Result<AppState> {
+pub(crate) fn build_state(ready: Ready) -> std::io::Result<AppState> {
     let Ready {
         settings,
         auth,

@@ -45,7 +45,7 @@ fn skill_json(skill: &Skill, id: String) -> Value {
     Value::Object(s)
 }
 
-pub fn agent_path(name: &str) -> String {
+pub(crate) fn agent_path(name: &str) -> String {
     format!("/a2a/agents/{name}")
 }
 
@@ -59,9 +59,9 @@ fn modes(m: &Option<Vec<String>>) -> Vec<String> {
 /// How a card states its security: the schemes the gateway accepts, whether calling
 /// requires them, and which generation's shapes to write (0.3 OpenAPI style, or 1.0 oneof
 /// wrappers; the one field cannot hold both, so cards follow the caller's `A2A-Version`).
-pub struct Security<'a> {
-    pub schemes: &'a [SchemeKind],
-    pub required: bool,
+pub(crate) struct Security<'a> {
+    pub(crate) schemes: &'a [SchemeKind],
+    pub(crate) required: bool,
     pub v10: bool,
 }
 
@@ -123,7 +123,7 @@ fn apply_security(obj: &mut Map<String, Value>, sec: &Security) {
 }
 
 /// The card of one agent; `base` is the gateway's public base URL without trailing slash.
-pub fn agent_card(agent: &Agent, base: &str, sec: &Security) -> Value {
+pub(crate) fn agent_card(agent: &Agent, base: &str, sec: &Security) -> Value {
     let url = format!("{base}{}", agent_path(&agent.def.name));
     let mut card = match agent.remote().and_then(|r| r.card()) {
         Some(remote) => upstream_card(&agent.def, &remote, &url),
@@ -261,13 +261,13 @@ fn agent_modes(agent: &Agent, key: &str, local: &Option<Vec<String>>) -> Vec<Str
 
 /// The id a skill has in the aggregated card: namespaced by its agent, since two agents may
 /// both call a skill "search".
-pub fn namespaced_skill_id(agent: &str, skill: &str) -> String {
+pub(crate) fn namespaced_skill_id(agent: &str, skill: &str) -> String {
     format!("{agent}/{skill}")
 }
 
 /// The gateway's own card: its identity, the union of the skills of `agents` (those the
 /// caller may call), interfaces at `/a2a`.
-pub fn gateway_card<'a>(
+pub(crate) fn gateway_card<'a>(
     config: &GatewayConfig,
     agents: impl Iterator<Item = &'a std::sync::Arc<Agent>>,
     base: &str,
@@ -329,7 +329,7 @@ pub fn gateway_card<'a>(
 
 /// A strong validator for a rendered card. Deterministic across restarts and replicas
 /// (unlike a randomly keyed hasher), so caches stay warm through a rolling deploy.
-pub fn etag(body: &[u8]) -> String {
+pub(crate) fn etag(body: &[u8]) -> String {
     // FNV-1a, 64 bit: tiny, fast, and collisions only cost a cache miss.
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for b in body {

@@ -6,22 +6,24 @@
 // Denied rather than forbidden for one audited exception: the child-process hook in
 // `agents::command::spawn`.
 #![deny(unsafe_code)]
+// `pub` is the crate's surface (the modules declared `pub` below); inside, `pub(crate)`.
+#![warn(unreachable_pub)]
 
-pub mod agents;
+pub(crate) mod agents;
 pub mod app;
-pub mod auth;
-pub mod card;
+pub(crate) mod auth;
+pub(crate) mod card;
 pub mod cli;
 pub mod config;
 pub mod error;
-pub mod http;
-pub mod limits;
+pub(crate) mod http;
+pub(crate) mod limits;
 pub mod protocol;
-pub mod routing;
-pub mod rpc;
-pub mod service;
+pub(crate) mod routing;
+pub(crate) mod rpc;
+pub(crate) mod service;
 pub mod setup;
-pub mod tasks;
+pub(crate) mod tasks;
 
 /// Entry points for the fuzz targets under `fuzz/`, which need a few internals; built only
 /// with the `fuzzing` feature, so the public surface stays what it is.

@@ -29,11 +29,11 @@ use crate::protocol::ops::SendResult;
 use crate::protocol::ops::{ItemStream, ListTasksResponse};
 use crate::tasks::{FastMap, Tasks};
 
-pub const AGENT_KEY: &str = "gateway/agent";
-pub const SKILL_KEY: &str = "gateway/skill";
-pub const TAGS_KEY: &str = "gateway/tags";
+pub(crate) const AGENT_KEY: &str = "gateway/agent";
+pub(crate) const SKILL_KEY: &str = "gateway/skill";
+pub(crate) const TAGS_KEY: &str = "gateway/tags";
 /// Reply metadata: why the shared endpoint chose the agent (see [`Reason`]).
-pub const ROUTE_KEY: &str = "gateway/route";
+pub(crate) const ROUTE_KEY: &str = "gateway/route";
 
 /// The few request fields routing looks at, read leniently: a request routing cannot read
 /// goes to the default agent, which then reports what is wrong with it.
@@ -73,7 +73,7 @@ struct PartProbe {
 
 /// Why a request went where it went (logged, and sent back in a header).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Reason {
+pub(crate) enum Reason {
     Task,
     Context,
     MetadataAgent,
@@ -99,14 +99,14 @@ impl std::fmt::Display for Reason {
 /// the `A2A-Gateway-Agent` / `A2A-Gateway-Route` headers, and in the metadata of what they
 /// return (`gateway/agent`, `gateway/route`), for clients that never see headers.
 #[derive(Debug, Clone)]
-pub struct Served {
-    pub agent: Arc<str>,
+pub(crate) struct Served {
+    pub(crate) agent: Arc<str>,
     /// The [`Reason`], as replies write it.
     route: Option<String>,
 }
 
 impl Served {
-    pub fn new(agent: &Agent, reason: Option<Reason>) -> Served {
+    pub(crate) fn new(agent: &Agent, reason: Option<Reason>) -> Served {
         Served {
             agent: agent.name.clone(),
             route: reason.as_ref().map(Reason::to_string),
@@ -114,12 +114,12 @@ impl Served {
     }
 
     /// Why the agent was chosen, as replies write it; None on an agent's own endpoint.
-    pub fn route(&self) -> Option<&str> {
+    pub(crate) fn route(&self) -> Option<&str> {
         self.route.as_deref()
     }
 
     /// The metadata entries a reply carries, for writers that add them as they write.
-    pub fn metadata_stamp(&self) -> Stamp<'_> {
+    pub(crate) fn metadata_stamp(&self) -> Stamp<'_> {
         Stamp::new(
             (AGENT_KEY, &self.agent),
             self.route.as_deref().map(|r| (ROUTE_KEY, r)),
@@ -133,11 +133,11 @@ impl Served {
         }
     }
 
-    pub fn stamp_task(&self, task: &mut Task) {
+    pub(crate) fn stamp_task(&self, task: &mut Task) {
         self.stamp(&mut task.metadata);
     }
 
-    pub fn stamp_result(&self, result: &mut SendResult) {
+    pub(crate) fn stamp_result(&self, result: &mut SendResult) {
         match result {
             SendResult::Task(t) => self.stamp(&mut t.metadata),
             SendResult::Message(m) => self.stamp(&mut m.metadata),
@@ -145,12 +145,12 @@ impl Served {
         }
     }
 
-    pub fn stamp_list(&self, page: &mut ListTasksResponse) {
+    pub(crate) fn stamp_list(&self, page: &mut ListTasksResponse) {
         page.tasks.iter_mut().for_each(|t| self.stamp_task(t));
     }
 
     /// Every item of a stream: each event says who sent it.
-    pub fn stamp_stream(self, items: ItemStream) -> ItemStream {
+    pub(crate) fn stamp_stream(self, items: ItemStream) -> ItemStream {
         Box::pin(items.map(move |mut item| {
             if let Ok(item) = &mut item {
                 match item {
@@ -165,7 +165,7 @@ impl Served {
     }
 }
 
-pub struct Rule {
+pub(crate) struct Rule {
     agent: String,
     tags: Vec<String>,
     text: Option<Regex>,
@@ -173,7 +173,7 @@ pub struct Rule {
 }
 
 impl Rule {
-    pub fn build(cfg: &RuleConfig) -> Result<Rule, String> {
+    pub(crate) fn build(cfg: &RuleConfig) -> Result<Rule, String> {
         let text = cfg
             .text
             .as_deref()
@@ -209,14 +209,14 @@ impl Rule {
 /// A map that forgets its oldest entries past a capacity, without a lock on the write
 /// path: entries carry an insertion number, and once the map is a tenth over capacity
 /// one `retain` drops the oldest tenth (amortized constant per insert).
-pub struct BoundedMap<V> {
+pub(crate) struct BoundedMap<V> {
     map: FastMap<String, (V, u64)>,
     next: std::sync::atomic::AtomicU64,
     capacity: usize,
 }
 
 impl<V: Clone> BoundedMap<V> {
-    pub fn new(capacity: usize) -> BoundedMap<V> {
+    pub(crate) fn new(capacity: usize) -> BoundedMap<V> {
         BoundedMap {
             map: FastMap::default(),
             next: Default::default(),
@@ -224,7 +224,7 @@ impl<V: Clone> BoundedMap<V> {
         }
     }
 
-    pub fn insert(&self, key: &str, value: V) {
+    pub(crate) fn insert(&self, key: &str, value: V) {
         let n = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.map.insert(key.to_string(), (value, n));
         if n % 1024 == 0 && self.map.len() > self.capacity + self.capacity / 10 {
@@ -233,7 +233,7 @@ impl<V: Clone> BoundedMap<V> {
         }
     }
 
-    pub fn get(&self, key: &str) -> Option<V> {
+    pub(crate) fn get(&self, key: &str) -> Option<V> {
         self.map.get(key).map(|e| e.0.clone())
     }
 }
@@ -241,12 +241,12 @@ impl<V: Clone> BoundedMap<V> {
 /// One caller's conversation: its contextId scoped by the caller, length-prefixed so no
 /// choice of ids makes two callers' keys meet. Context affinity and an agent's context
 /// lanes are per caller, so knowing another caller's contextId steers nothing of theirs.
-pub fn conversation(principal: &str, context_id: &str) -> String {
+pub(crate) fn conversation(principal: &str, context_id: &str) -> String {
     format!("{}:{principal}{context_id}", principal.len())
 }
 
 /// Which agent served each caller's contextId (the newest 100k conversations).
-pub struct ContextIndex {
+pub(crate) struct ContextIndex {
     agents: BoundedMap<Arc<str>>,
 }
 
@@ -259,7 +259,7 @@ impl Default for ContextIndex {
 }
 
 impl ContextIndex {
-    pub fn record(&self, principal: &str, context_id: &str, agent: &Arc<str>) {
+    pub(crate) fn record(&self, principal: &str, context_id: &str, agent: &Arc<str>) {
         if context_id.is_empty() {
             return;
         }
@@ -274,7 +274,7 @@ impl ContextIndex {
     /// A contextId for a conversation the gateway starts with one of its own agents. It
     /// names the agent (`<agent>.<uuid>`, like upstream task ids), so routing finds the
     /// agent without a record: most conversations never need one.
-    pub fn new_id(agent: &str) -> String {
+    pub(crate) fn new_id(agent: &str) -> String {
         let mut id = String::with_capacity(agent.len() + 37);
         id.push_str(agent);
         id.push('.');
@@ -297,13 +297,17 @@ impl ContextIndex {
     }
 }
 
-pub struct Router {
+pub(crate) struct Router {
     rules: Vec<Rule>,
 }
 
 /// The agent that owns `task_id`: upstream ids name their agent (`<agent>.<id>`), the
 /// gateway's own tasks are looked up in the store.
-pub fn owner<'a>(registry: &'a Registry, tasks: &Tasks, task_id: &str) -> Option<&'a Arc<Agent>> {
+pub(crate) fn owner<'a>(
+    registry: &'a Registry,
+    tasks: &Tasks,
+    task_id: &str,
+) -> Option<&'a Arc<Agent>> {
     if let Some((prefix, _)) = task_id.split_once('.') {
         if let Some(agent) = registry.get(prefix).filter(|a| a.remote().is_some()) {
             return Some(agent);
@@ -322,12 +326,12 @@ fn text_of(message: &MessageProbe) -> String {
 }
 
 impl Router {
-    pub fn new(rules: Vec<Rule>) -> Router {
+    pub(crate) fn new(rules: Vec<Rule>) -> Router {
         Router { rules }
     }
 
     /// Chooses the agent for `rpc` on `/a2a`.
-    pub fn route<'a>(
+    pub(crate) fn route<'a>(
         &self,
         registry: &'a Registry,
         tasks: &Tasks,
@@ -349,7 +353,7 @@ impl Router {
 
     /// Chooses the agent for a send whose parameters (`SendMessageRequest`) are `params`,
     /// as on `/a2a`; the HTTP+JSON binding's shared `message:send`/`message:stream` use it.
-    pub fn route_send<'a>(
+    pub(crate) fn route_send<'a>(
         &self,
         registry: &'a Registry,
         tasks: &Tasks,
@@ -432,7 +436,7 @@ impl Router {
 
 /// A request about one task (get, cancel, subscribe) goes to the task's agent, else to the
 /// default agent (which then answers "task not found" in its own terms).
-pub fn route_task<'a>(
+pub(crate) fn route_task<'a>(
     registry: &'a Registry,
     tasks: &Tasks,
     task_id: Option<&str>,
@@ -447,7 +451,7 @@ pub fn route_task<'a>(
 }
 
 /// The default agent, or the error that lists the agents to choose from.
-pub fn default(registry: &Registry) -> Result<(&Arc<Agent>, Reason), GatewayError> {
+pub(crate) fn default(registry: &Registry) -> Result<(&Arc<Agent>, Reason), GatewayError> {
     registry
         .default_agent()
         .map(|a| (a, Reason::Default))

@@ -17,11 +17,11 @@ use crate::error::GatewayError;
 use crate::tasks::FastMap;
 
 #[derive(Debug, Clone, Copy)]
-pub struct ActorLimits {
+pub(crate) struct ActorLimits {
     /// Executions admitted but not yet running.
-    pub mailbox: usize,
+    pub(crate) mailbox: usize,
     /// Executions running at once.
-    pub max_concurrency: usize,
+    pub(crate) max_concurrency: usize,
 }
 
 /// One contextId's queue: tickets are handed out in arrival order and served in order.
@@ -30,7 +30,7 @@ struct Lane {
     now_serving: watch::Sender<u64>,
 }
 
-pub struct AgentActor {
+pub(crate) struct AgentActor {
     name: String,
     limits: ActorLimits,
     queued: Arc<AtomicUsize>,
@@ -39,7 +39,7 @@ pub struct AgentActor {
 }
 
 impl AgentActor {
-    pub fn new(name: String, limits: ActorLimits) -> AgentActor {
+    pub(crate) fn new(name: String, limits: ActorLimits) -> AgentActor {
         AgentActor {
             name,
             limits,
@@ -50,14 +50,15 @@ impl AgentActor {
     }
 
     /// Executions waiting for their turn.
-    pub fn queued(&self) -> usize {
+    #[cfg(test)]
+    fn queued(&self) -> usize {
         self.queued.load(Ordering::Relaxed)
     }
 
     /// Takes a place in the mailbox (and in `context_id`'s lane, if any), or refuses at
     /// once with [`GatewayError::AgentBusy`]. The place is kept until the returned ticket is
     /// dropped or its [`Ticket::ready`] admission ends.
-    pub fn enqueue(&self, context_id: Option<&str>) -> Result<Ticket, GatewayError> {
+    pub(crate) fn enqueue(&self, context_id: Option<&str>) -> Result<Ticket, GatewayError> {
         if self.queued.fetch_add(1, Ordering::AcqRel) >= self.limits.mailbox {
             self.queued.fetch_sub(1, Ordering::AcqRel);
             return Err(GatewayError::AgentBusy(self.name.clone()));
@@ -92,7 +93,7 @@ impl AgentActor {
     /// Permission to do a piece of work on the caller's thread right away, without taking
     /// a place in the mailbox: given only when that overtakes nobody (nothing queued or
     /// running for `context_id`) and a concurrency slot is free. Hold it while working.
-    pub fn try_run_now(&self, context_id: Option<&str>) -> Option<SemaphorePermit<'_>> {
+    pub(crate) fn try_run_now(&self, context_id: Option<&str>) -> Option<SemaphorePermit<'_>> {
         if context_id.is_some_and(|c| self.lanes.contains_key(c)) {
             return None;
         }
@@ -101,7 +102,7 @@ impl AgentActor {
 
     /// Admits `job` for `context_id` and runs it detached when its turn comes: a caller
     /// that goes away does not stop it.
-    pub fn submit<F>(&self, context_id: &str, job: F) -> Result<(), GatewayError>
+    pub(crate) fn submit<F>(&self, context_id: &str, job: F) -> Result<(), GatewayError>
     where
         F: Future<Output = ()> + Send + 'static,
     {
@@ -134,21 +135,21 @@ struct LaneTicket {
 }
 
 /// A place in an agent's mailbox.
-pub struct Ticket {
+pub(crate) struct Ticket {
     slot: QueueSlot,
     lane: Option<LaneTicket>,
     running: Arc<Semaphore>,
 }
 
 /// Permission to run: holds a concurrency permit and the context's turn until dropped.
-pub struct Admission {
+pub(crate) struct Admission {
     _permit: Option<tokio::sync::OwnedSemaphorePermit>,
     _lane: Option<LaneTurn>,
 }
 
 impl Ticket {
     /// Waits for the context's turn, then for a concurrency slot.
-    pub async fn ready(mut self) -> Admission {
+    pub(crate) async fn ready(mut self) -> Admission {
         // The lane stays in `self` while waiting, so that a caller giving up mid-wait goes
         // through `Drop for Ticket` and keeps the order.
         if let Some(lt) = self.lane.as_mut() {

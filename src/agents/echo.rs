@@ -22,12 +22,12 @@ use crate::protocol::model::{Artifact, Message, Part, PartContent, TaskState};
 const MAX_DELAY_SECS: f64 = 3600.0;
 const ARTIFACT_ID: &str = "echo";
 
-pub struct EchoBackend {
+pub(crate) struct EchoBackend {
     config: EchoConfig,
 }
 
 impl EchoBackend {
-    pub fn new(config: EchoConfig) -> EchoBackend {
+    pub(crate) fn new(config: EchoConfig) -> EchoBackend {
         EchoBackend { config }
     }
 }

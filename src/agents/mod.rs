@@ -5,9 +5,9 @@
 //! backend gets them identically.
 
 mod actor;
-pub mod command;
-pub mod echo;
-pub mod remote;
+pub(crate) mod command;
+pub(crate) mod echo;
+pub(crate) mod remote;
 mod sink;
 
 use std::collections::HashMap;
@@ -17,29 +17,29 @@ use std::sync::Arc;
 use futures_util::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
-pub use actor::{ActorLimits, Admission, AgentActor, Ticket};
-pub use remote::RemoteAgent;
+pub(crate) use actor::{ActorLimits, Admission, AgentActor};
+pub(crate) use remote::RemoteAgent;
 pub(crate) use sink::SinkSetup;
-pub use sink::{EventSink, SinkClosed, SinkProbe, Update};
+pub(crate) use sink::{EventSink, SinkClosed, SinkProbe, Update};
 
 use crate::config::{AgentDef, BackendSpec};
 use crate::protocol::model::{Artifact, Message, Task, TaskState};
 
 /// One unit of work for a backend.
-pub struct Execution {
+pub(crate) struct Execution {
     /// The user's message, with `taskId` and `contextId` filled in.
-    pub message: Message,
+    pub(crate) message: Message,
     /// The task being continued (e.g. after input-required), as it was when work began.
-    pub task: Option<Task>,
+    pub(crate) task: Option<Task>,
     /// Whether the caller streams; backends may chunk output more finely then.
-    pub streaming: bool,
-    pub events: EventSink,
+    pub(crate) streaming: bool,
+    pub(crate) events: EventSink,
     /// Fires when the task is canceled; the backend should stop promptly.
-    pub cancel: CancellationToken,
+    pub(crate) cancel: CancellationToken,
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum BackendError {
+pub(crate) enum BackendError {
     /// Shown to the caller in the failed task's status message.
     #[error("{0}")]
     Failed(String),
@@ -53,14 +53,14 @@ pub enum BackendError {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum AgentHealth {
+pub(crate) enum AgentHealth {
     Healthy,
     Unhealthy,
 }
 
 /// The whole outcome of a new task's first message, known without waiting on anything.
 #[derive(Debug)]
-pub enum Immediate {
+pub(crate) enum Immediate {
     /// The task gets these artifacts (distinct ids), then this state and agent message.
     Task {
         artifacts: Vec<Artifact>,
@@ -71,7 +71,7 @@ pub enum Immediate {
     Message(Message),
 }
 
-pub trait AgentBackend: Send + Sync + 'static {
+pub(crate) trait AgentBackend: Send + Sync + 'static {
     fn execute(&self, exec: Execution) -> BoxFuture<'static, Result<(), BackendError>>;
 
     /// For a non-streaming send that starts a task: the outcome, if the backend knows it at
@@ -89,7 +89,7 @@ pub trait AgentBackend: Send + Sync + 'static {
 }
 
 /// Who runs an agent's tasks.
-pub enum Backend {
+pub(crate) enum Backend {
     /// The gateway does: it stores the tasks and the backend produces their events.
     Local(Arc<dyn AgentBackend>),
     /// An upstream A2A server does: the gateway forwards every operation.
@@ -97,17 +97,17 @@ pub enum Backend {
 }
 
 /// A configured agent: its definition, its backend and the actor in front of it.
-pub struct Agent {
-    pub name: Arc<str>,
-    pub def: AgentDef,
-    pub backend: Backend,
-    pub actor: AgentActor,
+pub(crate) struct Agent {
+    pub(crate) name: Arc<str>,
+    pub(crate) def: AgentDef,
+    pub(crate) backend: Backend,
+    pub(crate) actor: AgentActor,
 }
 
 impl Agent {
     /// `card_changes` is counted up whenever an upstream's card changes (cards built from
     /// it are then stale).
-    pub fn new(
+    pub(crate) fn new(
         def: AgentDef,
         limits: ActorLimits,
         card_changes: &CardChanges,
@@ -131,14 +131,14 @@ impl Agent {
         })
     }
 
-    pub fn health(&self) -> AgentHealth {
+    pub(crate) fn health(&self) -> AgentHealth {
         match &self.backend {
             Backend::Local(b) => b.health(),
             Backend::Remote(r) => r.health(),
         }
     }
 
-    pub fn remote(&self) -> Option<&Arc<RemoteAgent>> {
+    pub(crate) fn remote(&self) -> Option<&Arc<RemoteAgent>> {
         match &self.backend {
             Backend::Remote(r) => Some(r),
             Backend::Local(_) => None,
@@ -148,7 +148,7 @@ impl Agent {
 
 /// Counts changes of upstream cards, so what is built from them knows when to rebuild.
 #[derive(Clone, Default)]
-pub struct CardChanges(Arc<AtomicU64>);
+pub(crate) struct CardChanges(Arc<AtomicU64>);
 
 impl CardChanges {
     pub(crate) fn bump(&self) {
@@ -161,7 +161,7 @@ impl CardChanges {
 }
 
 /// All agents: looked up by name in constant time, listed in name order.
-pub struct Registry {
+pub(crate) struct Registry {
     by_name: HashMap<Arc<str>, Arc<Agent>, ahash::RandomState>,
     sorted: Vec<Arc<Agent>>,
     default_agent: Option<String>,
@@ -169,7 +169,7 @@ pub struct Registry {
 }
 
 impl Registry {
-    pub fn new(
+    pub(crate) fn new(
         agents: Vec<Agent>,
         default_agent: Option<String>,
         card_changes: CardChanges,
@@ -185,17 +185,17 @@ impl Registry {
         }
     }
 
-    pub fn get(&self, name: &str) -> Option<&Arc<Agent>> {
+    pub(crate) fn get(&self, name: &str) -> Option<&Arc<Agent>> {
         self.by_name.get(name)
     }
 
-    pub fn default_agent(&self) -> Option<&Arc<Agent>> {
+    pub(crate) fn default_agent(&self) -> Option<&Arc<Agent>> {
         self.default_agent.as_deref().and_then(|n| self.get(n))
     }
 
     /// What an unknown-agent error lists: the first 100 names (`/a2a/agents` lists all), so
     /// a mistyped name costs little to answer however many agents there are.
-    pub fn names(&self) -> Vec<String> {
+    pub(crate) fn names(&self) -> Vec<String> {
         self.sorted
             .iter()
             .take(100)
@@ -203,16 +203,8 @@ impl Registry {
             .collect()
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = &Arc<Agent>> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Arc<Agent>> {
         self.sorted.iter()
-    }
-
-    pub fn len(&self) -> usize {
-        self.sorted.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.sorted.is_empty()
     }
 
     /// Changes whenever an upstream card does.

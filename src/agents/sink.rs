@@ -18,11 +18,11 @@ use crate::tasks::{Applied, Tasks};
 /// The task is finished (canceled, say) or could not be stored; the backend should stop.
 #[derive(Debug, thiserror::Error)]
 #[error("task is closed")]
-pub struct SinkClosed;
+pub(crate) struct SinkClosed;
 
 /// What the caller of an execution receives, in order.
 #[derive(Debug)]
-pub enum Update {
+pub(crate) enum Update {
     /// A stream item, for callers that relay every event (streaming calls). Boxed: the
     /// channel allocates its slots 32 at a time, and an unboxed item made each open local
     /// stream carry 10 KiB of mostly empty slots.
@@ -32,12 +32,12 @@ pub enum Update {
     Progress { ends_stream: bool },
 }
 
-pub type CallerItem = Result<Update, GatewayError>;
+pub(super) type CallerItem = Result<Update, GatewayError>;
 
 /// How far an execution got; shared with the runtime so it can finish the job after the
 /// backend (and with it the sink) is gone.
 #[derive(Clone, Default)]
-pub struct SinkProbe(Arc<AtomicU8>);
+pub(crate) struct SinkProbe(Arc<AtomicU8>);
 
 const PENDING: u8 = 0;
 const HAS_TASK: u8 = 1;
@@ -45,11 +45,11 @@ const REPLIED: u8 = 2;
 
 impl SinkProbe {
     /// The backend answered with neither a task event nor a Message.
-    pub fn unanswered(&self) -> bool {
+    pub(crate) fn unanswered(&self) -> bool {
         self.0.load(Ordering::Acquire) == PENDING
     }
 
-    pub fn has_task(&self) -> bool {
+    pub(crate) fn has_task(&self) -> bool {
         self.0.load(Ordering::Acquire) == HAS_TASK
     }
 
@@ -64,18 +64,18 @@ impl SinkProbe {
 
 /// Everything a sink needs; see [`EventSink`]'s fields.
 pub(crate) struct SinkSetup {
-    pub tasks: Arc<Tasks>,
-    pub agent: Arc<str>,
-    pub owner: Arc<str>,
-    pub task_id: String,
-    pub context_id: String,
-    pub pending: Option<Message>,
-    pub caller: mpsc::Sender<CallerItem>,
-    pub relay: bool,
-    pub cancel: CancellationToken,
+    pub(crate) tasks: Arc<Tasks>,
+    pub(crate) agent: Arc<str>,
+    pub(crate) owner: Arc<str>,
+    pub(crate) task_id: String,
+    pub(crate) context_id: String,
+    pub(crate) pending: Option<Message>,
+    pub(crate) caller: mpsc::Sender<CallerItem>,
+    pub(crate) relay: bool,
+    pub(crate) cancel: CancellationToken,
 }
 
-pub struct EventSink {
+pub(crate) struct EventSink {
     tasks: Arc<Tasks>,
     agent: Arc<str>,
     owner: Arc<str>,
@@ -114,18 +114,8 @@ impl EventSink {
         (sink, phase)
     }
 
-    pub fn task_id(&self) -> &str {
+    pub(crate) fn task_id(&self) -> &str {
         &self.task_id
-    }
-
-    pub fn context_id(&self) -> &str {
-        &self.context_id
-    }
-
-    /// Whether a task exists for this execution (false until the first task event of a
-    /// new task, and after a Message reply).
-    pub fn has_task(&self) -> bool {
-        self.phase.has_task()
     }
 
     /// Sends to the caller; a caller that went away (non-blocking send answered, client
@@ -191,7 +181,7 @@ impl EventSink {
     }
 
     /// Moves the task to `state`, with an optional agent message (kept in the history).
-    pub async fn status(
+    pub(crate) async fn status(
         &mut self,
         state: TaskState,
         message: Option<Message>,
@@ -207,7 +197,7 @@ impl EventSink {
     }
 
     /// Adds or extends an artifact.
-    pub async fn artifact(
+    pub(crate) async fn artifact(
         &mut self,
         artifact: Artifact,
         append: bool,
@@ -225,7 +215,7 @@ impl EventSink {
     }
 
     /// Reports an outcome known at once: the artifacts, then the status (or the reply).
-    pub async fn settle(&mut self, outcome: Immediate) -> Result<(), SinkClosed> {
+    pub(crate) async fn settle(&mut self, outcome: Immediate) -> Result<(), SinkClosed> {
         match outcome {
             Immediate::Message(m) => self.reply(m).await,
             Immediate::Task {
@@ -243,7 +233,7 @@ impl EventSink {
 
     /// Answers with a plain Message and no task. Once a task exists, a reply becomes the
     /// message of a completed status instead, since A2A has no other place for it.
-    pub async fn reply(&mut self, message: Message) -> Result<(), SinkClosed> {
+    pub(crate) async fn reply(&mut self, message: Message) -> Result<(), SinkClosed> {
         match self.phase.get() {
             HAS_TASK => return self.status(TaskState::Completed, Some(message)).await,
             REPLIED => return Err(SinkClosed),

@@ -23,10 +23,10 @@ enum Keys {
 }
 
 /// A JWKS URL to keep fetched.
-pub struct JwksSource {
-    pub issuer_id: String,
-    pub url: String,
-    pub refresh: Duration,
+pub(crate) struct JwksSource {
+    pub(crate) issuer_id: String,
+    pub(crate) url: String,
+    pub(crate) refresh: Duration,
     keys: Arc<RwLock<KeySet>>,
 }
 
@@ -43,7 +43,7 @@ fn key_set(set: &JwkSet) -> KeySet {
 
 impl JwksSource {
     /// Fetches the key set once; on failure the previous keys stay in use.
-    pub async fn fetch(&self, client: &reqwest::Client) -> Result<usize, String> {
+    pub(crate) async fn fetch(&self, client: &reqwest::Client) -> Result<usize, String> {
         let set: JwkSet = client
             .get(&self.url)
             .timeout(Duration::from_secs(10))
@@ -64,7 +64,7 @@ impl JwksSource {
     }
 
     /// Fetches now and then every refresh period, for as long as the gateway runs.
-    pub async fn keep_fresh(self) {
+    pub(crate) async fn keep_fresh(self) {
         let client = reqwest::Client::new();
         loop {
             let wait = match self.fetch(&client).await {
@@ -79,7 +79,7 @@ impl JwksSource {
     }
 }
 
-pub struct JwtVerifier {
+pub(super) struct JwtVerifier {
     id: String,
     keys: Keys,
     validation: Validation,
@@ -93,7 +93,7 @@ fn read(path: &std::path::Path) -> Result<Vec<u8>, String> {
 }
 
 impl JwtVerifier {
-    pub fn build(cfg: &JwtConfig) -> Result<JwtVerifier, String> {
+    pub(super) fn build(cfg: &JwtConfig) -> Result<JwtVerifier, String> {
         let alg = match cfg.algorithm.as_str() {
             "HS256" => Algorithm::HS256,
             "RS256" => Algorithm::RS256,
@@ -180,7 +180,7 @@ impl JwtVerifier {
     }
 
     /// The JWKS URL this verifier depends on, to be kept fetched.
-    pub fn jwks_source(&self) -> Option<JwksSource> {
+    pub(super) fn jwks_source(&self) -> Option<JwksSource> {
         let (url, refresh) = self.source.clone()?;
         match &self.keys {
             Keys::Remote(keys) => Some(JwksSource {
@@ -194,7 +194,7 @@ impl JwtVerifier {
     }
 
     /// The principal a token stands for and its `exp`, or why it was refused (for the log).
-    pub fn verify(&self, token: &str) -> Result<(Principal, i64), String> {
+    pub(super) fn verify(&self, token: &str) -> Result<(Principal, i64), String> {
         let header = decode_header(token).map_err(|e| format!("jwt {}: {e}", self.id))?;
         if header.alg != self.validation.algorithms[0] {
             return Err(format!(

@@ -7,7 +7,7 @@
 
 mod jwt;
 
-pub use jwt::JwksSource;
+pub(crate) use jwt::JwksSource;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -19,13 +19,13 @@ use subtle::ConstantTimeEq;
 use crate::config::{Access, AgentDef, AuthConfig, CredentialConfig};
 use jwt::JwtVerifier;
 
-pub const API_KEY_HEADER: &str = "X-API-Key";
+pub(crate) const API_KEY_HEADER: &str = "X-API-Key";
 /// [`API_KEY_HEADER`], parsed once: looking a header up by string parses the name each time.
 static API_KEY_HEADER_NAME: HeaderName = HeaderName::from_static("x-api-key");
 
 /// Which agents a principal may call.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Scope {
+pub(crate) enum Scope {
     All,
     Agents(HashSet<String>),
 }
@@ -51,7 +51,7 @@ impl Scope {
 /// What decides which agents a principal may see and call: principals with equal keys see
 /// the same agents (so what is built for one can be served to the other).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum AccessKey {
+pub(crate) enum AccessKey {
     Anonymous,
     All,
     /// The agents named, sorted.
@@ -61,17 +61,17 @@ pub enum AccessKey {
 /// The caller of a request. Anonymous callers share one principal: without credentials
 /// there is no identity to keep tasks apart by.
 #[derive(Debug, Clone)]
-pub struct Principal {
+pub(crate) struct Principal {
     /// Stable and unique per credential: `key:<id>`, `bearer:<id>`, `jwt:<id>:<sub>`.
-    pub id: Arc<str>,
-    pub scope: Scope,
-    pub anonymous: bool,
+    pub(crate) id: Arc<str>,
+    pub(crate) scope: Scope,
+    pub(crate) anonymous: bool,
     /// Rate-limit tier.
-    pub tier: Arc<str>,
+    pub(crate) tier: Arc<str>,
 }
 
 impl Principal {
-    pub fn access_key(&self) -> AccessKey {
+    pub(crate) fn access_key(&self) -> AccessKey {
         if self.anonymous {
             return AccessKey::Anonymous;
         }
@@ -85,7 +85,7 @@ impl Principal {
         }
     }
 
-    pub fn anonymous() -> Principal {
+    pub(crate) fn anonymous() -> Principal {
         Principal {
             id: Arc::from("anonymous"),
             scope: Scope::Agents(HashSet::new()),
@@ -95,14 +95,14 @@ impl Principal {
     }
 }
 
-pub const DEFAULT_TIER: &str = "default";
+pub(crate) const DEFAULT_TIER: &str = "default";
 
 fn tier_of(t: &Option<String>) -> Arc<str> {
     Arc::from(t.as_deref().unwrap_or(DEFAULT_TIER))
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum AuthError {
+pub(crate) enum AuthError {
     /// 401: no credentials where they are needed.
     #[error("credentials are required")]
     Missing,
@@ -116,18 +116,9 @@ pub enum AuthError {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scheme {
+pub(crate) enum Scheme {
     ApiKey,
     Bearer,
-}
-
-impl AuthError {
-    pub fn status(&self) -> u16 {
-        match self {
-            AuthError::Missing | AuthError::Rejected { .. } => 401,
-            AuthError::Forbidden => 403,
-        }
-    }
 }
 
 struct StaticCredential {
@@ -144,7 +135,7 @@ const JWT_CACHE_SECS: i64 = 60;
 /// Verified tokens kept; past this the cache starts over.
 const JWT_CACHE_ENTRIES: usize = 10_000;
 
-pub struct Authenticator {
+pub(crate) struct Authenticator {
     default_access: Access,
     api_keys: Vec<StaticCredential>,
     bearer_tokens: Vec<StaticCredential>,
@@ -220,7 +211,7 @@ fn find<'a>(list: &'a [StaticCredential], presented: &[u8]) -> Option<&'a Static
 
 impl Authenticator {
     /// Reads every secret and key the configuration names; errors name the credential.
-    pub fn build(cfg: &AuthConfig) -> Result<Authenticator, Vec<String>> {
+    pub(crate) fn build(cfg: &AuthConfig) -> Result<Authenticator, Vec<String>> {
         let mut errors = Vec::new();
         let mut keep = |r: Result<StaticCredential, String>| match r {
             Ok(c) => Some(c),
@@ -261,27 +252,27 @@ impl Authenticator {
     }
 
     /// JWKS URLs to keep fetched (see [`JwksSource::keep_fresh`]).
-    pub fn jwks_sources(&self) -> Vec<JwksSource> {
+    pub(crate) fn jwks_sources(&self) -> Vec<JwksSource> {
         self.jwt.iter().filter_map(|v| v.jwks_source()).collect()
     }
 
     /// Whether any credential is configured at all.
-    pub fn enabled(&self) -> bool {
+    pub(crate) fn enabled(&self) -> bool {
         !(self.api_keys.is_empty() && self.bearer_tokens.is_empty() && self.jwt.is_empty())
     }
 
-    pub fn default_access(&self) -> Access {
+    pub(crate) fn default_access(&self) -> Access {
         self.default_access
     }
 
-    pub fn access_of(&self, agent: &AgentDef) -> Access {
+    pub(crate) fn access_of(&self, agent: &AgentDef) -> Access {
         agent.access.unwrap_or(self.default_access)
     }
 
     /// The caller, from `X-API-Key` or `Authorization: Bearer`. Presented credentials that
     /// are not accepted are an error even for public agents: a client with a broken key
     /// should hear so, not be served as someone else.
-    pub fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, AuthError> {
+    pub(crate) fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, AuthError> {
         // More than one credential (a key and a bearer, or either twice) is refused rather
         // than decided by which one is read first.
         let mut keys = headers.get_all(&API_KEY_HEADER_NAME);
@@ -374,7 +365,7 @@ impl Authenticator {
     }
 
     /// Whether `p` may call `agent`.
-    pub fn authorize(&self, p: &Principal, agent: &AgentDef) -> Result<(), AuthError> {
+    pub(crate) fn authorize(&self, p: &Principal, agent: &AgentDef) -> Result<(), AuthError> {
         match self.access_of(agent) {
             Access::Public => Ok(()),
             Access::Authenticated if p.anonymous => Err(AuthError::Missing),
@@ -384,7 +375,7 @@ impl Authenticator {
     }
 
     /// The `WWW-Authenticate` challenge for a 401.
-    pub fn challenge(&self, error: &AuthError) -> String {
+    pub(crate) fn challenge(&self, error: &AuthError) -> String {
         match error {
             AuthError::Rejected {
                 scheme: Scheme::ApiKey,
@@ -401,7 +392,7 @@ impl Authenticator {
     }
 
     /// Security schemes as the configuration makes them, keyed by scheme name.
-    pub fn schemes(&self) -> Vec<SchemeKind> {
+    pub(crate) fn schemes(&self) -> Vec<SchemeKind> {
         let mut out = Vec::new();
         if !self.api_keys.is_empty() {
             out.push(SchemeKind::ApiKey);
@@ -417,13 +408,13 @@ impl Authenticator {
 
 /// A security scheme the gateway accepts, for the cards.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SchemeKind {
+pub(crate) enum SchemeKind {
     ApiKey,
     Bearer { jwt: bool },
 }
 
 impl SchemeKind {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             SchemeKind::ApiKey => "apiKey",
             SchemeKind::Bearer { .. } => "bearer",

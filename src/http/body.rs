@@ -14,7 +14,7 @@ use crate::error::GatewayError;
 
 /// JSON-RPC travels as `application/json`; `application/a2a+json` and other `+json` types are
 /// accepted too. A missing Content-Type is tolerated: the body must still parse as JSON.
-pub fn check_content_type(req: &HttpRequest) -> Result<(), GatewayError> {
+pub(super) fn check_content_type(req: &HttpRequest) -> Result<(), GatewayError> {
     let Some(value) = req.headers().get(header::CONTENT_TYPE) else {
         return Ok(());
     };
@@ -34,7 +34,7 @@ pub fn check_content_type(req: &HttpRequest) -> Result<(), GatewayError> {
 
 /// What a body may cost: its size, its time, and its share of the bytes held gateway-wide
 /// for bodies still arriving (so slow senders cannot hold the gateway's memory).
-pub struct BodyLimits {
+pub(crate) struct BodyLimits {
     max_bytes: usize,
     base_time: Duration,
     min_rate: usize,
@@ -43,7 +43,7 @@ pub struct BodyLimits {
 }
 
 impl BodyLimits {
-    pub fn new(limits: &Limits) -> BodyLimits {
+    pub(crate) fn new(limits: &Limits) -> BodyLimits {
         BodyLimits {
             max_bytes: limits.max_body_bytes,
             base_time: Duration::from_secs(limits.body_timeout_secs.max(1)),
@@ -54,7 +54,7 @@ impl BodyLimits {
     }
 
     /// Bytes held right now for bodies still arriving.
-    pub fn buffered(&self) -> usize {
+    pub(crate) fn buffered(&self) -> usize {
         self.buffered.load(Ordering::Acquire)
     }
 
@@ -85,7 +85,7 @@ impl Drop for Held<'_> {
 /// Reads the body: refused at once when its declared size is over the limit or the
 /// gateway's budget, refused as soon as it grows past either, and given up with 408 when it
 /// has not arrived within `body_timeout_secs` plus a second per `body_min_bytes_per_sec`.
-pub async fn read_body(
+pub(super) async fn read_body(
     req: &HttpRequest,
     mut body: web::Payload,
     limits: &BodyLimits,

@@ -22,7 +22,7 @@ fn wants_v10(req: &HttpRequest) -> bool {
     version_header(req).is_some_and(|v| v.trim().starts_with('1'))
 }
 
-pub async fn gateway_card(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
+pub(super) async fn gateway_card(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
     let caller = card_caller(&req, &state);
     let key = CardKey {
         access: caller.access_key(),
@@ -49,7 +49,7 @@ pub async fn gateway_card(req: HttpRequest, state: web::Data<AppState>) -> HttpR
     }
 }
 
-pub async fn agent_card(
+pub(super) async fn agent_card(
     req: HttpRequest,
     name: web::Path<String>,
     state: web::Data<AppState>,
@@ -71,7 +71,7 @@ pub async fn agent_card(
     }
 }
 
-pub async fn list_agents(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
+pub(super) async fn list_agents(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
     let base = state.base_url(&req);
     let caller = card_caller(&req, &state);
     let agents: Vec<Value> = state

@@ -6,7 +6,7 @@ use crate::agents::AgentHealth;
 use crate::protocol::model::format_timestamp;
 
 /// 200 whenever the gateway serves; `status` says whether every agent is healthy.
-pub async fn health(state: web::Data<AppState>) -> HttpResponse {
+pub(super) async fn health(state: web::Data<AppState>) -> HttpResponse {
     let mut agents = Map::new();
     let mut all_healthy = true;
     for agent in state.registry.iter() {

@@ -17,7 +17,7 @@ use crate::protocol::Dialect;
 use crate::routing::{Reason, Served};
 use crate::rpc::{dispatch, render_stream_item, RpcReply};
 
-pub async fn default_agent(
+pub(super) async fn default_agent(
     req: HttpRequest,
     body: web::Payload,
     state: web::Data<AppState>,
@@ -26,7 +26,7 @@ pub async fn default_agent(
 }
 
 /// `/a2a/agents/{name}`, any method: JSON-RPC calls are POSTs.
-pub async fn agent_endpoint(
+pub(super) async fn agent_endpoint(
     req: HttpRequest,
     body: web::Payload,
     state: web::Data<AppState>,
@@ -45,7 +45,7 @@ pub async fn agent_endpoint(
     handle(req, body, state, Some(name)).await
 }
 
-pub async fn handle(
+pub(super) async fn handle(
     req: HttpRequest,
     body: web::Payload,
     state: web::Data<AppState>,
@@ -163,7 +163,7 @@ pub async fn handle(
 /// A POST to a path that is no endpoint. JSON-RPC clients read the answer as a JSON-RPC
 /// error (with their request's id when it parses); proxies see the 404. A path under an
 /// agent that does not exist names the agents there are, as `/a2a/agents/<unknown>` does.
-pub async fn unknown_endpoint(
+pub(super) async fn unknown_endpoint(
     req: HttpRequest,
     body: web::Payload,
     state: web::Data<AppState>,

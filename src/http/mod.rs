@@ -26,7 +26,7 @@ use crate::limits::{RateInfo, RateLimits, StreamGauge, StreamSlot};
 use crate::routing::{Router, Served};
 use crate::service::A2aService;
 
-pub use body::BodyLimits;
+pub(crate) use body::BodyLimits;
 pub(crate) use card_cache::CardCache;
 pub(crate) use normalize::TrimTrailingSlash;
 pub(crate) use rejections::tcp_with_json_rejections;
@@ -34,12 +34,12 @@ pub(crate) use rejections::tcp_with_json_rejections;
 /// The request span: method, path and status only. The default builder records a dozen
 /// fields and draws a random request id per request, which cost about a tenth of the
 /// gateway's throughput even with the span disabled.
-pub struct LeanRootSpan;
+pub(crate) struct LeanRootSpan;
 
 /// Whether the per-request spans would be recorded at all. When the log level leaves them
 /// out, the tracing middleware is not installed: it would only cost every request its
 /// request id and span bookkeeping for nothing.
-pub fn request_spans_enabled() -> bool {
+pub(crate) fn request_spans_enabled() -> bool {
     // The same target and level as `LeanRootSpan`'s span.
     tracing::span_enabled!(tracing::Level::INFO)
 }
@@ -68,15 +68,15 @@ impl tracing_actix_web::RootSpanBuilder for LeanRootSpan {
 }
 
 /// Shared by every worker; built once.
-pub struct AppState {
-    pub config: GatewayConfig,
-    pub auth: Authenticator,
-    pub rates: RateLimits,
-    pub router: Router,
-    pub registry: Registry,
-    pub service: A2aService,
-    pub streams: StreamGauge,
-    pub bodies: body::BodyLimits,
+pub(crate) struct AppState {
+    pub(crate) config: GatewayConfig,
+    pub(crate) auth: Authenticator,
+    pub(crate) rates: RateLimits,
+    pub(crate) router: Router,
+    pub(crate) registry: Registry,
+    pub(crate) service: A2aService,
+    pub(crate) streams: StreamGauge,
+    pub(crate) bodies: body::BodyLimits,
     pub(crate) connections: Arc<crate::limits::connections::ConnectionLimits>,
     /// Rendered aggregated cards.
     pub(crate) cards: card_cache::CardCache,
@@ -87,7 +87,7 @@ pub struct AppState {
 impl AppState {
     /// The base URL clients reach the gateway at: the configured public URL, else what the
     /// request says (Forwarded / X-Forwarded-Proto / X-Forwarded-Host / Host).
-    pub fn base_url(&self, req: &HttpRequest) -> String {
+    pub(crate) fn base_url(&self, req: &HttpRequest) -> String {
         match self.config.public_url() {
             Some(url) => url.to_string(),
             None => {
@@ -97,12 +97,12 @@ impl AppState {
         }
     }
 
-    pub fn default_keepalive(&self) -> std::time::Duration {
+    pub(crate) fn default_keepalive(&self) -> std::time::Duration {
         std::time::Duration::from_secs(self.config.limits.stream_keepalive_secs.max(1))
     }
 
     /// The caller, or the 401 to answer with. Runs before any body is read.
-    pub fn authenticate(&self, req: &HttpRequest) -> Result<Principal, GatewayError> {
+    pub(crate) fn authenticate(&self, req: &HttpRequest) -> Result<Principal, GatewayError> {
         self.auth
             .authenticate(req.headers())
             .map_err(|e| self.auth_error(e))
@@ -110,7 +110,11 @@ impl AppState {
 
     /// Refuses from the headers alone, before any body is read, a caller that may not call
     /// the agent the path names (`agent`), or on the shared endpoints any agent at all.
-    pub fn admit_early(&self, agent: Option<&str>, caller: &Principal) -> Result<(), GatewayError> {
+    pub(crate) fn admit_early(
+        &self,
+        agent: Option<&str>,
+        caller: &Principal,
+    ) -> Result<(), GatewayError> {
         if self.open_to_all {
             return Ok(());
         }
@@ -133,7 +137,7 @@ impl AppState {
     }
 
     /// Whether `caller` may call `agent`: a 401 or a 403 if not.
-    pub fn authorize(&self, caller: &Principal, agent: &Agent) -> Result<(), GatewayError> {
+    pub(crate) fn authorize(&self, caller: &Principal, agent: &Agent) -> Result<(), GatewayError> {
         self.auth
             .authorize(caller, &agent.def)
             .map_err(|e| self.auth_error(e))
@@ -165,7 +169,7 @@ impl AppState {
 
     /// Counts one request against the caller's and the agent's rate; the numbers go out
     /// as `X-RateLimit-*` headers (see [`rate_limit_headers`]), also on a refusal.
-    pub fn admit(
+    pub(crate) fn admit(
         &self,
         req: &HttpRequest,
         caller: &Principal,
@@ -187,7 +191,7 @@ impl AppState {
     }
 
     /// A stream slot counted against the gateway and against the caller's tier.
-    pub fn open_stream(
+    pub(crate) fn open_stream(
         &self,
         req: &HttpRequest,
         caller: &Principal,
@@ -199,21 +203,21 @@ impl AppState {
 
     /// An unknown agent is a 404, except for anonymous callers when agents are private by
     /// default: they learn nothing beyond "authenticate first".
-    pub fn missing_agent(&self, caller: &Principal, name: &str) -> GatewayError {
+    pub(crate) fn missing_agent(&self, caller: &Principal, name: &str) -> GatewayError {
         self.unroutable(caller, self.unknown_agent(name))
     }
 
     /// A request that reaches no agent (unknown by name, or unroutable on the shared
     /// endpoints): for anonymous callers when agents are private by default, "authenticate
     /// first" instead of the agent names the error would list.
-    pub fn unroutable(&self, caller: &Principal, error: GatewayError) -> GatewayError {
+    pub(crate) fn unroutable(&self, caller: &Principal, error: GatewayError) -> GatewayError {
         if caller.anonymous && self.auth.default_access() == Access::Authenticated {
             return self.auth_error(AuthError::Missing);
         }
         error
     }
 
-    pub fn unknown_agent(&self, name: &str) -> GatewayError {
+    pub(crate) fn unknown_agent(&self, name: &str) -> GatewayError {
         GatewayError::AgentNotFound {
             name: name.to_string(),
             available: self.registry.names(),
@@ -224,7 +228,7 @@ impl AppState {
 /// Every route. `agents` are the configured agents' names: each gets its JSON-RPC path as
 /// a fixed one, which the router matches by comparing strings instead of running the
 /// pattern's regex on every call; the pattern still answers for names that are not agents.
-pub fn routes(cfg: &mut web::ServiceConfig) {
+pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(
         web::resource("/a2a")
             .route(web::post().to(jsonrpc::default_agent))
@@ -274,7 +278,7 @@ pub(crate) fn agent_segment(path: &str) -> Option<&str> {
 }
 
 /// Which agent answered, and on the shared endpoints why.
-pub fn served_headers(resp: &mut HttpResponse, served: &Served) {
+pub(crate) fn served_headers(resp: &mut HttpResponse, served: &Served) {
     let headers = resp.headers_mut();
     if let Ok(v) = header::HeaderValue::from_str(&served.agent) {
         headers.insert(header::HeaderName::from_static("a2a-gateway-agent"), v);
@@ -286,7 +290,7 @@ pub fn served_headers(resp: &mut HttpResponse, served: &Served) {
 
 /// Middleware around CORS: an answer that does not allow its origin carries no CORS
 /// header at all (actix-cors still adds `Access-Control-Expose-Headers`).
-pub async fn cors_only_when_allowed(
+pub(crate) async fn cors_only_when_allowed(
     req: actix_web::dev::ServiceRequest,
     next: actix_web::middleware::Next<impl actix_web::body::MessageBody + 'static>,
 ) -> Result<actix_web::dev::ServiceResponse<impl actix_web::body::MessageBody>, actix_web::Error> {
@@ -306,7 +310,7 @@ pub async fn cors_only_when_allowed(
 }
 
 /// Middleware: writes the `X-RateLimit-*` headers a handler recorded for its request.
-pub async fn rate_limit_headers(
+pub(crate) async fn rate_limit_headers(
     req: actix_web::dev::ServiceRequest,
     next: actix_web::middleware::Next<impl actix_web::body::MessageBody + 'static>,
 ) -> Result<actix_web::dev::ServiceResponse<impl actix_web::body::MessageBody>, actix_web::Error> {
@@ -329,7 +333,7 @@ pub async fn rate_limit_headers(
 
 /// The caller's `A2A-Version`: the header, or `?A2A-Version=` for clients that cannot set
 /// headers (the reference allows both).
-pub fn version_header(req: &HttpRequest) -> Option<Cow<'_, str>> {
+pub(crate) fn version_header(req: &HttpRequest) -> Option<Cow<'_, str>> {
     static A2A_VERSION: HeaderName = HeaderName::from_static("a2a-version");
     if let Some(v) = req.headers().get(&A2A_VERSION) {
         return Some(String::from_utf8_lossy(v.as_bytes()));
@@ -342,7 +346,7 @@ pub fn version_header(req: &HttpRequest) -> Option<Cow<'_, str>> {
 
 /// A `GatewayError` on the HTTP+JSON binding: google.rpc.Status with its `ErrorInfo`, the
 /// 1.0.1 HTTP status, and the retry / challenge headers it calls for.
-pub fn error_response(e: &GatewayError) -> HttpResponse {
+pub(crate) fn error_response(e: &GatewayError) -> HttpResponse {
     if let GatewayError::Internal(detail) = e {
         tracing::error!(%detail, "internal error");
     }

@@ -25,7 +25,7 @@ use crate::rpc::send_request;
 const MEDIA_TYPE: &str = "application/a2a+json";
 
 /// Mounts the binding under `prefix` (which may hold `{name}`).
-pub fn scope(prefix: &str) -> actix_web::Scope {
+pub(super) fn scope(prefix: &str) -> actix_web::Scope {
     web::scope(prefix)
         .route("/message:send", web::post().to(send))
         .route("/message:stream", web::post().to(stream))

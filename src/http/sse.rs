@@ -16,7 +16,7 @@ use crate::protocol::ops::ItemStream;
 /// Streams `items` as SSE, each rendered by `render` into a `data:` payload (an error goes
 /// out as `event: error`), with keep-alive comments while idle.
 /// `slot` holds the stream's place in the gateway-wide count until the stream ends.
-pub fn event_stream<R>(
+pub(super) fn event_stream<R>(
     req: &HttpRequest,
     items: ItemStream,
     keepalive: Duration,

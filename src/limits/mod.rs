@@ -7,7 +7,7 @@ mod rate;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-pub use rate::{RateInfo, RateLimits};
+pub(crate) use rate::{RateInfo, RateLimits};
 
 use crate::error::GatewayError;
 use crate::tasks::FastMap;
@@ -18,14 +18,14 @@ const RESERVED_DESCRIPTORS: u64 = 512;
 
 /// Counts open SSE streams and refuses new ones beyond the limit, so that running out of
 /// file descriptors shows up as a clean 503 rather than a stalled accept loop.
-pub struct StreamGauge {
+pub(crate) struct StreamGauge {
     open: Arc<AtomicUsize>,
     limit: usize,
     per_caller: Arc<FastMap<String, usize>>,
 }
 
 /// One open stream; dropping it (the stream ended or its client left) frees the place.
-pub struct StreamSlot {
+pub(crate) struct StreamSlot {
     open: Arc<AtomicUsize>,
     caller: Option<(Arc<FastMap<String, usize>>, String)>,
 }
@@ -45,7 +45,7 @@ impl Drop for StreamSlot {
 }
 
 impl StreamGauge {
-    pub fn new(limit: usize) -> StreamGauge {
+    pub(crate) fn new(limit: usize) -> StreamGauge {
         StreamGauge {
             open: Arc::new(AtomicUsize::new(0)),
             limit: limit.max(1),
@@ -53,7 +53,7 @@ impl StreamGauge {
         }
     }
 
-    pub fn try_open(&self) -> Result<StreamSlot, GatewayError> {
+    pub(crate) fn try_open(&self) -> Result<StreamSlot, GatewayError> {
         if self.open.fetch_add(1, Ordering::AcqRel) >= self.limit {
             self.open.fetch_sub(1, Ordering::AcqRel);
             return Err(GatewayError::StreamCapacity(self.limit));
@@ -65,7 +65,7 @@ impl StreamGauge {
     }
 
     /// A slot counted against the gateway and against `caller`, who may hold `max` at once.
-    pub fn try_open_for(
+    pub(crate) fn try_open_for(
         &self,
         caller: &str,
         max: Option<usize>,
@@ -84,31 +84,31 @@ impl StreamGauge {
         Ok(slot)
     }
 
-    pub fn open(&self) -> usize {
+    pub(crate) fn open(&self) -> usize {
         self.open.load(Ordering::Relaxed)
     }
 
-    pub fn limit(&self) -> usize {
+    pub(crate) fn limit(&self) -> usize {
         self.limit
     }
 }
 
 /// What the open-file limit allows: a relayed stream holds two descriptors (client and
 /// upstream).
-pub fn default_stream_limit() -> usize {
+pub(crate) fn default_stream_limit() -> usize {
     let (soft, _) = rlimit::getrlimit(rlimit::Resource::NOFILE).unwrap_or((1024, 1024));
     (soft.saturating_sub(RESERVED_DESCRIPTORS) / 2).max(16) as usize
 }
 
 /// Connections open at once by default: three quarters of the descriptors the open-file
 /// limit leaves, the rest being for upstream calls, streams and command pipes.
-pub fn default_connection_limit() -> usize {
+pub(crate) fn default_connection_limit() -> usize {
     let (soft, _) = rlimit::getrlimit(rlimit::Resource::NOFILE).unwrap_or((1024, 1024));
     (soft.saturating_sub(RESERVED_DESCRIPTORS) * 3 / 4).clamp(64, 1_000_000) as usize
 }
 
 /// Raises the soft open-file limit to the hard one, as servers do; returns the new limit.
-pub fn raise_open_file_limit() -> Option<u64> {
+pub(crate) fn raise_open_file_limit() -> Option<u64> {
     rlimit::increase_nofile_limit(u64::MAX).ok()
 }
 

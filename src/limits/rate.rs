@@ -22,11 +22,11 @@ type Direct = RateLimiter<NotKeyed, InMemoryState, DefaultClock, StateInformatio
 
 /// What a limited response tells its client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RateInfo {
-    pub limit: u32,
-    pub remaining: u32,
+pub(crate) struct RateInfo {
+    pub(crate) limit: u32,
+    pub(crate) remaining: u32,
     /// Seconds until the allowance is full again.
-    pub reset_secs: u64,
+    pub(crate) reset_secs: u64,
 }
 
 struct Tier {
@@ -40,7 +40,7 @@ struct AgentLimit {
     quota: Quota,
 }
 
-pub struct RateLimits {
+pub(crate) struct RateLimits {
     tiers: HashMap<String, Tier>,
     agents: HashMap<String, AgentLimit>,
     trusted: Vec<IpAddr>,
@@ -59,7 +59,10 @@ fn ceil_secs(d: Duration) -> u64 {
 }
 
 impl RateLimits {
-    pub fn build(cfg: &RateLimitConfig, auth: &AuthConfig) -> Result<RateLimits, Vec<String>> {
+    pub(crate) fn build(
+        cfg: &RateLimitConfig,
+        auth: &AuthConfig,
+    ) -> Result<RateLimits, Vec<String>> {
         let mut errors = Vec::new();
         let mut tiers = HashMap::new();
         for (name, t) in &cfg.tiers {
@@ -124,13 +127,17 @@ impl RateLimits {
     }
 
     /// Whether any limit is configured at all.
-    pub fn active(&self) -> bool {
+    pub(crate) fn active(&self) -> bool {
         !self.tiers.is_empty() || !self.agents.is_empty()
     }
 
     /// The client's address: the peer, or for a trusted proxy the nearest address in
     /// `X-Forwarded-For` that is not itself a trusted proxy.
-    pub fn client_ip(&self, peer: Option<IpAddr>, forwarded_for: Option<&str>) -> Option<IpAddr> {
+    pub(crate) fn client_ip(
+        &self,
+        peer: Option<IpAddr>,
+        forwarded_for: Option<&str>,
+    ) -> Option<IpAddr> {
         let peer = peer?;
         if !self.trusted.contains(&peer) {
             return Some(peer);
@@ -145,7 +152,7 @@ impl RateLimits {
     }
 
     /// The key a caller is counted under: its credential, or its address when anonymous.
-    pub fn caller_key(&self, caller: &Principal, ip: Option<IpAddr>) -> String {
+    pub(crate) fn caller_key(&self, caller: &Principal, ip: Option<IpAddr>) -> String {
         if caller.anonymous {
             match ip {
                 Some(ip) => format!("anon:{ip}"),
@@ -161,14 +168,14 @@ impl RateLimits {
     }
 
     /// Streams one caller may hold open, if limited.
-    pub fn max_streams(&self, caller: &Principal) -> Option<usize> {
+    pub(crate) fn max_streams(&self, caller: &Principal) -> Option<usize> {
         self.tier(caller).and_then(|t| t.max_streams)
     }
 
     /// Forgets the callers whose allowance is full again: without this, every address that
     /// ever called would keep its bucket (memory grows with distinct callers). Run on a
     /// timer; a forgotten caller starts again with a full allowance, as it would have.
-    pub fn prune(&self) {
+    pub(crate) fn prune(&self) {
         for tier in self.tiers.values() {
             tier.limiter.retain_recent();
             tier.limiter.shrink_to_fit();
@@ -176,14 +183,15 @@ impl RateLimits {
     }
 
     /// Callers with a bucket right now, over every tier.
-    pub fn tracked_callers(&self) -> usize {
+    #[cfg(test)]
+    fn tracked_callers(&self) -> usize {
         self.tiers.values().map(|t| t.limiter.len()).sum()
     }
 
     /// Counts one request. `Ok(None)` when nothing limits it; otherwise the tighter of the
     /// caller's and the agent's allowance, or the refusal. `key` names the caller's bucket;
     /// it is only worked out when a tier applies.
-    pub fn check(
+    pub(crate) fn check(
         &self,
         caller: &Principal,
         key: impl FnOnce() -> String,

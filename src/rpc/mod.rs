@@ -19,7 +19,7 @@ use crate::protocol::Dialect;
 use crate::routing::Served;
 use crate::service::{A2aService, Sent};
 
-pub enum RpcReply {
+pub(crate) enum RpcReply {
     /// A JSON-RPC response body, the HTTP status to send it with, and for overload
     /// answers how many seconds to wait before retrying.
     Json {
@@ -42,7 +42,7 @@ pub enum RpcReply {
 }
 
 impl RpcReply {
-    pub fn error(id: &RpcId, dialect: Dialect, error: &GatewayError) -> RpcReply {
+    pub(crate) fn error(id: &RpcId, dialect: Dialect, error: &GatewayError) -> RpcReply {
         if let GatewayError::Internal(detail) = error {
             tracing::error!(%detail, "internal error");
         }
@@ -56,7 +56,7 @@ impl RpcReply {
 }
 
 /// Runs `req` on `agent`; results and stream events carry `served` in their metadata.
-pub async fn dispatch(
+pub(crate) async fn dispatch(
     service: &A2aService,
     agent: &Arc<Agent>,
     caller: &Principal,
@@ -227,7 +227,7 @@ fn ok_task(id: &RpcId, dialect: Dialect, task: &Task) -> Result<RpcReply, Gatewa
 
 /// One SSE `data:` payload: a JSON-RPC response whose result is the item in the caller's
 /// dialect; `true` with a JSON-RPC error body when it must go out as `event: error`.
-pub fn render_stream_item(
+pub(crate) fn render_stream_item(
     id: &RpcId,
     dialect: Dialect,
     end: StreamEnd,

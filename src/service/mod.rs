@@ -27,7 +27,7 @@ use crate::tasks::{Tasks, Viewer};
 use local::LocalOps;
 use upstream::UpstreamOps;
 
-pub struct A2aService {
+pub(crate) struct A2aService {
     tasks: Arc<Tasks>,
     contexts: Arc<ContextIndex>,
     legacy_ids: LegacyNames,
@@ -38,16 +38,16 @@ pub struct A2aService {
 /// 0.1 clients choose their task ids: the gateway's task for each (agent, caller, chosen
 /// id), so two callers' ids never meet. Cloned into the streams that name new tasks.
 #[derive(Clone)]
-pub struct LegacyNames(Arc<BoundedMap<String>>);
+pub(crate) struct LegacyNames(Arc<BoundedMap<String>>);
 
 impl LegacyNames {
     /// The task a 0.1 caller named `client_id` on `agent`.
-    pub fn get(&self, agent: &Agent, caller: &Principal, client_id: &str) -> Option<String> {
+    pub(crate) fn get(&self, agent: &Agent, caller: &Principal, client_id: &str) -> Option<String> {
         self.0.get(&legacy_key(agent, caller, client_id))
     }
 
     /// Records that the 0.1 caller's `client_id` names `task_id` on `agent`.
-    pub fn name(&self, agent: &Agent, caller: &Principal, client_id: &str, task_id: &str) {
+    pub(crate) fn name(&self, agent: &Agent, caller: &Principal, client_id: &str, task_id: &str) {
         self.0
             .insert(&legacy_key(agent, caller, client_id), task_id.to_string());
     }
@@ -55,12 +55,12 @@ impl LegacyNames {
 
 /// How the caller will write a task that answers a send. Given one, the service writes the
 /// answer to a task it settles at once from the task it is about to store, not from a copy.
-pub type TaskWriter<'a> = &'a (dyn Fn(&Task) -> Result<Vec<u8>, GatewayError> + Sync);
+pub(crate) type TaskWriter<'a> = &'a (dyn Fn(&Task) -> Result<Vec<u8>, GatewayError> + Sync);
 
 /// What a send returns: its result, or the answer already written by the [`TaskWriter`].
 // Moved once per send; boxing the result would cost an allocation on every other path.
 #[allow(clippy::large_enum_variant)]
-pub enum Sent {
+pub(crate) enum Sent {
     Result(SendResult),
     Written(Vec<u8>),
 }
@@ -114,7 +114,7 @@ pub(crate) trait Operations {
 }
 
 impl A2aService {
-    pub fn new(tasks: Arc<Tasks>) -> A2aService {
+    pub(crate) fn new(tasks: Arc<Tasks>) -> A2aService {
         let contexts: Arc<ContextIndex> = Arc::default();
         A2aService {
             local: LocalOps::new(tasks.clone(), contexts.clone()),
@@ -126,16 +126,16 @@ impl A2aService {
     }
 
     /// The task names of 0.1 clients.
-    pub fn legacy_names(&self) -> &LegacyNames {
+    pub(crate) fn legacy_names(&self) -> &LegacyNames {
         &self.legacy_ids
     }
 
-    pub fn tasks(&self) -> &Tasks {
+    pub(crate) fn tasks(&self) -> &Tasks {
         &self.tasks
     }
 
     /// Which agent served each conversation, for context affinity on `/a2a`.
-    pub fn contexts(&self) -> &ContextIndex {
+    pub(crate) fn contexts(&self) -> &ContextIndex {
         &self.contexts
     }
 
@@ -148,7 +148,7 @@ impl A2aService {
     }
 
     /// `SendMessage` / `message/send`.
-    pub async fn send(
+    pub(crate) async fn send(
         &self,
         agent: &Arc<Agent>,
         caller: &Principal,
@@ -162,7 +162,7 @@ impl A2aService {
 
     /// [`Self::send`], leaving the writing of a task answer to `writer` where that saves
     /// a copy of the task.
-    pub async fn send_writing(
+    pub(crate) async fn send_writing(
         &self,
         agent: &Arc<Agent>,
         caller: &Principal,
@@ -175,7 +175,7 @@ impl A2aService {
 
     /// `SendStreamingMessage` / `message/stream`: the task (or one Message) first, then
     /// every event until the task finishes or needs input.
-    pub async fn stream(
+    pub(crate) async fn stream(
         &self,
         agent: &Arc<Agent>,
         caller: &Principal,
@@ -186,7 +186,7 @@ impl A2aService {
     }
 
     /// `GetTask` / `tasks/get`.
-    pub async fn get(
+    pub(crate) async fn get(
         &self,
         agent: &Agent,
         caller: &Principal,
@@ -197,7 +197,7 @@ impl A2aService {
     }
 
     /// `ListTasks` (1.0 only).
-    pub async fn list(
+    pub(crate) async fn list(
         &self,
         agent: &Agent,
         caller: &Principal,
@@ -207,7 +207,7 @@ impl A2aService {
     }
 
     /// `CancelTask` / `tasks/cancel`.
-    pub async fn cancel(
+    pub(crate) async fn cancel(
         &self,
         agent: &Agent,
         caller: &Principal,
@@ -217,7 +217,7 @@ impl A2aService {
     }
 
     /// `SubscribeToTask` / `tasks/resubscribe`: the current task, then its later events.
-    pub async fn subscribe(
+    pub(crate) async fn subscribe(
         &self,
         agent: &Agent,
         caller: &Principal,

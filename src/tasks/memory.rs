@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use super::{page, FastMap, StoreError, StoredTask, TaskPage, TaskStore, Viewer};
 use crate::protocol::params::ListQuery;
 
-pub struct MemoryTaskStore {
+pub(crate) struct MemoryTaskStore {
     /// Keyed by the id's 128-bit value: no key allocations, and a lookup compares keys
     /// without chasing a pointer. Boxed: a task inline made every bucket ~400 bytes, so
     /// each insert and eviction walked several cold cache lines of a table too large to
@@ -22,7 +22,7 @@ pub struct MemoryTaskStore {
 }
 
 impl MemoryTaskStore {
-    pub fn new(capacity: usize) -> MemoryTaskStore {
+    pub(crate) fn new(capacity: usize) -> MemoryTaskStore {
         MemoryTaskStore {
             tasks: FastMap::default(),
             finished: Mutex::new(VecDeque::new()),

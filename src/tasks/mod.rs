@@ -13,10 +13,10 @@ use std::sync::Arc;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-pub use memory::MemoryTaskStore;
+pub(crate) use memory::MemoryTaskStore;
 
 /// DashMap with a fast, DoS-resistant hasher; SipHash showed up in profiles.
-pub type FastMap<K, V> = dashmap::DashMap<K, V, ahash::RandomState>;
+pub(crate) type FastMap<K, V> = dashmap::DashMap<K, V, ahash::RandomState>;
 
 use crate::protocol::model::{
     Message, StreamItem, Task, TaskEvent, TaskState, TaskStatus, TaskStatusUpdateEvent,
@@ -25,16 +25,16 @@ use crate::protocol::params::ListQuery;
 
 /// A task as stored: the task itself plus what the gateway needs to scope and order it.
 #[derive(Debug, Clone)]
-pub struct StoredTask {
-    pub task: Task,
+pub(crate) struct StoredTask {
+    pub(crate) task: Task,
     /// The agent that owns the task; other agents answer "not found" for it.
-    pub agent: Arc<str>,
+    pub(crate) agent: Arc<str>,
     /// The principal that created it; everyone else is told it does not exist.
-    pub owner: Arc<str>,
+    pub(crate) owner: Arc<str>,
     /// Creation order, the tie-breaker when status timestamps are equal.
-    pub seq: u64,
+    pub(crate) seq: u64,
     /// Stops the work in progress on this task; dropped once the task finishes.
-    pub cancel: Option<CancellationToken>,
+    pub(crate) cancel: Option<CancellationToken>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -52,15 +52,15 @@ pub enum StoreError {
     Quota(usize),
 }
 
-pub struct TaskPage {
-    pub tasks: Vec<Task>,
-    pub next_page_token: String,
-    pub total_size: usize,
+pub(crate) struct TaskPage {
+    pub(crate) tasks: Vec<Task>,
+    pub(crate) next_page_token: String,
+    pub(crate) total_size: usize,
 }
 
 /// Storage for tasks. Closures passed to `read`/`update` run while the store holds that
 /// task's lock, so updates to one task are serialized and observed atomically.
-pub trait TaskStore: Send + Sync + 'static {
+pub(crate) trait TaskStore: Send + Sync + 'static {
     /// Adds a task. When full, the oldest finished tasks make room first.
     fn insert(&self, task: StoredTask) -> Result<(), StoreError>;
     /// Runs `f` on the task; false when there is no such task.
@@ -72,20 +72,17 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Tasks waiting for input (or auth) since before `cutoff`.
     fn interrupted_before(&self, cutoff: chrono::DateTime<chrono::Utc>) -> Vec<String>;
     fn len(&self) -> usize;
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 /// Who is looking: tasks are visible only through their agent, to their creator.
 #[derive(Debug, Clone, Copy)]
-pub struct Viewer<'a> {
-    pub agent: &'a str,
-    pub principal: &'a str,
+pub(crate) struct Viewer<'a> {
+    pub(crate) agent: &'a str,
+    pub(crate) principal: &'a str,
 }
 
 impl Viewer<'_> {
-    pub fn sees(&self, st: &StoredTask) -> bool {
+    pub(crate) fn sees(&self, st: &StoredTask) -> bool {
         &*st.agent == self.agent && &*st.owner == self.principal
     }
 }
@@ -124,14 +121,14 @@ impl Fanout {
 
 /// The outcome of applying an event.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Applied {
+pub(crate) enum Applied {
     Yes,
     /// The task had already finished (say, canceled meanwhile): the event was dropped.
     TaskFinished,
     NotFound,
 }
 
-pub struct Tasks {
+pub(crate) struct Tasks {
     store: Arc<dyn TaskStore>,
     fanout: Fanout,
     seq: std::sync::atomic::AtomicU64,
@@ -142,7 +139,7 @@ pub struct Tasks {
 
 impl Tasks {
     /// `quota`: unfinished tasks one owner may hold at once.
-    pub fn new(store: Arc<dyn TaskStore>, quota: usize) -> Tasks {
+    pub(crate) fn new(store: Arc<dyn TaskStore>, quota: usize) -> Tasks {
         Tasks {
             store,
             fanout: Fanout::default(),
@@ -154,7 +151,7 @@ impl Tasks {
 
     /// Stores a new task whose work, if any is still going on, `cancel` can stop. An
     /// unfinished one counts against its owner's quota until it finishes.
-    pub fn create(
+    pub(crate) fn create(
         &self,
         agent: Arc<str>,
         owner: Arc<str>,
@@ -193,7 +190,7 @@ impl Tasks {
 
     /// Cancels the tasks left waiting for input (or auth) longer than `ttl`, stopping
     /// their work; returns how many.
-    pub fn expire_interrupted(&self, ttl: std::time::Duration) -> usize {
+    pub(crate) fn expire_interrupted(&self, ttl: std::time::Duration) -> usize {
         let Ok(ttl) = chrono::Duration::from_std(ttl) else {
             return 0;
         };
@@ -211,7 +208,7 @@ impl Tasks {
     /// Stops the work in progress on a task and marks it canceled, with `note` as its
     /// status message; stored and published like any other event. Callers check first
     /// that the caller may see it.
-    pub fn cancel(&self, id: &str, note: Option<Message>) -> Applied {
+    pub(crate) fn cancel(&self, id: &str, note: Option<Message>) -> Applied {
         let mut context_id = None;
         self.store.read(id, &mut |st| {
             if let Some(token) = &st.cancel {
@@ -232,14 +229,14 @@ impl Tasks {
     }
 
     /// The agent that owns a task.
-    pub fn owner(&self, id: &str) -> Option<Arc<str>> {
+    pub(crate) fn owner(&self, id: &str) -> Option<Arc<str>> {
         let mut out = None;
         self.store.read(id, &mut |st| out = Some(st.agent.clone()));
         out
     }
 
     /// Reads the agent's task through `f` without copying it.
-    pub fn inspect<R>(
+    pub(crate) fn inspect<R>(
         &self,
         viewer: Viewer<'_>,
         id: &str,
@@ -259,7 +256,7 @@ impl Tasks {
 
     /// Stores and publishes one event. Events for finished tasks are dropped, which is what
     /// makes cancel final even while the backend is still producing output.
-    pub fn apply(&self, id: &str, event: &TaskEvent) -> Applied {
+    pub(crate) fn apply(&self, id: &str, event: &TaskEvent) -> Applied {
         let mut applied = Applied::TaskFinished;
         let found = self.store.update(id, &mut |st| {
             if st.task.status.state.is_terminal() {
@@ -296,7 +293,7 @@ impl Tasks {
     /// token; returns the task as the message found it (finished ones unchanged). A task
     /// that was waiting for this answer is working again from here on, and its
     /// subscribers are told so.
-    pub fn continue_with(
+    pub(crate) fn continue_with(
         &self,
         id: &str,
         message: &Message,
@@ -325,7 +322,7 @@ impl Tasks {
     }
 
     /// The current task and a receiver of every later event, taken atomically.
-    pub fn subscribe(
+    pub(crate) fn subscribe(
         &self,
         viewer: Viewer<'_>,
         id: &str,
@@ -339,16 +336,16 @@ impl Tasks {
         out
     }
 
-    pub fn list(&self, viewer: Viewer<'_>, query: &ListQuery) -> Result<TaskPage, StoreError> {
+    pub(crate) fn list(
+        &self,
+        viewer: Viewer<'_>,
+        query: &ListQuery,
+    ) -> Result<TaskPage, StoreError> {
         self.store.list(viewer, query)
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.store.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.store.is_empty()
     }
 }
 

@@ -66,7 +66,7 @@ use crate::protocol::model::{Message, Part, TaskState};
 /// that keeps the pipe open is not waited for.
 const STDERR_AFTER_EXIT: Duration = Duration::from_millis(200);
 
-pub struct CommandBackend {
+pub(crate) struct CommandBackend {
     config: Arc<CommandConfig>,
     /// Running processes, `max_concurrent` of them; a parked process holds none.
     slots: Arc<Semaphore>,
@@ -74,7 +74,7 @@ pub struct CommandBackend {
 }
 
 impl CommandBackend {
-    pub fn new(config: CommandConfig) -> CommandBackend {
+    pub(crate) fn new(config: CommandConfig) -> CommandBackend {
         CommandBackend {
             slots: Arc::new(Semaphore::new(config.max_concurrent.max(1))),
             parked: Arc::new(Parked::new(config.max_waiting)),

@@ -18,10 +18,10 @@ use crate::tasks::StoreError;
 /// One relayed task as last seen.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Record {
-    pub id: String,
-    pub context_id: String,
-    pub state: TaskState,
-    pub timestamp: Option<DateTime<Utc>>,
+    pub(crate) id: String,
+    pub(crate) context_id: String,
+    pub(crate) state: TaskState,
+    pub(crate) timestamp: Option<DateTime<Utc>>,
     owner: Arc<str>,
     seq: u64,
 }
@@ -34,7 +34,7 @@ impl Record {
     }
 
     /// The task as last seen: its ids and status, without history or artifacts.
-    pub fn summary(self) -> Task {
+    pub(super) fn summary(self) -> Task {
         Task {
             id: self.id,
             context_id: self.context_id,
@@ -64,7 +64,7 @@ struct Inner {
 }
 
 impl Ledger {
-    pub fn new(capacity: usize) -> Ledger {
+    pub(super) fn new(capacity: usize) -> Ledger {
         Ledger {
             inner: Mutex::default(),
             capacity: capacity.max(1),
@@ -78,7 +78,7 @@ impl Ledger {
 
     /// A task created by `owner`, or seen again (its newest status wins; the owner stays
     /// the creator).
-    pub fn note(&self, owner: &Arc<str>, id: &str, context_id: &str, status: &TaskStatus) {
+    pub(super) fn note(&self, owner: &Arc<str>, id: &str, context_id: &str, status: &TaskStatus) {
         let mut inner = self.lock();
         if let Some(r) = inner.records.get_mut(id) {
             r.saw(status);
@@ -107,7 +107,7 @@ impl Ledger {
     }
 
     /// A newer status of a task already recorded; unknown ids are ignored.
-    pub fn update(&self, id: &str, status: &TaskStatus) {
+    pub(super) fn update(&self, id: &str, status: &TaskStatus) {
         if let Some(r) = self.lock().records.get_mut(id) {
             r.saw(status);
         }
@@ -115,7 +115,7 @@ impl Ledger {
 
     /// One page of `principal`'s tasks, with the next page's token and the count of all
     /// that match.
-    pub fn page(
+    pub(super) fn page(
         &self,
         principal: &str,
         query: &ListQuery,

@@ -7,6 +7,8 @@
 
 mod ledger;
 mod resolve;
+// Its decoder is re-exported for the fuzz targets (lib.rs), so its items stay `pub`.
+#[allow(unreachable_pub)]
 pub(crate) mod sse;
 mod transport;
 mod upstream_stream;
@@ -78,7 +80,7 @@ struct State {
     healthy: bool,
 }
 
-pub struct RemoteAgent {
+pub(crate) struct RemoteAgent {
     name: Arc<str>,
     config: A2aConfig,
     /// Streams. The file's headers are added per call, when the call may carry them.
@@ -104,7 +106,7 @@ const FIRST_EVENT_GRACE: Duration = Duration::from_secs(1);
 const LEDGER_CAPACITY: usize = 10_000;
 
 impl RemoteAgent {
-    pub fn new(
+    pub(crate) fn new(
         name: &str,
         config: A2aConfig,
         card_changes: super::CardChanges,
@@ -197,7 +199,7 @@ impl RemoteAgent {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    pub fn health(&self) -> AgentHealth {
+    pub(crate) fn health(&self) -> AgentHealth {
         if self.read().healthy {
             AgentHealth::Healthy
         } else {
@@ -206,11 +208,11 @@ impl RemoteAgent {
     }
 
     /// The remote card as last fetched, if ever.
-    pub fn card(&self) -> Option<Arc<Value>> {
+    pub(crate) fn card(&self) -> Option<Arc<Value>> {
         self.read().card.clone()
     }
 
-    pub fn stream_keepalive(&self) -> Option<Duration> {
+    pub(crate) fn stream_keepalive(&self) -> Option<Duration> {
         self.config.stream_keepalive_secs.map(Duration::from_secs)
     }
 
@@ -264,7 +266,7 @@ impl RemoteAgent {
     }
 
     /// Fetches the remote card and picks the endpoint and dialect from it.
-    pub async fn refresh(&self) -> Result<(), String> {
+    pub(crate) async fn refresh(&self) -> Result<(), String> {
         let mut last_err = String::from("no card URL");
         for url in self.card_urls() {
             match self.fetch_card(&url).await {
@@ -321,7 +323,7 @@ impl RemoteAgent {
 
     /// How long until the next card fetch: the refresh period, or the retry period while
     /// the remote is down.
-    pub fn refresh_interval(&self, healthy: bool) -> Duration {
+    pub(crate) fn refresh_interval(&self, healthy: bool) -> Duration {
         Duration::from_secs(if healthy {
             self.config.card_refresh_secs
         } else {
@@ -330,7 +332,7 @@ impl RemoteAgent {
     }
 
     /// Keeps the card fresh for as long as the gateway runs; retries sooner while down.
-    pub async fn keep_fresh(self: Arc<Self>, first_delay: Duration) {
+    pub(crate) async fn keep_fresh(self: Arc<Self>, first_delay: Duration) {
         tokio::time::sleep(first_delay).await;
         loop {
             let healthy = match self.refresh().await {
@@ -498,7 +500,7 @@ impl RemoteAgent {
         Ok(Cow::Owned(m))
     }
 
-    pub async fn send(&self, req: &SendRequest) -> Result<SendResult, GatewayError> {
+    pub(crate) async fn send(&self, req: &SendRequest) -> Result<SendResult, GatewayError> {
         let up = self.upstream()?;
         let message = self.inward_message(&req.message)?;
         let body = wire::send_body(up.dialect, false, self.request_id(), req, &message)?;
@@ -539,7 +541,10 @@ impl RemoteAgent {
         Some(SendResult::Relayed(relayed))
     }
 
-    pub async fn stream(self: &Arc<Self>, req: &SendRequest) -> Result<ItemStream, GatewayError> {
+    pub(crate) async fn stream(
+        self: &Arc<Self>,
+        req: &SendRequest,
+    ) -> Result<ItemStream, GatewayError> {
         let up = self.upstream()?;
         let message = self.inward_message(&req.message)?;
         let body = wire::send_body(up.dialect, true, self.request_id(), req, &message)?;
@@ -575,11 +580,15 @@ impl RemoteAgent {
         }
     }
 
-    pub async fn get(&self, id: &str, history_length: Option<usize>) -> Result<Task, GatewayError> {
+    pub(crate) async fn get(
+        &self,
+        id: &str,
+        history_length: Option<usize>,
+    ) -> Result<Task, GatewayError> {
         self.task_call(TaskOp::Get, id, history_length).await
     }
 
-    pub async fn cancel(&self, id: &str) -> Result<Task, GatewayError> {
+    pub(crate) async fn cancel(&self, id: &str) -> Result<Task, GatewayError> {
         self.task_call(TaskOp::Cancel, id, None).await
     }
 
@@ -598,7 +607,7 @@ impl RemoteAgent {
         Ok(task.trimmed(history_length, true))
     }
 
-    pub async fn subscribe(self: &Arc<Self>, id: &str) -> Result<ItemStream, GatewayError> {
+    pub(crate) async fn subscribe(self: &Arc<Self>, id: &str) -> Result<ItemStream, GatewayError> {
         let up = self.upstream()?;
         let remote_id = self.inward(id)?;
         let body = wire::task_body(
@@ -633,7 +642,7 @@ impl RemoteAgent {
     }
 
     /// Records what a send returned, for ListTasks on 0.3 upstreams.
-    pub fn note_result(&self, owner: &Arc<str>, result: &SendResult) {
+    pub(crate) fn note_result(&self, owner: &Arc<str>, result: &SendResult) {
         let Some(ledger) = self.ledger() else {
             return;
         };
@@ -651,7 +660,7 @@ impl RemoteAgent {
     }
 
     /// Records a streamed item of `owner`'s task, for ListTasks on 0.3 upstreams.
-    pub fn note_item(&self, owner: &Arc<str>, item: &StreamItem) {
+    pub(crate) fn note_item(&self, owner: &Arc<str>, item: &StreamItem) {
         let Some(ledger) = self.ledger() else {
             return;
         };
@@ -663,7 +672,7 @@ impl RemoteAgent {
     }
 
     /// Records the newest status of a task read or canceled.
-    pub fn note_task(&self, task: &Task) {
+    pub(crate) fn note_task(&self, task: &Task) {
         if let Some(ledger) = self.ledger() {
             ledger.update(&task.id, &task.status);
         }
@@ -672,7 +681,7 @@ impl RemoteAgent {
     /// `principal`'s tasks: from the upstream when it speaks 1.0 (the caller keeps only
     /// its own), from the ledger when it speaks 0.3. Tasks the ledger holds are fetched
     /// again when the caller asks for history or artifacts, or may have moved on.
-    pub async fn list(
+    pub(crate) async fn list(
         &self,
         principal: &str,
         query: &ListQuery,

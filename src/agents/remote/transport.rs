@@ -23,7 +23,7 @@ use crate::config::A2aConfig;
 
 /// Why a call got no answer. Shared with the reqwest paths so both map failures alike.
 #[derive(Debug)]
-pub enum Failure {
+pub(super) enum Failure {
     Timeout,
     /// No connection could be made; `refused` when the remote actively said no.
     Connect {
@@ -38,10 +38,10 @@ pub enum Failure {
 
 /// The longest unary answer read from a remote. Nothing in A2A needs more, and without a
 /// bound a broken remote could make the gateway buffer until it runs out of memory.
-pub const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
+pub(super) const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
 
 impl Failure {
-    pub fn detail(&self) -> String {
+    pub(super) fn detail(&self) -> String {
         match self {
             Failure::Timeout => "timed out".into(),
             Failure::TooLarge => format!("answered with more than {MAX_ANSWER_BYTES} bytes"),
@@ -49,7 +49,7 @@ impl Failure {
         }
     }
 
-    pub fn from_reqwest(e: &reqwest::Error) -> Failure {
+    pub(super) fn from_reqwest(e: &reqwest::Error) -> Failure {
         if e.is_timeout() {
             Failure::Timeout
         } else {
@@ -83,7 +83,7 @@ fn connect_failure(e: &(dyn std::error::Error + 'static)) -> Failure {
 }
 
 /// The innermost error message (reqwest and hyper wrap io errors several levels deep).
-pub fn root_cause(e: &dyn std::error::Error) -> String {
+pub(super) fn root_cause(e: &dyn std::error::Error) -> String {
     let mut cur = e;
     while let Some(next) = cur.source() {
         cur = next;
@@ -91,7 +91,7 @@ pub fn root_cause(e: &dyn std::error::Error) -> String {
     cur.to_string()
 }
 
-pub struct Transport {
+pub(super) struct Transport {
     client: Client<HttpsConnector<HttpConnector<GuardedResolver>>, Full<Bytes>>,
     /// The agent file's `headers`; the gateway's own headers win over them.
     headers: HeaderMap,
@@ -99,7 +99,7 @@ pub struct Transport {
 }
 
 impl Transport {
-    pub fn new(
+    pub(super) fn new(
         config: &A2aConfig,
         headers: HeaderMap,
         resolver: GuardedResolver,
@@ -130,7 +130,7 @@ impl Transport {
     /// POSTs a JSON body and returns the whole response body, whatever its status: a
     /// JSON-RPC error arrives with any status, and the caller reads it from the body.
     /// `timeout_secs` covers the whole exchange, reading the answer included.
-    pub async fn post_json(
+    pub(super) async fn post_json(
         &self,
         uri: &Uri,
         extra: Option<(HeaderName, HeaderValue)>,
@@ -164,7 +164,7 @@ impl Transport {
 }
 
 /// A whole answer body, or [`Failure::TooLarge`] once it passes [`MAX_ANSWER_BYTES`].
-pub async fn read_capped<B>(body: B) -> Result<Bytes, Failure>
+pub(super) async fn read_capped<B>(body: B) -> Result<Bytes, Failure>
 where
     B: http_body::Body<Data = Bytes>,
     B::Error: std::error::Error + Send + Sync + 'static,

@@ -18,11 +18,11 @@ use crate::protocol::v03::V03;
 use crate::protocol::Dialect;
 
 #[derive(Serialize)]
-pub struct Envelope<'a, P: Serialize> {
-    pub jsonrpc: &'static str,
-    pub id: u64,
-    pub method: &'a str,
-    pub params: P,
+pub(super) struct Envelope<'a, P: Serialize> {
+    pub(crate) jsonrpc: &'static str,
+    pub(crate) id: u64,
+    pub(crate) method: &'a str,
+    pub(crate) params: P,
 }
 
 #[derive(Serialize)]
@@ -64,7 +64,7 @@ fn upstream_history(h: Option<usize>, dialect: Dialect) -> Option<usize> {
 }
 
 /// The body of a send (`message` already carrying upstream ids).
-pub fn send_body(
+pub(super) fn send_body(
     dialect: Dialect,
     streaming: bool,
     id: u64,
@@ -124,13 +124,13 @@ struct IdParams<'a> {
 
 /// Which task operation; each has one name per dialect.
 #[derive(Clone, Copy)]
-pub enum TaskOp {
+pub(super) enum TaskOp {
     Get,
     Cancel,
     Subscribe,
 }
 
-pub fn task_body(
+pub(super) fn task_body(
     dialect: Dialect,
     op: TaskOp,
     id: u64,
@@ -175,7 +175,7 @@ struct ListParams<'a> {
     include_artifacts: bool,
 }
 
-pub fn list_body(id: u64, q: &ListQuery) -> Result<Vec<u8>, GatewayError> {
+pub(super) fn list_body(id: u64, q: &ListQuery) -> Result<Vec<u8>, GatewayError> {
     serde_json::to_vec(&Envelope {
         jsonrpc: "2.0",
         id,
@@ -221,7 +221,7 @@ fn invalid(agent: &str, what: impl std::fmt::Display) -> GatewayError {
 
 /// Reads a JSON-RPC response: the raw result (borrowed from `body`, which is only scanned
 /// here), or the upstream's error passed through.
-pub fn read_response<'a>(agent: &str, body: &'a [u8]) -> Result<&'a RawValue, GatewayError> {
+pub(super) fn read_response<'a>(agent: &str, body: &'a [u8]) -> Result<&'a RawValue, GatewayError> {
     let resp: Response<&RawValue> = serde_json::from_slice(body).map_err(|_| {
         invalid(
             agent,
@@ -244,7 +244,7 @@ pub fn read_response<'a>(agent: &str, body: &'a [u8]) -> Result<&'a RawValue, Ga
 
 /// A send result to relay as it is, when it has one of the relay's shapes in `dialect`;
 /// `None` for anything else (errors included), which the conversion path then reads.
-pub fn read_relayed(dialect: Dialect, body: &[u8]) -> Option<Relayed> {
+pub(super) fn read_relayed(dialect: Dialect, body: &[u8]) -> Option<Relayed> {
     fn result<R: serde::de::DeserializeOwned>(body: &[u8]) -> Option<R> {
         match serde_json::from_slice::<Response<R>>(body).ok()? {
             Response {
@@ -279,7 +279,7 @@ fn bare_kind(raw: &RawValue) -> Option<String> {
 }
 
 /// A send result: 1.0 wraps it (`{"task":…}`), 0.3 tags it (`"kind":"task"`).
-pub fn read_send_result(agent: &str, raw: &RawValue) -> Result<SendResult, GatewayError> {
+pub(super) fn read_send_result(agent: &str, raw: &RawValue) -> Result<SendResult, GatewayError> {
     if let Some(item) = read_stream_item(agent, raw)? {
         return match item {
             StreamItem::Task(t) => Ok(SendResult::Task(t)),
@@ -297,7 +297,10 @@ pub fn read_send_result(agent: &str, raw: &RawValue) -> Result<SendResult, Gatew
 }
 
 /// A stream result, or a send result (the same shapes plus the two event kinds).
-pub fn read_stream_item(agent: &str, raw: &RawValue) -> Result<Option<StreamItem>, GatewayError> {
+pub(super) fn read_stream_item(
+    agent: &str,
+    raw: &RawValue,
+) -> Result<Option<StreamItem>, GatewayError> {
     let bad = |e: serde_json::Error| invalid(agent, format!("sent a malformed result: {e}"));
     if let Some(kind) = bare_kind(raw) {
         let text = raw.get();
@@ -324,23 +327,23 @@ pub fn read_stream_item(agent: &str, raw: &RawValue) -> Result<Option<StreamItem
 }
 
 /// A Task (get, cancel), bare in both dialects.
-pub fn read_task(agent: &str, raw: &RawValue) -> Result<Task, GatewayError> {
+pub(super) fn read_task(agent: &str, raw: &RawValue) -> Result<Task, GatewayError> {
     serde_json::from_str(raw.get())
         .map_err(|e| invalid(agent, format!("sent a malformed task: {e}")))
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ListResult {
+pub(super) struct ListResult {
     #[serde(default)]
-    pub tasks: Vec<Task>,
+    pub(crate) tasks: Vec<Task>,
     #[serde(default)]
-    pub next_page_token: String,
+    pub(crate) next_page_token: String,
     #[serde(default)]
-    pub total_size: usize,
+    pub(crate) total_size: usize,
 }
 
-pub fn read_list(agent: &str, raw: &RawValue) -> Result<ListResult, GatewayError> {
+pub(super) fn read_list(agent: &str, raw: &RawValue) -> Result<ListResult, GatewayError> {
     serde_json::from_str(raw.get())
         .map_err(|e| invalid(agent, format!("sent a malformed task list: {e}")))
 }
