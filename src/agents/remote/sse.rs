@@ -8,8 +8,8 @@ pub const MAX_EVENT_BYTES: usize = 4 * 1024 * 1024;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SseEvent {
-    pub(crate) event: Option<String>,
-    pub(crate) data: String,
+    pub event: Option<String>,
+    pub data: String,
 }
 
 #[derive(Default)]
