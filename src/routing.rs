@@ -27,7 +27,7 @@ use crate::protocol::jsonrpc::{Method, RpcRequest};
 use crate::protocol::model::{Metadata, Stamp, StreamItem, Task};
 use crate::protocol::ops::SendResult;
 use crate::protocol::ops::{ItemStream, ListTasksResponse};
-use crate::tasks::{FastMap, Tasks};
+use crate::tasks::Tasks;
 
 pub(crate) const AGENT_KEY: &str = "gateway/agent";
 pub(crate) const SKILL_KEY: &str = "gateway/skill";
@@ -206,35 +206,25 @@ impl Rule {
     }
 }
 
-/// A map that forgets its oldest entries past a capacity, without a lock on the write
-/// path: entries carry an insertion number, and once the map is a tenth over capacity
-/// one `retain` drops the oldest tenth (amortized constant per insert).
+/// A map bounded to about `capacity` entries: past it, entries are forgotten, the least
+/// recently and least often used first (quick_cache's CLOCK-Pro).
 pub(crate) struct BoundedMap<V> {
-    map: FastMap<String, (V, u64)>,
-    next: std::sync::atomic::AtomicU64,
-    capacity: usize,
+    map: quick_cache::sync::Cache<String, V>,
 }
 
 impl<V: Clone> BoundedMap<V> {
     pub(crate) fn new(capacity: usize) -> BoundedMap<V> {
         BoundedMap {
-            map: FastMap::default(),
-            next: Default::default(),
-            capacity: capacity.max(10),
+            map: quick_cache::sync::Cache::new(capacity.max(10)),
         }
     }
 
     pub(crate) fn insert(&self, key: &str, value: V) {
-        let n = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.map.insert(key.to_string(), (value, n));
-        if n % 1024 == 0 && self.map.len() > self.capacity + self.capacity / 10 {
-            let keep_from = n.saturating_sub(self.capacity as u64);
-            self.map.retain(|_, (_, seq)| *seq >= keep_from);
-        }
+        self.map.insert(key.to_string(), value);
     }
 
     pub(crate) fn get(&self, key: &str) -> Option<V> {
-        self.map.get(key).map(|e| e.0.clone())
+        self.map.get(key)
     }
 }
 
