@@ -55,6 +55,7 @@ pub(crate) fn build_state(ready: Ready) -> std::io::Result<AppState> {
     );
     let store = Arc::new(MemoryTaskStore::new(limits.max_tasks));
     let tasks = Arc::new(Tasks::new(store, limits.max_unfinished_tasks_per_caller));
+    let router = crate::routing::Router::new(rules, tasks.clone());
     let stream_limit = limits
         .max_open_streams
         .unwrap_or_else(crate::limits::default_stream_limit);
@@ -65,9 +66,9 @@ pub(crate) fn build_state(ready: Ready) -> std::io::Result<AppState> {
     Ok(AppState {
         auth,
         rates,
-        router: crate::routing::Router::new(rules),
+        service: A2aService::new(tasks, router.contexts().clone()),
+        router,
         registry,
-        service: A2aService::new(tasks),
         streams: StreamGauge::new(stream_limit),
         bodies: crate::http::BodyLimits::new(&gateway.limits),
         connections: connection_limits(&gateway.limits),

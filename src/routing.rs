@@ -287,8 +287,13 @@ impl ContextIndex {
     }
 }
 
+/// Chooses the agent on the shared endpoints. It owns what it routes by besides the
+/// request: its rules, which agent served each conversation (recorded by the service as
+/// tasks are created), and the task store (a task's agent).
 pub(crate) struct Router {
     rules: Vec<Rule>,
+    tasks: Arc<Tasks>,
+    contexts: Arc<ContextIndex>,
 }
 
 /// The agent that owns `task_id`: upstream ids name their agent (`<agent>.<id>`), the
@@ -316,26 +321,33 @@ fn text_of(message: &MessageProbe) -> String {
 }
 
 impl Router {
-    pub(crate) fn new(rules: Vec<Rule>) -> Router {
-        Router { rules }
+    pub(crate) fn new(rules: Vec<Rule>, tasks: Arc<Tasks>) -> Router {
+        Router {
+            rules,
+            tasks,
+            contexts: Arc::default(),
+        }
+    }
+
+    /// Which agent served each conversation; the service records into it.
+    pub(crate) fn contexts(&self) -> &Arc<ContextIndex> {
+        &self.contexts
     }
 
     /// Chooses the agent for `rpc` on `/a2a`.
     pub(crate) fn route<'a>(
         &self,
         registry: &'a Registry,
-        tasks: &Tasks,
-        contexts: &ContextIndex,
         rpc: &RpcRequest,
         caller: &Principal,
     ) -> Result<(&'a Arc<Agent>, Reason), GatewayError> {
         let probe = Probe::read(rpc.params);
         match rpc.method {
             Method::SendMessage | Method::SendStreamingMessage => {
-                self.route_message(registry, tasks, contexts, probe, caller)
+                self.route_message(registry, probe, caller)
             }
             Method::GetTask | Method::CancelTask | Method::SubscribeToTask => {
-                route_task(registry, tasks, probe.id.as_deref())
+                self.route_task(registry, probe.id.as_deref())
             }
             _ => default(registry),
         }
@@ -346,22 +358,35 @@ impl Router {
     pub(crate) fn route_send<'a>(
         &self,
         registry: &'a Registry,
-        tasks: &Tasks,
-        contexts: &ContextIndex,
         params: &serde_json::value::RawValue,
         caller: &Principal,
     ) -> Result<(&'a Arc<Agent>, Reason), GatewayError> {
-        self.route_message(registry, tasks, contexts, Probe::read(Some(params)), caller)
+        self.route_message(registry, Probe::read(Some(params)), caller)
+    }
+
+    /// A request about one task (get, cancel, subscribe) goes to the task's agent, else to the
+    /// default agent (which then answers "task not found" in its own terms).
+    pub(crate) fn route_task<'a>(
+        &self,
+        registry: &'a Registry,
+        task_id: Option<&str>,
+    ) -> Result<(&'a Arc<Agent>, Reason), GatewayError> {
+        match task_id
+            .filter(|t| !t.is_empty())
+            .and_then(|t| owner(registry, &self.tasks, t))
+        {
+            Some(agent) => Ok((agent, Reason::Task)),
+            None => default(registry),
+        }
     }
 
     fn route_message<'a>(
         &self,
         registry: &'a Registry,
-        tasks: &Tasks,
-        contexts: &ContextIndex,
         probe: Probe,
         caller: &Principal,
     ) -> Result<(&'a Arc<Agent>, Reason), GatewayError> {
+        let tasks = &self.tasks;
         let Some(message) = probe.message.as_ref() else {
             return default(registry);
         };
@@ -377,7 +402,7 @@ impl Router {
             .context_id
             .as_deref()
             .or(probe.session_id.as_deref())
-            .and_then(|c| contexts.agent(registry, &caller.id, c))
+            .and_then(|c| self.contexts.agent(registry, &caller.id, c))
         {
             return Ok((agent, Reason::Context));
         }
@@ -421,22 +446,6 @@ impl Router {
             }
         }
         default(registry)
-    }
-}
-
-/// A request about one task (get, cancel, subscribe) goes to the task's agent, else to the
-/// default agent (which then answers "task not found" in its own terms).
-pub(crate) fn route_task<'a>(
-    registry: &'a Registry,
-    tasks: &Tasks,
-    task_id: Option<&str>,
-) -> Result<(&'a Arc<Agent>, Reason), GatewayError> {
-    match task_id
-        .filter(|t| !t.is_empty())
-        .and_then(|t| owner(registry, tasks, t))
-    {
-        Some(agent) => Ok((agent, Reason::Task)),
-        None => default(registry),
     }
 }
 

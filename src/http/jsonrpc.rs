@@ -104,23 +104,16 @@ pub(super) async fn handle(
                 return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &err));
             }
         },
-        None => {
-            let tasks = state.service.tasks();
-            let contexts = state.service.contexts();
-            match state
-                .router
-                .route(&state.registry, tasks, contexts, &rpc, &caller)
-            {
-                Ok((agent, reason)) => {
-                    tracing::debug!(agent = %agent.name, %reason, "routed");
-                    (agent.clone(), Some(reason))
-                }
-                Err(e) => {
-                    let e = state.unroutable(&caller, e);
-                    return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &e));
-                }
+        None => match state.router.route(&state.registry, &rpc, &caller) {
+            Ok((agent, reason)) => {
+                tracing::debug!(agent = %agent.name, %reason, "routed");
+                (agent.clone(), Some(reason))
             }
-        }
+            Err(e) => {
+                let e = state.unroutable(&caller, e);
+                return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &e));
+            }
+        },
     };
     if let Err(e) = state.authorize(&caller, &agent) {
         // On the shared endpoint a task call reached this agent through its task: a caller

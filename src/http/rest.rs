@@ -100,16 +100,10 @@ fn agent_for(
             (agent, None)
         }
         None => {
-            let (registry, tasks) = (&state.registry, state.service.tasks());
+            let registry = &state.registry;
             let (agent, reason) = match target {
-                Target::Send(params) => state.router.route_send(
-                    registry,
-                    tasks,
-                    state.service.contexts(),
-                    params,
-                    caller,
-                ),
-                Target::Task(id) => routing::route_task(registry, tasks, Some(id)),
+                Target::Send(params) => state.router.route_send(registry, params, caller),
+                Target::Task(id) => state.router.route_task(registry, Some(id)),
                 Target::TaskList => routing::default(registry),
             }
             .map_err(|e| state.unroutable(caller, e))?;

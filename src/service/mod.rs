@@ -29,7 +29,6 @@ use upstream::UpstreamOps;
 
 pub(crate) struct A2aService {
     tasks: Arc<Tasks>,
-    contexts: Arc<ContextIndex>,
     legacy_ids: LegacyNames,
     local: LocalOps,
     upstream: UpstreamOps,
@@ -114,13 +113,12 @@ pub(crate) trait Operations {
 }
 
 impl A2aService {
-    pub(crate) fn new(tasks: Arc<Tasks>) -> A2aService {
-        let contexts: Arc<ContextIndex> = Arc::default();
+    /// `contexts` is the router's: the service records which agent serves each conversation.
+    pub(crate) fn new(tasks: Arc<Tasks>, contexts: Arc<ContextIndex>) -> A2aService {
         A2aService {
             local: LocalOps::new(tasks.clone(), contexts.clone()),
-            upstream: UpstreamOps::new(contexts.clone(), tasks_capacity_hint()),
+            upstream: UpstreamOps::new(contexts, tasks_capacity_hint()),
             tasks,
-            contexts,
             legacy_ids: LegacyNames(Arc::new(BoundedMap::new(tasks_capacity_hint()))),
         }
     }
@@ -132,11 +130,6 @@ impl A2aService {
 
     pub(crate) fn tasks(&self) -> &Tasks {
         &self.tasks
-    }
-
-    /// Which agent served each conversation, for context affinity on `/a2a`.
-    pub(crate) fn contexts(&self) -> &ContextIndex {
-        &self.contexts
     }
 
     /// Who answers `agent`'s operations: chosen here, once per call.
