@@ -117,6 +117,15 @@ fn init_tracing() {
         .try_init();
 }
 
+fn refuse_to_start(diags: &config::Diagnostics) -> ExitCode {
+    eprint!("{diags}");
+    eprintln!(
+        "refusing to start: {} configuration error(s)",
+        diags.0.len()
+    );
+    ExitCode::from(EXIT_BAD_CONFIG)
+}
+
 fn serve(args: ServeArgs) -> ExitCode {
     init_tracing();
     if let Some(limit) = crate::limits::raise_open_file_limit() {
@@ -124,14 +133,7 @@ fn serve(args: ServeArgs) -> ExitCode {
     }
     let mut settings = match config::load(args.config.config.as_deref(), &args.config.agents_dir) {
         Ok(s) => s,
-        Err(diags) => {
-            eprint!("{diags}");
-            eprintln!(
-                "refusing to start: {} configuration error(s)",
-                diags.0.len()
-            );
-            return ExitCode::from(EXIT_BAD_CONFIG);
-        }
+        Err(diags) => return refuse_to_start(&diags),
     };
     if let Some(token) = &args.auth_token {
         if let Err(e) = settings.require_bearer_token(token) {
@@ -166,14 +168,7 @@ fn serve(args: ServeArgs) -> ExitCode {
     // Built once, after the command line has had its say (`--auth-token`).
     let ready = match crate::setup::build(settings) {
         Ok(ready) => ready,
-        Err(diags) => {
-            eprint!("{diags}");
-            eprintln!(
-                "refusing to start: {} configuration error(s)",
-                diags.0.len()
-            );
-            return ExitCode::from(EXIT_BAD_CONFIG);
-        }
+        Err(diags) => return refuse_to_start(&diags),
     };
     let settings = &ready.settings;
     let public_url = settings.gateway.public_url().map(str::to_string);

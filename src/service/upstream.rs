@@ -22,6 +22,17 @@ pub(super) struct UpstreamOps {
 }
 
 impl UpstreamOps {
+    /// The agent's upstream, for a task `caller` may see.
+    fn callers_task<'a>(
+        &self,
+        agent: &'a Agent,
+        caller: &Principal,
+        id: &str,
+    ) -> Result<&'a Arc<RemoteAgent>, GatewayError> {
+        self.owners.check(id, caller)?;
+        remote_of(agent)
+    }
+
     pub(super) fn new(contexts: Arc<ContextIndex>, capacity: usize) -> UpstreamOps {
         UpstreamOps {
             owners: Arc::new(RemoteOwners::new(capacity)),
@@ -46,7 +57,6 @@ impl Operations for UpstreamOps {
     ) -> LocalBoxFuture<'a, Result<Sent, GatewayError>> {
         Box::pin(async move {
             let remote = remote_of(agent)?;
-
             self.owners.check_message(&req.message, caller)?;
             let _turn = take_turn(agent, caller, &req).await?;
             let result = remote.send(&req).await?;
@@ -82,7 +92,6 @@ impl Operations for UpstreamOps {
     ) -> LocalBoxFuture<'a, Result<ItemStream, GatewayError>> {
         Box::pin(async move {
             let remote = remote_of(agent)?;
-
             self.owners.check_message(&req.message, caller)?;
             // The turn is held for as long as the stream is open.
             let turn = take_turn(agent, caller, &req).await?;
@@ -115,9 +124,7 @@ impl Operations for UpstreamOps {
         history_length: Option<usize>,
     ) -> LocalBoxFuture<'a, Result<Task, GatewayError>> {
         Box::pin(async move {
-            let remote = remote_of(agent)?;
-
-            self.owners.check(id, caller)?;
+            let remote = self.callers_task(agent, caller, id)?;
             let task = remote.get(id, history_length).await?;
             remote.note_task(&task);
             Ok(task)
@@ -132,7 +139,6 @@ impl Operations for UpstreamOps {
     ) -> LocalBoxFuture<'a, Result<ListTasksResponse, GatewayError>> {
         Box::pin(async move {
             let remote = remote_of(agent)?;
-
             let mut page = remote.list(&caller.id, query).await?;
             // The remote does not know our callers: keep only what this one created.
             page.tasks
@@ -148,9 +154,7 @@ impl Operations for UpstreamOps {
         id: &'a str,
     ) -> LocalBoxFuture<'a, Result<Task, GatewayError>> {
         Box::pin(async move {
-            let remote = remote_of(agent)?;
-
-            self.owners.check(id, caller)?;
+            let remote = self.callers_task(agent, caller, id)?;
             let task = remote.cancel(id).await?;
             remote.note_task(&task);
             Ok(task)
@@ -164,9 +168,7 @@ impl Operations for UpstreamOps {
         id: &'a str,
     ) -> LocalBoxFuture<'a, Result<ItemStream, GatewayError>> {
         Box::pin(async move {
-            let remote = remote_of(agent)?;
-
-            self.owners.check(id, caller)?;
+            let remote = self.callers_task(agent, caller, id)?;
             let items = remote.subscribe(id).await?;
             let (remote, owner) = (remote.clone(), caller.id.clone());
             let items: ItemStream = Box::pin(items.inspect(move |item| {
