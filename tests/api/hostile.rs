@@ -511,6 +511,13 @@ async fn a_hostile_upstream_card_cannot_collect_the_files_secrets() {
         ],
     )
     .await;
+    // A redirect on the card's own origin is followed (with the file's headers).
+    let moved = crate::peers::fault_server_with(
+        "extended",
+        0,
+        &["--card-redirect", "/.well-known/agent-card.json?moved=1"],
+    )
+    .await;
     let secret = "headers = { X-Secret = \"s3cret\" }";
     let gw = spawn_with(
         &[
@@ -530,6 +537,7 @@ async fn a_hostile_upstream_card_cannot_collect_the_files_secrets() {
                 "redirected.toml",
                 &upstream_agent("redirected", &redirecting.url(), secret),
             ),
+            ("moved.toml", &upstream_agent("moved", &moved.url(), secret)),
         ],
         "",
     )
@@ -561,6 +569,13 @@ async fn a_hostile_upstream_card_cannot_collect_the_files_secrets() {
     // A card behind a cross-origin redirect is not fetched: the agent stays unavailable.
     let r = send("redirected").await;
     assert_eq!(r.code(), -32051, "{}", r.body);
+    let r = send("moved").await;
+    assert_eq!(
+        r.result()["task"]["status"]["state"],
+        "TASK_STATE_COMPLETED",
+        "{}",
+        r.body
+    );
     let requests = std::fs::read_to_string(&seen).unwrap_or_default();
     let requests: Vec<Value> = requests
         .lines()

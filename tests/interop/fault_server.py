@@ -189,7 +189,8 @@ class FaultHandler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 - stdlib name
         self.log_request_seen()
-        if self.path.split('?', 1)[0] == CARD_PATH and self.card_redirect:
+        # The card itself, asked for with a query, is served: a redirect can point there.
+        if self.path == CARD_PATH and self.card_redirect:
             self.send_response(307)
             self.send_header('Location', self.card_redirect)
             self.send_header('Content-Length', '0')

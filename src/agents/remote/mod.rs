@@ -24,7 +24,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
 use serde_json::Value;
 
 use self::ledger::Ledger;
-use self::transport::{root_cause, Failure, Transport};
+use self::transport::{Failure, Transport};
 use self::upstream_stream::Relay;
 use self::wire::TaskOp;
 use super::AgentHealth;
@@ -86,8 +86,6 @@ pub(crate) struct RemoteAgent {
     /// Streams. The file's headers are added per call, when the call may carry them.
     client: reqwest::Client,
     headers: HeaderMap,
-    /// Card fetches, the only requests that follow redirects.
-    cards: reqwest::Client,
     /// Every other call.
     transport: Transport,
     forced: Option<Dialect>,
@@ -127,37 +125,20 @@ impl RemoteAgent {
                 .unwrap_or(false),
         };
         let transport = Transport::new(&config, headers.clone(), resolver)?;
-        let reqwest_client = |redirects: reqwest::redirect::Policy, defaults: HeaderMap| {
-            let mut builder = reqwest::Client::builder().dns_resolver(Arc::new(resolver));
-            if config.http2 {
-                builder = builder.http2_prior_knowledge();
-            }
-            builder
-                .default_headers(defaults)
-                .redirect(redirects)
-                .connect_timeout(Duration::from_secs(config.connect_timeout_secs))
-                .pool_idle_timeout(Duration::from_secs(90))
-                .pool_max_idle_per_host(4096)
-                .tcp_nodelay(true)
-                .build()
-                .map_err(|e| format!("building the HTTP client: {e}"))
-        };
+        let mut builder = reqwest::Client::builder().dns_resolver(Arc::new(resolver));
+        if config.http2 {
+            builder = builder.http2_prior_knowledge();
+        }
         // A JSON-RPC call is never replayed, with the file's headers, at an address the
-        // agent file does not name.
-        let client = reqwest_client(reqwest::redirect::Policy::none(), HeaderMap::new())?;
-        // Card fetches follow redirects on the file's origin only: the client carries the
-        // file's headers, which must not reach another host.
-        let same_origin = reqwest::redirect::Policy::custom(|attempt| {
-            let first = attempt.previous().first().map(reqwest::Url::origin);
-            if attempt.previous().len() > 5 {
-                attempt.error("too many redirects")
-            } else if first.is_some_and(|o| o == attempt.url().origin()) {
-                attempt.follow()
-            } else {
-                attempt.error("the card redirects to another origin")
-            }
-        });
-        let cards = reqwest_client(same_origin, headers.clone())?;
+        // agent file does not name: no redirects.
+        let client = builder
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(Duration::from_secs(config.connect_timeout_secs))
+            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_max_idle_per_host(4096)
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|e| format!("building the HTTP client: {e}"))?;
         let forced = match config.protocol.as_deref() {
             Some("0.3") => Some(Dialect::V03),
             Some("1.0") => Some(Dialect::V10),
@@ -174,7 +155,6 @@ impl RemoteAgent {
             config,
             client,
             headers,
-            cards,
             transport,
             forced,
             state: RwLock::new(State {
@@ -305,20 +285,12 @@ impl RemoteAgent {
     }
 
     async fn fetch_card(&self, url: &str) -> Result<Value, String> {
-        let resp = self
-            .cards
-            .get(url)
-            .header("A2A-Version", "1.0")
-            .timeout(Duration::from_secs(self.config.timeout_secs))
-            .send()
+        let body = self
+            .transport
+            .get_card(url)
             .await
-            .map_err(|e| format!("fetching {url}: {}", root_cause(&e)))?;
-        if !resp.status().is_success() {
-            return Err(format!("fetching {url}: HTTP {}", resp.status()));
-        }
-        resp.json::<Value>()
-            .await
-            .map_err(|e| format!("reading the card at {url}: {e}"))
+            .map_err(|e| format!("fetching {url}: {e}"))?;
+        serde_json::from_slice(&body).map_err(|e| format!("reading the card at {url}: {e}"))
     }
 
     /// How long until the next card fetch: the refresh period, or the retry period while

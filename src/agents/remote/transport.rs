@@ -1,7 +1,7 @@
-//! Unary calls to a remote agent (send, get, cancel, list), straight over hyper's pooled
-//! client.
+//! Unary calls to a remote agent (send, get, cancel, list) and card fetches, straight over
+//! hyper's pooled client.
 //!
-//! reqwest, which still carries streams and card fetches, runs every request through its
+//! reqwest, which still carries streams (for its body stream), runs every request through its
 //! redirect layer, and that layer parses the URL again from a string (IDNA included) and
 //! clones the client stack on each call: about 7% of the gateway's CPU on the proxy's hot
 //! path. A JSON-RPC POST to an agent has no business following redirects anyway.
@@ -160,6 +160,58 @@ impl Transport {
         tokio::time::timeout(self.timeout, exchange)
             .await
             .map_err(|_| Failure::Timeout)?
+    }
+}
+
+/// How many redirects a card fetch follows (on the card URL's own origin only).
+const MAX_CARD_REDIRECTS: usize = 5;
+
+impl Transport {
+    /// GETs the card at `url` with the agent file's headers (a card URL is on the file's
+    /// origin), following redirects on that origin only: the headers must not reach
+    /// another host. `timeout_secs` covers every hop.
+    pub(super) async fn get_card(&self, url: &str) -> Result<Bytes, String> {
+        let first = url::Url::parse(url).map_err(|e| format!("{url}: {e}"))?;
+        let exchange = async {
+            let mut at = first.clone();
+            for _ in 0..=MAX_CARD_REDIRECTS {
+                let uri: Uri = at.as_str().parse().map_err(|e| format!("{at}: {e}"))?;
+                let mut req = Request::new(Full::new(Bytes::new()));
+                *req.uri_mut() = uri;
+                let h = req.headers_mut();
+                h.insert("a2a-version", HeaderValue::from_static("1.0"));
+                for (name, value) in self.headers.iter() {
+                    h.entry(name).or_insert_with(|| value.clone());
+                }
+                let resp = self
+                    .client
+                    .request(req)
+                    .await
+                    .map_err(|e| Failure::classify(&e, e.is_connect()).detail())?;
+                let status = resp.status();
+                if status.is_redirection() {
+                    let next = resp
+                        .headers()
+                        .get(http::header::LOCATION)
+                        .and_then(|l| l.to_str().ok())
+                        .and_then(|l| at.join(l).ok())
+                        .ok_or_else(|| format!("HTTP {status} without a usable Location"))?;
+                    if next.origin() != first.origin() {
+                        return Err("the card redirects to another origin".to_string());
+                    }
+                    at = next;
+                    continue;
+                }
+                if !status.is_success() {
+                    return Err(format!("HTTP {status}"));
+                }
+                return read_capped(resp.into_body()).await.map_err(|f| f.detail());
+            }
+            Err("too many redirects".to_string())
+        };
+        tokio::time::timeout(self.timeout, exchange)
+            .await
+            .map_err(|_| "timed out".to_string())?
     }
 }
 
