@@ -375,18 +375,34 @@ impl GatewayError {
 
     /// The `google.rpc.Status` body of the HTTP+JSON binding.
     pub fn rest_body(&self) -> Value {
-        json!({"error": {
-            "code": self.rest_http_status(),
-            "status": grpc_status_name(self.rest_http_status()),
-            "message": self.public_message(),
-            "details": self.data_v10(),
-        }})
+        status_body(
+            self.rest_http_status(),
+            &self.public_message(),
+            Some(self.data_v10()),
+        )
     }
+}
+
+/// Every error body that is not JSON-RPC's, in `google.rpc.Status` form:
+/// `{"error": {"code": <HTTP status>, "status": <its gRPC name>, "message", "details"?}}`.
+/// The HTTP+JSON binding, routes outside any agent (404, 405), the connection gate's refusal
+/// and the rejections actix-http writes itself all answer with it.
+pub fn status_body(http: u16, message: &str, details: Option<Value>) -> Value {
+    let mut error = json!({
+        "code": http,
+        "status": grpc_status_name(http),
+        "message": message,
+    });
+    if let (Some(details), Some(obj)) = (details, error.as_object_mut()) {
+        obj.insert("details".into(), details);
+    }
+    json!({ "error": error })
 }
 
 fn grpc_status_name(http: u16) -> &'static str {
     match http {
-        400 | 415 => "INVALID_ARGUMENT",
+        400 | 415 | 431 => "INVALID_ARGUMENT",
+        405 => "UNIMPLEMENTED",
         401 => "UNAUTHENTICATED",
         403 => "PERMISSION_DENIED",
         429 => "RESOURCE_EXHAUSTED",

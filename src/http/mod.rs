@@ -370,11 +370,7 @@ pub(crate) fn error_response(e: &GatewayError) -> HttpResponse {
 fn rest_error(status: u16, message: String) -> HttpResponse {
     let code = actix_web::http::StatusCode::from_u16(status)
         .unwrap_or(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR);
-    HttpResponse::build(code).json(serde_json::json!({"error": {
-        "code": status,
-        "status": match status { 404 => "NOT_FOUND", 405 => "UNIMPLEMENTED", _ => "UNKNOWN" },
-        "message": message,
-    }}))
+    HttpResponse::build(code).json(crate::error::status_body(status, &message, None))
 }
 
 /// A POST is answered as JSON-RPC (its client speaks it), anything else as plain JSON.

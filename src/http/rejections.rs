@@ -123,15 +123,15 @@ fn replacement_for(buf: &[u8]) -> Option<(usize, Vec<u8>)> {
     }
     let (status, message) = match &buf[9..12] {
         b"400" => (
-            "INVALID_ARGUMENT",
+            400,
             "malformed HTTP request: the request line, the URI (at most 64 KiB) or a header could not be parsed",
         ),
         b"408" => (
-            "DEADLINE_EXCEEDED",
+            408,
             "the request head did not arrive within the header timeout",
         ),
         b"431" => (
-            "INVALID_ARGUMENT",
+            431,
             "request head too large: the request line and headers must fit in 32 KiB, with at most 96 headers",
         ),
         _ => return None,
@@ -142,11 +142,7 @@ fn replacement_for(buf: &[u8]) -> Option<(usize, Vec<u8>)> {
     {
         return None;
     }
-    let code = &buf[9..12];
-    let body = format!(
-        "{{\"error\":{{\"code\":{},\"status\":\"{status}\",\"message\":\"{message}\"}}}}",
-        std::str::from_utf8(code).ok()?
-    );
+    let body = crate::error::status_body(status, message, None).to_string();
     let status_line = &buf[..find(buf, b"\r\n")?];
     let mut answer = Vec::with_capacity(status_line.len() + body.len() + 96);
     answer.extend_from_slice(status_line);

@@ -93,7 +93,15 @@ impl ConnectionLimits {
 }
 
 /// What a refused connection is told before it is closed: HTTP/1 clients read a 503.
-const REFUSAL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: 91\r\nretry-after: 1\r\nconnection: close\r\n\r\n{\"error\":{\"code\":503,\"status\":\"UNAVAILABLE\",\"message\":\"too many connections; retry later\"}}";
+static REFUSAL: std::sync::LazyLock<Vec<u8>> = std::sync::LazyLock::new(|| {
+    let body =
+        crate::error::status_body(503, "too many connections; retry later", None).to_string();
+    format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+});
 
 /// Wraps the HTTP service factory of a listener with the connection limits.
 pub(crate) struct Gate<F> {
@@ -152,7 +160,7 @@ where
             let Some(_place) = admitted else {
                 // Best effort, and briefly: a refusal must cost next to nothing.
                 let mut io = io;
-                let refuse = tokio::io::AsyncWriteExt::write_all(&mut io, REFUSAL);
+                let refuse = tokio::io::AsyncWriteExt::write_all(&mut io, &REFUSAL);
                 let _ = tokio::time::timeout(Duration::from_millis(100), refuse).await;
                 return Ok(());
             };
@@ -184,9 +192,10 @@ mod tests {
         drop(a1);
         assert_eq!(limits.open(), 2);
         assert!(limits.admit(Some(b)).is_some());
-        assert_eq!(
-            REFUSAL.split(|b| *b == b'\n').next_back().unwrap().len(),
-            91
-        );
+        let refusal = String::from_utf8(REFUSAL.clone()).unwrap();
+        let (head, body) = refusal.split_once("\r\n\r\n").unwrap();
+        assert!(head.contains(&format!("content-length: {}", body.len())));
+        let body: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(body["error"]["status"], "UNAVAILABLE");
     }
 }
