@@ -133,20 +133,11 @@ impl Served {
         }
     }
 
-    pub(crate) fn stamp_task(&self, task: &mut Task) {
-        self.stamp(&mut task.metadata);
-    }
-
-    pub(crate) fn stamp_result(&self, result: &mut SendResult) {
-        match result {
-            SendResult::Task(t) => self.stamp(&mut t.metadata),
-            SendResult::Message(m) => self.stamp(&mut m.metadata),
-            SendResult::Relayed(r) => self.stamp(&mut r.object.metadata),
-        }
-    }
-
-    pub(crate) fn stamp_list(&self, page: &mut ListTasksResponse) {
-        page.tasks.iter_mut().for_each(|t| self.stamp_task(t));
+    /// `answer` with this note in its metadata. The bindings' renderers call it, so a
+    /// handler never stamps by hand.
+    pub(crate) fn stamped<T: Stampable>(&self, mut answer: T) -> T {
+        answer.stamp(self);
+        answer
     }
 
     /// Every item of a stream: each event says who sent it.
@@ -163,6 +154,38 @@ impl Served {
             item
         }))
     }
+}
+
+/// An answer that carries the gateway's note ([`Served`]) in its metadata.
+pub(crate) trait Stampable {
+    fn stamp(&mut self, served: &Served);
+}
+
+impl Stampable for Task {
+    fn stamp(&mut self, served: &Served) {
+        served.stamp(&mut self.metadata);
+    }
+}
+
+impl Stampable for SendResult {
+    fn stamp(&mut self, served: &Served) {
+        match self {
+            SendResult::Task(t) => served.stamp(&mut t.metadata),
+            SendResult::Message(m) => served.stamp(&mut m.metadata),
+            SendResult::Relayed(r) => served.stamp(&mut r.object.metadata),
+        }
+    }
+}
+
+impl Stampable for ListTasksResponse {
+    fn stamp(&mut self, served: &Served) {
+        self.tasks.iter_mut().for_each(|t| t.stamp(served));
+    }
+}
+
+/// Nothing to carry it (an answer that is an error).
+impl Stampable for () {
+    fn stamp(&mut self, _: &Served) {}
 }
 
 pub(crate) struct Rule {

@@ -19,7 +19,7 @@ use crate::limits::StreamSlot;
 use crate::protocol::ops::{ItemStream, SendRequest};
 use crate::protocol::params::{self, ListTasksParams, SendParams};
 use crate::protocol::Dialect;
-use crate::routing::{self, Served};
+use crate::routing::{self, Served, Stampable};
 use crate::rpc::send_request;
 
 const MEDIA_TYPE: &str = "application/a2a+json";
@@ -54,9 +54,13 @@ fn ok_json<T: Serialize>(value: &T) -> HttpResponse {
 }
 
 /// The answer of an agent: its result or error, saying which agent it was.
-fn reply<T: Serialize>(served: &Served, result: Result<T, GatewayError>) -> HttpResponse {
+/// Renders an answer with the gateway's note stamped in, or its error.
+fn reply<T: Serialize + Stampable>(
+    served: &Served,
+    result: Result<T, GatewayError>,
+) -> HttpResponse {
     let mut resp = match result {
-        Ok(v) => ok_json(&v),
+        Ok(v) => ok_json(&served.stamped(v)),
         Err(e) => error_response(&e),
     };
     served_headers(&mut resp, served);
@@ -170,13 +174,7 @@ async fn send(req: HttpRequest, body: web::Payload, state: web::Data<AppState>) 
         }
         Err(e) => Err(e),
     };
-    reply(
-        &routed.served,
-        result.map(|mut r| {
-            routed.served.stamp_result(&mut r);
-            r
-        }),
-    )
+    reply(&routed.served, result)
 }
 
 async fn stream(req: HttpRequest, body: web::Payload, state: web::Data<AppState>) -> HttpResponse {
@@ -270,9 +268,7 @@ async fn task_get_or_subscribe(req: HttpRequest, state: web::Data<AppState>) -> 
             let result = async {
                 let q: HistoryQuery = query(&req)?;
                 let history = params::history_length(q.history_length, Dialect::V10)?;
-                let mut task = state.service.get(&agent, &caller, &target, history).await?;
-                served.stamp_task(&mut task);
-                Ok(task)
+                state.service.get(&agent, &caller, &target, history).await
             }
             .await;
             reply(&served, result)
@@ -291,13 +287,7 @@ async fn task_action(req: HttpRequest, state: web::Data<AppState>) -> HttpRespon
                 Err(e) => return error_response(&e),
             };
             let result = state.service.cancel(&agent, &caller, id).await;
-            reply(
-                &served,
-                result.map(|mut t| {
-                    served.stamp_task(&mut t);
-                    t
-                }),
-            )
+            reply(&served, result)
         }
         Some((id, "subscribe")) => subscribe(&req, &state, id).await,
         _ => error_response(&GatewayError::MethodNotFound(format!(
@@ -328,9 +318,7 @@ async fn list(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
     };
     let result = async {
         let p: ListTasksParams = query(&req)?;
-        let mut page = state.service.list(&agent, &caller, &p.check()?).await?;
-        served.stamp_list(&mut page);
-        Ok(page)
+        state.service.list(&agent, &caller, &p.check()?).await
     }
     .await;
     reply(&served, result)

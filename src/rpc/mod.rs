@@ -94,52 +94,48 @@ pub(crate) async fn dispatch(
                     .await?
                 {
                     Sent::Written(body) => Ok(json(body)),
-                    Sent::Result(mut result) => {
-                        served.stamp_result(&mut result);
-                        ok(&id, dialect, &result)
-                    }
+                    Sent::Result(result) => ok(&id, dialect, served, result),
                 }
             }
             Method::SendStreamingMessage => {
                 let send = send_request(send_params()?, dialect)?;
                 let items = service.stream(agent, caller, send).await?;
-                Ok(RpcReply::Stream {
-                    id: id.clone(),
+                Ok(stream(
+                    &id,
                     dialect,
-                    end: StreamEnd::Interrupted,
-                    items: served.clone().stamp_stream(items),
-                    keepalive: agent.remote().and_then(|r| r.stream_keepalive()),
-                })
+                    StreamEnd::Interrupted,
+                    agent,
+                    served,
+                    items,
+                ))
             }
             Method::GetTask => {
                 let p: TaskIdParams = params::decode(params)?;
                 let history = params::history_length(p.history_length, dialect)?;
-                let mut task = service.get(agent, caller, &p.id, history).await?;
-                served.stamp_task(&mut task);
-                ok_task(&id, dialect, &task)
+                let task = service.get(agent, caller, &p.id, history).await?;
+                ok_task(&id, dialect, served, task)
             }
             Method::ListTasks => {
                 let p: ListTasksParams = params::decode(params)?;
-                let mut result = service.list(agent, caller, &p.check()?).await?;
-                served.stamp_list(&mut result);
-                Ok(json(render_result(&id, &result)?))
+                let result = service.list(agent, caller, &p.check()?).await?;
+                Ok(json(render_result(&id, served.stamped(result))?))
             }
             Method::CancelTask => {
                 let p: TaskIdParams = params::decode(params)?;
-                let mut task = service.cancel(agent, caller, &p.id).await?;
-                served.stamp_task(&mut task);
-                ok_task(&id, dialect, &task)
+                let task = service.cancel(agent, caller, &p.id).await?;
+                ok_task(&id, dialect, served, task)
             }
             Method::SubscribeToTask => {
                 let p: TaskIdParams = params::decode(params)?;
                 let items = service.subscribe(agent, caller, &p.id).await?;
-                Ok(RpcReply::Stream {
-                    id: id.clone(),
+                Ok(stream(
+                    &id,
                     dialect,
-                    end: StreamEnd::Terminal,
-                    items: served.clone().stamp_stream(items),
-                    keepalive: agent.remote().and_then(|r| r.stream_keepalive()),
-                })
+                    StreamEnd::Terminal,
+                    agent,
+                    served,
+                    items,
+                ))
             }
             Method::PushNotificationConfig => Err(GatewayError::PushNotSupported),
             // No agent has an extended card yet. 1.0 answers "unsupported" when the card
@@ -209,20 +205,53 @@ pub(crate) fn json(body: Vec<u8>) -> RpcReply {
     }
 }
 
-fn ok(id: &RpcId, dialect: Dialect, result: &SendResult) -> Result<RpcReply, GatewayError> {
+// The renderers below are where the gateway's note goes into an answer (`Served`): the
+// dispatchers hand them what the service returned, unstamped.
+
+fn ok(
+    id: &RpcId,
+    dialect: Dialect,
+    served: &Served,
+    result: SendResult,
+) -> Result<RpcReply, GatewayError> {
+    let result = served.stamped(result);
     Ok(json(match dialect {
-        Dialect::V10 => render_result(id, result)?,
-        Dialect::V03 => render_result(id, V03(result))?,
-        Dialect::V01 => return v01::ok(id, result, None),
+        Dialect::V10 => render_result(id, &result)?,
+        Dialect::V03 => render_result(id, V03(&result))?,
+        Dialect::V01 => return v01::ok(id, &result, None),
     }))
 }
 
-fn ok_task(id: &RpcId, dialect: Dialect, task: &Task) -> Result<RpcReply, GatewayError> {
+fn ok_task(
+    id: &RpcId,
+    dialect: Dialect,
+    served: &Served,
+    task: Task,
+) -> Result<RpcReply, GatewayError> {
+    let task = served.stamped(task);
     Ok(json(match dialect {
-        Dialect::V10 => render_result(id, task)?,
-        Dialect::V03 => render_result(id, V03(task))?,
-        Dialect::V01 => v01::render_task(id, task, None)?,
+        Dialect::V10 => render_result(id, &task)?,
+        Dialect::V03 => render_result(id, V03(&task))?,
+        Dialect::V01 => v01::render_task(id, &task, None)?,
     }))
+}
+
+/// A stream of `items`, each with the gateway's note, ending after the item `end` closes.
+pub(crate) fn stream(
+    id: &RpcId,
+    dialect: Dialect,
+    end: StreamEnd,
+    agent: &Agent,
+    served: &Served,
+    items: ItemStream,
+) -> RpcReply {
+    RpcReply::Stream {
+        id: id.clone(),
+        dialect,
+        end,
+        items: served.clone().stamp_stream(items),
+        keepalive: agent.remote().and_then(|r| r.stream_keepalive()),
+    }
 }
 
 /// One SSE `data:` payload: a JSON-RPC response whose result is the item in the caller's

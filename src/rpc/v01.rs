@@ -56,11 +56,11 @@ pub(super) async fn dispatch(
                 });
                 return Ok(stream_reply(id, agent, served, Box::pin(items)));
             }
-            let mut result = service.send(agent, caller, send).await?;
+            let result = service.send(agent, caller, send).await?;
             if let (SendResult::Task(t), None) = (&result, &known) {
                 names.name(agent, caller, &name, &t.id);
             }
-            served.stamp_result(&mut result);
+            let mut result = served.stamped(result);
             match &mut result {
                 SendResult::Task(t) => t.id.clone_from(&name),
                 SendResult::Message(m) => m.task_id = Some(name),
@@ -112,8 +112,7 @@ async fn get(
     served: &Served,
 ) -> Result<RpcReply, GatewayError> {
     let history = crate::protocol::params::history_length(p.history_length, Dialect::V01)?;
-    let mut task = service.get(agent, caller, task_id, history).await?;
-    served.stamp_task(&mut task);
+    let mut task = served.stamped(service.get(agent, caller, task_id, history).await?);
     task.id = p.id;
     Ok(json(render_task(id, &task, history)?))
 }
@@ -127,8 +126,7 @@ async fn cancel(
     task_id: &str,
     served: &Served,
 ) -> Result<RpcReply, GatewayError> {
-    let mut task = service.cancel(agent, caller, task_id).await?;
-    served.stamp_task(&mut task);
+    let mut task = served.stamped(service.cancel(agent, caller, task_id).await?);
     task.id = name.to_string();
     Ok(json(render_task(id, &task, Some(0))?))
 }
@@ -156,14 +154,15 @@ async fn subscribe(
 }
 
 fn stream_reply(id: &RpcId, agent: &Agent, served: &Served, items: ItemStream) -> RpcReply {
-    RpcReply::Stream {
-        id: id.clone(),
-        dialect: Dialect::V01,
-        // 0.1 streams, subscriptions included, end at their final event.
-        end: StreamEnd::Interrupted,
-        items: served.clone().stamp_stream(items),
-        keepalive: agent.remote().and_then(|r| r.stream_keepalive()),
-    }
+    // 0.1 streams, subscriptions included, end at their final event.
+    super::stream(
+        id,
+        Dialect::V01,
+        StreamEnd::Interrupted,
+        agent,
+        served,
+        items,
+    )
 }
 
 /// The item under the name the client gave its task.
