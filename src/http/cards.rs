@@ -2,6 +2,7 @@ use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::{json, Value};
 
+use super::caller::Caller;
 use super::card_cache::{CardKey, Coding, Rendered};
 use super::{error_response, version_header, AppState};
 use crate::auth::Principal;
@@ -11,10 +12,8 @@ use crate::error::GatewayError;
 
 /// Cards need no credentials. Presented ones (if valid) show the caller which restricted
 /// agents it may call; anonymous callers see only the agents open to them.
-fn card_caller(req: &HttpRequest, state: &AppState) -> Principal {
-    state
-        .authenticate(req)
-        .unwrap_or_else(|_| Principal::anonymous())
+fn card_caller(caller: Caller) -> Principal {
+    caller.0.unwrap_or_else(|_| Principal::anonymous())
 }
 
 /// Security shapes follow the caller's generation: `A2A-Version: 1.x` gets 1.0 shapes.
@@ -22,8 +21,12 @@ fn wants_v10(req: &HttpRequest) -> bool {
     version_header(req).is_some_and(|v| v.trim().starts_with('1'))
 }
 
-pub(super) async fn gateway_card(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
-    let caller = card_caller(&req, &state);
+pub(super) async fn gateway_card(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    caller: Caller,
+) -> HttpResponse {
+    let caller = card_caller(caller);
     let key = CardKey {
         access: caller.access_key(),
         base: state.base_url(&req),
@@ -71,9 +74,13 @@ pub(super) async fn agent_card(
     }
 }
 
-pub(super) async fn list_agents(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
+pub(super) async fn list_agents(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    caller: Caller,
+) -> HttpResponse {
     let base = state.base_url(&req);
-    let caller = card_caller(&req, &state);
+    let caller = card_caller(caller);
     let agents: Vec<Value> = state
         .registry
         .iter()

@@ -7,6 +7,7 @@ use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 
 use super::body::{check_content_type, read_body};
+use super::caller::Caller;
 use super::sse::event_stream;
 use super::{served_headers, version_header, AppState};
 use crate::error::GatewayError;
@@ -21,8 +22,9 @@ pub(super) async fn default_agent(
     req: HttpRequest,
     body: web::Payload,
     state: web::Data<AppState>,
+    caller: Caller,
 ) -> HttpResponse {
-    handle(req, body, state, None).await
+    handle(req, body, state, caller, None).await
 }
 
 /// `/a2a/agents/{name}`, any method: JSON-RPC calls are POSTs.
@@ -30,25 +32,27 @@ pub(super) async fn agent_endpoint(
     req: HttpRequest,
     body: web::Payload,
     state: web::Data<AppState>,
+    caller: Caller,
 ) -> HttpResponse {
     if req.method() != actix_web::http::Method::POST {
         return super::method_not_allowed(req).await;
     }
     let Some(segment) = super::agent_segment(req.path()) else {
-        return super::not_found(req, body, state).await;
+        return super::not_found(req, body, state, caller).await;
     };
     // The registry's own name, so a known agent costs no allocation.
     let name = match state.registry.get(segment) {
         Some(agent) => agent.name.clone(),
         None => Arc::from(segment),
     };
-    handle(req, body, state, Some(name)).await
+    handle(req, body, state, caller, Some(name)).await
 }
 
 pub(super) async fn handle(
     req: HttpRequest,
     body: web::Payload,
     state: web::Data<AppState>,
+    caller: Caller,
     agent_name: Option<Arc<str>>,
 ) -> HttpResponse {
     let version = version_header(&req);
@@ -62,7 +66,7 @@ pub(super) async fn handle(
     let early = |e: GatewayError| RpcReply::error(&RpcId::NULL, early_dialect, &e);
 
     // Credentials first: a caller that cannot get in learns nothing about the request.
-    let caller = match state.authenticate(&req) {
+    let caller = match caller.0 {
         Ok(c) => c,
         Err(e) => return respond(&req, &state, early(e)),
     };
@@ -160,6 +164,7 @@ pub(super) async fn unknown_endpoint(
     req: HttpRequest,
     body: web::Payload,
     state: web::Data<AppState>,
+    caller: Caller,
 ) -> HttpResponse {
     let header = Dialect::from_version_header(version_header(&req).as_deref())
         .ok()
@@ -170,7 +175,7 @@ pub(super) async fn unknown_endpoint(
         .and_then(|rest| rest.split('/').next())
         .filter(|name| state.registry.get(name).is_none());
     let error = match unknown_agent {
-        Some(name) => match state.authenticate(&req) {
+        Some(name) => match caller.0 {
             Ok(caller) => state.missing_agent(&caller, name),
             Err(e) => e,
         },

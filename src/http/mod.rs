@@ -2,6 +2,7 @@
 //! card builders, and render; everything else lives in the layers below.
 
 mod body;
+mod caller;
 mod card_cache;
 mod cards;
 mod health;
@@ -378,9 +379,10 @@ pub(crate) async fn not_found(
     req: HttpRequest,
     body: web::Payload,
     state: web::Data<AppState>,
+    caller: caller::Caller,
 ) -> HttpResponse {
     if req.method() == actix_web::http::Method::POST {
-        return jsonrpc::unknown_endpoint(req, body, state).await;
+        return jsonrpc::unknown_endpoint(req, body, state, caller).await;
     }
     rest_error(
         404,

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use super::body::{check_content_type, read_body};
+use super::caller::Caller;
 use super::sse::event_stream;
 use super::{error_response, served_headers, version_header, AppState};
 use crate::agents::Agent;
@@ -142,8 +143,9 @@ async fn routed_send(
     req: &HttpRequest,
     body: web::Payload,
     state: &AppState,
+    caller: Caller,
 ) -> Result<RoutedSend, GatewayError> {
-    let caller = state.authenticate(req)?;
+    let caller = caller.0?;
     state.admit_early(req.match_info().get("name"), &caller)?;
     check_version(req)?;
     check_content_type(req)?;
@@ -160,8 +162,13 @@ async fn routed_send(
     })
 }
 
-async fn send(req: HttpRequest, body: web::Payload, state: web::Data<AppState>) -> HttpResponse {
-    let routed = match routed_send(&req, body, &state).await {
+async fn send(
+    req: HttpRequest,
+    body: web::Payload,
+    state: web::Data<AppState>,
+    caller: Caller,
+) -> HttpResponse {
+    let routed = match routed_send(&req, body, &state, caller).await {
         Ok(r) => r,
         Err(e) => return error_response(&e),
     };
@@ -177,8 +184,13 @@ async fn send(req: HttpRequest, body: web::Payload, state: web::Data<AppState>) 
     reply(&routed.served, result)
 }
 
-async fn stream(req: HttpRequest, body: web::Payload, state: web::Data<AppState>) -> HttpResponse {
-    let routed = match routed_send(&req, body, &state).await {
+async fn stream(
+    req: HttpRequest,
+    body: web::Payload,
+    state: web::Data<AppState>,
+    caller: Caller,
+) -> HttpResponse {
+    let routed = match routed_send(&req, body, &state, caller).await {
         Ok(r) => r,
         Err(e) => return error_response(&e),
     };
@@ -243,25 +255,30 @@ fn query<T: serde::de::DeserializeOwned>(req: &HttpRequest) -> Result<T, Gateway
 fn caller_and_agent(
     req: &HttpRequest,
     state: &AppState,
+    caller: Caller,
     target: Target<'_>,
 ) -> Result<(Principal, Arc<Agent>, Served), GatewayError> {
-    let caller = state.authenticate(req)?;
+    let caller = caller.0?;
     check_version(req)?;
     let (agent, served) = agent_for(req, state, &caller, target)?;
     Ok((caller, agent, served))
 }
 
 /// `GET /tasks/{id}` and `GET /tasks/{id}:subscribe`.
-async fn task_get_or_subscribe(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
+async fn task_get_or_subscribe(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    caller: Caller,
+) -> HttpResponse {
     let target = req.match_info().get("task").unwrap_or_default().to_string();
     match target.rsplit_once(':') {
-        Some((id, "subscribe")) => subscribe(&req, &state, id).await,
+        Some((id, "subscribe")) => subscribe(&req, &state, caller, id).await,
         Some((_, "cancel")) => {
             error_response(&GatewayError::InvalidRequest("cancel is a POST".into()))
         }
         _ => {
             let (caller, agent, served) =
-                match caller_and_agent(&req, &state, Target::Task(&target)) {
+                match caller_and_agent(&req, &state, caller, Target::Task(&target)) {
                     Ok(r) => r,
                     Err(e) => return error_response(&e),
                 };
@@ -278,18 +295,19 @@ async fn task_get_or_subscribe(req: HttpRequest, state: web::Data<AppState>) -> 
 
 /// `POST /tasks/{id}:cancel` and `POST /tasks/{id}:subscribe` (the spec table says POST,
 /// the proto GET; both are served).
-async fn task_action(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
+async fn task_action(req: HttpRequest, state: web::Data<AppState>, caller: Caller) -> HttpResponse {
     let target = req.match_info().get("task").unwrap_or_default().to_string();
     match target.rsplit_once(':') {
         Some((id, "cancel")) => {
-            let (caller, agent, served) = match caller_and_agent(&req, &state, Target::Task(id)) {
-                Ok(r) => r,
-                Err(e) => return error_response(&e),
-            };
+            let (caller, agent, served) =
+                match caller_and_agent(&req, &state, caller, Target::Task(id)) {
+                    Ok(r) => r,
+                    Err(e) => return error_response(&e),
+                };
             let result = state.service.cancel(&agent, &caller, id).await;
             reply(&served, result)
         }
-        Some((id, "subscribe")) => subscribe(&req, &state, id).await,
+        Some((id, "subscribe")) => subscribe(&req, &state, caller, id).await,
         _ => error_response(&GatewayError::MethodNotFound(format!(
             "POST {}",
             req.path()
@@ -297,8 +315,8 @@ async fn task_action(req: HttpRequest, state: web::Data<AppState>) -> HttpRespon
     }
 }
 
-async fn subscribe(req: &HttpRequest, state: &AppState, id: &str) -> HttpResponse {
-    let (caller, agent, served) = match caller_and_agent(req, state, Target::Task(id)) {
+async fn subscribe(req: &HttpRequest, state: &AppState, caller: Caller, id: &str) -> HttpResponse {
+    let (caller, agent, served) = match caller_and_agent(req, state, caller, Target::Task(id)) {
         Ok(r) => r,
         Err(e) => return error_response(&e),
     };
@@ -311,8 +329,8 @@ async fn subscribe(req: &HttpRequest, state: &AppState, id: &str) -> HttpRespons
     sse(req, state, &agent, &served, opened)
 }
 
-async fn list(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
-    let (caller, agent, served) = match caller_and_agent(&req, &state, Target::TaskList) {
+async fn list(req: HttpRequest, state: web::Data<AppState>, caller: Caller) -> HttpResponse {
+    let (caller, agent, served) = match caller_and_agent(&req, &state, caller, Target::TaskList) {
         Ok(r) => r,
         Err(e) => return error_response(&e),
     };
