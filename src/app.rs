@@ -68,7 +68,7 @@ pub(crate) fn build_state(ready: Ready) -> std::io::Result<AppState> {
         rates,
         service: A2aService::new(tasks, router.contexts().clone()),
         router,
-        registry,
+        registry: crate::agents::Agents::new(registry),
         streams: StreamGauge::new(stream_limit),
         bodies: crate::http::BodyLimits::new(&gateway.limits),
         connections: connection_limits(&gateway.limits),
@@ -84,6 +84,7 @@ pub(crate) fn build_state(ready: Ready) -> std::io::Result<AppState> {
 async fn start_upstreams(state: &AppState) {
     let remotes: Vec<_> = state
         .registry
+        .current()
         .iter()
         .filter_map(|a| a.remote().cloned())
         .collect();

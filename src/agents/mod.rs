@@ -160,8 +160,36 @@ impl CardChanges {
     }
 }
 
+/// The registry in force. It is replaced whole and atomically (hot reload builds a new one
+/// beside it): a request reads one snapshot, and one that started before a swap finishes
+/// with the agents it started with.
+pub(crate) struct Agents(arc_swap::ArcSwap<Registry>);
+
+impl Agents {
+    pub(crate) fn new(registry: Registry) -> Agents {
+        Agents(arc_swap::ArcSwap::from_pointee(registry))
+    }
+
+    /// The registry now. Cheap (no reference count is touched); hold it briefly, and
+    /// clone out what must live across an await.
+    pub(crate) fn current(&self) -> arc_swap::Guard<Arc<Registry>> {
+        self.0.load()
+    }
+
+    /// Puts `registry` in force; returns the one it replaces.
+    #[cfg_attr(not(test), allow(dead_code))] // called by hot reload, and by the tests
+    pub(crate) fn replace(&self, registry: Registry) -> Arc<Registry> {
+        self.0.swap(Arc::new(registry))
+    }
+}
+
+/// Each registry built gets its own number, so what is kept per registry (rendered cards)
+/// is never served from another.
+static REGISTRIES: AtomicU64 = AtomicU64::new(0);
+
 /// All agents: looked up by name in constant time, listed in name order.
 pub(crate) struct Registry {
+    id: u64,
     by_name: HashMap<Arc<str>, Arc<Agent>, ahash::RandomState>,
     sorted: Vec<Arc<Agent>>,
     default_agent: Option<String>,
@@ -178,6 +206,7 @@ impl Registry {
         sorted.sort_by(|a, b| a.name.cmp(&b.name));
         let by_name = sorted.iter().map(|a| (a.name.clone(), a.clone())).collect();
         Registry {
+            id: REGISTRIES.fetch_add(1, Ordering::Relaxed),
             by_name,
             sorted,
             default_agent,
@@ -210,5 +239,62 @@ impl Registry {
     /// Changes whenever an upstream card does.
     pub(crate) fn card_generation(&self) -> u64 {
         self.card_changes.current()
+    }
+
+    /// This registry's number, distinct from every other built in this process.
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::EchoConfig;
+
+    fn registry(names: &[&str]) -> Registry {
+        let agents = names
+            .iter()
+            .map(|name| {
+                let def = AgentDef {
+                    name: name.to_string(),
+                    description: "d".into(),
+                    version: None,
+                    provider: None,
+                    documentation_url: None,
+                    icon_url: None,
+                    default_input_modes: None,
+                    default_output_modes: None,
+                    skills: Vec::new(),
+                    backend: BackendSpec::Echo(EchoConfig::default()),
+                    mailbox: None,
+                    max_concurrency: None,
+                    access: None,
+                    source: "a.toml".into(),
+                };
+                let limits = ActorLimits {
+                    mailbox: 4,
+                    max_concurrency: 1,
+                };
+                Agent::new(def, limits, &CardChanges::default()).unwrap()
+            })
+            .collect();
+        Registry::new(agents, None, CardChanges::default())
+    }
+
+    #[test]
+    fn looked_up_by_name_listed_in_order_and_swapped_whole() {
+        let first = registry(&["b", "a"]);
+        assert_eq!(first.names(), ["a", "b"]);
+        assert!(first.get("b").is_some() && first.get("c").is_none());
+        let agents = Agents::new(first);
+        let before = agents.current();
+        let old = agents.replace(registry(&["c"]));
+        // A reader that took the registry before the swap keeps it whole.
+        assert_eq!(before.names(), ["a", "b"]);
+        assert_eq!(old.id(), before.id());
+        let now = agents.current();
+        assert_eq!(now.names(), ["c"]);
+        assert_ne!(now.id(), before.id(), "each registry has its own number");
     }
 }

@@ -20,6 +20,9 @@ pub(crate) struct CardKey {
     pub(crate) access: AccessKey,
     pub(crate) base: String,
     pub(crate) v10: bool,
+    /// The registry in force ([`crate::agents::Registry::id`]) and its upstream cards'
+    /// generation: a new agent set or a changed upstream card is a new key.
+    pub(crate) registry: u64,
     pub(crate) generation: u64,
 }
 
@@ -206,6 +209,7 @@ mod tests {
             access: AccessKey::Anonymous,
             base: "http://x".into(),
             v10: false,
+            registry: 0,
             generation: 0,
         };
         let mut renders = 0;

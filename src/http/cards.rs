@@ -27,11 +27,13 @@ pub(super) async fn gateway_card(
     caller: Caller,
 ) -> HttpResponse {
     let caller = card_caller(caller);
+    let registry = state.registry.current();
     let key = CardKey {
         access: caller.access_key(),
         base: state.base_url(&req),
         v10: wants_v10(&req),
-        generation: state.registry.card_generation(),
+        registry: registry.id(),
+        generation: registry.card_generation(),
     };
     let rendered = state.cards.get_or_render(key.clone(), || {
         let schemes = state.auth.schemes();
@@ -40,8 +42,7 @@ pub(super) async fn gateway_card(
             required: state.auth.default_access() == Access::Authenticated,
             v10: key.v10,
         };
-        let visible = state
-            .registry
+        let visible = registry
             .iter()
             .filter(|a| state.auth.authorize(&caller, &a.def).is_ok());
         serde_json::to_vec(&card::gateway_card(&state.config, visible, &key.base, &sec))
@@ -57,7 +58,8 @@ pub(super) async fn agent_card(
     name: web::Path<String>,
     state: web::Data<AppState>,
 ) -> HttpResponse {
-    let Some(agent) = state.registry.get(&name) else {
+    let registry = state.registry.current();
+    let Some(agent) = registry.get(&name) else {
         return error_response(&state.unknown_agent(&name));
     };
     let base = state.base_url(&req);
@@ -81,8 +83,8 @@ pub(super) async fn list_agents(
 ) -> HttpResponse {
     let base = state.base_url(&req);
     let caller = card_caller(caller);
-    let agents: Vec<Value> = state
-        .registry
+    let registry = state.registry.current();
+    let agents: Vec<Value> = registry
         .iter()
         .filter(|a| state.auth.authorize(&caller, &a.def).is_ok())
         .map(|a| {
@@ -100,7 +102,7 @@ pub(super) async fn list_agents(
         })
         .collect();
     HttpResponse::Ok().json(json!({
-        "defaultAgent": state.registry.default_agent().map(|a| a.def.name.clone()),
+        "defaultAgent": registry.default_agent().map(|a| a.def.name.clone()),
         "agents": agents,
     }))
 }

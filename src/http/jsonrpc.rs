@@ -41,7 +41,7 @@ pub(super) async fn agent_endpoint(
         return super::not_found(req, body, state, caller).await;
     };
     // The registry's own name, so a known agent costs no allocation.
-    let name = match state.registry.get(segment) {
+    let name = match state.registry.current().get(segment) {
         Some(agent) => agent.name.clone(),
         None => Arc::from(segment),
     };
@@ -100,15 +100,17 @@ pub(super) async fn handle(
         Ok(r) => r,
         Err(f) => return respond(&req, &state, RpcReply::error(&f.id, f.dialect, &f.error)),
     };
+    // Agents are resolved in one snapshot of the registry, released before any await.
+    let registry = state.registry.current();
     let (agent, reason) = match &agent_name {
-        Some(name) => match state.registry.get(name) {
+        Some(name) => match registry.get(name) {
             Some(agent) => (agent.clone(), None),
             None => {
                 let err = state.missing_agent(&caller, name);
                 return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &err));
             }
         },
-        None => match state.router.route(&state.registry, &rpc, &caller) {
+        None => match state.router.route(&registry, &rpc, &caller) {
             Ok((agent, reason)) => {
                 tracing::debug!(agent = %agent.name, %reason, "routed");
                 (agent.clone(), Some(reason))
@@ -119,6 +121,7 @@ pub(super) async fn handle(
             }
         },
     };
+    drop(registry);
     if let Err(e) = state.authorize(&caller, &agent) {
         // On the shared endpoint a task call reached this agent through its task: a caller
         // who may not call the agent hears what an unknown id gets, learning nothing.
@@ -173,7 +176,7 @@ pub(super) async fn unknown_endpoint(
         .path()
         .strip_prefix("/a2a/agents/")
         .and_then(|rest| rest.split('/').next())
-        .filter(|name| state.registry.get(name).is_none());
+        .filter(|name| state.registry.current().get(name).is_none());
     let error = match unknown_agent {
         Some(name) => match caller.0 {
             Ok(caller) => state.missing_agent(&caller, name),

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use actix_web::http::header::{self, HeaderName};
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
 
-use crate::agents::{Agent, Registry};
+use crate::agents::{Agent, Agents};
 use crate::auth::{AuthError, Authenticator, Principal};
 use crate::config::Access;
 use crate::config::GatewayConfig;
@@ -74,7 +74,7 @@ pub(crate) struct AppState {
     pub(crate) auth: Authenticator,
     pub(crate) rates: RateLimits,
     pub(crate) router: Router,
-    pub(crate) registry: Registry,
+    pub(crate) registry: Agents,
     pub(crate) service: A2aService,
     pub(crate) streams: StreamGauge,
     pub(crate) bodies: body::BodyLimits,
@@ -121,13 +121,14 @@ impl AppState {
         }
         match agent {
             // An unknown agent is answered later, with the request's id.
-            Some(name) => match self.registry.get(name) {
+            Some(name) => match self.registry.current().get(name) {
                 Some(agent) => self.authorize(caller, agent),
                 None => Ok(()),
             },
             None if caller.anonymous
                 && !self
                     .registry
+                    .current()
                     .iter()
                     .any(|a| self.auth.access_of(&a.def) == Access::Public) =>
             {
@@ -221,7 +222,7 @@ impl AppState {
     pub(crate) fn unknown_agent(&self, name: &str) -> GatewayError {
         GatewayError::AgentNotFound {
             name: name.to_string(),
-            available: self.registry.names(),
+            available: self.registry.current().names(),
         }
     }
 }

@@ -96,20 +96,19 @@ fn agent_for(
     caller: &Principal,
     target: Target<'_>,
 ) -> Result<(Arc<Agent>, Served), GatewayError> {
+    let registry = state.registry.current();
     let (agent, reason) = match req.match_info().get("name") {
         Some(name) => {
-            let agent = state
-                .registry
+            let agent = registry
                 .get(name)
                 .ok_or_else(|| state.missing_agent(caller, name))?;
             (agent, None)
         }
         None => {
-            let registry = &state.registry;
             let (agent, reason) = match target {
-                Target::Send(params) => state.router.route_send(registry, params, caller),
-                Target::Task(id) => state.router.route_task(registry, Some(id)),
-                Target::TaskList => routing::default(registry),
+                Target::Send(params) => state.router.route_send(&registry, params, caller),
+                Target::Task(id) => state.router.route_task(&registry, Some(id)),
+                Target::TaskList => routing::default(&registry),
             }
             .map_err(|e| state.unroutable(caller, e))?;
             tracing::debug!(agent = %agent.name, %reason, "routed");
