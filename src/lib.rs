@@ -1,8 +1,6 @@
 //! a2a-gateway: one front door for many Agent2Agent (A2A) agents.
 //!
-//! Layers, outermost first: `http` (actix handlers) -> `rpc` (JSON-RPC dispatch) ->
-//! `service` (A2A operations) -> `agents` (per-agent actors and backends) and `tasks`
-//! (storage and fan-out). `protocol` holds the wire formats; `config` the agents.d loader.
+//! The layers and where a new backend, store or binding goes: `src/README.md`.
 // Denied rather than forbidden for one audited exception: the child-process hook in
 // `agents::command::spawn`.
 #![deny(unsafe_code)]
