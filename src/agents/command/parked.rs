@@ -248,3 +248,83 @@ impl Watch {
         close_and_stop(&mut proc, self.grace).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agents::SinkSetup;
+    use crate::protocol::model::new_id;
+    use crate::tasks::{MemoryTaskStore, Tasks, Viewer};
+
+    fn config() -> CommandConfig {
+        toml::from_str("command = [\"/bin/cat\"]\nio = \"jsonl\"\nkill_grace_ms = 100").unwrap()
+    }
+
+    /// A sink for a new task `task_id` of agent "a", created by caller "p".
+    fn sink(tasks: &Arc<Tasks>, task_id: &str) -> EventSink {
+        let message: Message = serde_json::from_value(serde_json::json!({
+            "role": "ROLE_USER", "messageId": "m", "parts": [{"text": "hi"}],
+            "taskId": task_id, "contextId": "c",
+        }))
+        .unwrap();
+        let (caller, _) = tokio::sync::mpsc::channel(8);
+        EventSink::new(SinkSetup {
+            tasks: tasks.clone(),
+            agent: "a".into(),
+            owner: "p".into(),
+            task_id: task_id.into(),
+            context_id: "c".into(),
+            pending: Some(message),
+            caller,
+            relay: false,
+            cancel: CancellationToken::new(),
+        })
+        .0
+    }
+
+    fn state(tasks: &Tasks, id: &str) -> Option<TaskState> {
+        let viewer = Viewer {
+            agent: "a",
+            principal: "p",
+        };
+        tasks.inspect(viewer, id, |t| t.status.state)
+    }
+
+    #[tokio::test]
+    async fn past_max_waiting_the_longest_waiting_is_evicted_and_a_resume_claims_once() {
+        let tasks = Arc::new(Tasks::new(Arc::new(MemoryTaskStore::new(10)), 10));
+        let parked = Arc::new(Parked::new(1));
+        let cfg = config();
+        // The store keys tasks by their UUIDs, as the gateway issues them.
+        let (t1, t2) = (new_id(), new_id());
+        for id in [t1.as_str(), t2.as_str()] {
+            // As a run parks its process: the task asked for input first.
+            let mut events = sink(&tasks, id);
+            events
+                .status(TaskState::InputRequired, Some(Message::agent_text("name?")))
+                .await
+                .unwrap();
+            assert_eq!(state(&tasks, id), Some(TaskState::InputRequired));
+            let proc = super::super::process::start(&cfg).unwrap();
+            parked.park(proc, events, CancellationToken::new(), &cfg);
+        }
+        // t1 waited longest: its task fails, saying why.
+        let mut evicted = false;
+        for _ in 0..100 {
+            if state(&tasks, &t1) == Some(TaskState::Failed) {
+                evicted = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(evicted, "t1: {:?}", state(&tasks, &t1));
+        assert!(
+            parked.resume(&t1).await.is_none(),
+            "an evicted process is gone"
+        );
+        // t2's process is handed over once.
+        let mut proc = parked.resume(&t2).await.expect("t2 is parked");
+        assert!(parked.resume(&t2).await.is_none(), "claimed once");
+        close_and_stop(&mut proc, Duration::from_millis(100)).await;
+    }
+}
