@@ -227,9 +227,8 @@ impl AppState {
     }
 }
 
-/// Every route. `agents` are the configured agents' names: each gets its JSON-RPC path as
-/// a fixed one, which the router matches by comparing strings instead of running the
-/// pattern's regex on every call; the pattern still answers for names that are not agents.
+/// Every route. The routes do not depend on the agents: an agent's endpoints look its name
+/// up in the registry in force, so the agent set can change without touching them.
 pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(
         web::resource("/a2a")
