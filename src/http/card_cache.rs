@@ -43,11 +43,11 @@ impl CardCache {
     /// The card for `key`, rendered by `render` when it is not kept.
     pub(crate) fn get_or_render<E>(
         &self,
-        key: CardKey,
+        key: &CardKey,
         render: impl FnOnce() -> Result<Vec<u8>, E>,
     ) -> Result<Arc<Rendered>, E> {
         self.cards
-            .get_or_insert_with(&key, || render().map(|body| Arc::new(Rendered::new(body))))
+            .get_or_insert_with(key, || render().map(|body| Arc::new(Rendered::new(body))))
     }
 }
 
@@ -95,38 +95,54 @@ impl Coding {
     }
 }
 
-/// A card's JSON, its validator, and its compressed forms once asked for.
+/// A card's JSON, its validator, and its compressed forms (each with its own validator)
+/// once asked for.
 pub(crate) struct Rendered {
-    body: Bytes,
-    etag: String,
-    gzip: OnceLock<Option<Bytes>>,
-    brotli: OnceLock<Option<Bytes>>,
+    plain: Encoded,
+    gzip: OnceLock<Option<Encoded>>,
+    brotli: OnceLock<Option<Encoded>>,
+}
+
+type Compressor = fn(&[u8]) -> Option<Bytes>;
+
+/// A body as sent, with its strong ETag.
+#[derive(Clone)]
+pub(crate) struct Encoded {
+    pub(crate) body: Bytes,
+    pub(crate) etag: String,
 }
 
 impl Rendered {
     pub(crate) fn new(body: Vec<u8>) -> Rendered {
         Rendered {
-            etag: crate::card::etag(&body),
-            body: Bytes::from(body),
+            plain: Encoded {
+                etag: crate::card::etag(&body),
+                body: Bytes::from(body),
+            },
             gzip: OnceLock::new(),
             brotli: OnceLock::new(),
         }
     }
 
-    /// The body in `coding` and its validator (each coding is its own representation, so
-    /// its own strong ETag), or the plain body when compressing fails.
-    pub(crate) fn encoded(&self, coding: Coding) -> (Bytes, String, Coding) {
-        let compressed = match coding {
-            Coding::Identity => None,
-            Coding::Gzip => self.gzip.get_or_init(|| gzip(&self.body)).clone(),
-            Coding::Brotli => self.brotli.get_or_init(|| brotli(&self.body)).clone(),
+    /// The body in `coding` (compressed once, then kept), or the plain body when
+    /// compressing fails; and the coding it is in. Each coding is its own representation,
+    /// so its ETag is the plain one's with the coding's name.
+    pub(crate) fn encoded(&self, coding: Coding) -> (&Encoded, Coding) {
+        let (cell, compress): (_, Compressor) = match coding {
+            Coding::Identity => return (&self.plain, Coding::Identity),
+            Coding::Gzip => (&self.gzip, gzip),
+            Coding::Brotli => (&self.brotli, brotli),
         };
-        match (compressed, coding.header_value()) {
-            (Some(bytes), Some(name)) => {
-                let etag = format!("{}-{name}\"", self.etag.trim_end_matches('"'));
-                (bytes, etag, coding)
-            }
-            _ => (self.body.clone(), self.etag.clone(), Coding::Identity),
+        let encoded = cell.get_or_init(|| {
+            let name = coding.header_value()?;
+            Some(Encoded {
+                body: compress(&self.plain.body)?,
+                etag: format!("{}-{name}\"", self.plain.etag.trim_end_matches('"')),
+            })
+        });
+        match encoded {
+            Some(e) => (e, coding),
+            None => (&self.plain, Coding::Identity),
         }
     }
 }
@@ -178,28 +194,31 @@ mod tests {
     fn compressed_forms_decode_to_the_body_and_have_their_own_etags() {
         let body = br#"{"skills":["a","a","a","a","a","a","a","a","a","a"]}"#.repeat(50);
         let card = Rendered::new(body.clone());
-        let (plain, plain_tag, _) = card.encoded(Coding::Identity);
-        assert_eq!(plain, body);
-        let (gz, gz_tag, c) = card.encoded(Coding::Gzip);
+        let (plain, _) = card.encoded(Coding::Identity);
+        assert_eq!(plain.body, body);
+        let (gz, c) = card.encoded(Coding::Gzip);
         assert_eq!(c, Coding::Gzip);
         let mut out = Vec::new();
-        flate2::read::GzDecoder::new(&gz[..])
+        flate2::read::GzDecoder::new(&gz.body[..])
             .read_to_end(&mut out)
             .unwrap();
         assert_eq!(out, body);
-        let (br, br_tag, _) = card.encoded(Coding::Brotli);
+        let (br, _) = card.encoded(Coding::Brotli);
         let mut out = Vec::new();
-        brotli::Decompressor::new(&br[..], 4096)
+        brotli::Decompressor::new(&br.body[..], 4096)
             .read_to_end(&mut out)
             .unwrap();
         assert_eq!(out, body);
-        assert!(gz.len() < body.len() / 4 && br.len() < body.len() / 4);
+        assert!(gz.body.len() < body.len() / 4 && br.body.len() < body.len() / 4);
         assert!(
-            gz_tag.starts_with('"') && gz_tag.ends_with("-gzip\""),
-            "{gz_tag}"
+            gz.etag.starts_with('"') && gz.etag.ends_with("-gzip\""),
+            "{}",
+            gz.etag
         );
-        assert_ne!(plain_tag, gz_tag);
-        assert_ne!(gz_tag, br_tag);
+        assert_ne!(plain.etag, gz.etag);
+        assert_ne!(gz.etag, br.etag);
+        // Compressed once, then kept.
+        assert!(std::ptr::eq(card.encoded(Coding::Gzip).0, gz));
     }
 
     #[test]
@@ -215,7 +234,7 @@ mod tests {
         let mut renders = 0;
         for _ in 0..3 {
             cache
-                .get_or_render(key.clone(), || {
+                .get_or_render(&key, || {
                     renders += 1;
                     Ok::<_, ()>(b"{}".to_vec())
                 })
@@ -227,7 +246,7 @@ mod tests {
             ..key
         };
         cache
-            .get_or_render(newer, || {
+            .get_or_render(&newer, || {
                 renders += 1;
                 Ok::<_, ()>(b"{}".to_vec())
             })

@@ -3,7 +3,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::{json, Value};
 
 use super::caller::Caller;
-use super::card_cache::{CardKey, Coding, Rendered};
+use super::card_cache::{CardKey, Coding, Encoded, Rendered};
 use super::{error_response, version_header, AppState};
 use crate::auth::Principal;
 use crate::card;
@@ -35,7 +35,7 @@ pub(super) async fn gateway_card(
         registry: registry.id(),
         generation: registry.card_generation(),
     };
-    let rendered = state.cards.get_or_render(key.clone(), || {
+    let rendered = state.cards.get_or_render(&key, || {
         let schemes = state.auth.schemes();
         let sec = card::Security {
             schemes: &schemes,
@@ -115,7 +115,7 @@ fn card_response(
     card: &Rendered,
     coding: Coding,
 ) -> HttpResponse {
-    let (body, etag, coding) = card.encoded(coding);
+    let (Encoded { body, etag }, coding) = card.encoded(coding);
     let cache = format!("public, max-age={}", state.config.limits.card_max_age_secs);
     let matches = req
         .headers()
@@ -124,7 +124,7 @@ fn card_response(
         .is_some_and(|v| {
             v.split(',')
                 .map(|t| t.trim().trim_start_matches("W/"))
-                .any(|t| t == "*" || t == etag)
+                .any(|t| t == "*" || t == etag.as_str())
         });
     let mut resp = if matches {
         HttpResponse::NotModified().finish()
@@ -134,20 +134,19 @@ fn card_response(
         if let Some(name) = coding.header_value() {
             ok.insert_header((header::CONTENT_ENCODING, name));
         }
-        ok.body(body)
+        ok.body(body.clone())
     };
     let headers = resp.headers_mut();
     for (name, value) in [
-        (header::ETAG, etag),
-        (header::CACHE_CONTROL, cache),
+        (header::ETAG, etag.as_str()),
+        (header::CACHE_CONTROL, cache.as_str()),
         // Card URLs follow these headers unless a public URL is configured.
         (
             header::VARY,
-            "Host, Forwarded, X-Forwarded-Host, X-Forwarded-Proto, A2A-Version, Authorization, X-API-Key, Accept-Encoding"
-                .to_string(),
+            "Host, Forwarded, X-Forwarded-Host, X-Forwarded-Proto, A2A-Version, Authorization, X-API-Key, Accept-Encoding",
         ),
     ] {
-        if let Ok(v) = header::HeaderValue::from_str(&value) {
+        if let Ok(v) = header::HeaderValue::from_str(value) {
             headers.insert(name, v);
         }
     }
