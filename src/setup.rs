@@ -71,17 +71,22 @@ fn parts(
             }
         })
         .ok();
-    let text = std::fs::read_to_string(file).unwrap_or_default();
+    let mut text = None;
     let mut rules = Vec::new();
     for (i, rule) in gateway.routing.rules.iter().enumerate() {
         match Rule::build(rule) {
             Ok(r) => rules.push(r),
-            Err(e) => diags.push(Diagnostic::at(
-                file,
-                &text,
-                rule.agent.span().start,
-                format!("routing rule {}: {e}", i + 1),
-            )),
+            Err(e) => {
+                // The file again, only to turn the rule's offset into a line and column.
+                let text =
+                    text.get_or_insert_with(|| std::fs::read_to_string(file).unwrap_or_default());
+                diags.push(Diagnostic::at(
+                    file,
+                    text,
+                    rule.agent.span().start,
+                    format!("routing rule {}: {e}", i + 1),
+                ));
+            }
         }
     }
     if diags.0.len() > before {

@@ -665,10 +665,10 @@ pub fn read(config_path: Option<&Path>, agents_dir: &Path) -> (Settings, Diagnos
     let gateway = load_gateway(config_path, &mut diags);
     let agents = load_agents_dir(agents_dir, &mut diags);
     let mut gateway = gateway.unwrap_or_default();
-    validate_gateway(&mut gateway, config_path, &agents, &mut diags);
     let gateway_file = config_path
         .unwrap_or(Path::new(DEFAULT_CONFIG_FILE))
         .to_path_buf();
+    validate_gateway(&mut gateway, &gateway_file, &agents, &mut diags);
     (
         Settings {
             gateway,
@@ -705,11 +705,10 @@ fn load_gateway(path: Option<&Path>, diags: &mut Diagnostics) -> Option<GatewayC
 
 fn validate_gateway(
     gateway: &mut GatewayConfig,
-    path: Option<&Path>,
+    file: &Path,
     agents: &[AgentDef],
     diags: &mut Diagnostics,
 ) {
-    let file = path.unwrap_or(Path::new(DEFAULT_CONFIG_FILE));
     let text = std::fs::read_to_string(file).unwrap_or_default();
     if let Some(url) = &gateway.public_url {
         let u = url.get_ref();
