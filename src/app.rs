@@ -59,10 +59,9 @@ pub(crate) fn build_state(ready: Ready) -> std::io::Result<AppState> {
     let stream_limit = limits
         .max_open_streams
         .unwrap_or_else(crate::limits::default_stream_limit);
-    let open_to_all = !auth.enabled()
-        && registry
-            .iter()
-            .all(|a| auth.access_of(&a.def) == crate::config::Access::Public);
+    let public = |a: &Arc<Agent>| auth.access_of(&a.def) == crate::config::Access::Public;
+    let open_to_all = !auth.enabled() && registry.iter().all(public);
+    let no_public_agent = !registry.iter().any(public);
     Ok(AppState {
         auth,
         rates,
@@ -74,6 +73,7 @@ pub(crate) fn build_state(ready: Ready) -> std::io::Result<AppState> {
         connections: connection_limits(&gateway.limits),
         cards: crate::http::CardCache::new(),
         open_to_all,
+        no_public_agent,
         config: gateway,
     })
 }

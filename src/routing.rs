@@ -441,7 +441,7 @@ impl Router {
                 .get(name)
                 .ok_or_else(|| GatewayError::AgentNotFound {
                     name: name.to_string(),
-                    available: registry.names(),
+                    available: registry.first_names(),
                 })?;
             return Ok((agent, Reason::MetadataAgent));
         }
@@ -479,6 +479,6 @@ pub(crate) fn default(registry: &Registry) -> Result<(&Arc<Agent>, Reason), Gate
         .map(|a| (a, Reason::Default))
         .ok_or_else(|| GatewayError::AgentNotFound {
             name: "(no route: no rule matched and there is no default agent)".into(),
-            available: registry.names(),
+            available: registry.first_names(),
         })
 }

@@ -224,7 +224,7 @@ impl Registry {
 
     /// What an unknown-agent error lists: the first 100 names (`/a2a/agents` lists all), so
     /// a mistyped name costs little to answer however many agents there are.
-    pub(crate) fn names(&self) -> Vec<String> {
+    pub(crate) fn first_names(&self) -> Vec<String> {
         self.sorted
             .iter()
             .take(100)
@@ -285,16 +285,16 @@ mod tests {
     #[test]
     fn looked_up_by_name_listed_in_order_and_swapped_whole() {
         let first = registry(&["b", "a"]);
-        assert_eq!(first.names(), ["a", "b"]);
+        assert_eq!(first.first_names(), ["a", "b"]);
         assert!(first.get("b").is_some() && first.get("c").is_none());
         let agents = Agents::new(first);
         let before = agents.current();
         let old = agents.replace(registry(&["c"]));
         // A reader that took the registry before the swap keeps it whole.
-        assert_eq!(before.names(), ["a", "b"]);
+        assert_eq!(before.first_names(), ["a", "b"]);
         assert_eq!(old.id(), before.id());
         let now = agents.current();
-        assert_eq!(now.names(), ["c"]);
+        assert_eq!(now.first_names(), ["c"]);
         assert_ne!(now.id(), before.id(), "each registry has its own number");
     }
 }

@@ -1,15 +1,13 @@
 //! `POST /a2a` and `POST /a2a/agents/{name}`: bytes in, JSON-RPC (or SSE) out. Every failure,
 //! including the ones before JSON-RPC parsing, answers with a JSON-RPC error body.
 
-use std::sync::Arc;
-
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 
 use super::body::{check_content_type, read_body};
 use super::caller::Caller;
 use super::sse::event_stream;
-use super::{served_headers, version_header, AppState};
+use super::{served_headers, version_header, Addressed, AppState};
 use crate::error::GatewayError;
 use crate::limits::StreamSlot;
 use crate::protocol::jsonrpc::{parse_request, parse_request_for_agent, Method, RpcId};
@@ -24,7 +22,7 @@ pub(super) async fn default_agent(
     state: web::Data<AppState>,
     caller: Caller,
 ) -> HttpResponse {
-    handle(req, body, state, caller, None).await
+    handle(req, body, state, caller, Addressed::Shared).await
 }
 
 /// `/a2a/agents/{name}`, any method: JSON-RPC calls are POSTs.
@@ -40,12 +38,9 @@ pub(super) async fn agent_endpoint(
     let Some(segment) = super::agent_segment(req.path()) else {
         return super::not_found(req, body, state, caller).await;
     };
-    // The registry's own name, so a known agent costs no allocation.
-    let name = match state.registry.current().get(segment) {
-        Some(agent) => agent.name.clone(),
-        None => Arc::from(segment),
-    };
-    handle(req, body, state, caller, Some(name)).await
+    // Looked up once: the request keeps the agent it addressed, whatever is swapped in later.
+    let addressed = Addressed::of(&state.registry.current(), Some(segment));
+    handle(req, body, state, caller, addressed).await
 }
 
 pub(super) async fn handle(
@@ -53,7 +48,7 @@ pub(super) async fn handle(
     body: web::Payload,
     state: web::Data<AppState>,
     caller: Caller,
-    agent_name: Option<Arc<str>>,
+    addressed: Addressed,
 ) -> HttpResponse {
     let version = version_header(&req);
     let header_dialect = Dialect::from_version_header(version.as_deref());
@@ -70,7 +65,7 @@ pub(super) async fn handle(
         Ok(c) => c,
         Err(e) => return respond(&req, &state, early(e)),
     };
-    if let Err(e) = state.admit_early(agent_name.as_deref(), &caller) {
+    if let Err(e) = state.admit_early(&addressed, &caller) {
         return respond(&req, &state, early(e));
     }
     if let Err(e) = check_content_type(&req) {
@@ -92,36 +87,36 @@ pub(super) async fn handle(
         }
     };
     // On /a2a the router reads the raw params before anything else does.
-    let parsed = match agent_name {
-        Some(_) => parse_request_for_agent(&bytes, header_dialect),
-        None => parse_request(&bytes, header_dialect),
+    let parsed = match addressed {
+        Addressed::Shared => parse_request(&bytes, header_dialect),
+        Addressed::Agent(_) | Addressed::Unknown(_) => {
+            parse_request_for_agent(&bytes, header_dialect)
+        }
     };
     let rpc = match parsed {
         Ok(r) => r,
         Err(f) => return respond(&req, &state, RpcReply::error(&f.id, f.dialect, &f.error)),
     };
-    // Agents are resolved in one snapshot of the registry, released before any await.
-    let registry = state.registry.current();
-    let (agent, reason) = match &agent_name {
-        Some(name) => match registry.get(name) {
-            Some(agent) => (agent.clone(), None),
-            None => {
-                let err = state.missing_agent(&caller, name);
-                return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &err));
+    let (agent, reason) = match addressed {
+        Addressed::Agent(agent) => (agent, None),
+        Addressed::Unknown(name) => {
+            let err = state.missing_agent(&caller, &name);
+            return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &err));
+        }
+        Addressed::Shared => {
+            let registry = state.registry.current();
+            match state.router.route(&registry, &rpc, &caller) {
+                Ok((agent, reason)) => {
+                    tracing::debug!(agent = %agent.name, %reason, "routed");
+                    (agent.clone(), Some(reason))
+                }
+                Err(e) => {
+                    let e = state.unroutable(&caller, e);
+                    return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &e));
+                }
             }
-        },
-        None => match state.router.route(&registry, &rpc, &caller) {
-            Ok((agent, reason)) => {
-                tracing::debug!(agent = %agent.name, %reason, "routed");
-                (agent.clone(), Some(reason))
-            }
-            Err(e) => {
-                let e = state.unroutable(&caller, e);
-                return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &e));
-            }
-        },
+        }
     };
-    drop(registry);
     if let Err(e) = state.authorize(&caller, &agent) {
         // On the shared endpoint a task call reached this agent through its task: a caller
         // who may not call the agent hears what an unknown id gets, learning nothing.
@@ -172,17 +167,15 @@ pub(super) async fn unknown_endpoint(
     let header = Dialect::from_version_header(version_header(&req).as_deref())
         .ok()
         .flatten();
-    let unknown_agent = req
-        .path()
-        .strip_prefix("/a2a/agents/")
-        .and_then(|rest| rest.split('/').next())
-        .filter(|name| state.registry.current().get(name).is_none());
-    let error = match unknown_agent {
-        Some(name) => match caller.0 {
-            Ok(caller) => state.missing_agent(&caller, name),
+    let addressed = Addressed::of(&state.registry.current(), super::agent_in_path(req.path()));
+    let error = match addressed {
+        Addressed::Unknown(name) => match caller.0 {
+            Ok(caller) => state.missing_agent(&caller, &name),
             Err(e) => e,
         },
-        None => GatewayError::EndpointNotFound(req.path().to_string()),
+        Addressed::Shared | Addressed::Agent(_) => {
+            GatewayError::EndpointNotFound(super::quoted(req.path()))
+        }
     };
     // The body only lends its id and dialect to the answer; one that cannot be read
     // (too large, cut off) leaves them at their defaults.

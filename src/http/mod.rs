@@ -18,7 +18,7 @@ use std::sync::Arc;
 use actix_web::http::header::{self, HeaderName};
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
 
-use crate::agents::{Agent, Agents};
+use crate::agents::{Agent, Agents, Registry};
 use crate::auth::{AuthError, Authenticator, Principal};
 use crate::config::Access;
 use crate::config::GatewayConfig;
@@ -83,6 +83,10 @@ pub(crate) struct AppState {
     pub(crate) cards: card_cache::CardCache,
     /// No credentials configured and every agent public: access has nothing to check.
     pub(crate) open_to_all: bool,
+    /// Every agent needs credentials: an anonymous call on a shared endpoint is refused
+    /// before its body is read. (Worked out with `open_to_all` when the agents are loaded,
+    /// not per request: with many agents that is a walk over all of them.)
+    pub(crate) no_public_agent: bool,
 }
 
 impl AppState {
@@ -110,31 +114,23 @@ impl AppState {
     }
 
     /// Refuses from the headers alone, before any body is read, a caller that may not call
-    /// the agent the path names (`agent`), or on the shared endpoints any agent at all.
+    /// the agent the path names, or on the shared endpoints any agent at all.
     pub(crate) fn admit_early(
         &self,
-        agent: Option<&str>,
+        addressed: &Addressed,
         caller: &Principal,
     ) -> Result<(), GatewayError> {
         if self.open_to_all {
             return Ok(());
         }
-        match agent {
-            // An unknown agent is answered later, with the request's id.
-            Some(name) => match self.registry.current().get(name) {
-                Some(agent) => self.authorize(caller, agent),
-                None => Ok(()),
-            },
-            None if caller.anonymous
-                && !self
-                    .registry
-                    .current()
-                    .iter()
-                    .any(|a| self.auth.access_of(&a.def) == Access::Public) =>
-            {
+        match addressed {
+            Addressed::Agent(agent) => self.authorize(caller, agent),
+            // Answered later, with the request's id.
+            Addressed::Unknown(_) => Ok(()),
+            Addressed::Shared if caller.anonymous && self.no_public_agent => {
                 Err(self.auth_error(AuthError::Missing))
             }
-            None => Ok(()),
+            Addressed::Shared => Ok(()),
         }
     }
 
@@ -222,7 +218,7 @@ impl AppState {
     pub(crate) fn unknown_agent(&self, name: &str) -> GatewayError {
         GatewayError::AgentNotFound {
             name: name.to_string(),
-            available: self.registry.current().names(),
+            available: self.registry.current().first_names(),
         }
     }
 }
@@ -272,10 +268,39 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
 
 const AGENTS_PREFIX: &str = "/a2a/agents";
 
+/// The agent name a path under `/a2a/agents/` starts with.
+pub(crate) fn agent_in_path(path: &str) -> Option<&str> {
+    let rest = path.strip_prefix(AGENTS_PREFIX)?.strip_prefix('/')?;
+    let name = rest.split('/').next().unwrap_or_default();
+    (!name.is_empty()).then_some(name)
+}
+
 /// `name` of a path `/a2a/agents/{name}`: one non-empty segment after the prefix.
 pub(crate) fn agent_segment(path: &str) -> Option<&str> {
-    let name = path.strip_prefix(AGENTS_PREFIX)?.strip_prefix('/')?;
-    (!name.is_empty() && !name.contains('/')).then_some(name)
+    agent_in_path(path).filter(|name| path.len() == AGENTS_PREFIX.len() + 1 + name.len())
+}
+
+/// What a request's path addresses, resolved once per request.
+pub(crate) enum Addressed {
+    /// `/a2a` and the shared HTTP+JSON routes: the router chooses the agent.
+    Shared,
+    Agent(Arc<Agent>),
+    /// A path naming no agent there is: answered, with the request's id, by the list of
+    /// agents the caller may see.
+    Unknown(Box<str>),
+}
+
+impl Addressed {
+    /// What `name` (from an agent's path), or no name (a shared path), addresses.
+    pub(crate) fn of(registry: &Registry, name: Option<&str>) -> Addressed {
+        match name {
+            None => Addressed::Shared,
+            Some(name) => match registry.get(name) {
+                Some(agent) => Addressed::Agent(agent.clone()),
+                None => Addressed::Unknown(quoted(name).into()),
+            },
+        }
+    }
 }
 
 /// Which agent answered, and on the shared endpoints why.
@@ -394,13 +419,17 @@ pub(crate) async fn not_found(
     )
 }
 
-/// The path as error messages quote it: at most 200 bytes, so a long URL is not sent back.
-fn shown_path(req: &HttpRequest) -> String {
-    let path = req.path();
-    match path.char_indices().nth(200) {
-        Some((cut, _)) => format!("{}…", &path[..cut]),
-        None => path.to_string(),
+/// Text from a request's path as error messages quote it: at most 200 characters, so a
+/// long URL is not sent back.
+pub(crate) fn quoted(text: &str) -> String {
+    match text.char_indices().nth(200) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_string(),
     }
+}
+
+fn shown_path(req: &HttpRequest) -> String {
+    quoted(req.path())
 }
 
 pub(crate) async fn method_not_allowed(req: HttpRequest) -> HttpResponse {

@@ -12,7 +12,7 @@ use serde_json::value::RawValue;
 use super::body::{check_content_type, read_body};
 use super::caller::Caller;
 use super::sse::event_stream;
-use super::{error_response, served_headers, version_header, AppState};
+use super::{error_response, served_headers, version_header, Addressed, AppState};
 use crate::agents::Agent;
 use crate::auth::Principal;
 use crate::error::GatewayError;
@@ -145,7 +145,8 @@ async fn routed_send(
     caller: Caller,
 ) -> Result<RoutedSend, GatewayError> {
     let caller = caller.0?;
-    state.admit_early(req.match_info().get("name"), &caller)?;
+    let addressed = Addressed::of(&state.registry.current(), req.match_info().get("name"));
+    state.admit_early(&addressed, &caller)?;
     check_version(req)?;
     check_content_type(req)?;
     let bytes = read_body(req, body, &state.bodies).await?;

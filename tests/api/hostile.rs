@@ -886,5 +886,21 @@ async fn http_level_rejections_have_json_bodies() {
         .parse()
         .unwrap();
     assert!(length < 1000, "{length}");
+    // Nor do the JSON-RPC answers to a POST on a long unknown path or agent name.
+    for path in [
+        format!("/{}", "a".repeat(40_000)),
+        format!("/a2a/agents/{}", "a".repeat(40_000)),
+        format!("/a2a/agents/{}/x", "a".repeat(40_000)),
+    ] {
+        let r = gw
+            .post_raw(
+                &path,
+                &[("content-type", "application/json")],
+                r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x"}}"#,
+            )
+            .await;
+        assert_eq!(r.status, 404, "{}", &path[..30]);
+        assert!(r.body.to_string().len() < 2000, "{}", r.body);
+    }
     healthy(&gw).await;
 }
