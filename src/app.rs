@@ -7,74 +7,66 @@ use std::time::Duration;
 use actix_service::{IntoServiceFactory, ServiceFactoryExt};
 use actix_web::dev::{AppConfig, Server, ServerHandle};
 use actix_web::{web, App};
-use tracing_actix_web::TracingLogger;
 
-use crate::agents::{ActorLimits, Agent, Registry};
+use crate::agents::RemoteAgent;
 use crate::config::Settings;
-use crate::http::{routes, AppState, LeanRootSpan};
+use crate::http::{routes, AppState, Lifecycle};
 use crate::limits::connections::{ConnectionLimits, Gate};
 use crate::limits::StreamGauge;
 use crate::service::A2aService;
 use crate::setup::Ready;
 use crate::tasks::{MemoryTaskStore, Tasks};
+use crate::telemetry::Metrics;
 
 pub struct Application {
     port: u16,
+    metrics_port: Option<u16>,
     server: Server,
+    state: Arc<AppState>,
+    source: Option<crate::setup::Source>,
 }
 
 /// Wires the agents, the task store and the service from the ready parts.
-pub(crate) fn build_state(ready: Ready) -> std::io::Result<AppState> {
-    let Ready {
-        settings,
-        auth,
-        rates,
-        rules,
-    } = ready;
-    let Settings {
-        gateway, agents, ..
-    } = settings;
+pub(crate) fn build_state(mut ready: Ready) -> std::io::Result<AppState> {
+    let gateway = &ready.settings.gateway;
     let limits = &gateway.limits;
-    let card_changes = crate::agents::CardChanges::default();
-    let agents = agents
-        .into_iter()
-        .map(|def| {
-            let actor_limits = ActorLimits {
-                mailbox: def.mailbox.unwrap_or(limits.agent_mailbox),
-                max_concurrency: def.max_concurrency.unwrap_or(limits.agent_max_concurrency),
-            };
-            let name = def.name.clone();
-            Agent::new(def, actor_limits, &card_changes)
-                .map_err(|e| std::io::Error::other(format!("agent {name}: {e}")))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let registry = Registry::new(
-        agents,
-        gateway.default_agent_name().map(str::to_string),
-        card_changes,
-    );
+    let metrics = Arc::new(Metrics::new(gateway.metrics.enabled));
+    let defs = std::mem::take(&mut ready.settings.agents);
+    let hash = crate::reload::fingerprint(gateway, &defs);
+    let (registry, _) = crate::reload::registry(
+        defs.clone(),
+        gateway,
+        None,
+        &crate::agents::CardChanges::default(),
+        &metrics,
+    )
+    .map_err(std::io::Error::other)?;
+    ready.settings.agents = defs;
     let store = Arc::new(MemoryTaskStore::new(limits.max_tasks));
-    let tasks = Arc::new(Tasks::new(store, limits.max_unfinished_tasks_per_caller));
-    let router = crate::routing::Router::new(rules, tasks.clone());
+    let tasks = Arc::new(Tasks::new(
+        store,
+        limits.max_unfinished_tasks_per_caller,
+        metrics.clone(),
+    ));
+    let router = crate::routing::Router::new(tasks.clone());
     let stream_limit = limits
         .max_open_streams
         .unwrap_or_else(crate::limits::default_stream_limit);
-    let public = |a: &Arc<Agent>| auth.access_of(&a.def) == crate::config::Access::Public;
-    let open_to_all = !auth.enabled() && registry.iter().all(public);
-    let no_public_agent = !registry.iter().any(public);
+    let streams = StreamGauge::new(stream_limit);
+    let bodies = crate::http::BodyLimits::new(limits);
+    let connections = connection_limits(limits);
+    metrics.config_loaded(&hash);
+    let live = crate::reload::live(ready, Arc::new(registry), metrics.clone());
     Ok(AppState {
-        auth,
-        rates,
         service: A2aService::new(tasks, router.contexts().clone()),
         router,
-        registry: crate::agents::Agents::new(registry),
-        streams: StreamGauge::new(stream_limit),
-        bodies: crate::http::BodyLimits::new(&gateway.limits),
-        connections: connection_limits(&gateway.limits),
+        live: arc_swap::ArcSwap::from_pointee(live),
+        streams,
+        bodies,
+        connections,
         cards: crate::http::CardCache::new(),
-        open_to_all,
-        no_public_agent,
-        config: gateway,
+        metrics,
+        lifecycle: Lifecycle::default(),
     })
 }
 
@@ -83,24 +75,14 @@ pub(crate) fn build_state(ready: Ready) -> std::io::Result<AppState> {
 /// beyond its connect timeout, and does not stop it.
 async fn start_upstreams(state: &AppState) {
     let remotes: Vec<_> = state
+        .live()
         .registry
-        .current()
         .iter()
         .filter_map(|a| a.remote().cloned())
         .collect();
-    let first = remotes.iter().map(|r| {
-        let r = r.clone();
-        async move {
-            let result = r.refresh().await;
-            (r, result)
-        }
-    });
-    for (remote, result) in futures_util::future::join_all(first).await {
-        if let Err(e) = &result {
-            tracing::warn!(error = %e, "upstream agent unavailable at startup");
-        }
-        let first_delay = remote.refresh_interval(result.is_ok());
-        tokio::spawn(remote.keep_fresh(first_delay));
+    let first = remotes.into_iter().map(RemoteAgent::first_refresh);
+    for refresh in futures_util::future::join_all(first).await {
+        tokio::spawn(refresh);
     }
 }
 
@@ -120,7 +102,7 @@ async fn prune_rate_buckets(state: std::sync::Weak<AppState>) {
     loop {
         tokio::time::sleep(Duration::from_secs(60)).await;
         match state.upgrade() {
-            Some(state) => state.rates.prune(),
+            Some(state) => state.live().rates.prune(),
             None => return,
         }
     }
@@ -131,7 +113,7 @@ async fn prune_rate_buckets(state: std::sync::Weak<AppState>) {
 async fn expire_interrupted_tasks(state: std::sync::Weak<AppState>) {
     let Some(ttl) = state
         .upgrade()
-        .map(|s| Duration::from_secs(s.config.limits.interrupted_ttl_secs.max(1)))
+        .map(|s| Duration::from_secs(s.live().config.limits.interrupted_ttl_secs.max(1)))
     else {
         return;
     };
@@ -148,43 +130,6 @@ async fn expire_interrupted_tasks(state: std::sync::Weak<AppState>) {
     }
 }
 
-/// CORS for browser clients, from `[cors]`. Disallowed origins get no CORS headers.
-fn cors_middleware(cfg: &crate::config::CorsConfig) -> actix_cors::Cors {
-    let mut cors = actix_cors::Cors::default()
-        .allowed_methods(["GET", "POST", "OPTIONS"])
-        .allowed_headers([
-            "authorization",
-            "x-api-key",
-            "a2a-version",
-            "content-type",
-            "a2a-extensions",
-            "x-a2a-extensions",
-            "last-event-id",
-        ])
-        .expose_headers([
-            "x-ratelimit-limit",
-            "x-ratelimit-remaining",
-            "x-ratelimit-reset",
-            "retry-after",
-            "www-authenticate",
-            "a2a-gateway-agent",
-            "a2a-gateway-route",
-            "a2a-extensions",
-        ])
-        .max_age(cfg.max_age_secs);
-    for origin in &cfg.allowed_origins {
-        cors = if origin == "*" {
-            cors.allow_any_origin().send_wildcard()
-        } else {
-            cors.allowed_origin(origin)
-        };
-    }
-    if cfg.allow_credentials {
-        cors = cors.supports_credentials();
-    }
-    cors
-}
-
 impl Application {
     /// Builds the parts of `settings` (see [`crate::setup`]) and serves them.
     pub async fn build(settings: Settings) -> std::io::Result<Application> {
@@ -193,96 +138,118 @@ impl Application {
         Application::serve(ready).await
     }
 
-    /// Binds the configured host and port (port 0 picks a free one).
+    /// Binds the configured host and port (port 0 picks a free one), and the metrics
+    /// address when one is configured. A failure names the address.
     pub async fn serve(ready: Ready) -> std::io::Result<Application> {
-        let server = &ready.settings.gateway.server;
-        let listener = TcpListener::bind((server.host.as_str(), server.port))?;
-        Application::with_listener(ready, listener).await
+        let gateway = &ready.settings.gateway;
+        let server = &gateway.server;
+        let listener = bind(&server.host, server.port)?;
+        let metrics_listener = match (&gateway.metrics.listen, gateway.metrics.enabled) {
+            (Some(addr), true) => Some(bind_addr(addr)?),
+            _ => None,
+        };
+        Application::with_listener(ready, listener, metrics_listener).await
     }
 
-    async fn with_listener(ready: Ready, listener: TcpListener) -> std::io::Result<Application> {
+    async fn with_listener(
+        ready: Ready,
+        listener: TcpListener,
+        metrics_listener: Option<TcpListener>,
+    ) -> std::io::Result<Application> {
         let addr = listener.local_addr()?;
+        let metrics_port = match &metrics_listener {
+            Some(l) => Some(l.local_addr()?.port()),
+            None => None,
+        };
         let workers = ready.settings.gateway.server.workers;
+        let grace = ready.settings.gateway.server.shutdown_grace_secs;
+        let source = ready.source.clone();
         let state = build_state(ready)?;
         start_upstreams(&state).await;
-        for source in state.auth.jwks_sources() {
+        for source in state.live().auth.jwks_sources() {
             tokio::spawn(source.keep_fresh());
         }
-        let header_timeout = Duration::from_secs(state.config.limits.header_timeout_secs.max(1));
+        let limits = state.live().config.limits.clone();
+        let header_timeout = Duration::from_secs(limits.header_timeout_secs.max(1));
         let connections = state.connections.clone();
         let max_connections = connections.limit();
+        let metrics_here = state.metrics.enabled() && metrics_listener.is_none();
         let state = web::Data::new(state);
-        tokio::spawn(prune_rate_buckets(Arc::downgrade(
-            &state.clone().into_inner(),
-        )));
-        tokio::spawn(expire_interrupted_tasks(Arc::downgrade(
-            &state.clone().into_inner(),
-        )));
-        let cors = state.config.cors.clone();
-        let rate_limited = state.rates.active();
-        let request_spans = crate::http::request_spans_enabled();
+        let shared = state.clone().into_inner();
+        tokio::spawn(prune_rate_buckets(Arc::downgrade(&shared)));
+        tokio::spawn(expire_interrupted_tasks(Arc::downgrade(&shared)));
         let app = move || {
             App::new()
                 .app_data(state.clone())
-                .wrap(actix_web::middleware::Condition::new(
-                    rate_limited,
-                    actix_web::middleware::from_fn(crate::http::rate_limit_headers),
+                .wrap(actix_web::middleware::from_fn(
+                    crate::http::rate_limit_headers,
                 ))
-                .wrap(actix_web::middleware::Condition::new(
-                    request_spans,
-                    TracingLogger::<LeanRootSpan>::new(),
-                ))
-                .configure(routes)
+                .configure(|cfg| routes(cfg, metrics_here))
                 // Before routing: `/a2a/agents/echo/` is `/a2a/agents/echo` on every route.
                 .wrap(crate::http::TrimTrailingSlash)
-                // Registered last, so it runs first: preflights are answered before auth
-                // and without touching any limit.
-                .wrap(actix_web::middleware::Condition::new(
-                    !cors.allowed_origins.is_empty(),
-                    cors_middleware(&cors),
-                ))
-                .wrap(actix_web::middleware::Condition::new(
-                    !cors.allowed_origins.is_empty(),
-                    actix_web::middleware::from_fn(crate::http::cors_only_when_allowed),
-                ))
+                // Preflights are answered before auth and without touching any limit.
+                .wrap(actix_web::middleware::from_fn(crate::http::cors))
+                // Registered last, so it runs first: every answer is logged and counted.
+                .wrap(actix_web::middleware::from_fn(crate::http::observe))
         };
         // actix-web's HttpServer serves the same App; it is built here by hand only to put
         // the connection gate (limits and the first-byte deadline) in front of HTTP.
         // actix stops accepting at its own cap, leaving the excess unanswered in the backlog;
         // set above the gate's, it leaves the refusing to the gate, which answers at once.
+        // Signals are the gateway's own (see `run`): SIGTERM drains before stopping.
         let mut server = actix_server::Server::build()
-            .shutdown_timeout(5)
+            .disable_signals()
+            .shutdown_timeout(grace.saturating_sub(2).max(1))
             .max_concurrent_connections(max_connections.saturating_add(1024));
         if workers > 0 {
             server = server.workers(workers);
         }
-        let server = server
-            .listen("a2a-gateway", listener, move || {
-                let app = app()
-                    .into_factory()
-                    .map_err(|e: actix_web::Error| e.error_response());
-                // HTTP/2 without TLS is detected by its preface, so gateways can be chained
-                // over multiplexed connections (see the `http2` upstream option).
-                let http = actix_http::HttpService::build()
-                    .keep_alive(actix_http::KeepAlive::Timeout(Duration::from_secs(5)))
-                    // Slow clients cannot hold a worker: headers must arrive within this time.
-                    .client_request_timeout(header_timeout)
-                    // A client that closes its side has left: its handler is dropped and its
-                    // socket closed at once, rather than when a long blocking send ends (as
-                    // nginx does, 499). Clients that half-close and wait are not supported.
-                    .h1_allow_half_closed(false)
-                    .local_addr(addr)
-                    .finish(actix_service::map_config(app, |_| AppConfig::default()));
-                let http = crate::http::tcp_with_json_rejections(http);
-                Gate {
-                    inner: http,
-                    limits: connections.clone(),
-                }
-            })?
-            .run();
+        server = server.listen("a2a-gateway", listener, move || {
+            let app = app()
+                .into_factory()
+                .map_err(|e: actix_web::Error| e.error_response());
+            // HTTP/2 without TLS is detected by its preface, so gateways can be chained
+            // over multiplexed connections (see the `http2` upstream option).
+            let http = actix_http::HttpService::build()
+                .keep_alive(actix_http::KeepAlive::Timeout(Duration::from_secs(5)))
+                // Slow clients cannot hold a worker: headers must arrive within this time.
+                .client_request_timeout(header_timeout)
+                // A client that closes its side has left: its handler is dropped and its
+                // socket closed at once, rather than when a long blocking send ends (as
+                // nginx does, 499). Clients that half-close and wait are not supported.
+                .h1_allow_half_closed(false)
+                .local_addr(addr)
+                .finish(actix_service::map_config(app, |_| AppConfig::default()));
+            let http = crate::http::tcp_with_json_rejections(http);
+            Gate {
+                inner: http,
+                limits: connections.clone(),
+            }
+        })?;
+        if let Some(listener) = metrics_listener {
+            let shared = shared.clone();
+            server = server.listen("a2a-gateway-metrics", listener, move || {
+                let shared = shared.clone();
+                actix_http::HttpService::build()
+                    .finish(move |req: actix_http::Request| {
+                        let resp = if req.path() == "/metrics" {
+                            crate::http::render_metrics(&shared)
+                        } else {
+                            actix_web::HttpResponse::NotFound().finish()
+                        };
+                        std::future::ready(Ok::<_, std::convert::Infallible>(resp))
+                    })
+                    .tcp()
+            })?;
+        }
+        let server = server.run();
+        shared.lifecycle.ready();
         Ok(Application {
             port: addr.port(),
+            metrics_port,
             server,
+            state: shared,
+            source,
         })
     }
 
@@ -290,11 +257,127 @@ impl Application {
         self.port
     }
 
+    /// The separate metrics listener's port, when `[metrics] listen` sets one.
+    pub fn metrics_port(&self) -> Option<u16> {
+        self.metrics_port
+    }
+
     pub fn handle(&self) -> ServerHandle {
         self.server.handle()
     }
 
+    /// Serves until stopped through [`Application::handle`] (the tests' way).
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
         self.server.await
     }
+
+    /// Serves until SIGTERM or SIGINT, then drains (see [`drain`]); reloads on SIGHUP and,
+    /// if `watch_config` is on, when the configuration files change.
+    pub async fn run(self) -> std::io::Result<()> {
+        let Application {
+            server,
+            state,
+            source,
+            ..
+        } = self;
+        let grace = Duration::from_secs(state.live().config.server.shutdown_grace_secs);
+        if let Some(source) = source {
+            let watch = state.live().config.server.watch_config;
+            tokio::spawn(crate::reload::run(state.clone(), source, watch));
+        } else {
+            tracing::debug!("configuration made in memory: no reload");
+        }
+        let handle = server.handle();
+        let stopping = tokio::spawn(stop_on_signal(state.clone(), handle));
+        let served = server.await;
+        stopping.abort();
+        stop_work(&state, grace).await;
+        served
+    }
+}
+
+fn bind(host: &str, port: u16) -> std::io::Result<TcpListener> {
+    TcpListener::bind((host, port)).map_err(|e| bind_error(&format!("{host}:{port}"), e))
+}
+
+fn bind_addr(addr: &str) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr).map_err(|e| bind_error(addr, e))
+}
+
+/// "address 127.0.0.1:8080 already in use", not just "Address in use (os error 98)".
+fn bind_error(addr: &str, e: std::io::Error) -> std::io::Error {
+    let what = match e.kind() {
+        std::io::ErrorKind::AddrInUse => "already in use".to_string(),
+        std::io::ErrorKind::PermissionDenied => {
+            "not allowed (a port below 1024 needs privileges)".to_string()
+        }
+        std::io::ErrorKind::AddrNotAvailable => "not an address of this machine".to_string(),
+        _ => e.to_string(),
+    };
+    std::io::Error::new(e.kind(), format!("address {addr} {what}"))
+}
+
+/// On SIGTERM or SIGINT: drain, then stop the server gracefully (it waits for calls in
+/// flight up to its shutdown timeout). A second signal stops at once.
+async fn stop_on_signal(state: Arc<AppState>, handle: ServerHandle) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot listen for SIGTERM/SIGINT");
+        return;
+    };
+    let which = tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    };
+    let connections = state.connections.open();
+    let streams = state.streams.open();
+    tracing::info!(
+        signal = which,
+        open_connections = connections,
+        open_streams = streams,
+        "draining: refusing new calls, ending streams, finishing calls in flight"
+    );
+    state.lifecycle.drain();
+    let graceful = handle.stop(true);
+    tokio::select! {
+        _ = graceful => {}
+        _ = term.recv() => { handle.stop(false).await; }
+        _ = int.recv() => { handle.stop(false).await; }
+    }
+}
+
+/// After the server stopped: stops the work still running (command processes get SIGTERM,
+/// then SIGKILL after their grace period) and waits briefly for it to end.
+async fn stop_work(state: &AppState, grace: Duration) {
+    let live = state.live();
+    let running: usize = live
+        .registry
+        .iter()
+        .chain(live.registry.retired())
+        .filter_map(|a| a.gauges().processes.map(|(running, _)| running))
+        .sum();
+    for agent in live.registry.iter().chain(live.registry.retired()) {
+        agent.stop_work();
+    }
+    // Processes need their kill grace (SIGTERM, then SIGKILL) to be gone.
+    let deadline = tokio::time::Instant::now() + grace.min(Duration::from_secs(2));
+    while tokio::time::Instant::now() < deadline {
+        let left: usize = live
+            .registry
+            .iter()
+            .filter_map(|a| a.gauges().processes.map(|(r, _)| r))
+            .sum();
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tracing::info!(
+        stopped_processes = running,
+        tasks = state.service.tasks().len(),
+        "drained; exiting"
+    );
 }

@@ -64,6 +64,20 @@ struct ServeArgs {
     /// (`Authorization: Bearer TOKEN`), beside any credentials gateway.toml names
     #[arg(long, env = "A2A_GATEWAY_AUTH_TOKEN", hide_env_values = true)]
     auth_token: Option<String>,
+    /// Log lines as text (colours only on a terminal) or one JSON object per line
+    #[arg(
+        long,
+        env = "A2A_GATEWAY_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 pub fn run() -> ExitCode {
@@ -104,17 +118,26 @@ fn check(args: &ConfigArgs) -> ExitCode {
     }
 }
 
-fn init_tracing() {
+fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("A2A_GATEWAY_LOG")
         .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     use std::io::IsTerminal;
-    // Colours only for people: files and log collectors get plain text.
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        // One object per line, with the request span's fields, for log collectors.
+        LogFormat::Json => builder
+            .json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .try_init(),
+        // Colours only for people: files and log collectors get plain text.
+        LogFormat::Text => builder
+            .with_ansi(std::io::stderr().is_terminal())
+            .try_init(),
+    };
 }
 
 fn refuse_to_start(diags: &config::Diagnostics) -> ExitCode {
@@ -127,20 +150,21 @@ fn refuse_to_start(diags: &config::Diagnostics) -> ExitCode {
 }
 
 fn serve(args: ServeArgs) -> ExitCode {
-    init_tracing();
+    init_tracing(args.log_format);
     if let Some(limit) = crate::limits::raise_open_file_limit() {
         tracing::debug!(limit, "open-file limit");
     }
-    let mut settings = match config::load(args.config.config.as_deref(), &args.config.agents_dir) {
-        Ok(s) => s,
+    let source = crate::setup::Source {
+        config: args.config.config.clone(),
+        agents_dir: args.config.agents_dir.clone(),
+        auth_token: args.auth_token.clone(),
+    };
+    // Read, checked and built whole (the same path a reload takes).
+    let mut ready = match source.load() {
+        Ok(ready) => ready,
         Err(diags) => return refuse_to_start(&diags),
     };
-    if let Some(token) = &args.auth_token {
-        if let Err(e) = settings.require_bearer_token(token) {
-            eprintln!("{e}\nrefusing to start: 1 configuration error(s)");
-            return ExitCode::from(EXIT_BAD_CONFIG);
-        }
-    }
+    let settings = &mut ready.settings;
     let server = &mut settings.gateway.server;
     if let Some(host) = args.host {
         server.host = host;
@@ -165,11 +189,6 @@ fn serve(args: ServeArgs) -> ExitCode {
             "serving without authentication on a non-loopback address: anyone who can reach it can call every agent"
         );
     }
-    // Built once, after the command line has had its say (`--auth-token`).
-    let ready = match crate::setup::build(settings) {
-        Ok(ready) => ready,
-        Err(diags) => return refuse_to_start(&diags),
-    };
     let settings = &ready.settings;
     let public_url = settings.gateway.public_url().map(str::to_string);
     let agents: Vec<String> = settings.agents.iter().map(|a| a.name.clone()).collect();
@@ -179,13 +198,13 @@ fn serve(args: ServeArgs) -> ExitCode {
         let app = match Application::serve(ready).await {
             Ok(app) => app,
             Err(e) => {
-                eprintln!("cannot listen on {host}: {e}");
+                eprintln!("cannot listen: {e}");
                 return Err(e);
             }
         };
         let base = public_url.unwrap_or_else(|| format!("http://{host}:{}", app.port()));
-        print_banner(&base, &agents, default_agent.as_deref());
-        app.run_until_stopped().await
+        print_banner(&base, &agents, default_agent.as_deref(), app.metrics_port());
+        app.run().await
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -193,7 +212,12 @@ fn serve(args: ServeArgs) -> ExitCode {
     }
 }
 
-fn print_banner(base: &str, agents: &[String], default_agent: Option<&str>) {
+fn print_banner(
+    base: &str,
+    agents: &[String],
+    default_agent: Option<&str>,
+    metrics_port: Option<u16>,
+) {
     use std::fmt::Write as _;
     use std::io::Write as _;
     let mut banner = format!(
@@ -204,7 +228,14 @@ fn print_banner(base: &str, agents: &[String], default_agent: Option<&str>) {
         banner,
         "  gateway card   {base}/.well-known/agent-card.json"
     );
-    let _ = writeln!(banner, "  health         {base}/a2a/health");
+    let metrics = match metrics_port {
+        Some(port) => format!("port {port} /metrics"),
+        None => format!("{base}/metrics"),
+    };
+    let _ = writeln!(
+        banner,
+        "  health         {base}/a2a/health   ready {base}/a2a/ready   metrics {metrics}"
+    );
     let _ = writeln!(banner, "  agent list     {base}/a2a/agents");
     let _ = writeln!(
         banner,

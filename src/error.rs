@@ -21,6 +21,7 @@ pub mod gateway_codes {
     pub const PAYLOAD_TOO_LARGE: i64 = -32060;
     pub const REQUEST_TIMEOUT: i64 = -32061;
     pub const BODIES_OVER_BUDGET: i64 = -32062;
+    pub const SHUTTING_DOWN: i64 = -32055;
 }
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -104,6 +105,12 @@ pub enum GatewayError {
     RequestTimeout(u64),
     #[error("The gateway is receiving its maximum of request bodies at once; retry later")]
     BodiesOverBudget,
+    /// Draining before exit: new calls are refused (with `Connection: close`), and open
+    /// streams end with this as their last event, so clients reconnect or resubscribe.
+    #[error(
+        "The gateway is shutting down; retry, or resubscribe to the task, on another instance"
+    )]
+    ShuttingDown,
 }
 
 /// One row of the error table: everything that says how an error goes out.
@@ -244,6 +251,7 @@ impl GatewayError {
             GatewayError::BodiesOverBudget => {
                 ours(BODIES_OVER_BUDGET, "BODIES_OVER_BUDGET", 503).retry()
             }
+            GatewayError::ShuttingDown => ours(SHUTTING_DOWN, "SHUTTING_DOWN", 503).retry(),
         }
     }
 
@@ -286,7 +294,10 @@ impl GatewayError {
     /// Whether the connection must close after the answer (the rest of its request was
     /// never read).
     pub fn closes_connection(&self) -> bool {
-        matches!(self, GatewayError::RequestTimeout(_))
+        matches!(
+            self,
+            GatewayError::RequestTimeout(_) | GatewayError::ShuttingDown
+        )
     }
 
     /// The `WWW-Authenticate` challenge of a 401.

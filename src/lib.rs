@@ -17,11 +17,13 @@ pub mod error;
 pub(crate) mod http;
 pub(crate) mod limits;
 pub mod protocol;
+pub(crate) mod reload;
 pub(crate) mod routing;
 pub(crate) mod rpc;
 pub(crate) mod service;
 pub mod setup;
 pub(crate) mod tasks;
+pub(crate) mod telemetry;
 
 /// Entry points for the fuzz targets under `fuzz/`, which need a few internals; built only
 /// with the `fuzzing` feature, so the public surface stays what it is.

@@ -311,10 +311,10 @@ impl ContextIndex {
 }
 
 /// Chooses the agent on the shared endpoints. It owns what it routes by besides the
-/// request: its rules, which agent served each conversation (recorded by the service as
-/// tasks are created), and the task store (a task's agent).
+/// request and the configuration in force (agents, rules): which agent served each
+/// conversation (recorded by the service as tasks are created), and the task store (a
+/// task's agent). Both outlive reloads.
 pub(crate) struct Router {
-    rules: Vec<Rule>,
     tasks: Arc<Tasks>,
     contexts: Arc<ContextIndex>,
 }
@@ -344,9 +344,8 @@ fn text_of(message: &MessageProbe) -> String {
 }
 
 impl Router {
-    pub(crate) fn new(rules: Vec<Rule>, tasks: Arc<Tasks>) -> Router {
+    pub(crate) fn new(tasks: Arc<Tasks>) -> Router {
         Router {
-            rules,
             tasks,
             contexts: Arc::default(),
         }
@@ -361,13 +360,14 @@ impl Router {
     pub(crate) fn route<'a>(
         &self,
         registry: &'a Registry,
+        rules: &[Rule],
         rpc: &RpcRequest,
         caller: &Principal,
     ) -> Result<(&'a Arc<Agent>, Reason), GatewayError> {
         let probe = Probe::read(rpc.params);
         match rpc.method {
             Method::SendMessage | Method::SendStreamingMessage => {
-                self.route_message(registry, probe, caller)
+                self.route_message(registry, rules, probe, caller)
             }
             Method::GetTask | Method::CancelTask | Method::SubscribeToTask => {
                 self.route_task(registry, probe.id.as_deref())
@@ -381,10 +381,11 @@ impl Router {
     pub(crate) fn route_send<'a>(
         &self,
         registry: &'a Registry,
+        rules: &[Rule],
         params: &serde_json::value::RawValue,
         caller: &Principal,
     ) -> Result<(&'a Arc<Agent>, Reason), GatewayError> {
-        self.route_message(registry, Probe::read(Some(params)), caller)
+        self.route_message(registry, rules, Probe::read(Some(params)), caller)
     }
 
     /// A request about one task (get, cancel, subscribe) goes to the task's agent, else to the
@@ -394,9 +395,15 @@ impl Router {
         registry: &'a Registry,
         task_id: Option<&str>,
     ) -> Result<(&'a Arc<Agent>, Reason), GatewayError> {
+        // A removed agent's tasks stay readable (and cancelable) here.
+        let retired = |t: &str| {
+            self.tasks
+                .owner(t)
+                .and_then(|name| registry.retired_agent(&name))
+        };
         match task_id
             .filter(|t| !t.is_empty())
-            .and_then(|t| owner(registry, &self.tasks, t))
+            .and_then(|t| owner(registry, &self.tasks, t).or_else(|| retired(t)))
         {
             Some(agent) => Ok((agent, Reason::Task)),
             None => default(registry),
@@ -406,6 +413,7 @@ impl Router {
     fn route_message<'a>(
         &self,
         registry: &'a Registry,
+        rules: &[Rule],
         probe: Probe,
         caller: &Principal,
     ) -> Result<(&'a Arc<Agent>, Reason), GatewayError> {
@@ -461,7 +469,7 @@ impl Router {
             .map(|a| a.iter().filter_map(Value::as_str).collect())
             .unwrap_or_default();
         let text = text_of(message);
-        for (i, rule) in self.rules.iter().enumerate() {
+        for (i, rule) in rules.iter().enumerate() {
             if rule.matches(&tags, &text, caller) {
                 if let Some(agent) = registry.get(&rule.agent) {
                     return Ok((agent, Reason::Rule(i)));

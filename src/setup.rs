@@ -6,7 +6,7 @@
 //! `config` reads and checks the files and knows nothing of what is built from them; this
 //! module sits above it and the modules it builds (auth, limits, routing).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::auth::Authenticator;
 use crate::config::{self, Diagnostic, Diagnostics, Settings};
@@ -19,6 +19,54 @@ pub struct Ready {
     pub(crate) auth: Authenticator,
     pub(crate) rates: RateLimits,
     pub(crate) rules: Vec<Rule>,
+    /// Where they were read from, to read them again on reload; none for settings made
+    /// in memory (which then cannot be reloaded).
+    pub source: Option<Source>,
+}
+
+/// Where the configuration comes from, and what the command line adds to it each time it
+/// is read.
+#[derive(Debug, Clone)]
+pub struct Source {
+    pub config: Option<PathBuf>,
+    pub agents_dir: PathBuf,
+    /// `serve --auth-token`, applied again on every reload.
+    pub auth_token: Option<String>,
+}
+
+impl Source {
+    /// Reads and builds the configuration; every problem of it, or the ready parts.
+    pub fn load(&self) -> Result<Ready, Diagnostics> {
+        let (mut settings, mut diags) = config::read(self.config.as_deref(), &self.agents_dir);
+        if let Some(token) = &self.auth_token {
+            if let Err(e) = settings.require_bearer_token(token) {
+                diags.push(Diagnostic::file(&settings.gateway_file, e));
+            }
+        }
+        let parts = parts(&settings, &mut diags);
+        match parts {
+            Some((auth, rates, rules)) if diags.0.is_empty() => Ok(Ready {
+                settings,
+                auth,
+                rates,
+                rules,
+                source: Some(self.clone()),
+            }),
+            _ => Err(diags),
+        }
+    }
+
+    /// The paths a change to which means a reload: the gateway file (when one is read)
+    /// and the agents directory.
+    pub(crate) fn watched(&self) -> Vec<PathBuf> {
+        let mut paths = vec![self.agents_dir.clone()];
+        match &self.config {
+            Some(file) => paths.push(file.clone()),
+            None if Path::new("gateway.toml").exists() => paths.push("gateway.toml".into()),
+            None => {}
+        }
+        paths
+    }
 }
 
 /// Reads both files and builds their parts; every problem of either, or the ready parts.
@@ -31,6 +79,7 @@ pub fn load(config_path: Option<&Path>, agents_dir: &Path) -> Result<Ready, Diag
             auth,
             rates,
             rules,
+            source: None,
         }),
         _ => Err(diags),
     }
@@ -45,6 +94,7 @@ pub fn build(settings: Settings) -> Result<Ready, Diagnostics> {
             auth,
             rates,
             rules,
+            source: None,
         }),
         None => Err(diags),
     }

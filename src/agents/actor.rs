@@ -16,7 +16,7 @@ use tokio::sync::{watch, Semaphore, SemaphorePermit};
 use crate::error::GatewayError;
 use crate::tasks::FastMap;
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ActorLimits {
     /// Executions admitted but not yet running.
     pub(crate) mailbox: usize,
@@ -36,6 +36,8 @@ pub(crate) struct AgentActor {
     queued: Arc<AtomicUsize>,
     running: Arc<Semaphore>,
     lanes: Arc<FastMap<String, Lane>>,
+    /// Calls refused because the mailbox was full, ever.
+    refused: std::sync::atomic::AtomicU64,
 }
 
 impl AgentActor {
@@ -46,13 +48,22 @@ impl AgentActor {
             queued: Arc::new(AtomicUsize::new(0)),
             running: Arc::new(Semaphore::new(limits.max_concurrency.max(1))),
             lanes: Arc::new(FastMap::default()),
+            refused: Default::default(),
         }
     }
 
+    pub(crate) fn limits(&self) -> ActorLimits {
+        self.limits
+    }
+
     /// Executions waiting for their turn.
-    #[cfg(test)]
-    fn queued(&self) -> usize {
+    pub(crate) fn queued(&self) -> usize {
         self.queued.load(Ordering::Relaxed)
+    }
+
+    /// Calls refused so far because the mailbox was full.
+    pub(crate) fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
     }
 
     /// Takes a place in the mailbox (and in `context_id`'s lane, if any), or refuses at
@@ -61,6 +72,7 @@ impl AgentActor {
     pub(crate) fn enqueue(&self, context_id: Option<&str>) -> Result<Ticket, GatewayError> {
         if self.queued.fetch_add(1, Ordering::AcqRel) >= self.limits.mailbox {
             self.queued.fetch_sub(1, Ordering::AcqRel);
+            self.refused.fetch_add(1, Ordering::Relaxed);
             return Err(GatewayError::AgentBusy(self.name.clone()));
         }
         let slot = QueueSlot(Some(self.queued.clone()));

@@ -86,6 +86,11 @@ pub(crate) trait AgentBackend: Send + Sync + 'static {
     fn health(&self) -> AgentHealth {
         AgentHealth::Healthy
     }
+
+    /// Processes running, and calls waiting for one, for backends that run processes.
+    fn processes(&self) -> Option<(usize, usize)> {
+        None
+    }
 }
 
 /// Who runs an agent's tasks.
@@ -102,6 +107,9 @@ pub(crate) struct Agent {
     pub(crate) def: AgentDef,
     pub(crate) backend: Backend,
     pub(crate) actor: AgentActor,
+    /// The parent of every local task's cancel token: canceling it stops all the agent's
+    /// work (a removed agent after its grace period, or shutdown).
+    work: tokio_util::sync::CancellationToken,
 }
 
 impl Agent {
@@ -111,6 +119,7 @@ impl Agent {
         def: AgentDef,
         limits: ActorLimits,
         card_changes: &CardChanges,
+        metrics: &crate::telemetry::Metrics,
     ) -> Result<Agent, String> {
         let backend = match &def.backend {
             BackendSpec::Echo(cfg) => Backend::Local(Arc::new(echo::EchoBackend::new(cfg.clone()))),
@@ -121,6 +130,7 @@ impl Agent {
                 &def.name,
                 cfg.clone(),
                 card_changes.clone(),
+                metrics.upstream(&def.name),
             )?)),
         };
         Ok(Agent {
@@ -128,7 +138,33 @@ impl Agent {
             actor: AgentActor::new(def.name.clone(), limits),
             def,
             backend,
+            work: tokio_util::sync::CancellationToken::new(),
         })
+    }
+
+    /// A cancel token for one piece of this agent's work.
+    pub(crate) fn work_token(&self) -> tokio_util::sync::CancellationToken {
+        self.work.child_token()
+    }
+
+    /// Stops every piece of work in progress (command processes get SIGTERM, then SIGKILL
+    /// after their grace period).
+    pub(crate) fn stop_work(&self) {
+        self.work.cancel();
+    }
+
+    /// What the agent reports when metrics are scraped.
+    pub(crate) fn gauges(&self) -> crate::telemetry::AgentGauges<'_> {
+        crate::telemetry::AgentGauges {
+            agent: &self.name,
+            mailbox_depth: self.actor.queued(),
+            mailbox_rejections: self.actor.refused(),
+            processes: match &self.backend {
+                Backend::Local(b) => b.processes(),
+                Backend::Remote(_) => None,
+            },
+            upstream_healthy: self.remote().map(|r| r.health() == AgentHealth::Healthy),
+        }
     }
 
     pub(crate) fn health(&self) -> AgentHealth {
@@ -160,29 +196,6 @@ impl CardChanges {
     }
 }
 
-/// The registry in force. It is replaced whole and atomically (hot reload builds a new one
-/// beside it): a request reads one snapshot, and one that started before a swap finishes
-/// with the agents it started with.
-pub(crate) struct Agents(arc_swap::ArcSwap<Registry>);
-
-impl Agents {
-    pub(crate) fn new(registry: Registry) -> Agents {
-        Agents(arc_swap::ArcSwap::from_pointee(registry))
-    }
-
-    /// The registry now. Cheap (no reference count is touched); hold it briefly, and
-    /// clone out what must live across an await.
-    pub(crate) fn current(&self) -> arc_swap::Guard<Arc<Registry>> {
-        self.0.load()
-    }
-
-    /// Puts `registry` in force; returns the one it replaces.
-    #[cfg_attr(not(test), allow(dead_code))] // called by hot reload, and by the tests
-    pub(crate) fn replace(&self, registry: Registry) -> Arc<Registry> {
-        self.0.swap(Arc::new(registry))
-    }
-}
-
 /// Each registry built gets its own number, so what is kept per registry (rendered cards)
 /// is never served from another.
 static REGISTRIES: AtomicU64 = AtomicU64::new(0);
@@ -192,26 +205,53 @@ pub(crate) struct Registry {
     id: u64,
     by_name: HashMap<Arc<str>, Arc<Agent>, ahash::RandomState>,
     sorted: Vec<Arc<Agent>>,
+    /// Agents a reload removed: they take no new work, but their tasks stay readable.
+    retired: HashMap<Arc<str>, Arc<Agent>, ahash::RandomState>,
     default_agent: Option<String>,
     card_changes: CardChanges,
 }
 
 impl Registry {
+    #[cfg(test)]
     pub(crate) fn new(
         agents: Vec<Agent>,
         default_agent: Option<String>,
         card_changes: CardChanges,
     ) -> Registry {
-        let mut sorted: Vec<Arc<Agent>> = agents.into_iter().map(Arc::new).collect();
+        let agents = agents.into_iter().map(Arc::new).collect();
+        Registry::from_shared(agents, HashMap::default(), default_agent, card_changes)
+    }
+
+    /// A registry of agents that may also be in another (a reload keeps unchanged ones).
+    pub(crate) fn from_shared(
+        mut sorted: Vec<Arc<Agent>>,
+        retired: HashMap<Arc<str>, Arc<Agent>, ahash::RandomState>,
+        default_agent: Option<String>,
+        card_changes: CardChanges,
+    ) -> Registry {
         sorted.sort_by(|a, b| a.name.cmp(&b.name));
         let by_name = sorted.iter().map(|a| (a.name.clone(), a.clone())).collect();
         Registry {
             id: REGISTRIES.fetch_add(1, Ordering::Relaxed),
             by_name,
             sorted,
+            retired,
             default_agent,
             card_changes,
         }
+    }
+
+    /// A removed agent, for reading its tasks.
+    pub(crate) fn retired_agent(&self, name: &str) -> Option<&Arc<Agent>> {
+        self.retired.get(name)
+    }
+
+    pub(crate) fn retired(&self) -> impl Iterator<Item = &Arc<Agent>> {
+        self.retired.values()
+    }
+
+    pub(crate) fn card_changes(&self) -> &CardChanges {
+        &self.card_changes
     }
 
     pub(crate) fn get(&self, name: &str) -> Option<&Arc<Agent>> {
@@ -276,25 +316,20 @@ mod tests {
                     mailbox: 4,
                     max_concurrency: 1,
                 };
-                Agent::new(def, limits, &CardChanges::default()).unwrap()
+                let metrics = crate::telemetry::Metrics::new(false);
+                Agent::new(def, limits, &CardChanges::default(), &metrics).unwrap()
             })
             .collect();
         Registry::new(agents, None, CardChanges::default())
     }
 
     #[test]
-    fn looked_up_by_name_listed_in_order_and_swapped_whole() {
+    fn looked_up_by_name_listed_in_order_and_numbered() {
         let first = registry(&["b", "a"]);
         assert_eq!(first.first_names(), ["a", "b"]);
         assert!(first.get("b").is_some() && first.get("c").is_none());
-        let agents = Agents::new(first);
-        let before = agents.current();
-        let old = agents.replace(registry(&["c"]));
-        // A reader that took the registry before the swap keeps it whole.
-        assert_eq!(before.first_names(), ["a", "b"]);
-        assert_eq!(old.id(), before.id());
-        let now = agents.current();
-        assert_eq!(now.first_names(), ["c"]);
-        assert_ne!(now.id(), before.id(), "each registry has its own number");
+        let second = registry(&["c"]);
+        assert_eq!(second.first_names(), ["c"]);
+        assert_ne!(first.id(), second.id(), "each registry has its own number");
     }
 }

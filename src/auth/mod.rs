@@ -115,6 +115,24 @@ pub(crate) enum AuthError {
     Forbidden,
 }
 
+impl AuthError {
+    /// A metrics label: `missing`, `rejected_api_key`, `rejected_bearer`, `forbidden`.
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            AuthError::Missing => "missing",
+            AuthError::Rejected {
+                scheme: Scheme::ApiKey,
+                ..
+            } => "rejected_api_key",
+            AuthError::Rejected {
+                scheme: Scheme::Bearer,
+                ..
+            } => "rejected_bearer",
+            AuthError::Forbidden => "forbidden",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Scheme {
     ApiKey,

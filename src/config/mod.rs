@@ -57,7 +57,7 @@ impl Settings {
     }
 }
 
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GatewayConfig {
     #[serde(default = "default_gateway_name")]
@@ -92,6 +92,34 @@ pub struct GatewayConfig {
     pub rate_limits: RateLimitConfig,
     #[serde(default)]
     pub routing: RoutingConfig,
+    #[serde(default)]
+    pub metrics: MetricsConfig,
+}
+
+/// `GET /metrics` (Prometheus text format).
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Off: nothing is recorded and `/metrics` is not served.
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// A separate address (`host:port`) to serve `/metrics` on, away from the A2A port;
+    /// unset: on the main listener, beside the health endpoint.
+    #[serde(default)]
+    pub listen: Option<String>,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            enabled: true,
+            listen: None,
+        }
+    }
+}
+
+fn default_true() -> bool {
+    true
 }
 
 impl Default for GatewayConfig {
@@ -110,6 +138,7 @@ impl Default for GatewayConfig {
             cors: CorsConfig::default(),
             rate_limits: RateLimitConfig::default(),
             routing: RoutingConfig::default(),
+            metrics: MetricsConfig::default(),
         }
     }
 }
@@ -138,7 +167,7 @@ fn default_version() -> String {
     env!("CARGO_PKG_VERSION").into()
 }
 
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ServerConfig {
     #[serde(default = "default_host")]
@@ -148,6 +177,17 @@ pub struct ServerConfig {
     /// Worker threads; 0 means one per core.
     #[serde(default)]
     pub workers: usize,
+    /// On SIGTERM/SIGINT: how long calls in flight get to finish before the gateway
+    /// exits anyway; also how long a removed agent's work may go on after a reload.
+    #[serde(default = "default_shutdown_grace")]
+    pub shutdown_grace_secs: u64,
+    /// Reload when a file in agents.d/ or the gateway file changes (SIGHUP always does).
+    #[serde(default = "default_true")]
+    pub watch_config: bool,
+}
+
+fn default_shutdown_grace() -> u64 {
+    20
 }
 
 impl Default for ServerConfig {
@@ -156,6 +196,8 @@ impl Default for ServerConfig {
             host: default_host(),
             port: default_port(),
             workers: 0,
+            shutdown_grace_secs: default_shutdown_grace(),
+            watch_config: true,
         }
     }
 }
@@ -168,7 +210,7 @@ fn default_port() -> u16 {
     8080
 }
 
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Limits {
     /// Largest request body accepted, in bytes.
@@ -293,7 +335,7 @@ pub enum Access {
     Authenticated,
 }
 
-#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AuthConfig {
     /// Access of agents whose file does not say.
@@ -312,7 +354,7 @@ pub struct AuthConfig {
 
 /// A shared secret, never inline: from an environment variable, a file, or given as the
 /// hex SHA-256 of the secret (so the file holds no secret at all).
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CredentialConfig {
     pub id: String,
@@ -336,7 +378,7 @@ fn all_agents() -> Vec<String> {
     vec!["*".into()]
 }
 
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JwtConfig {
     pub id: String,
@@ -373,7 +415,7 @@ pub struct JwtConfig {
 }
 
 /// How `POST /a2a` chooses an agent beyond follow-ups and explicit choices.
-#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RoutingConfig {
     #[serde(default)]
@@ -381,7 +423,7 @@ pub struct RoutingConfig {
 }
 
 /// One routing rule: all the conditions it has must match.
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RuleConfig {
     #[schemars(with = "String")]
@@ -395,7 +437,7 @@ pub struct RuleConfig {
 }
 
 /// Requests per caller (by tier) and per agent. Nothing configured: no limits.
-#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RateLimitConfig {
     /// Proxies whose `X-Forwarded-For` is believed when identifying anonymous callers.
@@ -409,7 +451,7 @@ pub struct RateLimitConfig {
     pub agents: std::collections::BTreeMap<String, QuotaConfig>,
 }
 
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TierConfig {
     pub requests_per_minute: u32,
@@ -421,7 +463,7 @@ pub struct TierConfig {
     pub max_streams: Option<usize>,
 }
 
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct QuotaConfig {
     pub requests_per_minute: u32,
@@ -440,7 +482,7 @@ fn default_leeway() -> u64 {
     30
 }
 
-#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CorsConfig {
     /// Origins browsers may call from (`"*"` for any). Empty: no CORS headers at all.
@@ -456,7 +498,7 @@ fn default_cors_max_age() -> usize {
     600
 }
 
-#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Provider {
     pub organization: String,
@@ -464,7 +506,7 @@ pub struct Provider {
 }
 
 /// One agent, as defined by one file in `agents.d/`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct AgentDef {
     pub name: String,
     /// Empty only for upstream agents, whose card then supplies it.
@@ -486,7 +528,7 @@ pub struct AgentDef {
     pub source: PathBuf,
 }
 
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Skill {
     pub id: String,
@@ -503,7 +545,7 @@ pub struct Skill {
 }
 
 /// What answers for an agent; `kind` in the `[backend]` table selects it.
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
 pub enum BackendSpec {
     Echo(EchoConfig),
@@ -523,7 +565,7 @@ pub enum CommandIo {
     Jsonl,
 }
 
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CommandConfig {
     /// argv; no shell is involved. A program path with a `/` is relative to the agent
@@ -587,7 +629,7 @@ fn default_kill_grace() -> u64 {
     2000
 }
 
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct A2aConfig {
     /// Base URL of the remote agent (its card is at `/.well-known/agent-card.json`), or
@@ -636,7 +678,7 @@ fn default_retry() -> u64 {
     5
 }
 
-#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EchoConfig {
     /// Pause between streamed chunks, to make streaming visible in demos.

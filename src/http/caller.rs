@@ -2,29 +2,38 @@
 //! any body, in one place for every handler. A refusal is kept for the handler to answer in
 //! its binding's shape (a JSON-RPC error, a `google.rpc.Status`, or an anonymous card).
 
-use std::convert::Infallible;
 use std::future::{ready, Ready};
 
 use actix_web::dev::Payload;
 use actix_web::{web, FromRequest, HttpRequest};
 
-use super::AppState;
+use super::{AppState, Live};
 use crate::auth::Principal;
 use crate::error::GatewayError;
 
-pub(crate) struct Caller(pub(crate) Result<Principal, GatewayError>);
+pub(crate) struct Caller {
+    pub(crate) principal: Result<Principal, GatewayError>,
+    /// The configuration the request is served under, taken once.
+    pub(crate) live: std::sync::Arc<Live>,
+}
 
 impl FromRequest for Caller {
-    type Error = Infallible;
-    type Future = Ready<Result<Caller, Infallible>>;
+    type Error = actix_web::Error;
+    type Future = Ready<Result<Caller, actix_web::Error>>;
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        let caller = match req.app_data::<web::Data<AppState>>() {
-            Some(state) => state.authenticate(req),
-            None => Err(GatewayError::Internal(
-                "the application state is missing".into(),
-            )),
+        let Some(state) = req.app_data::<web::Data<AppState>>() else {
+            return ready(Err(actix_web::error::ErrorInternalServerError(
+                "the application state is missing",
+            )));
         };
-        ready(Ok(Caller(caller)))
+        let live = state.live();
+        let principal = live.authenticate(req);
+        if let Ok(p) = &principal {
+            if !p.anonymous {
+                crate::telemetry::note(|c| c.principal = Some(p.id.clone()));
+            }
+        }
+        ready(Ok(Caller { principal, live }))
     }
 }

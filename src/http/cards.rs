@@ -1,10 +1,12 @@
+use std::sync::Arc;
+
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::{json, Value};
 
 use super::caller::Caller;
 use super::card_cache::{CardKey, Coding, Encoded, Rendered};
-use super::{error_response, version_header, AppState};
+use super::{error_response, version_header, AppState, Live};
 use crate::auth::Principal;
 use crate::card;
 use crate::config::Access;
@@ -12,8 +14,9 @@ use crate::error::GatewayError;
 
 /// Cards need no credentials. Presented ones (if valid) show the caller which restricted
 /// agents it may call; anonymous callers see only the agents open to them.
-fn card_caller(caller: Caller) -> Principal {
-    caller.0.unwrap_or_else(|_| Principal::anonymous())
+fn card_caller(caller: Caller) -> (Principal, Arc<Live>) {
+    let principal = caller.principal.unwrap_or_else(|_| Principal::anonymous());
+    (principal, caller.live)
 }
 
 /// Security shapes follow the caller's generation: `A2A-Version: 1.x` gets 1.0 shapes.
@@ -26,29 +29,29 @@ pub(super) async fn gateway_card(
     state: web::Data<AppState>,
     caller: Caller,
 ) -> HttpResponse {
-    let caller = card_caller(caller);
-    let registry = state.registry.current();
+    let (caller, live) = card_caller(caller);
+    let registry = &live.registry;
     let key = CardKey {
         access: caller.access_key(),
-        base: state.base_url(&req),
+        base: live.base_url(&req),
         v10: wants_v10(&req),
         registry: registry.id(),
         generation: registry.card_generation(),
     };
     let rendered = state.cards.get_or_render(&key, || {
-        let schemes = state.auth.schemes();
+        let schemes = live.auth.schemes();
         let sec = card::Security {
             schemes: &schemes,
-            required: state.auth.default_access() == Access::Authenticated,
+            required: live.auth.default_access() == Access::Authenticated,
             v10: key.v10,
         };
         let visible = registry
             .iter()
-            .filter(|a| state.auth.authorize(&caller, &a.def).is_ok());
-        serde_json::to_vec(&card::gateway_card(&state.config, visible, &key.base, &sec))
+            .filter(|a| live.auth.authorize(&caller, &a.def).is_ok());
+        serde_json::to_vec(&card::gateway_card(&live.config, visible, &key.base, &sec))
     });
     match rendered {
-        Ok(card) => card_response(&req, &state, &card, Coding::preferred(&req)),
+        Ok(card) => card_response(&req, &live, &card, Coding::preferred(&req)),
         Err(e) => error_response(&GatewayError::Internal(format!("serializing a card: {e}"))),
     }
 }
@@ -58,35 +61,31 @@ pub(super) async fn agent_card(
     name: web::Path<String>,
     state: web::Data<AppState>,
 ) -> HttpResponse {
-    let registry = state.registry.current();
-    let Some(agent) = registry.get(&name) else {
-        return error_response(&state.unknown_agent(&name));
+    let live = state.live();
+    let Some(agent) = live.registry.get(&name) else {
+        return error_response(&live.unknown_agent(&name));
     };
-    let base = state.base_url(&req);
-    let schemes = state.auth.schemes();
+    let base = live.base_url(&req);
+    let schemes = live.auth.schemes();
     let sec = card::Security {
         schemes: &schemes,
-        required: state.auth.access_of(&agent.def) == Access::Authenticated,
+        required: live.auth.access_of(&agent.def) == Access::Authenticated,
         v10: wants_v10(&req),
     };
     match serde_json::to_vec(&card::agent_card(agent, &base, &sec)) {
         // An agent's card is small: rendered per request and sent as it is.
-        Ok(body) => card_response(&req, &state, &Rendered::new(body), Coding::Identity),
+        Ok(body) => card_response(&req, &live, &Rendered::new(body), Coding::Identity),
         Err(e) => error_response(&GatewayError::Internal(format!("serializing a card: {e}"))),
     }
 }
 
-pub(super) async fn list_agents(
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    caller: Caller,
-) -> HttpResponse {
-    let base = state.base_url(&req);
-    let caller = card_caller(caller);
-    let registry = state.registry.current();
+pub(super) async fn list_agents(req: HttpRequest, caller: Caller) -> HttpResponse {
+    let (caller, live) = card_caller(caller);
+    let base = live.base_url(&req);
+    let registry = &live.registry;
     let agents: Vec<Value> = registry
         .iter()
-        .filter(|a| state.auth.authorize(&caller, &a.def).is_ok())
+        .filter(|a| live.auth.authorize(&caller, &a.def).is_ok())
         .map(|a| {
             let path = card::agent_path(&a.def.name);
             json!({
@@ -109,14 +108,9 @@ pub(super) async fn list_agents(
 
 /// Serves a card in `coding` with a validator and a max-age, answering a matching
 /// `If-None-Match` with 304.
-fn card_response(
-    req: &HttpRequest,
-    state: &AppState,
-    card: &Rendered,
-    coding: Coding,
-) -> HttpResponse {
+fn card_response(req: &HttpRequest, live: &Live, card: &Rendered, coding: Coding) -> HttpResponse {
     let (Encoded { body, etag }, coding) = card.encoded(coding);
-    let cache = format!("public, max-age={}", state.config.limits.card_max_age_secs);
+    let cache = format!("public, max-age={}", live.config.limits.card_max_age_secs);
     let matches = req
         .headers()
         .get(header::IF_NONE_MATCH)

@@ -9,7 +9,7 @@ use crate::protocol::model::format_timestamp;
 pub(super) async fn health(state: web::Data<AppState>) -> HttpResponse {
     let mut agents = Map::new();
     let mut all_healthy = true;
-    for agent in state.registry.current().iter() {
+    for agent in state.live().registry.iter() {
         let h = agent.health();
         all_healthy &= h == AgentHealth::Healthy;
         agents.insert(agent.def.name.clone(), json!(h));

@@ -15,6 +15,7 @@ use crate::protocol::params::{self, TaskIdParams};
 use crate::protocol::Dialect;
 use crate::routing::{Reason, Served};
 use crate::rpc::{dispatch, render_stream_item, RpcReply};
+use crate::telemetry;
 
 pub(super) async fn default_agent(
     req: HttpRequest,
@@ -39,7 +40,7 @@ pub(super) async fn agent_endpoint(
         return super::not_found(req, body, state, caller).await;
     };
     // Looked up once: the request keeps the agent it addressed, whatever is swapped in later.
-    let addressed = Addressed::of(&state.registry.current(), Some(segment));
+    let addressed = Addressed::of(&caller.live.registry, Some(segment));
     handle(req, body, state, caller, addressed).await
 }
 
@@ -61,11 +62,12 @@ pub(super) async fn handle(
     let early = |e: GatewayError| RpcReply::error(&RpcId::NULL, early_dialect, &e);
 
     // Credentials first: a caller that cannot get in learns nothing about the request.
-    let caller = match caller.0 {
+    let live = caller.live;
+    let caller = match caller.principal {
         Ok(c) => c,
         Err(e) => return respond(&req, &state, early(e)),
     };
-    if let Err(e) = state.admit_early(&addressed, &caller) {
+    if let Err(e) = live.admit_early(&addressed, &caller) {
         return respond(&req, &state, early(e));
     }
     if let Err(e) = check_content_type(&req) {
@@ -97,27 +99,31 @@ pub(super) async fn handle(
         Ok(r) => r,
         Err(f) => return respond(&req, &state, RpcReply::error(&f.id, f.dialect, &f.error)),
     };
+    telemetry::note_method(rpc.method.name(), rpc.dialect.version(), "jsonrpc");
     let (agent, reason) = match addressed {
         Addressed::Agent(agent) => (agent, None),
         Addressed::Unknown(name) => {
-            let err = state.missing_agent(&caller, &name);
+            let err = live.missing_agent(&caller, &name);
             return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &err));
         }
         Addressed::Shared => {
-            let registry = state.registry.current();
-            match state.router.route(&registry, &rpc, &caller) {
+            match state
+                .router
+                .route(&live.registry, &live.rules, &rpc, &caller)
+            {
                 Ok((agent, reason)) => {
                     tracing::debug!(agent = %agent.name, %reason, "routed");
                     (agent.clone(), Some(reason))
                 }
                 Err(e) => {
-                    let e = state.unroutable(&caller, e);
+                    let e = live.unroutable(&caller, e);
                     return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &e));
                 }
             }
         }
     };
-    if let Err(e) = state.authorize(&caller, &agent) {
+    telemetry::note(|c| c.agent = Some(agent.name.clone()));
+    if let Err(e) = live.authorize(&caller, &agent) {
         // On the shared endpoint a task call reached this agent through its task: a caller
         // who may not call the agent hears what an unknown id gets, learning nothing.
         let e = match (&reason, rpc.method) {
@@ -133,7 +139,7 @@ pub(super) async fn handle(
         };
         return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &e));
     }
-    if let Err(e) = state.admit(&req, &caller, &agent) {
+    if let Err(e) = live.admit(&req, &caller, &agent) {
         return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &e));
     }
     // Past authorization, every answer names the agent (refusals before it do not).
@@ -142,7 +148,7 @@ pub(super) async fn handle(
     let (reply, slot) = match rpc
         .method
         .is_streaming()
-        .then(|| state.open_stream(&req, &caller))
+        .then(|| state.open_stream(&req, &live, &caller))
     {
         Some(Err(e)) => (RpcReply::error(&rpc.id, rpc.dialect, &e), None),
         slot => {
@@ -167,10 +173,10 @@ pub(super) async fn unknown_endpoint(
     let header = Dialect::from_version_header(version_header(&req).as_deref())
         .ok()
         .flatten();
-    let addressed = Addressed::of(&state.registry.current(), super::agent_in_path(req.path()));
+    let addressed = Addressed::of(&caller.live.registry, super::agent_in_path(req.path()));
     let error = match addressed {
-        Addressed::Unknown(name) => match caller.0 {
-            Ok(caller) => state.missing_agent(&caller, &name),
+        Addressed::Unknown(name) => match caller.principal {
+            Ok(principal) => caller.live.missing_agent(&principal, &name),
             Err(e) => e,
         },
         Addressed::Shared | Addressed::Agent(_) => {
@@ -237,7 +243,7 @@ fn respond_with(
             Some(slot),
         ) => {
             let keepalive = keepalive.unwrap_or_else(|| state.default_keepalive());
-            event_stream(req, items, keepalive, slot, move |item| {
+            event_stream(req, state, items, keepalive, slot, move |item| {
                 render_stream_item(&id, dialect, end, item)
             })
         }

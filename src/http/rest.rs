@@ -12,7 +12,7 @@ use serde_json::value::RawValue;
 use super::body::{check_content_type, read_body};
 use super::caller::Caller;
 use super::sse::event_stream;
-use super::{error_response, served_headers, version_header, Addressed, AppState};
+use super::{error_response, served_headers, version_header, Addressed, AppState, Live};
 use crate::agents::Agent;
 use crate::auth::Principal;
 use crate::error::GatewayError;
@@ -22,6 +22,7 @@ use crate::protocol::params::{self, ListTasksParams, SendParams};
 use crate::protocol::Dialect;
 use crate::routing::{self, Served, Stampable};
 use crate::rpc::send_request;
+use crate::telemetry;
 
 const MEDIA_TYPE: &str = "application/a2a+json";
 
@@ -93,30 +94,35 @@ enum Target<'a> {
 fn agent_for(
     req: &HttpRequest,
     state: &AppState,
+    live: &Live,
     caller: &Principal,
     target: Target<'_>,
 ) -> Result<(Arc<Agent>, Served), GatewayError> {
-    let registry = state.registry.current();
+    let registry = &live.registry;
     let (agent, reason) = match req.match_info().get("name") {
         Some(name) => {
             let agent = registry
                 .get(name)
-                .ok_or_else(|| state.missing_agent(caller, name))?;
+                .ok_or_else(|| live.missing_agent(caller, name))?;
             (agent, None)
         }
         None => {
             let (agent, reason) = match target {
-                Target::Send(params) => state.router.route_send(&registry, params, caller),
-                Target::Task(id) => state.router.route_task(&registry, Some(id)),
-                Target::TaskList => routing::default(&registry),
+                Target::Send(params) => {
+                    state
+                        .router
+                        .route_send(registry, &live.rules, params, caller)
+                }
+                Target::Task(id) => state.router.route_task(registry, Some(id)),
+                Target::TaskList => routing::default(registry),
             }
-            .map_err(|e| state.unroutable(caller, e))?;
+            .map_err(|e| live.unroutable(caller, e))?;
             tracing::debug!(agent = %agent.name, %reason, "routed");
             (agent, Some(reason))
         }
     };
-    state
-        .authorize(caller, agent)
+    telemetry::note(|c| c.agent = Some(agent.name.clone()));
+    live.authorize(caller, agent)
         .map_err(|e| match (target, &reason) {
             // A task reached through its id on the shared routes: a caller who may not call
             // its agent hears what an unknown id gets.
@@ -125,13 +131,14 @@ fn agent_for(
             }
             _ => e,
         })?;
-    state.admit(req, caller, agent)?;
+    live.admit(req, caller, agent)?;
     Ok((agent.clone(), Served::new(agent, reason)))
 }
 
 /// A send, routed: who asks, the agent that answers, and the request (or what is wrong with
 /// it, which goes out as that agent's answer).
 struct RoutedSend {
+    live: Arc<Live>,
     caller: Principal,
     agent: Arc<Agent>,
     served: Served,
@@ -144,17 +151,19 @@ async fn routed_send(
     state: &AppState,
     caller: Caller,
 ) -> Result<RoutedSend, GatewayError> {
-    let caller = caller.0?;
-    let addressed = Addressed::of(&state.registry.current(), req.match_info().get("name"));
-    state.admit_early(&addressed, &caller)?;
+    let live = caller.live;
+    let caller = caller.principal?;
+    let addressed = Addressed::of(&live.registry, req.match_info().get("name"));
+    live.admit_early(&addressed, &caller)?;
     check_version(req)?;
     check_content_type(req)?;
     let bytes = read_body(req, body, &state.bodies).await?;
     let raw: Box<RawValue> =
         serde_json::from_slice(&bytes).map_err(|e| GatewayError::Parse(e.to_string()))?;
     let params: SendParams = params::decode(Some(&raw))?;
-    let (agent, served) = agent_for(req, state, &caller, Target::Send(&raw))?;
+    let (agent, served) = agent_for(req, state, &live, &caller, Target::Send(&raw))?;
     Ok(RoutedSend {
+        live,
         caller,
         agent,
         served,
@@ -168,6 +177,7 @@ async fn send(
     state: web::Data<AppState>,
     caller: Caller,
 ) -> HttpResponse {
+    note_method("SendMessage");
     let routed = match routed_send(&req, body, &state, caller).await {
         Ok(r) => r,
         Err(e) => return error_response(&e),
@@ -190,6 +200,7 @@ async fn stream(
     state: web::Data<AppState>,
     caller: Caller,
 ) -> HttpResponse {
+    note_method("SendStreamingMessage");
     let routed = match routed_send(&req, body, &state, caller).await {
         Ok(r) => r,
         Err(e) => return error_response(&e),
@@ -197,7 +208,7 @@ async fn stream(
     let (agent, caller) = (&routed.agent, &routed.caller);
     let opened = async {
         let send = routed.send?;
-        let slot = state.open_stream(&req, caller)?;
+        let slot = state.open_stream(&req, &routed.live, caller)?;
         let items = state.service.stream(agent, caller, send).await?;
         Ok::<_, GatewayError>((items, slot))
     }
@@ -223,7 +234,7 @@ fn sse(
         .unwrap_or_else(|| state.default_keepalive());
     // REST events are the StreamResponse itself, without a JSON-RPC envelope.
     let items = served.clone().stamp_stream(items);
-    let mut resp = event_stream(req, items, keepalive, slot, |item| match item {
+    let mut resp = event_stream(req, state, items, keepalive, slot, |item| match item {
         Ok(item) => match serde_json::to_vec(item) {
             Ok(body) => (false, body),
             Err(e) => (
@@ -257,11 +268,20 @@ fn caller_and_agent(
     state: &AppState,
     caller: Caller,
     target: Target<'_>,
-) -> Result<(Principal, Arc<Agent>, Served), GatewayError> {
-    let caller = caller.0?;
+) -> Result<(Principal, Arc<Agent>, Served, Arc<Live>), GatewayError> {
+    let live = caller.live;
+    let caller = caller.principal?;
     check_version(req)?;
-    let (agent, served) = agent_for(req, state, &caller, target)?;
-    Ok((caller, agent, served))
+    if let Target::Task(id) = target {
+        telemetry::note_task(id, None);
+    }
+    let (agent, served) = agent_for(req, state, &live, &caller, target)?;
+    Ok((caller, agent, served, live))
+}
+
+/// What the access log and metrics call this request.
+fn note_method(method: &'static str) {
+    telemetry::note_method(method, Dialect::V10.version(), "rest");
 }
 
 /// `GET /tasks/{id}` and `GET /tasks/{id}:subscribe`.
@@ -277,7 +297,8 @@ async fn task_get_or_subscribe(
             error_response(&GatewayError::InvalidRequest("cancel is a POST".into()))
         }
         _ => {
-            let (caller, agent, served) =
+            note_method("GetTask");
+            let (caller, agent, served, _) =
                 match caller_and_agent(&req, &state, caller, Target::Task(&target)) {
                     Ok(r) => r,
                     Err(e) => return error_response(&e),
@@ -299,7 +320,8 @@ async fn task_action(req: HttpRequest, state: web::Data<AppState>, caller: Calle
     let target = req.match_info().get("task").unwrap_or_default().to_string();
     match target.rsplit_once(':') {
         Some((id, "cancel")) => {
-            let (caller, agent, served) =
+            note_method("CancelTask");
+            let (caller, agent, served, _) =
                 match caller_and_agent(&req, &state, caller, Target::Task(id)) {
                     Ok(r) => r,
                     Err(e) => return error_response(&e),
@@ -316,12 +338,14 @@ async fn task_action(req: HttpRequest, state: web::Data<AppState>, caller: Calle
 }
 
 async fn subscribe(req: &HttpRequest, state: &AppState, caller: Caller, id: &str) -> HttpResponse {
-    let (caller, agent, served) = match caller_and_agent(req, state, caller, Target::Task(id)) {
+    note_method("SubscribeToTask");
+    let (caller, agent, served, live) = match caller_and_agent(req, state, caller, Target::Task(id))
+    {
         Ok(r) => r,
         Err(e) => return error_response(&e),
     };
     let opened = async {
-        let slot = state.open_stream(req, &caller)?;
+        let slot = state.open_stream(req, &live, &caller)?;
         let items = state.service.subscribe(&agent, &caller, id).await?;
         Ok::<_, GatewayError>((items, slot))
     }
@@ -330,7 +354,9 @@ async fn subscribe(req: &HttpRequest, state: &AppState, caller: Caller, id: &str
 }
 
 async fn list(req: HttpRequest, state: web::Data<AppState>, caller: Caller) -> HttpResponse {
-    let (caller, agent, served) = match caller_and_agent(&req, &state, caller, Target::TaskList) {
+    note_method("ListTasks");
+    let (caller, agent, served, _) = match caller_and_agent(&req, &state, caller, Target::TaskList)
+    {
         Ok(r) => r,
         Err(e) => return error_response(&e),
     };

@@ -8,16 +8,21 @@ use actix_web::{HttpRequest, HttpResponse, Responder};
 use actix_web_lab::sse;
 use futures_util::StreamExt;
 
+use super::AppState;
 use crate::error::GatewayError;
 use crate::limits::StreamSlot;
 use crate::protocol::model::StreamItem;
 use crate::protocol::ops::ItemStream;
+use crate::telemetry;
 
 /// Streams `items` as SSE, each rendered by `render` into a `data:` payload (an error goes
 /// out as `event: error`), with keep-alive comments while idle.
 /// `slot` holds the stream's place in the gateway-wide count until the stream ends.
+/// When the gateway drains, the stream ends with a `ShuttingDown` error event, which tells
+/// the client to resubscribe elsewhere.
 pub(super) fn event_stream<R>(
     req: &HttpRequest,
+    state: &AppState,
     items: ItemStream,
     keepalive: Duration,
     slot: StreamSlot,
@@ -26,8 +31,18 @@ pub(super) fn event_stream<R>(
 where
     R: Fn(&Result<StreamItem, GatewayError>) -> (bool, Vec<u8>) + 'static,
 {
-    let events = items.map(move |item| {
+    let observed = telemetry::noted(|c| (c.agent.clone(), c.method))
+        .and_then(|(agent, method)| state.metrics.stream(agent.as_deref()?, method?));
+    let mut watch = observed.map(|(first_event, open)| StreamWatch::new(first_event, open));
+    let drain = state.lifecycle.drain_token();
+    let items = items.take_until(drain.clone().cancelled_owned());
+    let farewell = futures_util::stream::once(async move { drain.is_cancelled() })
+        .filter_map(|drained| async move { drained.then_some(Err(GatewayError::ShuttingDown)) });
+    let events = items.chain(farewell).map(move |item| {
         let _open = &slot;
+        if let Some(w) = watch.as_mut() {
+            w.event();
+        }
         let (is_error, body) = render(&item);
         let text = String::from_utf8(body)
             .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
@@ -47,4 +62,35 @@ where
         header::HeaderValue::from_static("no"),
     );
     resp.map_into_boxed_body()
+}
+
+/// A stream's metrics: the time to its first event, and the open-stream gauge, which it
+/// holds up while alive.
+struct StreamWatch {
+    started: std::time::Instant,
+    first_event: Option<prometheus::Histogram>,
+    open: prometheus::IntGauge,
+}
+
+impl StreamWatch {
+    fn new(first_event: prometheus::Histogram, open: prometheus::IntGauge) -> StreamWatch {
+        open.inc();
+        StreamWatch {
+            started: std::time::Instant::now(),
+            first_event: Some(first_event),
+            open,
+        }
+    }
+
+    fn event(&mut self) {
+        if let Some(h) = self.first_event.take() {
+            h.observe(self.started.elapsed().as_secs_f64());
+        }
+    }
+}
+
+impl Drop for StreamWatch {
+    fn drop(&mut self) {
+        self.open.dec();
+    }
 }

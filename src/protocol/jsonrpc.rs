@@ -24,6 +24,20 @@ pub enum Method {
 }
 
 impl Method {
+    /// The 1.0 name (the four push-notification methods share one).
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::SendMessage => "SendMessage",
+            Method::SendStreamingMessage => "SendStreamingMessage",
+            Method::GetTask => "GetTask",
+            Method::ListTasks => "ListTasks",
+            Method::CancelTask => "CancelTask",
+            Method::SubscribeToTask => "SubscribeToTask",
+            Method::PushNotificationConfig => "PushNotificationConfig",
+            Method::GetExtendedAgentCard => "GetExtendedAgentCard",
+        }
+    }
+
     /// Maps a method name to the operation and the dialect the name belongs to.
     pub fn lookup(name: &str) -> Option<(Method, Dialect)> {
         use Dialect::*;

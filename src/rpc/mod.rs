@@ -46,6 +46,7 @@ impl RpcReply {
         if let GatewayError::Internal(detail) = error {
             tracing::error!(%detail, "internal error");
         }
+        crate::telemetry::note(|c| c.error = Some((error.code(), error.reason())));
         RpcReply::Json {
             status: error.jsonrpc_http_status(),
             body: render_error(id, dialect, error),
@@ -82,11 +83,15 @@ pub(crate) async fn dispatch(
             Method::SendMessage => {
                 let send = send_request(send_params()?, dialect)?;
                 let stamp = served.metadata_stamp();
-                let write = |task: &Task| match dialect {
-                    Dialect::V10 => write::task_answer(&id, task, stamp)
-                        .map_err(|e| GatewayError::Internal(format!("serializing result: {e}"))),
-                    Dialect::V03 | Dialect::V01 => {
-                        render_result(&id, V03(&Stamped { value: task, stamp }))
+                let write = |task: &Task| {
+                    note_task(&task.id, &task.context_id);
+                    match dialect {
+                        Dialect::V10 => write::task_answer(&id, task, stamp).map_err(|e| {
+                            GatewayError::Internal(format!("serializing result: {e}"))
+                        }),
+                        Dialect::V03 | Dialect::V01 => {
+                            render_result(&id, V03(&Stamped { value: task, stamp }))
+                        }
                     }
                 };
                 match service
@@ -94,7 +99,10 @@ pub(crate) async fn dispatch(
                     .await?
                 {
                     Sent::Written(body) => Ok(json(body)),
-                    Sent::Result(result) => ok(&id, dialect, served, result),
+                    Sent::Result(result) => {
+                        note_result(&result);
+                        ok(&id, dialect, served, result)
+                    }
                 }
             }
             Method::SendStreamingMessage => {
@@ -111,6 +119,7 @@ pub(crate) async fn dispatch(
             }
             Method::GetTask => {
                 let p: TaskIdParams = params::decode(params)?;
+                crate::telemetry::note_task(&p.id, None);
                 let history = params::history_length(p.history_length, dialect)?;
                 let task = service.get(agent, caller, &p.id, history).await?;
                 ok_task(&id, dialect, served, task)
@@ -122,11 +131,13 @@ pub(crate) async fn dispatch(
             }
             Method::CancelTask => {
                 let p: TaskIdParams = params::decode(params)?;
+                crate::telemetry::note_task(&p.id, None);
                 let task = service.cancel(agent, caller, &p.id).await?;
                 ok_task(&id, dialect, served, task)
             }
             Method::SubscribeToTask => {
                 let p: TaskIdParams = params::decode(params)?;
+                crate::telemetry::note_task(&p.id, None);
                 let items = service.subscribe(agent, caller, &p.id).await?;
                 Ok(stream(
                     &id,
@@ -274,5 +285,22 @@ pub(crate) fn render_stream_item(
         Ok(body) => (false, body),
         // 0.1 clients read only `data:` blocks; they find the error in the body.
         Err(e) => (dialect != Dialect::V01, render_error(id, dialect, &e)),
+    }
+}
+
+/// The task a send created or continued, for the access log.
+fn note_task(task_id: &str, context_id: &str) {
+    crate::telemetry::note_task(task_id, Some(context_id));
+}
+
+fn note_result(result: &SendResult) {
+    match result {
+        SendResult::Task(t) => note_task(&t.id, &t.context_id),
+        SendResult::Message(m) => {
+            if let Some(task) = &m.task_id {
+                crate::telemetry::note_task(task, m.context_id.as_deref());
+            }
+        }
+        SendResult::Relayed(_) => {}
     }
 }

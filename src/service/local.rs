@@ -529,7 +529,7 @@ impl Job {
     }
 
     async fn run(mut self) {
-        let cancel = CancellationToken::new();
+        let cancel = self.agent.work_token();
         let mut current = None;
         if let Some(id) = &self.continuing {
             // The task may have finished while this message waited for its turn.

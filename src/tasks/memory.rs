@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use super::{page, FastMap, StoreError, StoredTask, TaskPage, TaskStore, Viewer};
+use crate::protocol::model::TaskState;
 use crate::protocol::params::ListQuery;
 
 pub(crate) struct MemoryTaskStore {
@@ -157,6 +158,18 @@ impl TaskStore for MemoryTaskStore {
 
     fn len(&self) -> usize {
         self.count.load(Ordering::Acquire)
+    }
+
+    fn count_by_state(&self) -> Vec<(TaskState, usize)> {
+        let mut counts: Vec<(TaskState, usize)> = Vec::new();
+        for entry in self.tasks.iter() {
+            let state = entry.value().task.status.state;
+            match counts.iter_mut().find(|(s, _)| *s == state) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((state, 1)),
+            }
+        }
+        counts
     }
 }
 

@@ -72,6 +72,8 @@ pub(crate) trait TaskStore: Send + Sync + 'static {
     /// Tasks waiting for input (or auth) since before `cutoff`.
     fn interrupted_before(&self, cutoff: chrono::DateTime<chrono::Utc>) -> Vec<String>;
     fn len(&self) -> usize;
+    /// How many tasks are in each state (for metrics; visits every task).
+    fn count_by_state(&self) -> Vec<(TaskState, usize)>;
 }
 
 /// Who is looking: tasks are visible only through their agent, to their creator.
@@ -135,12 +137,18 @@ pub(crate) struct Tasks {
     /// Unfinished tasks per owner, so that one caller cannot fill the store for everyone.
     unfinished: FastMap<Arc<str>, usize>,
     quota: usize,
+    metrics: Arc<crate::telemetry::Metrics>,
 }
 
 impl Tasks {
     /// `quota`: unfinished tasks one owner may hold at once.
-    pub(crate) fn new(store: Arc<dyn TaskStore>, quota: usize) -> Tasks {
+    pub(crate) fn new(
+        store: Arc<dyn TaskStore>,
+        quota: usize,
+        metrics: Arc<crate::telemetry::Metrics>,
+    ) -> Tasks {
         Tasks {
+            metrics,
             store,
             fanout: Fanout::default(),
             seq: Default::default(),
@@ -167,6 +175,8 @@ impl Tasks {
             *held += 1;
         }
         let seq = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.metrics
+            .task_entered(&agent, task.status.state.v03_name());
         let inserted = self.store.insert(StoredTask {
             task,
             agent,
@@ -270,7 +280,12 @@ impl Tasks {
                     return;
                 }
             }
+            let before = st.task.status.state;
             st.task.apply(event);
+            if st.task.status.state != before {
+                self.metrics
+                    .task_entered(&st.agent, st.task.status.state.v03_name());
+            }
             if st.task.status.state.is_terminal() {
                 st.cancel = None;
                 self.finished(&st.owner);
@@ -346,6 +361,15 @@ impl Tasks {
 
     pub(crate) fn len(&self) -> usize {
         self.store.len()
+    }
+
+    /// Tasks per state, by their 0.3 names (the metric's label values).
+    pub(crate) fn count_by_state(&self) -> Vec<(&'static str, usize)> {
+        self.store
+            .count_by_state()
+            .into_iter()
+            .map(|(state, n)| (state.v03_name(), n))
+            .collect()
     }
 }
 

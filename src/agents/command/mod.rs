@@ -48,6 +48,7 @@ use parked::Parked;
 use process::{reap_group_later, start, stop, take_back_unread, Proc};
 
 use std::io::ErrorKind;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -71,6 +72,8 @@ pub(crate) struct CommandBackend {
     /// Running processes, `max_concurrent` of them; a parked process holds none.
     slots: Arc<Semaphore>,
     parked: Arc<Parked>,
+    /// Calls waiting for a free slot.
+    waiting: Arc<AtomicUsize>,
 }
 
 impl CommandBackend {
@@ -78,6 +81,7 @@ impl CommandBackend {
         CommandBackend {
             slots: Arc::new(Semaphore::new(config.max_concurrent.max(1))),
             parked: Arc::new(Parked::new(config.max_waiting)),
+            waiting: Arc::default(),
             config: Arc::new(config),
         }
     }
@@ -89,8 +93,31 @@ impl AgentBackend for CommandBackend {
             self.config.clone(),
             self.slots.clone(),
             self.parked.clone(),
+            self.waiting.clone(),
             exec,
         ))
+    }
+
+    fn processes(&self) -> Option<(usize, usize)> {
+        let max = self.config.max_concurrent.max(1);
+        let running = max.saturating_sub(self.slots.available_permits());
+        Some((running, self.waiting.load(Ordering::Relaxed)))
+    }
+}
+
+/// Counts a call waiting for a slot while it is alive.
+struct Waiting(Arc<AtomicUsize>);
+
+impl Waiting {
+    fn new(count: Arc<AtomicUsize>) -> Waiting {
+        count.fetch_add(1, Ordering::Relaxed);
+        Waiting(count)
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -98,6 +125,7 @@ async fn run(
     cfg: Arc<CommandConfig>,
     slots: Arc<Semaphore>,
     parked: Arc<Parked>,
+    waiting: Arc<AtomicUsize>,
     exec: Execution,
 ) -> Result<(), BackendError> {
     let Execution {
@@ -136,6 +164,7 @@ async fn run(
     } else {
         None
     };
+    let waiting = Waiting::new(waiting);
     let slot = tokio::select! {
         slot = slots.clone().acquire_owned() => slot.map_err(|_| {
             BackendError::Failed("the agent is shutting down".into())
@@ -153,6 +182,7 @@ async fn run(
             }
         } => return Ok(()),
     };
+    drop(waiting);
     let mut resumed = if continuing {
         parked.resume(&task_id).await
     } else {

@@ -292,7 +292,8 @@ mod tests {
 
     #[tokio::test]
     async fn past_max_waiting_the_longest_waiting_is_evicted_and_a_resume_claims_once() {
-        let tasks = Arc::new(Tasks::new(Arc::new(MemoryTaskStore::new(10)), 10));
+        let metrics = Arc::new(crate::telemetry::Metrics::new(false));
+        let tasks = Arc::new(Tasks::new(Arc::new(MemoryTaskStore::new(10)), 10, metrics));
         let parked = Arc::new(Parked::new(1));
         let cfg = config();
         // The store keys tasks by their UUIDs, as the gateway issues them.

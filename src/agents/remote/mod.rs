@@ -35,6 +35,7 @@ use crate::protocol::ops::SendResult;
 use crate::protocol::ops::{ItemStream, ListTasksResponse, SendRequest};
 use crate::protocol::params::ListQuery;
 use crate::protocol::Dialect;
+use crate::telemetry::{UpstreamCalls, UpstreamOutcome};
 
 /// Where and how to talk to the remote.
 #[derive(Clone, Debug)]
@@ -94,6 +95,8 @@ pub(crate) struct RemoteAgent {
     /// The tasks relayed while the upstream speaks 0.3, which has no ListTasks.
     ledger: Ledger,
     card_changes: super::CardChanges,
+    /// Call counters, when metrics are on.
+    calls: Option<UpstreamCalls>,
 }
 
 /// How long a caller's stream waits for the upstream's first event before it starts (and
@@ -108,6 +111,7 @@ impl RemoteAgent {
         name: &str,
         config: A2aConfig,
         card_changes: super::CardChanges,
+        calls: Option<UpstreamCalls>,
     ) -> Result<RemoteAgent, String> {
         let mut headers = HeaderMap::new();
         for (k, v) in &config.headers {
@@ -164,6 +168,7 @@ impl RemoteAgent {
             next_id: AtomicU64::new(1),
             ledger: Ledger::new(LEDGER_CAPACITY),
             card_changes,
+            calls,
         })
     }
 
@@ -304,17 +309,34 @@ impl RemoteAgent {
     }
 
     /// Keeps the card fresh for as long as the gateway runs; retries sooner while down.
+    /// Fetches the card once, then gives the loop that keeps it fresh (to spawn).
+    pub(crate) async fn first_refresh(
+        self: Arc<Self>,
+    ) -> impl std::future::Future<Output = ()> + Send {
+        let result = self.refresh().await;
+        if let Err(e) = &result {
+            tracing::warn!(agent = %self.name, error = %e, "upstream agent unavailable");
+        }
+        let first_delay = self.refresh_interval(result.is_ok());
+        self.keep_fresh(first_delay)
+    }
+
+    /// Refreshes the card periodically until the agent is dropped (removed by a reload).
     pub(crate) async fn keep_fresh(self: Arc<Self>, first_delay: Duration) {
+        let this = Arc::downgrade(&self);
+        drop(self);
         tokio::time::sleep(first_delay).await;
-        loop {
-            let healthy = match self.refresh().await {
+        while let Some(me) = this.upgrade() {
+            let healthy = match me.refresh().await {
                 Ok(()) => true,
                 Err(e) => {
-                    tracing::warn!(agent = %self.name, error = %e, "upstream card unavailable");
+                    tracing::warn!(agent = %me.name, error = %e, "upstream card unavailable");
                     false
                 }
             };
-            tokio::time::sleep(self.refresh_interval(healthy)).await;
+            let pause = me.refresh_interval(healthy);
+            drop(me);
+            tokio::time::sleep(pause).await;
         }
     }
 
@@ -385,6 +407,9 @@ impl RemoteAgent {
         if let Some((name, value)) = up.version_header() {
             req = req.header(name, value);
         }
+        for (name, value) in transport::trace_headers() {
+            req = req.header(name, value);
+        }
         req
     }
 
@@ -395,18 +420,42 @@ impl RemoteAgent {
         body: Vec<u8>,
     ) -> Result<Box<serde_json::value::RawValue>, GatewayError> {
         let body = self.exchange(up, body).await?;
-        wire::read_response(&self.name, &body).map(ToOwned::to_owned)
+        self.counted(wire::read_response(&self.name, &body).map(ToOwned::to_owned))
     }
 
-    /// One non-streaming JSON-RPC request and its response body.
+    /// Counts an answered call as ok or as an A2A error.
+    fn counted<T>(&self, answer: Result<T, GatewayError>) -> Result<T, GatewayError> {
+        if let Some(calls) = &self.calls {
+            calls.count(match answer {
+                Ok(_) => UpstreamOutcome::Ok,
+                Err(_) => UpstreamOutcome::Error,
+            });
+        }
+        answer
+    }
+
+    /// One non-streaming JSON-RPC request and its response body; the caller counts its
+    /// outcome (an answer may still be an error), this counts calls that got none.
     async fn exchange(&self, up: &Upstream, body: Vec<u8>) -> Result<bytes::Bytes, GatewayError> {
-        let body = self
+        let started = std::time::Instant::now();
+        let answer = self
             .transport
             .post_json(&up.uri, up.version_header(), up.secrets, body)
-            .await
-            .map_err(|f| self.transport_error(f))?;
+            .await;
+        self.took(started, answer.is_ok());
+        let body = answer.map_err(|f| self.transport_error(f))?;
         self.note_alive();
         Ok(body)
+    }
+
+    /// Records an exchange's latency, and counts one that got no answer.
+    fn took(&self, started: std::time::Instant, answered: bool) {
+        if let Some(calls) = &self.calls {
+            calls.took(started.elapsed().as_secs_f64());
+            if !answered {
+                calls.count(UpstreamOutcome::Unavailable);
+            }
+        }
     }
 
     /// The remote's id for one of our namespaced ids, or "not found" when it is not ours.
@@ -479,12 +528,12 @@ impl RemoteAgent {
         let body = self.exchange(&up, body).await?;
         if up.dialect == req.reply_dialect {
             if let Some(relayed) = self.relay(up.dialect, &body, req.history_length) {
-                return Ok(relayed);
+                return self.counted(Ok(relayed));
             }
             // Not something the relay can vouch for (an error, the other dialect's shape,
             // snake_case, a malformed field): converted like any other answer, or refused.
         }
-        let raw = wire::read_response(&self.name, &body)?;
+        let raw = self.counted(wire::read_response(&self.name, &body))?;
         Ok(match wire::read_send_result(&self.name, raw)? {
             SendResult::Task(mut t) => {
                 self.outward_task(&mut t);
@@ -719,12 +768,14 @@ impl RemoteAgent {
         body: Vec<u8>,
         end: StreamEnd,
     ) -> Result<Relay, GatewayError> {
+        let started = std::time::Instant::now();
         let resp = self
             .post(up, body)
             .header(ACCEPT, "text/event-stream")
             .send()
-            .await
-            .map_err(|e| self.reqwest_error(e))?;
+            .await;
+        self.took(started, resp.is_ok());
+        let resp = resp.map_err(|e| self.reqwest_error(e))?;
         self.note_alive();
         let is_sse = resp
             .headers()
@@ -739,13 +790,13 @@ impl RemoteAgent {
             let body = transport::read_capped(http::Response::from(resp).into_body())
                 .await
                 .map_err(|f| self.transport_error(f))?;
-            wire::read_response(&self.name, &body)?;
+            self.counted(wire::read_response(&self.name, &body))?;
             return Err(GatewayError::InvalidAgentResponse(format!(
                 "agent {} answered a streaming call without a stream",
                 self.name
             )));
         }
-        Relay::open(self.clone(), end, resp.bytes_stream().boxed()).await
+        self.counted(Relay::open(self.clone(), end, resp.bytes_stream().boxed()).await)
     }
 }
 

@@ -145,6 +145,9 @@ impl Transport {
         if let Some((name, value)) = extra {
             h.insert(name, value);
         }
+        for (name, value) in trace_headers() {
+            h.insert(name, value);
+        }
         // The agent file's headers go only to the origin the file names.
         for (name, value) in self.headers.iter().filter(|_| secrets) {
             h.entry(name).or_insert_with(|| value.clone());
@@ -243,4 +246,21 @@ fn tls_config() -> Result<rustls::ClientConfig, String> {
         .map_err(|e| format!("setting up TLS: {e}"))?
         .with_root_certificates(roots)
         .with_no_client_auth())
+}
+
+/// The caller's trace context for the upstream (W3C `traceparent`, a child of the
+/// caller's, and its `tracestate`); none when the caller sent none.
+pub(super) fn trace_headers() -> impl Iterator<Item = (HeaderName, HeaderValue)> {
+    let (parent, state) = match crate::telemetry::outgoing_trace() {
+        Some((parent, state)) => (Some(parent), state),
+        None => (None, None),
+    };
+    let header = |name: &'static str, value: Option<String>| {
+        value
+            .and_then(|v| HeaderValue::from_str(&v).ok())
+            .map(|v| (HeaderName::from_static(name), v))
+    };
+    header("traceparent", parent)
+        .into_iter()
+        .chain(header("tracestate", state))
 }

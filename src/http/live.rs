@@ -1,0 +1,183 @@
+//! The configuration in force: everything a reload replaces, as one snapshot. A request
+//! takes it once and decides everything (credentials, agent, rules, limits, CORS) from it,
+//! so a reload never mixes two configurations in one answer.
+
+use std::sync::Arc;
+
+use actix_web::{HttpMessage, HttpRequest};
+
+use super::Addressed;
+use crate::agents::{Agent, Registry};
+use crate::auth::{AuthError, Authenticator, Principal};
+use crate::config::{Access, GatewayConfig};
+use crate::error::GatewayError;
+use crate::limits::RateLimits;
+use crate::routing::Rule;
+use crate::telemetry::Metrics;
+
+pub(crate) struct Live {
+    pub(crate) config: GatewayConfig,
+    pub(crate) auth: Authenticator,
+    pub(crate) rates: RateLimits,
+    pub(crate) rules: Vec<Rule>,
+    pub(crate) registry: Arc<Registry>,
+    /// No credentials configured and every agent public: access has nothing to check.
+    pub(crate) open_to_all: bool,
+    /// Every agent needs credentials: an anonymous call on a shared endpoint is refused
+    /// before its body is read. (Worked out with `open_to_all` when the agents are loaded,
+    /// not per request: with many agents that is a walk over all of them.)
+    pub(crate) no_public_agent: bool,
+    /// Identifies this configuration (a reload to an identical one changes nothing).
+    pub(crate) fingerprint: String,
+    metrics: Arc<Metrics>,
+}
+
+impl Live {
+    pub(crate) fn new(
+        config: GatewayConfig,
+        auth: Authenticator,
+        rates: RateLimits,
+        rules: Vec<Rule>,
+        registry: Arc<Registry>,
+        metrics: Arc<Metrics>,
+        fingerprint: String,
+    ) -> Live {
+        let public = |a: &Arc<Agent>| auth.access_of(&a.def) == Access::Public;
+        let open_to_all = !auth.enabled() && registry.iter().all(public);
+        let no_public_agent = !registry.iter().any(public);
+        Live {
+            config,
+            auth,
+            rates,
+            rules,
+            registry,
+            open_to_all,
+            no_public_agent,
+            fingerprint,
+            metrics,
+        }
+    }
+
+    /// The base URL clients reach the gateway at: the configured public URL, else what the
+    /// request says (Forwarded / X-Forwarded-Proto / X-Forwarded-Host / Host).
+    pub(crate) fn base_url(&self, req: &HttpRequest) -> String {
+        match self.config.public_url() {
+            Some(url) => url.to_string(),
+            None => {
+                let info = req.connection_info();
+                format!("{}://{}", info.scheme(), info.host())
+            }
+        }
+    }
+
+    pub(crate) fn default_keepalive(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.config.limits.stream_keepalive_secs.max(1))
+    }
+
+    /// The caller, or the 401 to answer with. Runs before any body is read.
+    pub(crate) fn authenticate(&self, req: &HttpRequest) -> Result<Principal, GatewayError> {
+        self.auth
+            .authenticate(req.headers())
+            .map_err(|e| self.auth_error(e))
+    }
+
+    /// Refuses from the headers alone, before any body is read, a caller that may not call
+    /// the agent the path names, or on the shared endpoints any agent at all.
+    pub(crate) fn admit_early(
+        &self,
+        addressed: &Addressed,
+        caller: &Principal,
+    ) -> Result<(), GatewayError> {
+        if self.open_to_all {
+            return Ok(());
+        }
+        match addressed {
+            Addressed::Agent(agent) => self.authorize(caller, agent),
+            // Answered later, with the request's id.
+            Addressed::Unknown(_) => Ok(()),
+            Addressed::Shared if caller.anonymous && self.no_public_agent => {
+                Err(self.auth_error(AuthError::Missing))
+            }
+            Addressed::Shared => Ok(()),
+        }
+    }
+
+    /// Whether `caller` may call `agent`: a 401 or a 403 if not.
+    pub(crate) fn authorize(&self, caller: &Principal, agent: &Agent) -> Result<(), GatewayError> {
+        self.auth
+            .authorize(caller, &agent.def)
+            .map_err(|e| self.auth_error(e))
+    }
+
+    fn auth_error(&self, e: AuthError) -> GatewayError {
+        self.metrics.auth_failure(e.kind());
+        if let AuthError::Rejected { reason, .. } = &e {
+            // The reason, never the credential.
+            tracing::info!(%reason, "credentials rejected");
+        }
+        match e {
+            AuthError::Forbidden => GatewayError::Forbidden,
+            other => GatewayError::Unauthenticated {
+                message: other.to_string(),
+                challenge: self.auth.challenge(&other),
+            },
+        }
+    }
+
+    /// The key a caller is counted under (its credential, or its address when anonymous).
+    pub(crate) fn caller_key(&self, req: &HttpRequest, caller: &Principal) -> String {
+        let xff = req
+            .headers()
+            .get("x-forwarded-for")
+            .and_then(|v| v.to_str().ok());
+        let ip = self.rates.client_ip(req.peer_addr().map(|a| a.ip()), xff);
+        self.rates.caller_key(caller, ip)
+    }
+
+    /// Counts one request against the caller's and the agent's rate; the numbers go out
+    /// as `X-RateLimit-*` headers (see [`super::rate_limit_headers`]), also on a refusal.
+    pub(crate) fn admit(
+        &self,
+        req: &HttpRequest,
+        caller: &Principal,
+        agent: &Agent,
+    ) -> Result<(), GatewayError> {
+        let key = || self.caller_key(req, caller);
+        match self.rates.check(caller, key, &agent.def.name) {
+            Ok(info) => {
+                if let Some(info) = info {
+                    req.extensions_mut().insert(info);
+                }
+                Ok(())
+            }
+            Err((e, info)) => {
+                self.metrics.rate_limited(&agent.name);
+                req.extensions_mut().insert(info);
+                Err(e)
+            }
+        }
+    }
+
+    /// An unknown agent is a 404, except for anonymous callers when agents are private by
+    /// default: they learn nothing beyond "authenticate first".
+    pub(crate) fn missing_agent(&self, caller: &Principal, name: &str) -> GatewayError {
+        self.unroutable(caller, self.unknown_agent(name))
+    }
+
+    /// A request that reaches no agent (unknown by name, or unroutable on the shared
+    /// endpoints): for anonymous callers when agents are private by default, "authenticate
+    /// first" instead of the agent names the error would list.
+    pub(crate) fn unroutable(&self, caller: &Principal, error: GatewayError) -> GatewayError {
+        if caller.anonymous && self.auth.default_access() == Access::Authenticated {
+            return self.auth_error(AuthError::Missing);
+        }
+        error
+    }
+
+    pub(crate) fn unknown_agent(&self, name: &str) -> GatewayError {
+        GatewayError::AgentNotFound {
+            name: name.to_string(),
+            available: self.registry.first_names(),
+        }
+    }
+}

@@ -1,0 +1,314 @@
+//! Hot reload: the configuration is read again (on SIGHUP, or when a watched file
+//! changes), validated whole, and if valid put in force as one snapshot ([`Live`]); if not,
+//! the running one keeps serving and every error is logged with its file:line:col.
+//!
+//! Agents whose definition did not change are carried over as they are (their actor,
+//! upstream state and running processes); changed ones are built anew and take new work at
+//! once, while their old instance finishes what it had. A removed agent takes no new work;
+//! its tasks stay readable on the shared endpoints until evicted, and its work still
+//! running after the grace period is stopped.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::agents::{ActorLimits, Agent, CardChanges, Registry};
+use crate::config::{AgentDef, GatewayConfig};
+use crate::http::{AppState, Live};
+use crate::setup::{Ready, Source};
+use crate::telemetry::Metrics;
+
+/// The agents of `defs`, reusing from `previous` every agent whose definition and limits
+/// are unchanged. Also returns what changed.
+pub(crate) fn registry(
+    defs: Vec<AgentDef>,
+    gateway: &GatewayConfig,
+    previous: Option<&Registry>,
+    card_changes: &CardChanges,
+    metrics: &Metrics,
+) -> Result<(Registry, Changes), String> {
+    let limits = &gateway.limits;
+    let mut changes = Changes::default();
+    let mut agents = Vec::with_capacity(defs.len());
+    for def in defs {
+        let actor_limits = ActorLimits {
+            mailbox: def.mailbox.unwrap_or(limits.agent_mailbox),
+            max_concurrency: def.max_concurrency.unwrap_or(limits.agent_max_concurrency),
+        };
+        let before = previous.and_then(|r| r.get(&def.name));
+        if let Some(agent) = before.filter(|a| a.def == def && a.actor.limits() == actor_limits) {
+            agents.push(agent.clone());
+            continue;
+        }
+        match before {
+            Some(_) => changes.changed.push(def.name.clone()),
+            None => changes.added.push(def.name.clone()),
+        }
+        let name = def.name.clone();
+        let agent = Agent::new(def, actor_limits, card_changes, metrics)
+            .map_err(|e| format!("agent {name}: {e}"))?;
+        agents.push(Arc::new(agent));
+    }
+    let mut retired: HashMap<Arc<str>, Arc<Agent>, ahash::RandomState> = HashMap::default();
+    if let Some(previous) = previous {
+        for agent in previous.iter() {
+            if !agents.iter().any(|a| a.name == agent.name) {
+                changes.removed.push(agent.def.name.clone());
+                // Upstream agents keep their tasks upstream: nothing here to read.
+                if agent.remote().is_none() {
+                    retired.insert(agent.name.clone(), agent.clone());
+                }
+            }
+        }
+        // Agents removed earlier stay readable, unless one of the same name is back.
+        for agent in previous.retired() {
+            if !agents.iter().any(|a| a.name == agent.name) {
+                retired
+                    .entry(agent.name.clone())
+                    .or_insert_with(|| agent.clone());
+            }
+        }
+    }
+    let registry = Registry::from_shared(
+        agents,
+        retired,
+        gateway.default_agent_name().map(str::to_string),
+        card_changes.clone(),
+    );
+    Ok((registry, changes))
+}
+
+/// What a reload changed among the agents.
+#[derive(Debug, Default)]
+pub(crate) struct Changes {
+    pub(crate) added: Vec<String>,
+    pub(crate) changed: Vec<String>,
+    pub(crate) removed: Vec<String>,
+}
+
+/// A short fingerprint of a configuration, for the `a2a_config_info` metric and the log.
+pub(crate) fn fingerprint(gateway: &GatewayConfig, agents: &[AgentDef]) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(format!("{gateway:?}{agents:?}").as_bytes());
+    digest.iter().take(6).map(|b| format!("{b:02x}")).collect()
+}
+
+/// The live parts of `ready` over `registry`.
+pub(crate) fn live(ready: Ready, registry: Arc<Registry>, metrics: Arc<Metrics>) -> Live {
+    let Ready {
+        settings,
+        auth,
+        rates,
+        rules,
+        ..
+    } = ready;
+    let fingerprint = fingerprint(&settings.gateway, &settings.agents);
+    Live::new(
+        settings.gateway,
+        auth,
+        rates,
+        rules,
+        registry,
+        metrics,
+        fingerprint,
+    )
+}
+
+/// Reads the configuration again and puts it in force if it is valid.
+pub(crate) async fn reload(state: &AppState, source: &Source, why: &str) {
+    let loaded = {
+        let source = source.clone();
+        // Reading files (and key files) blocks: off the workers.
+        tokio::task::spawn_blocking(move || source.load()).await
+    };
+    match loaded {
+        Ok(Ok(ready)) => apply(state, ready, why),
+        Ok(Err(diags)) => {
+            state.metrics.reload(false);
+            for d in &diags.0 {
+                tracing::error!(error = %d, "reload refused; the running configuration stays");
+            }
+            tracing::error!(
+                errors = diags.0.len(),
+                trigger = why,
+                "configuration invalid: not reloaded"
+            );
+        }
+        Err(e) => {
+            state.metrics.reload(false);
+            tracing::error!(error = %e, "reload failed");
+        }
+    }
+}
+
+/// Puts a valid configuration in force. `[server]` is read once, at start (where the
+/// command line may have changed it), and stays as it was.
+pub(crate) fn apply(state: &AppState, mut ready: Ready, why: &str) {
+    let old = state.live();
+    ready.settings.gateway.server = old.config.server.clone();
+    let hash = fingerprint(&ready.settings.gateway, &ready.settings.agents);
+    if hash == old.fingerprint {
+        state.metrics.reload(true);
+        tracing::debug!(trigger = why, "configuration unchanged");
+        return;
+    }
+    warn_about_restart_only(&old.config, &ready.settings.gateway);
+    let card_changes = old.registry.card_changes().clone();
+    let defs = ready.settings.agents.clone();
+    let built = registry(
+        defs,
+        &ready.settings.gateway,
+        Some(&old.registry),
+        &card_changes,
+        &state.metrics,
+    );
+    let (registry, changes) = match built {
+        Ok(r) => r,
+        Err(e) => {
+            state.metrics.reload(false);
+            tracing::error!(error = %e, "reload refused; the running configuration stays");
+            return;
+        }
+    };
+    let registry = Arc::new(registry);
+    let grace = Duration::from_secs(ready.settings.gateway.server.shutdown_grace_secs);
+    let live = live(ready, registry.clone(), state.metrics.clone());
+    state.live.store(Arc::new(live));
+    state.metrics.reload(true);
+    state.metrics.config_loaded(&hash);
+    for name in changes.added.iter().chain(&changes.changed) {
+        if let Some(remote) = registry.get(name).and_then(|a| a.remote()) {
+            let remote = remote.clone();
+            tokio::spawn(async move { remote.first_refresh().await.await });
+        }
+    }
+    for name in &changes.removed {
+        state.metrics.agent_removed(name);
+        if let Some(agent) = old.registry.get(name).cloned() {
+            tokio::spawn(async move {
+                tokio::time::sleep(grace).await;
+                agent.stop_work();
+            });
+        }
+    }
+    tracing::info!(
+        trigger = why,
+        config = %hash,
+        agents = registry.iter().count(),
+        added = ?changes.added,
+        changed = ?changes.changed,
+        removed = ?changes.removed,
+        "configuration reloaded"
+    );
+}
+
+/// Settings read once at start: a reload that changes them says they wait for a restart.
+fn warn_about_restart_only(old: &GatewayConfig, new: &GatewayConfig) {
+    let mut pending = Vec::new();
+    if old.metrics != new.metrics {
+        pending.push("[metrics]");
+    }
+    let (a, b) = (&old.limits, &new.limits);
+    if a.max_connections != b.max_connections
+        || a.max_connections_per_ip != b.max_connections_per_ip
+        || a.header_timeout_secs != b.header_timeout_secs
+        || a.max_open_streams != b.max_open_streams
+        || a.max_tasks != b.max_tasks
+        || a.max_unfinished_tasks_per_caller != b.max_unfinished_tasks_per_caller
+        || a.max_body_bytes != b.max_body_bytes
+        || a.max_buffered_body_bytes != b.max_buffered_body_bytes
+        || a.body_timeout_secs != b.body_timeout_secs
+        || a.body_min_bytes_per_sec != b.body_min_bytes_per_sec
+    {
+        pending.push("[limits] (connections, bodies, streams, task store)");
+    }
+    if !pending.is_empty() {
+        tracing::warn!(
+            sections = ?pending,
+            "these settings changed and take effect at the next restart"
+        );
+    }
+}
+
+/// Reloads on SIGHUP and, when `watch` is on, when a watched file changes (debounced, so
+/// an editor's or kubelet's burst of writes is one reload). Runs until the gateway stops.
+pub(crate) async fn run(state: Arc<AppState>, source: Source, watch: bool) {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<&'static str>(4);
+    let _watcher = if watch {
+        match watch_files(&source.watched(), tx.clone()) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot watch the configuration files; SIGHUP still reloads");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let hangups = async {
+        let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        else {
+            tracing::warn!("cannot listen for SIGHUP");
+            return std::future::pending::<()>().await;
+        };
+        while hup.recv().await.is_some() {
+            let _ = tx.send("SIGHUP").await;
+        }
+    };
+    let reloads = async {
+        while let Some(why) = rx.recv().await {
+            reload(&state, &source, why).await;
+        }
+    };
+    tokio::join!(hangups, reloads);
+}
+
+type Debouncer =
+    notify_debouncer_mini::Debouncer<notify_debouncer_mini::notify::RecommendedWatcher>;
+
+/// Watches the gateway file's directory and the agents directory (a file replaced by
+/// rename, as editors and kubelet's ConfigMap updates do, is seen this way).
+fn watch_files(
+    paths: &[PathBuf],
+    tx: tokio::sync::mpsc::Sender<&'static str>,
+) -> Result<Debouncer, String> {
+    use notify_debouncer_mini::notify::RecursiveMode;
+    // Absolute, not canonical: a ConfigMap's files are symlinks that move on every update.
+    let watched: Vec<PathBuf> = paths
+        .iter()
+        .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone()))
+        .collect();
+    let relevant = watched.clone();
+    let mut debouncer = notify_debouncer_mini::new_debouncer(
+        Duration::from_millis(500),
+        move |events: notify_debouncer_mini::DebounceEventResult| {
+            let Ok(events) = events else { return };
+            let touches = events.iter().any(|e| {
+                relevant
+                    .iter()
+                    .any(|w| e.path.starts_with(w) || w.parent().is_some_and(|d| e.path == d))
+                    || e.path.file_name().is_some_and(|n| n == "..data")
+            });
+            if touches {
+                let _ = tx.try_send("file change");
+            }
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    for path in &watched {
+        // A file is watched through its directory, which survives the file's replacement.
+        let dir = if path.is_dir() {
+            path.clone()
+        } else {
+            path.parent()
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from("."))
+        };
+        debouncer
+            .watcher()
+            .watch(&dir, RecursiveMode::NonRecursive)
+            .map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    Ok(debouncer)
+}

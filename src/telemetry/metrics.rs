@@ -1,0 +1,347 @@
+//! The `a2a_*` metric families, on the `prometheus` crate. Label values come only from
+//! configuration and from fixed sets (methods, dialects, bindings, error reasons), never
+//! from what callers send, so the number of series stays bounded.
+//!
+//! Per-agent gauges (mailbox depth, processes, upstream health, stored tasks) are read
+//! from the agents when scraped, so the request path pays only for the counters it moves.
+
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+/// Request and upstream latencies: 0.5 ms to 60 s.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0,
+];
+
+pub(crate) struct Metrics {
+    enabled: bool,
+    registry: Registry,
+    requests: IntCounterVec,
+    duration: HistogramVec,
+    first_event: HistogramVec,
+    open_streams: IntGaugeVec,
+    task_transitions: IntCounterVec,
+    tasks: IntGaugeVec,
+    stored_tasks: IntGauge,
+    upstream_calls: IntCounterVec,
+    upstream_duration: HistogramVec,
+    upstream_healthy: IntGaugeVec,
+    processes: IntGaugeVec,
+    mailbox_depth: IntGaugeVec,
+    mailbox_rejections: IntCounterVec,
+    auth_failures: IntCounterVec,
+    rate_limited: IntCounterVec,
+    reloads: IntCounterVec,
+    config: IntGaugeVec,
+    connections: IntGauge,
+}
+
+/// What one agent reports when scraped.
+pub(crate) struct AgentGauges<'a> {
+    pub(crate) agent: &'a str,
+    pub(crate) mailbox_depth: usize,
+    pub(crate) mailbox_rejections: u64,
+    /// Command processes running and waiting for a slot, for command agents.
+    pub(crate) processes: Option<(usize, usize)>,
+    /// Whether the upstream answers, for upstream agents.
+    pub(crate) upstream_healthy: Option<bool>,
+}
+
+fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
+    registry
+        .register(Box::new(c.clone()))
+        .expect("unique metric");
+    c
+}
+
+fn gauge(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
+    registry
+        .register(Box::new(g.clone()))
+        .expect("unique metric");
+    g
+}
+
+fn histogram(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> HistogramVec {
+    let opts = HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec());
+    let h = HistogramVec::new(opts, labels).expect("valid metric");
+    registry
+        .register(Box::new(h.clone()))
+        .expect("unique metric");
+    h
+}
+
+impl Metrics {
+    /// The families, registered once per gateway. `enabled: false` makes every recording
+    /// a no-op (and `/metrics` is not served).
+    pub(crate) fn new(enabled: bool) -> Metrics {
+        let r = Registry::new();
+        let stored_tasks = IntGauge::new("a2a_stored_tasks", "Tasks held in the task store.")
+            .expect("valid metric");
+        r.register(Box::new(stored_tasks.clone()))
+            .expect("unique metric");
+        let connections = IntGauge::new("a2a_open_connections", "Client connections open.")
+            .expect("valid metric");
+        r.register(Box::new(connections.clone()))
+            .expect("unique metric");
+        let call = &["agent", "method", "dialect", "binding"];
+        Metrics {
+            enabled,
+            requests: counter(
+                &r,
+                "a2a_requests_total",
+                "A2A calls answered, by outcome (ok or the error reason).",
+                &["agent", "method", "dialect", "binding", "outcome"],
+            ),
+            duration: histogram(
+                &r,
+                "a2a_request_duration_seconds",
+                "Time to answer an A2A call (to the response head, for streams).",
+                call,
+            ),
+            first_event: histogram(
+                &r,
+                "a2a_stream_first_event_seconds",
+                "Time from a streaming call to its first SSE event.",
+                &["agent", "method"],
+            ),
+            open_streams: gauge(&r, "a2a_open_streams", "SSE streams open.", &["agent"]),
+            task_transitions: counter(
+                &r,
+                "a2a_task_transitions_total",
+                "Tasks entering each state.",
+                &["agent", "state"],
+            ),
+            tasks: gauge(
+                &r,
+                "a2a_tasks",
+                "Stored tasks by state (read when scraped).",
+                &["state"],
+            ),
+            stored_tasks,
+            upstream_calls: counter(
+                &r,
+                "a2a_upstream_calls_total",
+                "Calls to upstream A2A agents, by outcome.",
+                &["agent", "outcome"],
+            ),
+            upstream_duration: histogram(
+                &r,
+                "a2a_upstream_call_duration_seconds",
+                "Latency of upstream calls (to the response head, for streams).",
+                &["agent"],
+            ),
+            upstream_healthy: gauge(
+                &r,
+                "a2a_upstream_healthy",
+                "1 when the upstream's card could be fetched last time.",
+                &["agent"],
+            ),
+            processes: gauge(
+                &r,
+                "a2a_command_processes",
+                "Command agent processes running, and calls waiting for a process slot.",
+                &["agent", "state"],
+            ),
+            mailbox_depth: gauge(
+                &r,
+                "a2a_mailbox_depth",
+                "Executions admitted to an agent's mailbox and not yet running.",
+                &["agent"],
+            ),
+            mailbox_rejections: counter(
+                &r,
+                "a2a_mailbox_rejections_total",
+                "Calls refused because the agent's mailbox was full.",
+                &["agent"],
+            ),
+            auth_failures: counter(
+                &r,
+                "a2a_auth_failures_total",
+                "Requests refused by authentication or authorization, by kind.",
+                &["kind"],
+            ),
+            rate_limited: counter(
+                &r,
+                "a2a_rate_limited_total",
+                "Requests refused by a rate limit.",
+                &["agent"],
+            ),
+            reloads: counter(
+                &r,
+                "a2a_config_reloads_total",
+                "Configuration reloads, by outcome (ok, invalid).",
+                &["outcome"],
+            ),
+            config: gauge(
+                &r,
+                "a2a_config_info",
+                "1 for the configuration in force, labelled by its hash.",
+                &["hash"],
+            ),
+            connections,
+            registry: r,
+        }
+    }
+
+    pub(crate) fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// One A2A call answered.
+    pub(crate) fn request(&self, call: [&str; 4], outcome: &str, seconds: f64) {
+        if !self.enabled {
+            return;
+        }
+        let [agent, method, dialect, binding] = call;
+        self.requests
+            .with_label_values(&[agent, method, dialect, binding, outcome])
+            .inc();
+        self.duration.with_label_values(&call).observe(seconds);
+    }
+
+    /// The timer of a stream's first event, and the gauge of the stream being open. Both
+    /// are handed to the stream, which reports as it runs and when it ends.
+    pub(crate) fn stream(&self, agent: &str, method: &str) -> Option<(Histogram, IntGauge)> {
+        if !self.enabled {
+            return None;
+        }
+        Some((
+            self.first_event.with_label_values(&[agent, method]),
+            self.open_streams.with_label_values(&[agent]),
+        ))
+    }
+
+    pub(crate) fn task_entered(&self, agent: &str, state: &str) {
+        if self.enabled {
+            self.task_transitions
+                .with_label_values(&[agent, state])
+                .inc();
+        }
+    }
+
+    /// The counters of one upstream agent's calls, resolved once per agent.
+    pub(crate) fn upstream(&self, agent: &str) -> Option<UpstreamCalls> {
+        self.enabled.then(|| UpstreamCalls {
+            ok: self.upstream_calls.with_label_values(&[agent, "ok"]),
+            error: self.upstream_calls.with_label_values(&[agent, "error"]),
+            unavailable: self
+                .upstream_calls
+                .with_label_values(&[agent, "unavailable"]),
+            duration: self.upstream_duration.with_label_values(&[agent]),
+        })
+    }
+
+    pub(crate) fn auth_failure(&self, kind: &str) {
+        if self.enabled {
+            self.auth_failures.with_label_values(&[kind]).inc();
+        }
+    }
+
+    pub(crate) fn rate_limited(&self, agent: &str) {
+        if self.enabled {
+            self.rate_limited.with_label_values(&[agent]).inc();
+        }
+    }
+
+    pub(crate) fn reload(&self, ok: bool) {
+        self.reloads
+            .with_label_values(&[if ok { "ok" } else { "invalid" }])
+            .inc();
+    }
+
+    /// The configuration now in force.
+    pub(crate) fn config_loaded(&self, hash: &str) {
+        self.config.reset();
+        self.config.with_label_values(&[hash]).set(1);
+    }
+
+    /// Forgets the series of agents no longer configured.
+    pub(crate) fn agent_removed(&self, agent: &str) {
+        let _ = self.mailbox_depth.remove_label_values(&[agent]);
+        let _ = self.mailbox_rejections.remove_label_values(&[agent]);
+        let _ = self.upstream_healthy.remove_label_values(&[agent]);
+        for state in ["running", "waiting"] {
+            let _ = self.processes.remove_label_values(&[agent, state]);
+        }
+    }
+
+    /// The text exposition, after setting the gauges read at scrape time.
+    pub(crate) fn render<'a>(
+        &self,
+        agents: impl Iterator<Item = AgentGauges<'a>>,
+        tasks_by_state: &[(&str, usize)],
+        stored: usize,
+        connections: usize,
+    ) -> Vec<u8> {
+        for a in agents {
+            self.mailbox_depth
+                .with_label_values(&[a.agent])
+                .set(a.mailbox_depth as i64);
+            // The agent counts; the counter catches up with it.
+            let rejections = self.mailbox_rejections.with_label_values(&[a.agent]);
+            rejections.inc_by(a.mailbox_rejections.saturating_sub(rejections.get()));
+            if let Some((running, waiting)) = a.processes {
+                self.processes
+                    .with_label_values(&[a.agent, "running"])
+                    .set(running as i64);
+                self.processes
+                    .with_label_values(&[a.agent, "waiting"])
+                    .set(waiting as i64);
+            }
+            if let Some(healthy) = a.upstream_healthy {
+                self.upstream_healthy
+                    .with_label_values(&[a.agent])
+                    .set(i64::from(healthy));
+            }
+        }
+        self.tasks.reset();
+        for (state, n) in tasks_by_state {
+            self.tasks.with_label_values(&[state]).set(*n as i64);
+        }
+        self.stored_tasks.set(stored as i64);
+        self.connections.set(connections as i64);
+        let mut out = Vec::with_capacity(16 * 1024);
+        // Encoding into memory fails only on a metric that could not be registered.
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
+        out
+    }
+}
+
+/// One upstream agent's call counters.
+#[derive(Clone)]
+pub(crate) struct UpstreamCalls {
+    ok: IntCounter,
+    error: IntCounter,
+    unavailable: IntCounter,
+    duration: Histogram,
+}
+
+impl UpstreamCalls {
+    /// A call that got an answer (`ok`), an A2A error (`error`), or none (`unavailable`:
+    /// refused, timed out, unreadable).
+    pub(crate) fn count(&self, outcome: UpstreamOutcome) {
+        match outcome {
+            UpstreamOutcome::Ok => &self.ok,
+            UpstreamOutcome::Error => &self.error,
+            UpstreamOutcome::Unavailable => &self.unavailable,
+        }
+        .inc();
+    }
+
+    /// How long the exchange took (to the response head, for streams).
+    pub(crate) fn took(&self, seconds: f64) {
+        self.duration.observe(seconds);
+    }
+}
+
+#[derive(Clone, Copy)]
+pub(crate) enum UpstreamOutcome {
+    Ok,
+    Error,
+    Unavailable,
+}
