@@ -15,6 +15,7 @@ mod layout;
 mod legacy;
 mod lifecycle;
 mod limits;
+mod operations;
 mod paths;
 mod peers;
 mod rest;

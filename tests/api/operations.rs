@@ -1,0 +1,956 @@
+//! What operators run: metrics, access logs, trace context, hot reload (SIGHUP and the file
+//! watcher, on the real binary), drain on SIGTERM, and readiness.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::helpers::{rpc, sha, spawn_with, write_config, D, ECHO, OTHER};
+use crate::peers::{fault_server_with, upstream_agent};
+
+/// The real binary, serving a configuration directory; killed when dropped.
+struct Running {
+    child: Child,
+    base: String,
+    log: PathBuf,
+    dir: tempfile::TempDir,
+    agents: PathBuf,
+    client: reqwest::Client,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Running {
+    /// Serves `files` in agents.d and `gateway` beside it, logging JSON at `log_level` to a
+    /// file. Returns once the banner names the port.
+    fn start(files: &[(&str, &str)], gateway: &str, log_level: &str) -> Running {
+        let (dir, agents, gateway_path) = write_config(files, Some(gateway));
+        let log = dir.path().join("gateway.log");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_a2a-gateway"))
+            .current_dir(dir.path())
+            .args([
+                "serve",
+                "--port",
+                "0",
+                "--workers",
+                "1",
+                "--log-format",
+                "json",
+            ])
+            .arg("--config")
+            .arg(gateway_path.expect("gateway file"))
+            .arg("--agents-dir")
+            .arg(&agents)
+            .env("A2A_GATEWAY_LOG", log_level)
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("the gateway starts");
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut first)
+            .expect("banner");
+        let base = first
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap_or_else(|| panic!("no URL in the banner: {first:?}"))
+            .to_string();
+        Running {
+            child,
+            base,
+            log,
+            dir,
+            agents,
+            client: reqwest::Client::new(),
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{name}"), &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill -{name}");
+    }
+
+    fn log_lines(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l:?}")))
+            .collect()
+    }
+
+    /// Waits until a log line satisfies `f`.
+    async fn wait_for_log(&self, what: &str, f: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(line) = self.log_lines().into_iter().find(|l| f(l)) {
+                return line;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no log line {what}; the log:\n{}",
+                std::fs::read_to_string(&self.log).unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn agent_names(&self) -> Vec<String> {
+        let list: Value = self
+            .client
+            .get(self.url("/a2a/agents"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        list["agents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["name"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    async fn wait_for_agents(&self, want: &[&str]) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let names = self.agent_names().await;
+            if names == want {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "agents {names:?}, expected {want:?}; the log:\n{}",
+                std::fs::read_to_string(&self.log).unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn metrics(&self) -> String {
+        self.client
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
+    /// Waits for the process to exit; its status and how long that took.
+    fn wait_exit(&mut self, within: Duration) -> (std::process::ExitStatus, Duration) {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return (status, start.elapsed());
+            }
+            assert!(start.elapsed() < within, "did not exit within {within:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+fn message(text: &str) -> Value {
+    json!({"message": D::V10.message(text)})
+}
+
+/// The value of the series `name{labels}` in a Prometheus text exposition, where `labels`
+/// are `key="value"` pairs the series must all carry.
+fn series(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .find(|l| labels.iter().all(|lab| l.contains(lab)))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+const NAMED: &str = "name = \"named\"\ndescription = \"d\"\n[backend]\nkind = \"echo\"\n";
+
+#[tokio::test]
+async fn sighup_and_file_changes_reload_and_a_bad_file_keeps_the_running_configuration() {
+    let gw = Running::start(&[("echo.toml", ECHO)], "default_agent = \"echo\"\n", "info");
+    gw.wait_for_agents(&["echo"]).await;
+
+    // SIGHUP: a new agent serves at once.
+    std::fs::write(gw.agents.join("named.toml"), NAMED).unwrap();
+    gw.signal("HUP");
+    gw.wait_for_agents(&["echo", "named"]).await;
+    let reloaded = gw
+        .wait_for_log("saying what was added", |l| {
+            l["fields"]["message"] == "configuration reloaded"
+                && l["fields"]["added"]
+                    .as_str()
+                    .is_some_and(|a| a.contains("named"))
+        })
+        .await;
+    assert_eq!(reloaded["level"], "INFO");
+    let r: Value = gw
+        .client
+        .post(gw.url("/a2a/agents/named"))
+        .header("A2A-Version", "1.0")
+        .body(rpc("SendMessage", message("hi")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(r.get("result").is_some(), "{r}");
+
+    // A broken file: refused whole, every error logged where it is, the old agents serve.
+    std::fs::write(
+        gw.agents.join("broken.toml"),
+        "name = \"broken\"\n[backend]\nkind = \"nope\"\n",
+    )
+    .unwrap();
+    gw.signal("HUP");
+    let error = gw
+        .wait_for_log("naming the broken file", |l| {
+            l["level"] == "ERROR"
+                && l["fields"]["error"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("broken.toml:3:"))
+        })
+        .await;
+    assert!(
+        error["fields"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("reload refused"),
+        "{error}"
+    );
+    assert_eq!(gw.agent_names().await, ["echo", "named"]);
+    let metrics = gw.metrics().await;
+    assert_eq!(
+        series(
+            &metrics,
+            "a2a_config_reloads_total",
+            &["outcome=\"invalid\""]
+        ),
+        Some(1.0),
+        "{metrics}"
+    );
+    assert!(
+        series(&metrics, "a2a_config_reloads_total", &["outcome=\"ok\""]).unwrap_or(0.0) >= 1.0
+    );
+
+    // The watcher: fixing the file and removing an agent reload without a signal.
+    std::fs::remove_file(gw.agents.join("broken.toml")).unwrap();
+    std::fs::remove_file(gw.agents.join("named.toml")).unwrap();
+    gw.wait_for_agents(&["echo"]).await;
+    let r: Value = gw
+        .client
+        .post(gw.url("/a2a/agents/named"))
+        .header("A2A-Version", "1.0")
+        .body(rpc("SendMessage", message("hi")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        r["error"]["code"], -32040,
+        "a removed agent takes no work: {r}"
+    );
+
+    // gateway.toml: credentials change at once.
+    std::fs::write(
+        gw.dir.path().join("gateway.toml"),
+        format!(
+            "default_agent = \"echo\"\n[auth]\ndefault_access = \"authenticated\"\n[[auth.api_keys]]\nid = \"ops\"\nsecret_sha256 = \"{}\"\n",
+            sha("ops-key")
+        ),
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = gw
+            .client
+            .post(gw.url("/a2a/agents/echo"))
+            .header("A2A-Version", "1.0")
+            .body(rpc("SendMessage", message("hi")))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        if status == 401 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "credentials did not apply");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let with_key = gw
+        .client
+        .post(gw.url("/a2a/agents/echo"))
+        .header("A2A-Version", "1.0")
+        .header("X-API-Key", "ops-key")
+        .body(rpc("SendMessage", message("hi")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(with_key.status(), 200);
+}
+
+#[tokio::test]
+async fn agents_change_under_load_and_no_request_fails() {
+    let gw = Running::start(
+        &[("echo.toml", ECHO), ("other.toml", OTHER)],
+        "default_agent = \"echo\"\n",
+        "warn",
+    );
+    gw.wait_for_agents(&["echo", "other"]).await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for i in 0..8 {
+        let (client, url, stop) = (gw.client.clone(), gw.base.clone(), stop.clone());
+        clients.push(tokio::spawn(async move {
+            let path = if i % 2 == 0 {
+                "/a2a"
+            } else {
+                "/a2a/agents/echo"
+            };
+            let (mut ok, mut failed) = (0u32, Vec::new());
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let r = client
+                    .post(format!("{url}{path}"))
+                    .header("A2A-Version", "1.0")
+                    .body(rpc("SendMessage", message("under load")))
+                    .send()
+                    .await;
+                match r {
+                    Ok(r) if r.status() == 200 => {
+                        let body: Value = r.json().await.unwrap_or_default();
+                        if body.get("result").is_some() {
+                            ok += 1;
+                        } else {
+                            failed.push(body.to_string());
+                        }
+                    }
+                    Ok(r) => failed.push(format!("status {}", r.status())),
+                    Err(e) => failed.push(e.to_string()),
+                }
+            }
+            (ok, failed)
+        }));
+    }
+    // Agents come and go, echo's definition changes, SIGHUP and the watcher both reload.
+    for round in 0..6 {
+        std::fs::write(
+            gw.agents.join(format!("extra{round}.toml")),
+            NAMED.replace("named", &format!("extra{round}")),
+        )
+        .unwrap();
+        std::fs::write(
+            gw.agents.join("echo.toml"),
+            ECHO.replace(
+                "description = ",
+                &format!("description = \"round {round}\"\n# "),
+            ),
+        )
+        .unwrap();
+        if round > 0 {
+            let _ = std::fs::remove_file(gw.agents.join(format!("extra{}.toml", round - 1)));
+        }
+        if round % 2 == 0 {
+            gw.signal("HUP");
+        }
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+    gw.wait_for_agents(&["echo", "extra5", "other"]).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (mut ok, mut failed) = (0, Vec::new());
+    for c in clients {
+        let (o, f) = c.await.unwrap();
+        ok += o;
+        failed.extend(f);
+    }
+    assert!(
+        failed.is_empty(),
+        "{} failed: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(5)]
+    );
+    assert!(ok > 100, "only {ok} requests went through");
+    let reloads = gw
+        .log_lines()
+        .into_iter()
+        .filter(|l| l["fields"]["message"] == "configuration reloaded")
+        .count();
+    assert_eq!(reloads, 0, "the log level was warn");
+    let metrics = gw.metrics().await;
+    let ok_reloads = series(&metrics, "a2a_config_reloads_total", &["outcome=\"ok\""]);
+    assert!(ok_reloads.unwrap_or(0.0) >= 3.0, "{metrics}");
+    let card: Value = gw
+        .client
+        .get(gw.url("/a2a/agents/echo/card"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        card["description"], "round 5",
+        "the changed definition serves"
+    );
+}
+
+/// An HTTP/1.1 request on an open connection; the status line and the whole head.
+fn raw_request(conn: &mut std::net::TcpStream, request: &str) -> (u16, String, String) {
+    conn.write_all(request.as_bytes()).unwrap();
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        let n = conn.read(&mut chunk).unwrap();
+        assert!(
+            n > 0,
+            "connection closed: {}",
+            String::from_utf8_lossy(&buf)
+        );
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
+    let length: usize = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length:")
+                .map(|v| v.trim().parse().unwrap())
+        })
+        .unwrap_or(0);
+    while buf.len() < head_end + length {
+        let n = conn.read(&mut chunk).unwrap();
+        assert!(n > 0);
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    let status = head[9..12].parse().unwrap();
+    let body = String::from_utf8_lossy(&buf[head_end..head_end + length]).to_string();
+    (status, head, body)
+}
+
+#[tokio::test]
+async fn sigterm_drains_streams_finishes_calls_and_exits_zero() {
+    let mut gw = Running::start(
+        &[("echo.toml", ECHO)],
+        "default_agent = \"echo\"\n[server]\nshutdown_grace_secs = 8\n",
+        "info",
+    );
+    let addr = gw.base.trim_start_matches("http://").to_string();
+    let mut idle = std::net::TcpStream::connect(&addr).unwrap();
+    idle.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let get_ready = format!("GET /a2a/ready HTTP/1.1\r\nHost: {addr}\r\n\r\n");
+    let (status, _, body) = raw_request(&mut idle, &get_ready);
+    assert_eq!(status, 200, "{body}");
+
+    // A stream that would run 30 s, and a blocking call that needs 2 s.
+    let stream = gw
+        .client
+        .post(gw.url("/a2a/agents/echo"))
+        .header("A2A-Version", "1.0")
+        .body(rpc("SendStreamingMessage", message("/delay 30 long")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    let mut stream = stream.bytes_stream();
+    use futures_util::StreamExt;
+    let first = stream.next().await.unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&first).contains("data:"));
+    let blocking = {
+        let (client, url) = (gw.client.clone(), gw.url("/a2a/agents/echo"));
+        tokio::spawn(async move {
+            client
+                .post(url)
+                .header("A2A-Version", "1.0")
+                .body(rpc("SendMessage", message("/delay 2 finished")))
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    gw.signal("TERM");
+
+    // The stream ends with an event telling the client to go elsewhere.
+    let mut rest = String::new();
+    while let Some(chunk) = tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .expect("the stream ends promptly")
+    {
+        rest.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+    }
+    assert!(rest.contains("event: error"), "{rest}");
+    assert!(rest.contains("-32055"), "{rest}");
+
+    // Readiness says why; a new call on an open connection is refused and closed.
+    let (status, _, body) = raw_request(&mut idle, &get_ready);
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["status"],
+        "draining"
+    );
+    let post = format!(
+        "POST /a2a HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nA2A-Version: 1.0\r\nContent-Length: {}\r\n\r\n{}",
+        rpc("SendMessage", message("late")).len(),
+        rpc("SendMessage", message("late"))
+    );
+    let (status, head, body) = raw_request(&mut idle, &post);
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        head.to_ascii_lowercase().contains("connection: close"),
+        "{head}"
+    );
+    assert!(body.contains("SHUTTING_DOWN"), "{body}");
+
+    // The call in flight finishes; the process exits 0 within the grace period.
+    let answer = blocking.await.unwrap();
+    assert!(
+        answer["result"].to_string().contains("finished"),
+        "{answer}"
+    );
+    let (status, took) = gw.wait_exit(Duration::from_secs(10));
+    assert!(status.success(), "{status:?}");
+    assert!(took < Duration::from_secs(8), "{took:?}");
+    let drained = gw
+        .wait_for_log("about the drain", |l| {
+            l["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("draining"))
+        })
+        .await;
+    assert_eq!(drained["fields"]["signal"], "SIGTERM");
+    assert_eq!(drained["fields"]["open_streams"], 1);
+}
+
+#[tokio::test]
+async fn command_processes_are_stopped_on_sigterm() {
+    let sleeper = "name = \"sleeper\"\ndescription = \"d\"\n[backend]\nkind = \"command\"\ncommand = [\"/bin/sh\", \"-c\", \"echo $$ > pid; exec sleep 300\"]\ncwd = \"..\"\ntimeout_secs = 600\nkill_grace_ms = 200\n";
+    let mut gw = Running::start(
+        &[("sleeper.toml", sleeper)],
+        "[server]\nshutdown_grace_secs = 4\n",
+        "info",
+    );
+    let r: Value = gw
+        .client
+        .post(gw.url("/a2a/agents/sleeper"))
+        .header("A2A-Version", "1.0")
+        .body(rpc(
+            "SendMessage",
+            json!({"message": D::V10.message("x"), "configuration": {"returnImmediately": true}}),
+        ))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(r.get("result").is_some(), "{r}");
+    let pid_file = gw.dir.path().join("pid");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !pid_file.exists() {
+        assert!(Instant::now() < deadline, "the command did not start");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let pid = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .to_string();
+    let metrics = gw.metrics().await;
+    assert_eq!(
+        series(
+            &metrics,
+            "a2a_command_processes",
+            &["agent=\"sleeper\"", "state=\"running\""]
+        ),
+        Some(1.0),
+        "{metrics}"
+    );
+    gw.signal("TERM");
+    let (status, _) = gw.wait_exit(Duration::from_secs(6));
+    assert!(status.success(), "{status:?}");
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists(),
+        "the command's process {pid} outlived the gateway"
+    );
+    let drained = gw
+        .wait_for_log("about the stopped work", |l| {
+            l["fields"]["message"] == "drained; exiting"
+        })
+        .await;
+    assert_eq!(drained["fields"]["stopped_processes"], 1, "{drained}");
+}
+
+#[tokio::test]
+async fn metrics_count_calls_by_agent_method_dialect_binding_and_outcome() {
+    let gw = spawn_with(
+        &[("echo.toml", ECHO), ("other.toml", OTHER)],
+        &format!(
+            "default_agent = \"echo\"\n[[auth.api_keys]]\nid = \"k\"\nsecret_sha256 = \"{}\"\nagents = [\"other\"]\n[auth]\ndefault_access = \"public\"\n",
+            sha("good-key")
+        ),
+    )
+    .await;
+    let ok = gw
+        .call("/a2a/agents/echo", D::V10, "SendMessage", message("hi"))
+        .await;
+    assert!(ok.body.get("result").is_some(), "{}", ok.body);
+    gw.call(
+        "/a2a/agents/echo",
+        D::V03,
+        "message/send",
+        json!({"message": D::V03.message("hi")}),
+    )
+    .await;
+    // A caller-chosen name is never a label.
+    let unknown = gw
+        .call(
+            "/a2a/agents/zz-caller-made-this",
+            D::V10,
+            "SendMessage",
+            message("hi"),
+        )
+        .await;
+    assert_eq!(unknown.code(), -32040);
+    let bad_key = gw
+        .client
+        .post(gw.url("/a2a/agents/other"))
+        .header("A2A-Version", "1.0")
+        .header("X-API-Key", "wrong")
+        .body(rpc("SendMessage", message("hi")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad_key.status(), 401);
+    let rest = gw
+        .client
+        .post(gw.url("/a2a/agents/echo/rest/message:send"))
+        .header("A2A-Version", "1.0")
+        .header("Content-Type", "application/a2a+json")
+        .body(message("hi").to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(rest.status(), 200);
+    let events = gw
+        .sse(
+            "/a2a/agents/echo",
+            D::V10,
+            "SendStreamingMessage",
+            message("streamed"),
+        )
+        .await;
+    assert!(!events.is_empty());
+
+    let resp = gw.client.get(gw.url("/metrics")).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(resp.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/plain; version=0.0.4"));
+    let text = resp.text().await.unwrap();
+    let want = |name: &str, labels: &[&str]| {
+        series(&text, name, labels).unwrap_or_else(|| panic!("no {name} {labels:?} in:\n{text}"))
+    };
+    let ok_v10 = [
+        "agent=\"echo\"",
+        "method=\"SendMessage\"",
+        "dialect=\"1.0\"",
+        "binding=\"jsonrpc\"",
+        "outcome=\"ok\"",
+    ];
+    assert_eq!(want("a2a_requests_total", &ok_v10), 1.0);
+    assert_eq!(
+        want(
+            "a2a_requests_total",
+            &[
+                "agent=\"echo\"",
+                "dialect=\"0.3\"",
+                "method=\"SendMessage\""
+            ]
+        ),
+        1.0
+    );
+    assert_eq!(
+        want(
+            "a2a_requests_total",
+            &["agent=\"\"", "outcome=\"AGENT_NOT_FOUND\""]
+        ),
+        1.0
+    );
+    assert_eq!(
+        want(
+            "a2a_requests_total",
+            &["binding=\"rest\"", "agent=\"echo\""]
+        ),
+        1.0
+    );
+    assert!(
+        !text.contains("zz-caller-made-this"),
+        "caller input in a label"
+    );
+    assert_eq!(
+        want("a2a_auth_failures_total", &["kind=\"rejected_api_key\""]),
+        1.0
+    );
+    assert!(want("a2a_request_duration_seconds_count", &["agent=\"echo\""]) >= 1.0);
+    assert_eq!(
+        want(
+            "a2a_stream_first_event_seconds_count",
+            &["agent=\"echo\"", "method=\"SendStreamingMessage\""]
+        ),
+        1.0
+    );
+    assert_eq!(want("a2a_open_streams", &["agent=\"echo\""]), 0.0);
+    assert!(want("a2a_tasks", &["state=\"completed\""]) >= 3.0);
+    assert!(
+        want(
+            "a2a_task_transitions_total",
+            &["agent=\"echo\"", "state=\"completed\""]
+        ) >= 3.0
+    );
+    assert!(want("a2a_stored_tasks", &[]) >= 3.0);
+    assert_eq!(want("a2a_mailbox_depth", &["agent=\"other\""]), 0.0);
+    assert_eq!(want("a2a_config_info", &["hash=\""]), 1.0);
+    assert!(want("a2a_open_connections", &[]) >= 1.0);
+}
+
+#[tokio::test]
+async fn metrics_can_be_moved_to_their_own_listener_or_turned_off() {
+    let off = spawn_with(&[("echo.toml", ECHO)], "[metrics]\nenabled = false\n").await;
+    let r = off.client.get(off.url("/metrics")).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+
+    let port = crate::peers::free_port();
+    let (dir, agents, gateway) = write_config(
+        &[("echo.toml", ECHO)],
+        Some(&format!(
+            "[server]\nport = 0\nworkers = 1\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n"
+        )),
+    );
+    let settings = a2a_gateway::config::load(gateway.as_deref(), &agents).unwrap();
+    let app = a2a_gateway::app::Application::build(settings)
+        .await
+        .unwrap();
+    assert_eq!(app.metrics_port(), Some(port));
+    let main = format!("http://127.0.0.1:{}", app.port());
+    let handle = app.handle();
+    tokio::spawn(app.run_until_stopped());
+    let client = reqwest::Client::new();
+    let on_main = client.get(format!("{main}/metrics")).send().await.unwrap();
+    assert_eq!(on_main.status(), 404, "not on the A2A port");
+    let text = client
+        .get(format!("http://127.0.0.1:{port}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(text.contains("a2a_config_info"), "{text}");
+    handle.stop(false).await;
+    drop(dir);
+}
+
+#[tokio::test]
+async fn the_address_in_use_is_named() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let out = Command::new(env!("CARGO_BIN_EXE_a2a-gateway"))
+        .current_dir(crate::helpers::repo_root())
+        .args(["serve", "--port", &port.to_string()])
+        .env("A2A_GATEWAY_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("address 127.0.0.1:{port} already in use")),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn access_log_is_one_json_line_per_request_without_secrets() {
+    let gateway = format!(
+        "default_agent = \"echo\"\n[[auth.api_keys]]\nid = \"alice\"\nsecret_sha256 = \"{}\"\n",
+        sha("alice-secret-key")
+    );
+    let gw = Running::start(&[("echo.toml", ECHO)], &gateway, "info");
+    let trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let r: Value = gw
+        .client
+        .post(gw.url("/a2a/agents/echo"))
+        .header("A2A-Version", "1.0")
+        .header("X-API-Key", "alice-secret-key")
+        .header("traceparent", trace)
+        .body(rpc("SendMessage", message("the private words")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let task_id = D::V10.task_of(&r["result"])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let bad = gw
+        .client
+        .post(gw.url("/a2a/agents/echo"))
+        .header("A2A-Version", "1.0")
+        .header("X-API-Key", "wrong-secret-key")
+        .body(rpc("SendMessage", message("hi")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 401);
+    let line = gw
+        .wait_for_log("for the call", |l| {
+            l["target"] == "a2a_gateway::access" && l["fields"]["status"] == 200
+        })
+        .await;
+    let f = &line["fields"];
+    assert_eq!(f["method"], "POST");
+    assert_eq!(f["path"], "/a2a/agents/echo");
+    assert_eq!(f["agent"], "echo");
+    assert_eq!(f["a2a.method"], "SendMessage");
+    assert_eq!(f["a2a.dialect"], "1.0");
+    assert_eq!(f["principal"], "key:alice");
+    assert_eq!(f["task_id"], task_id);
+    assert_eq!(f["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736");
+    assert!(f["duration_ms"].as_f64().is_some());
+    let refused = gw
+        .wait_for_log("for the refusal", |l| {
+            l["target"] == "a2a_gateway::access" && l["fields"]["status"] == 401
+        })
+        .await;
+    assert_eq!(refused["fields"]["code"], -32041);
+    let log = std::fs::read_to_string(&gw.log).unwrap();
+    for secret in ["alice-secret-key", "wrong-secret-key", "the private words"] {
+        assert!(!log.contains(secret), "{secret} in the log:\n{log}");
+    }
+}
+
+#[tokio::test]
+async fn traceparent_reaches_the_upstream_as_a_child_of_the_callers() {
+    let log = tempfile::tempdir().unwrap();
+    let seen = log.path().join("seen.jsonl");
+    let upstream =
+        fault_server_with("extended", 0, &["--log-requests", seen.to_str().unwrap()]).await;
+    let gw = spawn_with(
+        &[("up.toml", &upstream_agent("up", &upstream.url(), ""))],
+        "",
+    )
+    .await;
+    let trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    for method in ["SendMessage", "SendStreamingMessage"] {
+        let r = gw
+            .client
+            .post(gw.url("/a2a/agents/up"))
+            .header("A2A-Version", "1.0")
+            .header("traceparent", trace)
+            .header("tracestate", "vendor=abc")
+            .body(rpc(method, message("traced")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let _ = r.bytes().await;
+    }
+    // Without one, none is made up.
+    gw.call("/a2a/agents/up", D::V10, "SendMessage", message("untraced"))
+        .await;
+    let posts: Vec<Value> = std::fs::read_to_string(&seen)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| r["method"] == "POST")
+        .collect();
+    assert_eq!(posts.len(), 3, "{posts:?}");
+    for post in &posts[..2] {
+        let tp = post["headers"]["traceparent"].as_str().unwrap_or_default();
+        assert!(
+            tp.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-") && tp.ends_with("-01"),
+            "{post}"
+        );
+        assert_ne!(
+            &tp[36..52],
+            "00f067aa0ba902b7",
+            "the gateway's own span is the parent"
+        );
+        assert_eq!(post["headers"]["tracestate"], "vendor=abc");
+    }
+    assert!(
+        posts[2]["headers"].get("traceparent").is_none(),
+        "{}",
+        posts[2]
+    );
+}
+
+#[tokio::test]
+async fn cors_follows_a_reload() {
+    let gw = Running::start(
+        &[("echo.toml", ECHO)],
+        "[cors]\nallowed_origins = [\"https://one.example\"]\n",
+        "warn",
+    );
+    let allowed = |origin: &'static str| {
+        let gw = &gw;
+        async move {
+            gw.client
+                .request(reqwest::Method::OPTIONS, gw.url("/a2a/agents/echo"))
+                .header("Origin", origin)
+                .header("Access-Control-Request-Method", "POST")
+                .send()
+                .await
+                .unwrap()
+                .headers()
+                .get("access-control-allow-origin")
+                .map(|v| v.to_str().unwrap().to_string())
+        }
+    };
+    assert_eq!(
+        allowed("https://one.example").await.as_deref(),
+        Some("https://one.example")
+    );
+    assert_eq!(allowed("https://two.example").await, None);
+    std::fs::write(
+        gw.dir.path().join("gateway.toml"),
+        "[cors]\nallowed_origins = [\"https://two.example\"]\n",
+    )
+    .unwrap();
+    gw.signal("HUP");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while allowed("https://two.example").await.is_none() {
+        assert!(Instant::now() < deadline, "CORS did not follow the reload");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(allowed("https://one.example").await, None);
+}
