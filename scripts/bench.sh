@@ -2,7 +2,7 @@
 # Load benchmarks (benchmarks, not tests: absolute numbers vary with the machine and its
 # neighbours, so every figure is a ratio against a baseline measured in the same run).
 #
-#   scripts/bench.sh [core|proxy|auth|streams|burst|agents|all]      (default: all)
+#   scripts/bench.sh [core|proxy|auth|streams|burst|agents|ops|all]      (default: all)
 #
 # core    SendMessage to the echo agent through the gateway vs a bare actix-web handler
 #         returning a fixed result (examples/bare_jsonrpc.rs); the same for a message the
@@ -17,6 +17,8 @@
 # agents  AGENTS (10000) generated echo agents: SendMessage to the last agent vs the first
 #         (target >= 0.95x), and the aggregated card asked for with gzip vs one agent's card
 #         (target >= 0.15x).
+# ops     the core benchmark with metrics off, on (the default; target >= 0.95x of off),
+#         and on with the access log written (info, JSON, to a file).
 # burst   BURST (500) bodies of 1 MiB held at once, then answered: the gateway's RSS before,
 #         at its peak, and 5 s after (freed memory goes back to the system).
 #
@@ -278,13 +280,31 @@ PY
     echo "$(cat "$TMP/burst.out"); gateway RSS before $((before / 1024)) MiB, peak $((peak / 1024)) MiB, 5 s after $((after / 1024)) MiB"
 }
 
+bench_ops() {
+    echo "== ops: SendMessage to the echo agent with metrics off, on, and with the access log =="
+    local poff pon plog
+    poff=$(free_port); gateway "$poff" "$ROOT/agents.d" 'default_agent = "echo"\n[metrics]\nenabled = false'
+    pon=$(free_port); gateway "$pon" "$ROOT/agents.d" 'default_agent = "echo"'
+    plog=$(free_port)
+    printf 'default_agent = "echo"\n' > "$TMP/gw-$plog.toml"
+    A2A_GATEWAY_LOG=info "$BIN" serve --config "$TMP/gw-$plog.toml" --agents-dir "$ROOT/agents.d" \
+        --port "$plog" --workers "$WORKERS" --log-format json > "$TMP/gw-$plog.log" 2>&1 &
+    PIDS+=($!)
+    wait_up "http://127.0.0.1:$plog/a2a/health"
+    rounds "gateway, metrics off" "http://127.0.0.1:$poff/a2a/agents/echo" \
+        "gateway, metrics on (default)" "http://127.0.0.1:$pon/a2a/agents/echo" \
+        "gateway, metrics on + access log" "http://127.0.0.1:$plog/a2a/agents/echo"
+    echo "(metrics on: target >= 0.95x of off)"
+}
+
 case "$SECTION" in
     core) bench_core ;;
+    ops) bench_ops ;;
     proxy) bench_proxy ;;
     streams) bench_streams ;;
     auth) bench_auth ;;
     burst) bench_burst ;;
     agents) bench_agents ;;
-    all) bench_core; bench_proxy; bench_auth; bench_streams; bench_agents ;;
-    *) echo "usage: scripts/bench.sh [core|proxy|auth|streams|burst|agents|all]" >&2; exit 2 ;;
+    all) bench_core; bench_ops; bench_proxy; bench_auth; bench_streams; bench_agents ;;
+    *) echo "usage: scripts/bench.sh [core|proxy|auth|streams|burst|agents|ops|all]" >&2; exit 2 ;;
 esac

@@ -67,6 +67,7 @@ pub(crate) fn build_state(mut ready: Ready) -> std::io::Result<AppState> {
         cards: crate::http::CardCache::new(),
         metrics,
         lifecycle: Lifecycle::default(),
+        superseded: Default::default(),
     })
 }
 
@@ -352,24 +353,21 @@ async fn stop_on_signal(state: Arc<AppState>, handle: ServerHandle) {
 /// After the server stopped: stops the work still running (command processes get SIGTERM,
 /// then SIGKILL after their grace period) and waits briefly for it to end.
 async fn stop_work(state: &AppState, grace: Duration) {
-    let live = state.live();
-    let running: usize = live
-        .registry
-        .iter()
-        .chain(live.registry.retired())
-        .filter_map(|a| a.gauges().processes.map(|(running, _)| running))
-        .sum();
-    for agent in live.registry.iter().chain(live.registry.retired()) {
+    let agents = state.all_agents();
+    let processes = || -> usize {
+        agents
+            .iter()
+            .filter_map(|a| a.gauges().processes.map(|(running, _)| running))
+            .sum()
+    };
+    let running = processes();
+    for agent in &agents {
         agent.stop_work();
     }
     // Processes need their kill grace (SIGTERM, then SIGKILL) to be gone.
     let deadline = tokio::time::Instant::now() + grace.min(Duration::from_secs(2));
     while tokio::time::Instant::now() < deadline {
-        let left: usize = live
-            .registry
-            .iter()
-            .filter_map(|a| a.gauges().processes.map(|(r, _)| r))
-            .sum();
+        let left = processes();
         if left == 0 {
             break;
         }

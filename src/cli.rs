@@ -158,24 +158,17 @@ fn serve(args: ServeArgs) -> ExitCode {
         config: args.config.config.clone(),
         agents_dir: args.config.agents_dir.clone(),
         auth_token: args.auth_token.clone(),
+        host: args.host.clone(),
+        port: args.port,
+        workers: args.workers,
     };
     // Read, checked and built whole (the same path a reload takes).
-    let mut ready = match source.load() {
+    let ready = match source.load() {
         Ok(ready) => ready,
         Err(diags) => return refuse_to_start(&diags),
     };
-    let settings = &mut ready.settings;
-    let server = &mut settings.gateway.server;
-    if let Some(host) = args.host {
-        server.host = host;
-    }
-    if let Some(port) = args.port {
-        server.port = port;
-    }
-    if let Some(workers) = args.workers {
-        server.workers = workers;
-    }
-    let host = server.host.clone();
+    let settings = &ready.settings;
+    let host = settings.gateway.server.host.clone();
     let loopback = host == "localhost"
         || host
             .parse::<std::net::IpAddr>()
@@ -195,6 +188,9 @@ fn serve(args: ServeArgs) -> ExitCode {
     let default_agent = settings.gateway.default_agent_name().map(str::to_string);
 
     let result = actix_web::rt::System::new().block_on(async move {
+        // SIGHUP's default action ends the process: taken over before anything slow
+        // (upstream cards), so a reload sent while starting is not fatal.
+        let _ = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
         let app = match Application::serve(ready).await {
             Ok(app) => app,
             Err(e) => {

@@ -41,14 +41,26 @@ pub(crate) fn registry(
             agents.push(agent.clone());
             continue;
         }
-        match before {
-            Some(_) => changes.changed.push(def.name.clone()),
-            None => changes.added.push(def.name.clone()),
-        }
         let name = def.name.clone();
-        let agent = Agent::new(def, actor_limits, card_changes, metrics)
-            .map_err(|e| format!("agent {name}: {e}"))?;
-        agents.push(Arc::new(agent));
+        if let Some(before) = before {
+            changes.changed.push(name.clone());
+            if let Some(revised) = before.revised(def.clone(), actor_limits) {
+                agents.push(Arc::new(revised));
+                continue;
+            }
+            // A new backend: the old instance finishes its work (stopped at shutdown).
+            changes.superseded.push(before.clone());
+        } else {
+            changes.added.push(name.clone());
+        }
+        let agent = Arc::new(
+            Agent::new(def, actor_limits, card_changes, metrics)
+                .map_err(|e| format!("agent {name}: {e}"))?,
+        );
+        if let Some(remote) = agent.remote() {
+            changes.new_remotes.push(remote.clone());
+        }
+        agents.push(agent);
     }
     let mut retired: HashMap<Arc<str>, Arc<Agent>, ahash::RandomState> = HashMap::default();
     if let Some(previous) = previous {
@@ -80,11 +92,15 @@ pub(crate) fn registry(
 }
 
 /// What a reload changed among the agents.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct Changes {
     pub(crate) added: Vec<String>,
     pub(crate) changed: Vec<String>,
     pub(crate) removed: Vec<String>,
+    /// Instances replaced by ones with a new backend.
+    pub(crate) superseded: Vec<Arc<Agent>>,
+    /// Upstream agents built anew, whose cards are fetched before they take calls.
+    pub(crate) new_remotes: Vec<Arc<crate::agents::RemoteAgent>>,
 }
 
 /// A short fingerprint of a configuration, for the `a2a_config_info` metric and the log.
@@ -115,15 +131,16 @@ pub(crate) fn live(ready: Ready, registry: Arc<Registry>, metrics: Arc<Metrics>)
     )
 }
 
-/// Reads the configuration again and puts it in force if it is valid.
-pub(crate) async fn reload(state: &AppState, source: &Source, why: &str) {
+/// Reads the configuration again and puts it in force if it is valid. `force`: also when
+/// it reads the same (SIGHUP: a key file may have changed under the same settings).
+pub(crate) async fn reload(state: &AppState, source: &Source, why: &str, force: bool) {
     let loaded = {
         let source = source.clone();
         // Reading files (and key files) blocks: off the workers.
         tokio::task::spawn_blocking(move || source.load()).await
     };
     match loaded {
-        Ok(Ok(ready)) => apply(state, ready, why),
+        Ok(Ok(ready)) => apply(state, ready, why, force).await,
         Ok(Err(diags)) => {
             state.metrics.reload(false);
             for d in &diags.0 {
@@ -142,13 +159,17 @@ pub(crate) async fn reload(state: &AppState, source: &Source, why: &str) {
     }
 }
 
-/// Puts a valid configuration in force. `[server]` is read once, at start (where the
-/// command line may have changed it), and stays as it was.
-pub(crate) fn apply(state: &AppState, mut ready: Ready, why: &str) {
+/// Puts a valid configuration in force. `[server]` is read once, at start, and stays as
+/// it was. New upstream agents' cards and new JWKS are fetched first (in parallel, bounded
+/// by their timeouts), so no call meets an agent or a key set that is not ready.
+pub(crate) async fn apply(state: &AppState, mut ready: Ready, why: &str, force: bool) {
     let old = state.live();
+    if old.config.server != ready.settings.gateway.server {
+        tracing::warn!("[server] changed: it takes effect at the next restart");
+    }
     ready.settings.gateway.server = old.config.server.clone();
     let hash = fingerprint(&ready.settings.gateway, &ready.settings.agents);
-    if hash == old.fingerprint {
+    if hash == old.fingerprint && !force {
         state.metrics.reload(true);
         tracing::debug!(trigger = why, "configuration unchanged");
         return;
@@ -173,16 +194,29 @@ pub(crate) fn apply(state: &AppState, mut ready: Ready, why: &str) {
     };
     let registry = Arc::new(registry);
     let grace = Duration::from_secs(ready.settings.gateway.server.shutdown_grace_secs);
+    let jwks = ready.auth.jwks_sources();
+    let client = reqwest::Client::new();
+    let first_cards = changes
+        .new_remotes
+        .iter()
+        .cloned()
+        .map(crate::agents::RemoteAgent::first_refresh);
+    let (keep_cards_fresh, _) = futures_util::future::join(
+        futures_util::future::join_all(first_cards),
+        futures_util::future::join_all(jwks.iter().map(|s| s.fetch(&client))),
+    )
+    .await;
     let live = live(ready, registry.clone(), state.metrics.clone());
     state.live.store(Arc::new(live));
     state.metrics.reload(true);
     state.metrics.config_loaded(&hash);
-    for name in changes.added.iter().chain(&changes.changed) {
-        if let Some(remote) = registry.get(name).and_then(|a| a.remote()) {
-            let remote = remote.clone();
-            tokio::spawn(async move { remote.first_refresh().await.await });
-        }
+    for keep_fresh in keep_cards_fresh {
+        tokio::spawn(keep_fresh);
     }
+    for source in jwks {
+        tokio::spawn(source.keep_fresh());
+    }
+    state.supersede(changes.superseded);
     for name in &changes.removed {
         state.metrics.agent_removed(name);
         if let Some(agent) = old.registry.get(name).cloned() {
@@ -211,6 +245,7 @@ fn warn_about_restart_only(old: &GatewayConfig, new: &GatewayConfig) {
     }
     let (a, b) = (&old.limits, &new.limits);
     if a.max_connections != b.max_connections
+        || a.interrupted_ttl_secs != b.interrupted_ttl_secs
         || a.max_connections_per_ip != b.max_connections_per_ip
         || a.header_timeout_secs != b.header_timeout_secs
         || a.max_open_streams != b.max_open_streams
@@ -221,7 +256,7 @@ fn warn_about_restart_only(old: &GatewayConfig, new: &GatewayConfig) {
         || a.body_timeout_secs != b.body_timeout_secs
         || a.body_min_bytes_per_sec != b.body_min_bytes_per_sec
     {
-        pending.push("[limits] (connections, bodies, streams, task store)");
+        pending.push("[limits] (connections, bodies, streams, task store, interrupted_ttl_secs)");
     }
     if !pending.is_empty() {
         tracing::warn!(
@@ -258,7 +293,7 @@ pub(crate) async fn run(state: Arc<AppState>, source: Source, watch: bool) {
     };
     let reloads = async {
         while let Some(why) = rx.recv().await {
-            reload(&state, &source, why).await;
+            reload(&state, &source, why, why == "SIGHUP").await;
         }
     };
     tokio::join!(hangups, reloads);
@@ -309,6 +344,11 @@ fn watch_files(
             .watcher()
             .watch(&dir, RecursiveMode::NonRecursive)
             .map_err(|e| format!("{}: {e}", dir.display()))?;
+        // And the file itself: a file bind-mounted into a container is written in place,
+        // which its directory inside the container does not see.
+        if path.is_file() {
+            let _ = debouncer.watcher().watch(path, RecursiveMode::NonRecursive);
+        }
     }
     Ok(debouncer)
 }

@@ -32,12 +32,26 @@ pub struct Source {
     pub agents_dir: PathBuf,
     /// `serve --auth-token`, applied again on every reload.
     pub auth_token: Option<String>,
+    /// `serve --host/--port/--workers`, over `[server]`.
+    pub host: Option<String>,
+    pub port: Option<u16>,
+    pub workers: Option<usize>,
 }
 
 impl Source {
     /// Reads and builds the configuration; every problem of it, or the ready parts.
     pub fn load(&self) -> Result<Ready, Diagnostics> {
         let (mut settings, mut diags) = config::read(self.config.as_deref(), &self.agents_dir);
+        let server = &mut settings.gateway.server;
+        if let Some(host) = &self.host {
+            server.host.clone_from(host);
+        }
+        if let Some(port) = self.port {
+            server.port = port;
+        }
+        if let Some(workers) = self.workers {
+            server.workers = workers;
+        }
         if let Some(token) = &self.auth_token {
             if let Err(e) = settings.require_bearer_token(token) {
                 diags.push(Diagnostic::file(&settings.gateway_file, e));

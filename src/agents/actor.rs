@@ -30,6 +30,9 @@ struct Lane {
     now_serving: watch::Sender<u64>,
 }
 
+/// Cloned, it is the same actor (one mailbox, one concurrency gate, one set of lanes): a
+/// reload that changes only an agent's card keeps its actor.
+#[derive(Clone)]
 pub(crate) struct AgentActor {
     name: String,
     limits: ActorLimits,
@@ -37,7 +40,7 @@ pub(crate) struct AgentActor {
     running: Arc<Semaphore>,
     lanes: Arc<FastMap<String, Lane>>,
     /// Calls refused because the mailbox was full, ever.
-    refused: std::sync::atomic::AtomicU64,
+    refused: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl AgentActor {

@@ -94,6 +94,7 @@ pub(crate) trait AgentBackend: Send + Sync + 'static {
 }
 
 /// Who runs an agent's tasks.
+#[derive(Clone)]
 pub(crate) enum Backend {
     /// The gateway does: it stores the tasks and the backend produces their events.
     Local(Arc<dyn AgentBackend>),
@@ -139,6 +140,20 @@ impl Agent {
             def,
             backend,
             work: tokio_util::sync::CancellationToken::new(),
+        })
+    }
+
+    /// This agent under a revised definition that runs the same backend with the same
+    /// limits (only its card changed): the same backend, actor and work, so conversations
+    /// waiting for input and upstream state carry over. None when the backend or limits
+    /// changed, which needs a new agent.
+    pub(crate) fn revised(&self, def: AgentDef, limits: ActorLimits) -> Option<Agent> {
+        (self.def.backend == def.backend && self.actor.limits() == limits).then(|| Agent {
+            name: self.name.clone(),
+            def,
+            backend: self.backend.clone(),
+            actor: self.actor.clone(),
+            work: self.work.clone(),
         })
     }
 

@@ -63,17 +63,32 @@ impl JwksSource {
         Ok(n)
     }
 
-    /// Fetches now and then every refresh period, for as long as the gateway runs.
+    /// Fetches now and then every refresh period, for as long as its verifier is in use
+    /// (a reload that replaces the credentials ends the loop).
     pub(crate) async fn keep_fresh(self) {
         let client = reqwest::Client::new();
-        loop {
-            let wait = match self.fetch(&client).await {
-                Ok(_) => self.refresh,
+        let JwksSource {
+            issuer_id,
+            url,
+            refresh,
+            keys,
+        } = self;
+        let keys = Arc::downgrade(&keys);
+        while let Some(keys) = keys.upgrade() {
+            let source = JwksSource {
+                issuer_id: issuer_id.clone(),
+                url: url.clone(),
+                refresh,
+                keys,
+            };
+            let wait = match source.fetch(&client).await {
+                Ok(_) => refresh,
                 Err(e) => {
-                    tracing::warn!(issuer = %self.issuer_id, error = %e, "JWKS unavailable");
-                    self.refresh.min(Duration::from_secs(5))
+                    tracing::warn!(issuer = %issuer_id, error = %e, "JWKS unavailable");
+                    refresh.min(Duration::from_secs(5))
                 }
             };
+            drop(source);
             tokio::time::sleep(wait).await;
         }
     }

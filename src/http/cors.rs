@@ -51,17 +51,26 @@ pub(crate) async fn cors(
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
     let origin = req.headers().get(header::ORIGIN).cloned();
-    let live = match (&origin, req.app_data::<web::Data<AppState>>()) {
-        (Some(_), Some(state)) => Some(state.live()),
-        _ => None,
+    // A guard, not a counted reference, for the common case of no CORS or no Origin.
+    let (on, live) = match req.app_data::<web::Data<AppState>>() {
+        Some(state) => {
+            let live = state.live.load();
+            let on = !live.config.cors.allowed_origins.is_empty();
+            let keep = on && origin.is_some();
+            (on, keep.then(|| arc_swap::Guard::into_inner(live)))
+        }
+        None => (false, None),
     };
-    let cfg = live.as_ref().map(|l| &l.config.cors);
-    let (Some(origin), Some(cfg)) = (origin, cfg) else {
-        return next
-            .call(req)
-            .await
-            .map(ServiceResponse::map_into_left_body);
+    let (Some(origin), Some(live)) = (origin, live) else {
+        let mut resp = next.call(req).await?;
+        // A shared cache must keep answers apart by origin when CORS is on.
+        if on {
+            resp.headers_mut()
+                .append(header::VARY, HeaderValue::from_static("Origin"));
+        }
+        return Ok(resp.map_into_left_body());
     };
+    let cfg = &live.config.cors;
     let allowed = allow_origin(cfg, &origin);
     let preflight = req.method() == Method::OPTIONS
         && req
@@ -93,6 +102,10 @@ pub(crate) async fn cors(
         return Ok(req.into_response(resp).map_into_right_body());
     }
     let mut resp = next.call(req).await?;
+    if allowed.is_none() {
+        resp.headers_mut()
+            .append(header::VARY, HeaderValue::from_static("Origin"));
+    }
     if let Some(allowed) = allowed {
         let h = resp.headers_mut();
         insert_common(h, cfg, allowed);

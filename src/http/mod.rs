@@ -51,6 +51,9 @@ pub(crate) struct AppState {
     pub(crate) cards: card_cache::CardCache,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) lifecycle: Lifecycle,
+    /// Agent instances a reload replaced by ones with a new backend, whose work may still
+    /// run: stopped with the rest at shutdown.
+    pub(crate) superseded: std::sync::Mutex<Vec<std::sync::Weak<Agent>>>,
 }
 
 impl AppState {
@@ -62,6 +65,29 @@ impl AppState {
 
     pub(crate) fn default_keepalive(&self) -> std::time::Duration {
         self.live().default_keepalive()
+    }
+
+    /// Keeps track of replaced agent instances (see `superseded`).
+    pub(crate) fn supersede(&self, agents: Vec<Arc<Agent>>) {
+        let mut held = self
+            .superseded
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        held.retain(|a| a.strong_count() > 0);
+        held.extend(agents.iter().map(Arc::downgrade));
+    }
+
+    /// Every agent instance that may still have work: current, removed and replaced.
+    pub(crate) fn all_agents(&self) -> Vec<Arc<Agent>> {
+        let live = self.live();
+        let mut all: Vec<Arc<Agent>> = live.registry.iter().cloned().collect();
+        all.extend(live.registry.retired().cloned());
+        let held = self
+            .superseded
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        all.extend(held.iter().filter_map(std::sync::Weak::upgrade));
+        all
     }
 
     /// A stream slot counted against the gateway and against the caller's tier.

@@ -37,6 +37,8 @@ pub(crate) struct Metrics {
     reloads: IntCounterVec,
     config: IntGaugeVec,
     connections: IntGauge,
+    /// One scrape at a time: scrape-time counters catch up by difference.
+    scraping: std::sync::Mutex<()>,
 }
 
 /// What one agent reports when scraped.
@@ -184,6 +186,7 @@ impl Metrics {
                 &["hash"],
             ),
             connections,
+            scraping: std::sync::Mutex::new(()),
             registry: r,
         }
     }
@@ -278,6 +281,10 @@ impl Metrics {
         stored: usize,
         connections: usize,
     ) -> Vec<u8> {
+        let _one_at_a_time = self
+            .scraping
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         for a in agents {
             self.mailbox_depth
                 .with_label_values(&[a.agent])
