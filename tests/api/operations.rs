@@ -954,3 +954,75 @@ async fn cors_follows_a_reload() {
     }
     assert_eq!(allowed("https://one.example").await, None);
 }
+
+/// Asks once, then answers the second line it reads: a fresh process given the answer
+/// would ask again.
+const TWO_STEP: &str = r#"
+import json, sys
+sys.stdin.readline()
+print(json.dumps({"inputRequired": "and then?"}), flush=True)
+if sys.stdin.readline():
+    print(json.dumps({"result": "answered by the process that asked"}), flush=True)
+"#;
+
+#[tokio::test]
+async fn a_card_only_change_keeps_a_conversation_waiting_for_input() {
+    let agent = "name = \"two\"\ndescription = \"asks once\"\n[backend]\nkind = \"command\"\ncommand = [\"python3\", \"two.py\"]\nio = \"jsonl\"\n";
+    let gw = Running::start(&[("two.toml", agent), ("two.py", TWO_STEP)], "", "info");
+    let send = |params: Value| {
+        let gw = &gw;
+        async move {
+            gw.client
+                .post(gw.url("/a2a/agents/two"))
+                .header("A2A-Version", "1.0")
+                .body(rpc("SendMessage", params))
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()
+        }
+    };
+    let first = send(message("start")).await;
+    let task = D::V10.task_of(&first["result"]);
+    assert_eq!(
+        task["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+        "{first}"
+    );
+
+    // Only the card changes: the waiting program is the one that gets the answer.
+    std::fs::write(
+        gw.agents.join("two.toml"),
+        agent.replace("asks once", "asks once, politely"),
+    )
+    .unwrap();
+    gw.signal("HUP");
+    gw.wait_for_log("saying the agent changed", |l| {
+        l["fields"]["message"] == "configuration reloaded"
+            && l["fields"]["changed"]
+                .as_str()
+                .is_some_and(|c| c.contains("two"))
+    })
+    .await;
+    let card: Value = gw
+        .client
+        .get(gw.url("/a2a/agents/two/card"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(card["description"], "asks once, politely");
+    let mut answer = D::V10.message("this");
+    answer["taskId"] = task["id"].clone();
+    answer["contextId"] = task["contextId"].clone();
+    let done = send(json!({"message": answer})).await;
+    let task = D::V10.task_of(&done["result"]);
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{done}");
+    assert!(
+        done.to_string().contains("the process that asked"),
+        "{done}"
+    );
+}
