@@ -182,16 +182,12 @@ impl Application {
         let app = move || {
             App::new()
                 .app_data(state.clone())
-                .wrap(actix_web::middleware::from_fn(
-                    crate::http::rate_limit_headers,
-                ))
                 .configure(|cfg| routes(cfg, metrics_here))
                 // Before routing: `/a2a/agents/echo/` is `/a2a/agents/echo` on every route.
                 .wrap(crate::http::TrimTrailingSlash)
-                // Preflights are answered before auth and without touching any limit.
-                .wrap(actix_web::middleware::from_fn(crate::http::cors))
-                // Registered last, so it runs first: every answer is logged and counted.
-                .wrap(actix_web::middleware::from_fn(crate::http::observe))
+                // Registered last, so it runs first: drain, CORS preflights (before auth and
+                // any limit), then every answer's headers, metrics and access-log line.
+                .wrap(actix_web::middleware::from_fn(crate::http::edge))
         };
         // actix-web's HttpServer serves the same App; it is built here by hand only to put
         // the connection gate (limits and the first-byte deadline) in front of HTTP.

@@ -118,14 +118,20 @@ fn check(args: &ConfigArgs) -> ExitCode {
     }
 }
 
-fn init_tracing(format: LogFormat) {
+/// Logging to stderr through a writer thread; the guard flushes it when dropped at exit.
+fn init_tracing(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuard {
     let filter = tracing_subscriber::EnvFilter::try_from_env("A2A_GATEWAY_LOG")
         .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     use std::io::IsTerminal;
+    let ansi = std::io::stderr().is_terminal();
+    // Not lossy: under a flood of lines the workers wait rather than drop an error line.
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(false)
+        .finish(std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(writer);
     let _ = match format {
         // One object per line, with the request span's fields, for log collectors.
         LogFormat::Json => builder
@@ -134,10 +140,9 @@ fn init_tracing(format: LogFormat) {
             .with_span_list(false)
             .try_init(),
         // Colours only for people: files and log collectors get plain text.
-        LogFormat::Text => builder
-            .with_ansi(std::io::stderr().is_terminal())
-            .try_init(),
+        LogFormat::Text => builder.with_ansi(ansi).try_init(),
     };
+    guard
 }
 
 fn refuse_to_start(diags: &config::Diagnostics) -> ExitCode {
@@ -150,7 +155,7 @@ fn refuse_to_start(diags: &config::Diagnostics) -> ExitCode {
 }
 
 fn serve(args: ServeArgs) -> ExitCode {
-    init_tracing(args.log_format);
+    let _flush_logs_at_exit = init_tracing(args.log_format);
     if let Some(limit) = crate::limits::raise_open_file_limit() {
         tracing::debug!(limit, "open-file limit");
     }

@@ -7,14 +7,14 @@ use std::future::{ready, Ready};
 use actix_web::dev::Payload;
 use actix_web::{web, FromRequest, HttpRequest};
 
-use super::{AppState, Live};
+use super::{AppState, LiveRef};
 use crate::auth::Principal;
 use crate::error::GatewayError;
 
 pub(crate) struct Caller {
     pub(crate) principal: Result<Principal, GatewayError>,
     /// The configuration the request is served under, taken once.
-    pub(crate) live: std::sync::Arc<Live>,
+    pub(crate) live: LiveRef,
 }
 
 impl FromRequest for Caller {
@@ -27,7 +27,7 @@ impl FromRequest for Caller {
                 "the application state is missing",
             )));
         };
-        let live = state.live();
+        let live = state.live.load();
         let principal = live.authenticate(req);
         if let Ok(p) = &principal {
             if !p.anonymous {

@@ -1,12 +1,10 @@
-use std::sync::Arc;
-
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::{json, Value};
 
 use super::caller::Caller;
 use super::card_cache::{CardKey, Coding, Encoded, Rendered};
-use super::{error_response, version_header, AppState, Live};
+use super::{error_response, version_header, AppState, Live, LiveRef};
 use crate::auth::Principal;
 use crate::card;
 use crate::config::Access;
@@ -14,7 +12,7 @@ use crate::error::GatewayError;
 
 /// Cards need no credentials. Presented ones (if valid) show the caller which restricted
 /// agents it may call; anonymous callers see only the agents open to them.
-fn card_caller(caller: Caller) -> (Principal, Arc<Live>) {
+fn card_caller(caller: Caller) -> (Principal, LiveRef) {
     let principal = caller.principal.unwrap_or_else(|_| Principal::anonymous());
     (principal, caller.live)
 }

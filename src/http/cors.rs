@@ -3,14 +3,11 @@
 //! worker; a reload could not reach them.) An origin that is not allowed gets no CORS
 //! header at all; its preflight is refused.
 
-use actix_web::body::{EitherBody, MessageBody};
-use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::dev::ServiceRequest;
 use actix_web::http::header::{self, HeaderMap, HeaderValue};
 use actix_web::http::Method;
-use actix_web::middleware::Next;
-use actix_web::{web, HttpResponse};
+use actix_web::HttpResponse;
 
-use super::AppState;
 use crate::config::CorsConfig;
 
 const ALLOWED_METHODS: &str = "GET, POST, OPTIONS";
@@ -35,9 +32,9 @@ fn allow_origin(cfg: &CorsConfig, origin: &HeaderValue) -> Option<HeaderValue> {
     None
 }
 
-fn insert_common(headers: &mut HeaderMap, cfg: &CorsConfig, allowed: HeaderValue) {
+fn insert_common(headers: &mut HeaderMap, credentials: bool, allowed: HeaderValue) {
     headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, allowed);
-    if cfg.allow_credentials {
+    if credentials {
         headers.insert(
             header::ACCESS_CONTROL_ALLOW_CREDENTIALS,
             HeaderValue::from_static("true"),
@@ -46,42 +43,47 @@ fn insert_common(headers: &mut HeaderMap, cfg: &CorsConfig, allowed: HeaderValue
     headers.append(header::VARY, HeaderValue::from_static("Origin"));
 }
 
-pub(crate) async fn cors(
-    req: ServiceRequest,
-    next: Next<impl MessageBody + 'static>,
-) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
-    let origin = req.headers().get(header::ORIGIN).cloned();
-    // A guard, not a counted reference, for the common case of no CORS or no Origin.
-    let (on, live) = match req.app_data::<web::Data<AppState>>() {
-        Some(state) => {
-            let live = state.live.load();
-            let on = !live.config.cors.allowed_origins.is_empty();
-            let keep = on && origin.is_some();
-            (on, keep.then(|| arc_swap::Guard::into_inner(live)))
+/// What CORS makes of a request, decided before it is handled.
+pub(super) enum Cors {
+    /// No CORS configured: the answer is left as it is.
+    Off,
+    /// CORS is on: the answer varies by origin, and carries these headers when allowed.
+    On {
+        allowed: Option<HeaderValue>,
+        credentials: bool,
+    },
+    /// A preflight, answered here.
+    Preflight(HttpResponse),
+}
+
+impl Cors {
+    /// Decides from the request's head and `[cors]` of the configuration in force.
+    pub(super) fn check(cfg: &CorsConfig, req: &ServiceRequest) -> Cors {
+        if cfg.allowed_origins.is_empty() {
+            return Cors::Off;
         }
-        None => (false, None),
-    };
-    let (Some(origin), Some(live)) = (origin, live) else {
-        let mut resp = next.call(req).await?;
-        // A shared cache must keep answers apart by origin when CORS is on.
-        if on {
-            resp.headers_mut()
-                .append(header::VARY, HeaderValue::from_static("Origin"));
+        let Some(origin) = req.headers().get(header::ORIGIN) else {
+            return Cors::On {
+                allowed: None,
+                credentials: false,
+            };
+        };
+        let allowed = allow_origin(cfg, origin);
+        let preflight = req.method() == Method::OPTIONS
+            && req
+                .headers()
+                .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD);
+        if !preflight {
+            return Cors::On {
+                allowed,
+                credentials: cfg.allow_credentials,
+            };
         }
-        return Ok(resp.map_into_left_body());
-    };
-    let cfg = &live.config.cors;
-    let allowed = allow_origin(cfg, &origin);
-    let preflight = req.method() == Method::OPTIONS
-        && req
-            .headers()
-            .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD);
-    if preflight {
-        let resp = match allowed {
+        Cors::Preflight(match allowed {
             Some(allowed) => {
                 let mut resp = HttpResponse::Ok().finish();
                 let h = resp.headers_mut();
-                insert_common(h, cfg, allowed);
+                insert_common(h, cfg.allow_credentials, allowed);
                 h.insert(
                     header::ACCESS_CONTROL_ALLOW_METHODS,
                     HeaderValue::from_static(ALLOWED_METHODS),
@@ -98,23 +100,29 @@ pub(crate) async fn cors(
                 "this origin may not call the gateway (see [cors] allowed_origins)",
                 None,
             )),
-        };
-        return Ok(req.into_response(resp).map_into_right_body());
+        })
     }
-    let mut resp = next.call(req).await?;
-    if allowed.is_none() {
-        resp.headers_mut()
-            .append(header::VARY, HeaderValue::from_static("Origin"));
+
+    /// Adds the answer's CORS headers. A shared cache must keep answers apart by origin
+    /// whenever CORS is on, allowed or not.
+    pub(super) fn decorate(self, headers: &mut HeaderMap) {
+        match self {
+            Cors::On {
+                allowed: Some(allowed),
+                credentials,
+            } => {
+                insert_common(headers, credentials, allowed);
+                headers.insert(
+                    header::ACCESS_CONTROL_EXPOSE_HEADERS,
+                    HeaderValue::from_static(EXPOSED_HEADERS),
+                );
+            }
+            Cors::On { allowed: None, .. } => {
+                headers.append(header::VARY, HeaderValue::from_static("Origin"));
+            }
+            Cors::Off | Cors::Preflight(_) => {}
+        }
     }
-    if let Some(allowed) = allowed {
-        let h = resp.headers_mut();
-        insert_common(h, cfg, allowed);
-        h.insert(
-            header::ACCESS_CONTROL_EXPOSE_HEADERS,
-            HeaderValue::from_static(EXPOSED_HEADERS),
-        );
-    }
-    Ok(resp.map_into_left_body())
 }
 
 #[cfg(test)]

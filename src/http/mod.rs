@@ -20,23 +20,22 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use actix_web::http::header::{self, HeaderName};
-use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
+use actix_web::{web, HttpRequest, HttpResponse};
 
 use crate::agents::{Agent, Registry};
 use crate::auth::Principal;
 use crate::error::GatewayError;
-use crate::limits::{RateInfo, StreamGauge, StreamSlot};
+use crate::limits::{StreamGauge, StreamSlot};
 use crate::routing::{Router, Served};
 use crate::service::A2aService;
 use crate::telemetry::Metrics;
 
 pub(crate) use body::BodyLimits;
 pub(crate) use card_cache::CardCache;
-pub(crate) use cors::cors;
 pub(crate) use lifecycle::Lifecycle;
-pub(crate) use live::Live;
+pub(crate) use live::{Live, LiveRef};
 pub(crate) use normalize::TrimTrailingSlash;
-pub(crate) use observe::{observe, render_metrics};
+pub(crate) use observe::{edge, render_metrics};
 pub(crate) use rejections::tcp_with_json_rejections;
 
 /// Shared by every worker; built once. What a reload changes is in [`Live`], swapped whole.
@@ -106,16 +105,12 @@ impl AppState {
 /// Every route. The routes do not depend on the agents: an agent's endpoints look its name
 /// up in the registry in force, so the agent set can change without touching them.
 pub(crate) fn routes(cfg: &mut web::ServiceConfig, metrics_here: bool) {
-    if metrics_here {
-        cfg.service(web::resource("/metrics").route(web::get().to(observe::metrics)));
-    }
     cfg.service(
         web::resource("/a2a")
             .route(web::post().to(jsonrpc::default_agent))
             .default_service(web::to(method_not_allowed)),
     )
     .service(web::resource("/a2a/health").route(web::get().to(health::health)))
-    .service(web::resource("/a2a/ready").route(web::get().to(lifecycle::ready)))
     .service(web::resource("/a2a/agents").route(web::get().to(cards::list_agents)));
     // Every agent's JSON-RPC endpoint is this one route, placed before the patterns: a
     // static prefix and a byte scan for a single path segment, then a lookup of the name,
@@ -147,7 +142,12 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig, metrics_here: bool) {
             ])
             .route(web::get().to(cards::gateway_card)),
         )
-        .default_service(web::to(not_found));
+        // After the A2A routes, which every call would otherwise test these against first.
+        .service(web::resource("/a2a/ready").route(web::get().to(lifecycle::ready)));
+    if metrics_here {
+        cfg.service(web::resource("/metrics").route(web::get().to(observe::metrics)));
+    }
+    cfg.default_service(web::to(not_found));
 }
 
 const AGENTS_PREFIX: &str = "/a2a/agents";
@@ -196,28 +196,6 @@ pub(crate) fn served_headers(resp: &mut HttpResponse, served: &Served) {
     if let Some(Ok(v)) = served.route().map(header::HeaderValue::from_str) {
         headers.insert(header::HeaderName::from_static("a2a-gateway-route"), v);
     }
-}
-
-/// Middleware: writes the `X-RateLimit-*` headers a handler recorded for its request.
-pub(crate) async fn rate_limit_headers(
-    req: actix_web::dev::ServiceRequest,
-    next: actix_web::middleware::Next<impl actix_web::body::MessageBody + 'static>,
-) -> Result<actix_web::dev::ServiceResponse<impl actix_web::body::MessageBody>, actix_web::Error> {
-    let mut resp = next.call(req).await?;
-    let info = resp.request().extensions().get::<RateInfo>().copied();
-    if let Some(info) = info {
-        let headers = resp.headers_mut();
-        for (name, value) in [
-            ("x-ratelimit-limit", info.limit.to_string()),
-            ("x-ratelimit-remaining", info.remaining.to_string()),
-            ("x-ratelimit-reset", info.reset_secs.to_string()),
-        ] {
-            if let Ok(v) = header::HeaderValue::from_str(&value) {
-                headers.insert(header::HeaderName::from_static(name), v);
-            }
-        }
-    }
-    Ok(resp)
 }
 
 /// The caller's `A2A-Version`: the header, or `?A2A-Version=` for clients that cannot set

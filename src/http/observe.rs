@@ -6,13 +6,16 @@ use std::time::Instant;
 
 use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
-use actix_web::http::header::HeaderName;
+use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
 use actix_web::middleware::Next;
+use actix_web::HttpMessage;
 use actix_web::{web, HttpResponse};
 use tracing::Instrument;
 
+use super::cors::Cors;
 use super::{error_response, quoted, AppState};
 use crate::error::GatewayError;
+use crate::limits::RateInfo;
 use crate::telemetry::{self, TraceParent};
 
 use crate::telemetry::ACCESS;
@@ -37,16 +40,33 @@ fn trace_context(req: &ServiceRequest) -> Option<(TraceParent, Option<String>)> 
     Some((parent, state))
 }
 
-pub(crate) async fn observe(
+/// The one middleware in front of every route: drain refusals, CORS (preflights answered
+/// here), the trace context and the per-request note, then the rate-limit headers, CORS
+/// headers, the metrics and the access-log line on the way out. One layer rather than
+/// several: each `from_fn` layer boxes a future per request.
+pub(crate) async fn edge(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
     let start = Instant::now();
-    let state = req.app_data::<web::Data<AppState>>().cloned();
-    if state.as_ref().is_some_and(|s| s.lifecycle.draining()) && !is_probe(req.path()) {
+    let Some(state) = req.app_data::<web::Data<AppState>>() else {
+        return next
+            .call(req)
+            .await
+            .map(ServiceResponse::map_into_left_body);
+    };
+    if state.lifecycle.draining() && !is_probe(req.path()) {
         let resp: HttpResponse = error_response(&GatewayError::ShuttingDown);
         return Ok(req.into_response(resp).map_into_right_body());
     }
+    let (cors, rated) = {
+        let live = state.live.load();
+        (Cors::check(&live.config.cors, &req), live.rates.active())
+    };
+    let cors = match cors {
+        Cors::Preflight(resp) => return Ok(req.into_response(resp).map_into_right_body()),
+        other => other,
+    };
     let logged = tracing::enabled!(target: ACCESS, tracing::Level::INFO);
     let head = logged.then(|| (req.method().clone(), quoted(req.path())));
     let trace = trace_context(&req);
@@ -54,33 +74,47 @@ pub(crate) async fn observe(
         .as_ref()
         .filter(|_| logged)
         .map(|(t, _)| t.trace_id().to_string());
-    // The request's span (when logged at all): what is logged while it is handled says
-    // which call it belongs to.
-    let span = if logged {
-        tracing::info_span!(
+    // The request's span, when the access log is on: what is logged while the request is
+    // handled says which call it belongs to. (Without it, no span is entered per poll.)
+    let handled = telemetry::observed(trace, next.call(req));
+    let (span, (res, call)) = if logged {
+        let span = tracing::info_span!(
             "request",
             a2a.method = tracing::field::Empty,
             task_id = tracing::field::Empty,
             context_id = tracing::field::Empty,
-        )
+        );
+        (span.clone(), handled.instrument(span).await)
     } else {
-        tracing::Span::none()
+        (tracing::Span::none(), handled.await)
     };
-    let (res, call) = telemetry::observed(trace, next.call(req))
-        .instrument(span.clone())
-        .await;
     let _inside = span.enter();
     let seconds = start.elapsed().as_secs_f64();
-    let status = match &res {
-        Ok(r) => r.status().as_u16(),
-        Err(e) => e.as_response_error().status_code().as_u16(),
+    let mut res = match res {
+        Ok(res) => res,
+        Err(e) => {
+            if let Some((method, path)) = head {
+                let status = e.as_response_error().status_code().as_u16();
+                tracing::info!(target: ACCESS, %method, path, status, "request");
+            }
+            return Err(e);
+        }
     };
-    if let (Some(state), Some(method)) = (&state, call.method) {
-        let agent = call.agent.as_deref().unwrap_or("");
+    if rated {
+        let rate = res.request().extensions().get::<RateInfo>().copied();
+        if let Some(info) = rate {
+            rate_limit_headers(res.headers_mut(), info);
+        }
+    }
+    cors.decorate(res.headers_mut());
+    let status = res.status().as_u16();
+    if let (Some(state), Some(method)) =
+        (res.request().app_data::<web::Data<AppState>>(), call.method)
+    {
         let outcome = call.error.map_or("ok", |(_, reason)| reason);
         state.metrics.request(
+            call.agent.as_deref().unwrap_or(""),
             [
-                agent,
                 method,
                 call.dialect.unwrap_or(""),
                 call.binding.unwrap_or(""),
@@ -109,7 +143,20 @@ pub(crate) async fn observe(
             "request"
         );
     }
-    res.map(ServiceResponse::map_into_left_body)
+    Ok(res.map_into_left_body())
+}
+
+/// The `X-RateLimit-*` headers a handler recorded for its request (also on a refusal).
+fn rate_limit_headers(headers: &mut HeaderMap, info: RateInfo) {
+    for (name, value) in [
+        ("x-ratelimit-limit", info.limit.to_string()),
+        ("x-ratelimit-remaining", info.remaining.to_string()),
+        ("x-ratelimit-reset", info.reset_secs.to_string()),
+    ] {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            headers.insert(HeaderName::from_static(name), v);
+        }
+    }
 }
 
 /// `GET /metrics`: the Prometheus text exposition.

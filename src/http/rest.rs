@@ -12,7 +12,7 @@ use serde_json::value::RawValue;
 use super::body::{check_content_type, read_body};
 use super::caller::Caller;
 use super::sse::event_stream;
-use super::{error_response, served_headers, version_header, Addressed, AppState, Live};
+use super::{error_response, served_headers, version_header, Addressed, AppState, Live, LiveRef};
 use crate::agents::Agent;
 use crate::auth::Principal;
 use crate::error::GatewayError;
@@ -138,7 +138,7 @@ fn agent_for(
 /// A send, routed: who asks, the agent that answers, and the request (or what is wrong with
 /// it, which goes out as that agent's answer).
 struct RoutedSend {
-    live: Arc<Live>,
+    live: LiveRef,
     caller: Principal,
     agent: Arc<Agent>,
     served: Served,
@@ -268,7 +268,7 @@ fn caller_and_agent(
     state: &AppState,
     caller: Caller,
     target: Target<'_>,
-) -> Result<(Principal, Arc<Agent>, Served, Arc<Live>), GatewayError> {
+) -> Result<(Principal, Arc<Agent>, Served, LiveRef), GatewayError> {
     let live = caller.live;
     let caller = caller.principal?;
     check_version(req)?;

@@ -126,6 +126,11 @@ impl RateLimits {
         })
     }
 
+    /// Whether any limit is configured at all.
+    pub(crate) fn active(&self) -> bool {
+        !self.tiers.is_empty() || !self.agents.is_empty()
+    }
+
     /// The client's address: the peer, or for a trusted proxy the nearest address in
     /// `X-Forwarded-For` that is not itself a trusted proxy.
     pub(crate) fn client_ip(

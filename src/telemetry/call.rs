@@ -30,7 +30,9 @@ struct Scope {
 }
 
 tokio::task_local! {
-    static CURRENT: Scope;
+    // Boxed: a task-local is swapped in and out of its slot on every poll, and the note is
+    // a few hundred bytes.
+    static CURRENT: Box<Scope>;
 }
 
 /// Runs `f` (a request's handling) with an empty note and the caller's trace context
@@ -39,10 +41,10 @@ pub(crate) async fn observed<F: Future>(
     trace: Option<(TraceParent, Option<String>)>,
     f: F,
 ) -> (F::Output, Call) {
-    let scope = Scope {
+    let scope = Box::new(Scope {
         call: RefCell::default(),
         trace,
-    };
+    });
     CURRENT
         .scope(scope, async move {
             let out = f.await;
@@ -59,7 +61,10 @@ pub(crate) fn note(f: impl FnOnce(&mut Call)) {
 
 /// Notes the A2A method, and puts it on the request's span.
 pub(crate) fn note_method(method: &'static str, dialect: &'static str, binding: &'static str) {
-    tracing::Span::current().record("a2a.method", method);
+    // The span exists only when the access log is on.
+    if tracing::enabled!(target: super::ACCESS, tracing::Level::INFO) {
+        tracing::Span::current().record("a2a.method", method);
+    }
     note(|c| {
         c.method = Some(method);
         c.dialect = Some(dialect);

@@ -5,6 +5,9 @@
 //! Per-agent gauges (mailbox depth, processes, upstream health, stored tasks) are read
 //! from the agents when scraped, so the request path pays only for the counters it moves.
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
@@ -16,7 +19,33 @@ const LATENCY_BUCKETS: &[f64] = &[
     60.0,
 ];
 
+/// Each worker keeps the labelled series it used, keyed by where the label strings live:
+/// `with_label_values` hashes every label and takes a lock, which showed in the request
+/// profile (see docs/performance.md). Method, dialect, binding, outcome and state are
+/// `'static` strings; agent names are checked on a hit.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct CallKey {
+    metrics: usize,
+    agent: usize,
+    labels: [usize; 4],
+}
+
+/// Past this many series a worker starts its cache afresh (agents come and go by reload).
+const CALL_CACHE_LIMIT: usize = 4096;
+
+type Cache<V> = std::cell::RefCell<HashMap<CallKey, V, ahash::RandomState>>;
+
+thread_local! {
+    static CALLS: Cache<(Box<str>, IntCounter, Histogram)> = Cache::default();
+    static TRANSITIONS: Cache<(Box<str>, IntCounter)> = Cache::default();
+}
+
+/// Tells gateways in one process (the tests) apart in the caches.
+static INSTANCES: AtomicUsize = AtomicUsize::new(0);
+
 pub(crate) struct Metrics {
+    /// This instance's number, for the per-worker caches.
+    id: usize,
     enabled: bool,
     registry: Registry,
     requests: IntCounterVec,
@@ -92,6 +121,7 @@ impl Metrics {
             .expect("unique metric");
         let call = &["agent", "method", "dialect", "binding"];
         Metrics {
+            id: INSTANCES.fetch_add(1, Ordering::Relaxed),
             enabled,
             requests: counter(
                 &r,
@@ -196,15 +226,45 @@ impl Metrics {
     }
 
     /// One A2A call answered.
-    pub(crate) fn request(&self, call: [&str; 4], outcome: &str, seconds: f64) {
+    pub(crate) fn request(
+        &self,
+        agent: &str,
+        call: [&'static str; 3],
+        outcome: &'static str,
+        seconds: f64,
+    ) {
         if !self.enabled {
             return;
         }
-        let [agent, method, dialect, binding] = call;
-        self.requests
-            .with_label_values(&[agent, method, dialect, binding, outcome])
-            .inc();
-        self.duration.with_label_values(&call).observe(seconds);
+        let [method, dialect, binding] = call;
+        let key = CallKey {
+            metrics: self.id,
+            agent: agent.as_ptr() as usize,
+            labels: [method, dialect, binding, outcome].map(|l| l.as_ptr() as usize),
+        };
+        CALLS.with_borrow_mut(|calls| {
+            // A hit is checked against the name: the agent's string may have been freed
+            // and its address reused by another.
+            if let Some((name, count, time)) = calls.get(&key) {
+                if **name == *agent {
+                    count.inc();
+                    time.observe(seconds);
+                    return;
+                }
+            }
+            let count = self
+                .requests
+                .with_label_values(&[agent, method, dialect, binding, outcome]);
+            let time = self
+                .duration
+                .with_label_values(&[agent, method, dialect, binding]);
+            count.inc();
+            time.observe(seconds);
+            if calls.len() >= CALL_CACHE_LIMIT {
+                calls.clear();
+            }
+            calls.insert(key, (agent.into(), count, time));
+        });
     }
 
     /// The timer of a stream's first event, and the gauge of the stream being open. Both
@@ -219,12 +279,29 @@ impl Metrics {
         ))
     }
 
-    pub(crate) fn task_entered(&self, agent: &str, state: &str) {
-        if self.enabled {
-            self.task_transitions
-                .with_label_values(&[agent, state])
-                .inc();
+    pub(crate) fn task_entered(&self, agent: &str, state: &'static str) {
+        if !self.enabled {
+            return;
         }
+        let key = CallKey {
+            metrics: self.id,
+            agent: agent.as_ptr() as usize,
+            labels: [state.as_ptr() as usize, 0, 0, 0],
+        };
+        TRANSITIONS.with_borrow_mut(|seen| {
+            if let Some((name, count)) = seen.get(&key) {
+                if **name == *agent {
+                    count.inc();
+                    return;
+                }
+            }
+            let count = self.task_transitions.with_label_values(&[agent, state]);
+            count.inc();
+            if seen.len() >= CALL_CACHE_LIMIT {
+                seen.clear();
+            }
+            seen.insert(key, (agent.into(), count));
+        });
     }
 
     /// The counters of one upstream agent's calls, resolved once per agent.

@@ -214,6 +214,7 @@ async fn sighup_and_file_changes_reload_and_a_bad_file_keeps_the_running_configu
         .await
         .unwrap();
     assert!(r.get("result").is_some(), "{r}");
+    let named_task = D::V10.task_of(&r["result"])["id"].clone();
 
     // A broken file: refused whole, every error logged where it is, the old agents serve.
     std::fs::write(
@@ -271,6 +272,19 @@ async fn sighup_and_file_changes_reload_and_a_bad_file_keeps_the_running_configu
         r["error"]["code"], -32040,
         "a removed agent takes no work: {r}"
     );
+    // Its tasks stay readable on the shared endpoint.
+    let read: Value = gw
+        .client
+        .post(gw.url("/a2a"))
+        .header("A2A-Version", "1.0")
+        .body(rpc("GetTask", json!({"id": named_task})))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(read["result"]["id"], named_task, "{read}");
 
     // gateway.toml: credentials change at once.
     std::fs::write(
