@@ -163,7 +163,6 @@ impl Application {
             None => None,
         };
         let workers = ready.settings.gateway.server.workers;
-        let grace = ready.settings.gateway.server.shutdown_grace_secs;
         let source = ready.source.clone();
         let state = build_state(ready)?;
         start_upstreams(&state).await;
@@ -174,12 +173,21 @@ impl Application {
         let header_timeout = Duration::from_secs(limits.header_timeout_secs.max(1));
         let connections = state.connections.clone();
         let max_connections = connections.limit();
-        let metrics_here = state.metrics.enabled() && metrics_listener.is_none();
+        let metrics_on = state.metrics.enabled();
+        let metrics_here = metrics_on && metrics_listener.is_none();
+        if metrics_on {
+            // Work that reloads and background tasks do here is counted too.
+            tokio::spawn(crate::telemetry::flush_periodically());
+        }
         let state = web::Data::new(state);
         let shared = state.clone().into_inner();
         tokio::spawn(prune_rate_buckets(Arc::downgrade(&shared)));
         tokio::spawn(expire_interrupted_tasks(Arc::downgrade(&shared)));
+        // Each worker builds its app once, on its own thread: where its metrics flush runs.
         let app = move || {
+            if metrics_on {
+                actix_web::rt::spawn(crate::telemetry::flush_periodically());
+            }
             App::new()
                 .app_data(state.clone())
                 .configure(|cfg| routes(cfg, metrics_here))
@@ -196,7 +204,8 @@ impl Application {
         // Signals are the gateway's own (see `run`): SIGTERM drains before stopping.
         let mut server = actix_server::Server::build()
             .disable_signals()
-            .shutdown_timeout(grace.saturating_sub(2).max(1))
+            // The drain (see `stop_on_signal`) has waited for calls already.
+            .shutdown_timeout(1)
             .max_concurrent_connections(max_connections.saturating_add(1024));
         if workers > 0 {
             server = server.workers(workers);
@@ -277,7 +286,6 @@ impl Application {
             source,
             ..
         } = self;
-        let grace = Duration::from_secs(state.live().config.server.shutdown_grace_secs);
         if let Some(source) = source {
             let watch = state.live().config.server.watch_config;
             tokio::spawn(crate::reload::run(state.clone(), source, watch));
@@ -288,7 +296,6 @@ impl Application {
         let stopping = tokio::spawn(stop_on_signal(state.clone(), handle));
         let served = server.await;
         stopping.abort();
-        stop_work(&state, grace).await;
         served
     }
 }
@@ -338,17 +345,31 @@ async fn stop_on_signal(state: Arc<AppState>, handle: ServerHandle) {
         "draining: refusing new calls, ending streams, finishing calls in flight"
     );
     state.lifecycle.drain();
-    let graceful = handle.stop(true);
+    let grace = Duration::from_secs(state.live().config.server.shutdown_grace_secs);
+    let orderly = async {
+        // No new connections; those open finish their calls (new ones are refused with
+        // `Connection: close`) until three seconds before the grace period ends.
+        handle.pause().await;
+        let calls_until =
+            tokio::time::Instant::now() + grace.saturating_sub(Duration::from_secs(3));
+        while state.connections.open() > 0 && tokio::time::Instant::now() < calls_until {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // Then the work still running, while its workers still run it: command processes
+        // get SIGTERM and their kill grace, not the SIGKILL of a dropped runtime.
+        stop_work(&state, Duration::from_secs(2)).await;
+        handle.stop(true).await;
+    };
     tokio::select! {
-        _ = graceful => {}
+        _ = orderly => {}
         _ = term.recv() => { handle.stop(false).await; }
         _ = int.recv() => { handle.stop(false).await; }
     }
 }
 
-/// After the server stopped: stops the work still running (command processes get SIGTERM,
-/// then SIGKILL after their grace period) and waits briefly for it to end.
-async fn stop_work(state: &AppState, grace: Duration) {
+/// Stops the work still running (command processes get SIGTERM, then SIGKILL after their
+/// kill grace) and waits up to `wait` for it to end.
+async fn stop_work(state: &AppState, wait: Duration) {
     let agents = state.all_agents();
     let processes = || -> usize {
         agents
@@ -361,7 +382,7 @@ async fn stop_work(state: &AppState, grace: Duration) {
         agent.stop_work();
     }
     // Processes need their kill grace (SIGTERM, then SIGKILL) to be gone.
-    let deadline = tokio::time::Instant::now() + grace.min(Duration::from_secs(2));
+    let deadline = tokio::time::Instant::now() + wait;
     while tokio::time::Instant::now() < deadline {
         let left = processes();
         if left == 0 {

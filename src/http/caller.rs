@@ -27,7 +27,7 @@ impl FromRequest for Caller {
                 "the application state is missing",
             )));
         };
-        let live = state.live.load();
+        let live = super::live::current(&state.live);
         let principal = live.authenticate(req);
         if let Ok(p) = &principal {
             if !p.anonymous {

@@ -9,5 +9,7 @@ mod metrics;
 mod trace;
 
 pub(crate) use call::{note, note_method, note_task, noted, observed, outgoing_trace};
-pub(crate) use metrics::{AgentGauges, Metrics, UpstreamCalls, UpstreamOutcome};
+pub(crate) use metrics::{
+    flush_periodically, AgentGauges, Metrics, UpstreamCalls, UpstreamOutcome,
+};
 pub(crate) use trace::TraceParent;
