@@ -16,6 +16,8 @@ use super::cors::Cors;
 use super::{error_response, quoted, AppState};
 use crate::error::GatewayError;
 use crate::limits::RateInfo;
+use crate::protocol::jsonrpc::{render_error, RpcId};
+use crate::protocol::Dialect;
 use crate::telemetry::{self, TraceParent};
 
 use crate::telemetry::ACCESS;
@@ -55,10 +57,7 @@ pub(crate) async fn edge(
             .await
             .map(ServiceResponse::map_into_left_body);
     };
-    if state.lifecycle.draining() && !is_probe(req.path()) {
-        let resp: HttpResponse = error_response(&GatewayError::ShuttingDown);
-        return Ok(req.into_response(resp).map_into_right_body());
-    }
+    let draining = state.lifecycle.draining();
     let (cors, rated) = {
         let live = state.live.load();
         (Cors::check(&live.config.cors, &req), live.rates.active())
@@ -67,6 +66,11 @@ pub(crate) async fn edge(
         Cors::Preflight(resp) => return Ok(req.into_response(resp).map_into_right_body()),
         other => other,
     };
+    if draining && !is_probe(req.path()) {
+        let mut resp = drain_refusal(&req);
+        cors.decorate(resp.headers_mut());
+        return Ok(req.into_response(resp).map_into_right_body());
+    }
     let logged = tracing::enabled!(target: ACCESS, tracing::Level::INFO);
     let head = logged.then(|| (req.method().clone(), quoted(req.path())));
     let trace = trace_context(&req);
@@ -144,6 +148,28 @@ pub(crate) async fn edge(
         );
     }
     Ok(res.map_into_left_body())
+}
+
+/// The answer to a new request while draining, in its binding's shape: a JSON-RPC error
+/// for a POST to a JSON-RPC endpoint (in the dialect its header names), else a
+/// `google.rpc.Status`. Either way 503, `Retry-After` and `Connection: close`.
+fn drain_refusal(req: &ServiceRequest) -> HttpResponse {
+    let error = GatewayError::ShuttingDown;
+    let path = req.path();
+    let jsonrpc = req.method() == actix_web::http::Method::POST
+        && (path == "/a2a" || super::agent_segment(path).is_some());
+    if !jsonrpc {
+        return error_response(&error);
+    }
+    let dialect = super::version_header(req.request())
+        .and_then(|v| Dialect::from_version_header(Some(&v)).ok().flatten())
+        .unwrap_or(Dialect::V03);
+    let mut resp = HttpResponse::ServiceUnavailable();
+    resp.content_type("application/json").force_close();
+    if let Some(secs) = error.retry_after() {
+        resp.insert_header((actix_web::http::header::RETRY_AFTER, secs.to_string()));
+    }
+    resp.body(render_error(&RpcId::NULL, dialect, &error))
 }
 
 /// The `X-RateLimit-*` headers a handler recorded for its request (also on a refusal).

@@ -540,7 +540,13 @@ async fn sigterm_drains_streams_finishes_calls_and_exits_zero() {
         head.to_ascii_lowercase().contains("connection: close"),
         "{head}"
     );
+    let refusal: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(refusal["error"]["code"], -32055, "a JSON-RPC error: {body}");
     assert!(body.contains("SHUTTING_DOWN"), "{body}");
+    assert!(
+        head.to_ascii_lowercase().contains("retry-after: 1"),
+        "{head}"
+    );
 
     // The call in flight finishes; the process exits 0 within the grace period.
     let answer = blocking.await.unwrap();
