@@ -27,21 +27,19 @@ pub struct Application {
 }
 
 /// Wires the agents, the task store and the service from the ready parts.
-pub(crate) fn build_state(mut ready: Ready) -> std::io::Result<AppState> {
+pub(crate) fn build_state(ready: Ready) -> std::io::Result<AppState> {
     let gateway = &ready.settings.gateway;
     let limits = &gateway.limits;
     let metrics = Arc::new(Metrics::new(gateway.metrics.enabled));
-    let defs = std::mem::take(&mut ready.settings.agents);
-    let hash = crate::reload::fingerprint(gateway, &defs);
+    let hash = crate::reload::fingerprint(gateway, &ready.settings.agents);
     let (registry, _) = crate::reload::registry(
-        defs.clone(),
+        &ready.settings.agents,
         gateway,
         None,
         &crate::agents::CardChanges::default(),
         &metrics,
     )
     .map_err(std::io::Error::other)?;
-    ready.settings.agents = defs;
     let store = Arc::new(MemoryTaskStore::new(limits.max_tasks));
     let tasks = Arc::new(Tasks::new(
         store,
@@ -56,7 +54,7 @@ pub(crate) fn build_state(mut ready: Ready) -> std::io::Result<AppState> {
     let bodies = crate::http::BodyLimits::new(limits);
     let connections = connection_limits(limits);
     metrics.config_loaded(&hash);
-    let live = crate::reload::live(ready, Arc::new(registry), metrics.clone());
+    let live = crate::reload::live(ready, Arc::new(registry), metrics.clone(), hash);
     Ok(AppState {
         service: A2aService::new(tasks, router.contexts().clone()),
         router,

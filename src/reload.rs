@@ -22,7 +22,7 @@ use crate::telemetry::Metrics;
 /// The agents of `defs`, reusing from `previous` every agent whose definition and limits
 /// are unchanged. Also returns what changed.
 pub(crate) fn registry(
-    defs: Vec<AgentDef>,
+    defs: &[AgentDef],
     gateway: &GatewayConfig,
     previous: Option<&Registry>,
     card_changes: &CardChanges,
@@ -37,7 +37,7 @@ pub(crate) fn registry(
             max_concurrency: def.max_concurrency.unwrap_or(limits.agent_max_concurrency),
         };
         let before = previous.and_then(|r| r.get(&def.name));
-        if let Some(agent) = before.filter(|a| a.def == def && a.actor.limits() == actor_limits) {
+        if let Some(agent) = before.filter(|a| a.def == *def && a.actor.limits() == actor_limits) {
             agents.push(agent.clone());
             continue;
         }
@@ -54,7 +54,7 @@ pub(crate) fn registry(
             changes.added.push(name.clone());
         }
         let agent = Arc::new(
-            Agent::new(def, actor_limits, card_changes, metrics)
+            Agent::new(def.clone(), actor_limits, card_changes, metrics)
                 .map_err(|e| format!("agent {name}: {e}"))?,
         );
         if let Some(remote) = agent.remote() {
@@ -62,10 +62,12 @@ pub(crate) fn registry(
         }
         agents.push(agent);
     }
+    let kept: std::collections::HashSet<&str, ahash::RandomState> =
+        defs.iter().map(|d| d.name.as_str()).collect();
     let mut retired: HashMap<Arc<str>, Arc<Agent>, ahash::RandomState> = HashMap::default();
     if let Some(previous) = previous {
         for agent in previous.iter() {
-            if !agents.iter().any(|a| a.name == agent.name) {
+            if !kept.contains(&*agent.name) {
                 changes.removed.push(agent.def.name.clone());
                 // Upstream agents keep their tasks upstream: nothing here to read.
                 if agent.remote().is_none() {
@@ -75,7 +77,7 @@ pub(crate) fn registry(
         }
         // Agents removed earlier stay readable, unless one of the same name is back.
         for agent in previous.retired() {
-            if !agents.iter().any(|a| a.name == agent.name) {
+            if !kept.contains(&*agent.name) {
                 retired
                     .entry(agent.name.clone())
                     .or_insert_with(|| agent.clone());
@@ -110,8 +112,13 @@ pub(crate) fn fingerprint(gateway: &GatewayConfig, agents: &[AgentDef]) -> Strin
     digest.iter().take(6).map(|b| format!("{b:02x}")).collect()
 }
 
-/// The live parts of `ready` over `registry`.
-pub(crate) fn live(ready: Ready, registry: Arc<Registry>, metrics: Arc<Metrics>) -> Live {
+/// The live parts of `ready` over `registry`; `fingerprint` is the configuration's.
+pub(crate) fn live(
+    ready: Ready,
+    registry: Arc<Registry>,
+    metrics: Arc<Metrics>,
+    fingerprint: String,
+) -> Live {
     let Ready {
         settings,
         auth,
@@ -119,7 +126,6 @@ pub(crate) fn live(ready: Ready, registry: Arc<Registry>, metrics: Arc<Metrics>)
         rules,
         ..
     } = ready;
-    let fingerprint = fingerprint(&settings.gateway, &settings.agents);
     Live::new(
         settings.gateway,
         auth,
@@ -176,9 +182,8 @@ pub(crate) async fn apply(state: &AppState, mut ready: Ready, why: &str, force: 
     }
     warn_about_restart_only(&old.config, &ready.settings.gateway);
     let card_changes = old.registry.card_changes().clone();
-    let defs = ready.settings.agents.clone();
     let built = registry(
-        defs,
+        &ready.settings.agents,
         &ready.settings.gateway,
         Some(&old.registry),
         &card_changes,
@@ -206,7 +211,7 @@ pub(crate) async fn apply(state: &AppState, mut ready: Ready, why: &str, force: 
         futures_util::future::join_all(jwks.iter().map(|s| s.fetch(&client))),
     )
     .await;
-    let live = live(ready, registry.clone(), state.metrics.clone());
+    let live = live(ready, registry.clone(), state.metrics.clone(), hash.clone());
     state.live.store(Arc::new(live));
     state.metrics.reload(true);
     state.metrics.config_loaded(&hash);
