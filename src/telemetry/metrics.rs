@@ -43,19 +43,62 @@ pub(crate) const FLUSH_EVERY: std::time::Duration = std::time::Duration::from_se
 type Cache<V> = std::cell::RefCell<HashMap<CallKey, V, ahash::RandomState>>;
 
 thread_local! {
-    static CALLS: Cache<(Box<str>, LocalIntCounter, LocalHistogram)> = Cache::default();
+    static CALLS: Cache<(Box<str>, (LocalIntCounter, LocalHistogram))> = Cache::default();
     static TRANSITIONS: Cache<(Box<str>, LocalIntCounter)> = Cache::default();
+}
+
+/// A worker's local series: what it adds to the shared ones when flushed.
+trait Flush {
+    fn flush(&self);
+}
+
+impl Flush for LocalIntCounter {
+    fn flush(&self) {
+        LocalIntCounter::flush(self);
+    }
+}
+
+impl Flush for (LocalIntCounter, LocalHistogram) {
+    fn flush(&self) {
+        self.0.flush();
+        self.1.flush();
+    }
+}
+
+fn flush_all<V: Flush>(cache: &Cache<(Box<str>, V)>) {
+    cache.borrow().values().for_each(|(_, v)| v.flush());
 }
 
 /// Adds this thread's counts to the shared series.
 pub(crate) fn flush_local() {
-    CALLS.with_borrow(|calls| {
-        for (_, count, time) in calls.values() {
-            count.flush();
-            time.flush();
+    CALLS.with(flush_all);
+    TRANSITIONS.with(flush_all);
+}
+
+/// Records into this worker's series for `key`: the one kept (a hit is checked against
+/// the agent's name, whose string may have been freed and its address reused), else one
+/// `make` resolves from the shared families, kept from then on.
+fn record<V: Flush>(
+    cache: &'static std::thread::LocalKey<Cache<(Box<str>, V)>>,
+    key: CallKey,
+    agent: &str,
+    make: impl FnOnce() -> V,
+    record: impl FnOnce(&V),
+) {
+    cache.with_borrow_mut(|series| {
+        if let Some((name, v)) = series.get(&key) {
+            if **name == *agent {
+                return record(v);
+            }
         }
+        let v = make();
+        record(&v);
+        if series.len() >= CALL_CACHE_LIMIT {
+            series.values().for_each(|(_, v)| v.flush());
+            series.clear();
+        }
+        series.insert(key, (agent.into(), v));
     });
-    TRANSITIONS.with_borrow(|seen| seen.values().for_each(|(_, count)| count.flush()));
 }
 
 /// Flushes this thread's counts every [`FLUSH_EVERY`]; runs on each worker (spawned
@@ -271,35 +314,24 @@ impl Metrics {
             agent: agent.as_ptr() as usize,
             labels: [method, dialect, binding, outcome].map(|l| l.as_ptr() as usize),
         };
-        CALLS.with_borrow_mut(|calls| {
-            // A hit is checked against the name: the agent's string may have been freed
-            // and its address reused by another.
-            if let Some((name, count, time)) = calls.get(&key) {
-                if **name == *agent {
-                    count.inc();
-                    time.observe(seconds);
-                    return;
-                }
-            }
-            let count = self
-                .requests
-                .with_label_values(&[agent, method, dialect, binding, outcome])
-                .local();
-            let time = self
-                .duration
-                .with_label_values(&[agent, method, dialect, binding])
-                .local();
-            count.inc();
-            time.observe(seconds);
-            if calls.len() >= CALL_CACHE_LIMIT {
-                calls.values().for_each(|(_, c, t)| {
-                    c.flush();
-                    t.flush();
-                });
-                calls.clear();
-            }
-            calls.insert(key, (agent.into(), count, time));
-        });
+        record(
+            &CALLS,
+            key,
+            agent,
+            || {
+                let count = self
+                    .requests
+                    .with_label_values(&[agent, method, dialect, binding, outcome]);
+                let time = self
+                    .duration
+                    .with_label_values(&[agent, method, dialect, binding]);
+                (count.local(), time.local())
+            },
+            |(count, time)| {
+                count.inc();
+                time.observe(seconds);
+            },
+        );
     }
 
     /// The timer of a stream's first event, and the gauge of the stream being open. Both
@@ -323,24 +355,17 @@ impl Metrics {
             agent: agent.as_ptr() as usize,
             labels: [state.as_ptr() as usize, 0, 0, 0],
         };
-        TRANSITIONS.with_borrow_mut(|seen| {
-            if let Some((name, count)) = seen.get(&key) {
-                if **name == *agent {
-                    count.inc();
-                    return;
-                }
-            }
-            let count = self
-                .task_transitions
-                .with_label_values(&[agent, state])
-                .local();
-            count.inc();
-            if seen.len() >= CALL_CACHE_LIMIT {
-                seen.values().for_each(|(_, c)| c.flush());
-                seen.clear();
-            }
-            seen.insert(key, (agent.into(), count));
-        });
+        record(
+            &TRANSITIONS,
+            key,
+            agent,
+            || {
+                self.task_transitions
+                    .with_label_values(&[agent, state])
+                    .local()
+            },
+            LocalIntCounter::inc,
+        );
     }
 
     /// The counters of one upstream agent's calls, resolved once per agent.
