@@ -195,6 +195,16 @@ pub(super) async fn unknown_endpoint(
     respond(&req, &state, RpcReply::error(&id, dialect, &error))
 }
 
+/// A call refused before it is read (the gateway is draining), as a JSON-RPC error in
+/// the dialect its header names.
+pub(super) fn refusal(req: &HttpRequest, state: &AppState, error: &GatewayError) -> HttpResponse {
+    let dialect = Dialect::from_version_header(version_header(req).as_deref())
+        .ok()
+        .flatten()
+        .unwrap_or(Dialect::V03);
+    respond(req, state, RpcReply::error(&RpcId::NULL, dialect, error))
+}
+
 fn respond(req: &HttpRequest, state: &AppState, reply: RpcReply) -> HttpResponse {
     respond_with(req, state, reply, None)
 }
@@ -213,6 +223,7 @@ fn respond_with(
                 body,
                 retry_after,
                 challenge,
+                closes,
             },
             _,
         ) => {
@@ -220,8 +231,7 @@ fn respond_with(
                 .unwrap_or(actix_web::http::StatusCode::OK);
             let mut resp = HttpResponse::build(code);
             resp.content_type("application/json");
-            // A body that never came in full (408): the connection cannot be read on.
-            if code == actix_web::http::StatusCode::REQUEST_TIMEOUT {
+            if closes {
                 resp.force_close();
             }
             if let Some(secs) = retry_after {

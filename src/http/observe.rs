@@ -16,8 +16,6 @@ use super::cors::Cors;
 use super::{error_response, quoted, AppState};
 use crate::error::GatewayError;
 use crate::limits::RateInfo;
-use crate::protocol::jsonrpc::{render_error, RpcId};
-use crate::protocol::Dialect;
 use crate::telemetry::{self, TraceParent};
 
 use crate::telemetry::ACCESS;
@@ -67,7 +65,7 @@ pub(crate) async fn edge(
         other => other,
     };
     if draining && !is_probe(req.path()) {
-        let mut resp = drain_refusal(&req);
+        let mut resp = drain_refusal(&req, state);
         cors.decorate(resp.headers_mut());
         return Ok(req.into_response(resp).map_into_right_body());
     }
@@ -151,25 +149,17 @@ pub(crate) async fn edge(
 }
 
 /// The answer to a new request while draining, in its binding's shape: a JSON-RPC error
-/// for a POST to a JSON-RPC endpoint (in the dialect its header names), else a
-/// `google.rpc.Status`. Either way 503, `Retry-After` and `Connection: close`.
-fn drain_refusal(req: &ServiceRequest) -> HttpResponse {
-    let error = GatewayError::ShuttingDown;
+/// for a POST to a JSON-RPC endpoint, else a `google.rpc.Status`. Either way 503,
+/// `Retry-After` and `Connection: close`.
+fn drain_refusal(req: &ServiceRequest, state: &AppState) -> HttpResponse {
     let path = req.path();
     let jsonrpc = req.method() == actix_web::http::Method::POST
         && (path == "/a2a" || super::agent_segment(path).is_some());
-    if !jsonrpc {
-        return error_response(&error);
+    if jsonrpc {
+        super::jsonrpc::refusal(req.request(), state, &GatewayError::ShuttingDown)
+    } else {
+        error_response(&GatewayError::ShuttingDown)
     }
-    let dialect = super::version_header(req.request())
-        .and_then(|v| Dialect::from_version_header(Some(&v)).ok().flatten())
-        .unwrap_or(Dialect::V03);
-    let mut resp = HttpResponse::ServiceUnavailable();
-    resp.content_type("application/json").force_close();
-    if let Some(secs) = error.retry_after() {
-        resp.insert_header((actix_web::http::header::RETRY_AFTER, secs.to_string()));
-    }
-    resp.body(render_error(&RpcId::NULL, dialect, &error))
 }
 
 /// The `X-RateLimit-*` headers a handler recorded for its request (also on a refusal).

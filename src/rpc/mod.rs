@@ -28,6 +28,8 @@ pub(crate) enum RpcReply {
         retry_after: Option<u64>,
         /// `WWW-Authenticate`, for a 401.
         challenge: Option<String>,
+        /// The connection cannot be used again (a body that never came in full; a drain).
+        closes: bool,
     },
     /// An SSE stream; each item is rendered with [`render_stream_item`].
     Stream {
@@ -52,6 +54,7 @@ impl RpcReply {
             body: render_error(id, dialect, error),
             retry_after: error.retry_after(),
             challenge: error.challenge().map(str::to_string),
+            closes: error.closes_connection(),
         }
     }
 }
@@ -213,6 +216,7 @@ pub(crate) fn json(body: Vec<u8>) -> RpcReply {
         body,
         retry_after: None,
         challenge: None,
+        closes: false,
     }
 }
 
