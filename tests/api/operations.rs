@@ -109,6 +109,20 @@ impl Running {
         }
     }
 
+    /// A 1.0 JSON-RPC call; its answer.
+    async fn call(&self, path: &str, method: &str, params: Value) -> Value {
+        self.client
+            .post(self.url(path))
+            .header("A2A-Version", "1.0")
+            .body(rpc(method, params))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
     async fn agent_names(&self) -> Vec<String> {
         let list: Value = self
             .client
@@ -203,16 +217,8 @@ async fn sighup_and_file_changes_reload_and_a_bad_file_keeps_the_running_configu
         .await;
     assert_eq!(reloaded["level"], "INFO");
     let r: Value = gw
-        .client
-        .post(gw.url("/a2a/agents/named"))
-        .header("A2A-Version", "1.0")
-        .body(rpc("SendMessage", message("hi")))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .call("/a2a/agents/named", "SendMessage", message("hi"))
+        .await;
     assert!(r.get("result").is_some(), "{r}");
     let named_task = D::V10.task_of(&r["result"])["id"].clone();
 
@@ -258,32 +264,14 @@ async fn sighup_and_file_changes_reload_and_a_bad_file_keeps_the_running_configu
     std::fs::remove_file(gw.agents.join("named.toml")).unwrap();
     gw.wait_for_agents(&["echo"]).await;
     let r: Value = gw
-        .client
-        .post(gw.url("/a2a/agents/named"))
-        .header("A2A-Version", "1.0")
-        .body(rpc("SendMessage", message("hi")))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .call("/a2a/agents/named", "SendMessage", message("hi"))
+        .await;
     assert_eq!(
         r["error"]["code"], -32040,
         "a removed agent takes no work: {r}"
     );
     // Its tasks stay readable on the shared endpoint.
-    let read: Value = gw
-        .client
-        .post(gw.url("/a2a"))
-        .header("A2A-Version", "1.0")
-        .body(rpc("GetTask", json!({"id": named_task})))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let read: Value = gw.call("/a2a", "GetTask", json!({"id": named_task})).await;
     assert_eq!(read["result"]["id"], named_task, "{read}");
 
     // gateway.toml: credentials change at once.
@@ -989,22 +977,9 @@ if sys.stdin.readline():
 async fn a_card_only_change_keeps_a_conversation_waiting_for_input() {
     let agent = "name = \"two\"\ndescription = \"asks once\"\n[backend]\nkind = \"command\"\ncommand = [\"python3\", \"two.py\"]\nio = \"jsonl\"\n";
     let gw = Running::start(&[("two.toml", agent), ("two.py", TWO_STEP)], "", "info");
-    let send = |params: Value| {
-        let gw = &gw;
-        async move {
-            gw.client
-                .post(gw.url("/a2a/agents/two"))
-                .header("A2A-Version", "1.0")
-                .body(rpc("SendMessage", params))
-                .send()
-                .await
-                .unwrap()
-                .json::<Value>()
-                .await
-                .unwrap()
-        }
-    };
-    let first = send(message("start")).await;
+    let first = gw
+        .call("/a2a/agents/two", "SendMessage", message("start"))
+        .await;
     let task = D::V10.task_of(&first["result"]);
     assert_eq!(
         task["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
@@ -1038,7 +1013,9 @@ async fn a_card_only_change_keeps_a_conversation_waiting_for_input() {
     let mut answer = D::V10.message("this");
     answer["taskId"] = task["id"].clone();
     answer["contextId"] = task["contextId"].clone();
-    let done = send(json!({"message": answer})).await;
+    let done = gw
+        .call("/a2a/agents/two", "SendMessage", json!({"message": answer}))
+        .await;
     let task = D::V10.task_of(&done["result"]);
     assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{done}");
     assert!(
