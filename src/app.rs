@@ -236,7 +236,7 @@ impl Application {
                 let shared = shared.clone();
                 actix_http::HttpService::build()
                     .finish(move |req: actix_http::Request| {
-                        let resp = if req.path() == "/metrics" {
+                        let resp = if req.path() == crate::http::METRICS_PATH {
                             crate::http::render_metrics(&shared)
                         } else {
                             actix_web::HttpResponse::NotFound().finish()

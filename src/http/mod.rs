@@ -110,7 +110,7 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig, metrics_here: bool) {
             .route(web::post().to(jsonrpc::default_agent))
             .default_service(web::to(method_not_allowed)),
     )
-    .service(web::resource("/a2a/health").route(web::get().to(health::health)))
+    .service(web::resource(HEALTH_PATH).route(web::get().to(health::health)))
     .service(web::resource("/a2a/agents").route(web::get().to(cards::list_agents)));
     // Every agent's JSON-RPC endpoint is this one route, placed before the patterns: a
     // static prefix and a byte scan for a single path segment, then a lookup of the name,
@@ -143,14 +143,19 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig, metrics_here: bool) {
             .route(web::get().to(cards::gateway_card)),
         )
         // After the A2A routes, which every call would otherwise test these against first.
-        .service(web::resource("/a2a/ready").route(web::get().to(lifecycle::ready)));
+        .service(web::resource(READY_PATH).route(web::get().to(lifecycle::ready)));
     if metrics_here {
-        cfg.service(web::resource("/metrics").route(web::get().to(observe::metrics)));
+        cfg.service(web::resource(METRICS_PATH).route(web::get().to(observe::metrics)));
     }
     cfg.default_service(web::to(not_found));
 }
 
 const AGENTS_PREFIX: &str = "/a2a/agents";
+
+/// The operators' endpoints: liveness, readiness, metrics. They answer while draining.
+pub(crate) const HEALTH_PATH: &str = "/a2a/health";
+pub(crate) const READY_PATH: &str = "/a2a/ready";
+pub(crate) const METRICS_PATH: &str = "/metrics";
 
 /// The agent name a path under `/a2a/agents/` starts with.
 pub(crate) fn agent_in_path(path: &str) -> Option<&str> {

@@ -25,7 +25,7 @@ static TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 
 /// The probes answer while draining: liveness stays up, readiness says why it is not.
 fn is_probe(path: &str) -> bool {
-    matches!(path, "/a2a/health" | "/a2a/ready" | "/metrics")
+    [super::HEALTH_PATH, super::READY_PATH, super::METRICS_PATH].contains(&path)
 }
 
 /// The caller's W3C trace context; `tracestate` rides along when short and printable.
