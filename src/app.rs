@@ -15,6 +15,7 @@ use crate::limits::connections::{ConnectionLimits, Gate};
 use crate::limits::StreamGauge;
 use crate::service::A2aService;
 use crate::setup::Ready;
+use crate::store::Table;
 use crate::tasks::{MemoryTaskStore, Tasks};
 use crate::telemetry::Metrics;
 
@@ -40,13 +41,37 @@ pub(crate) fn build_state(ready: Ready) -> std::io::Result<AppState> {
         &metrics,
     )
     .map_err(std::io::Error::other)?;
-    let store = Arc::new(MemoryTaskStore::new(limits.max_tasks));
+    let memory = Arc::new(MemoryTaskStore::new(limits.max_tasks));
     let tasks = Arc::new(Tasks::new(
-        store,
+        memory.clone(),
         limits.max_unfinished_tasks_per_caller,
         metrics.clone(),
     ));
-    let router = crate::routing::Router::new(tasks.clone());
+    let base = ready
+        .settings
+        .gateway_file
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."))
+        .to_path_buf();
+    let (store, mut loaded) =
+        crate::store::open(&gateway.store, &base, memory.clone()).map_err(std::io::Error::other)?;
+    if let Some(journal) = &store.journal {
+        memory.write_behind(journal.clone());
+    }
+    let rows = std::mem::take(&mut loaded.tasks);
+    let restored = rows.len();
+    let failed = tasks
+        .restore(rows)
+        .map_err(|e| std::io::Error::other(format!("store: {e}")))?;
+    if store.journal.is_some() {
+        tracing::info!(store = %store.described, tasks = restored, failed_for_lost_work = failed, "store opened");
+    }
+    let journal = store.journal.as_ref();
+    let contexts = crate::routing::ContextIndex::new(loaded.kept(Table::Contexts, journal));
+    let owners = loaded.kept(Table::UpstreamOwners, journal);
+    let legacy_names = loaded.kept(Table::LegacyNames, journal);
+    let router = crate::routing::Router::new(tasks.clone(), contexts);
     let stream_limit = limits
         .max_open_streams
         .unwrap_or_else(crate::limits::default_stream_limit);
@@ -56,7 +81,8 @@ pub(crate) fn build_state(ready: Ready) -> std::io::Result<AppState> {
     metrics.config_loaded(&hash);
     let live = crate::reload::live(ready, Arc::new(registry), metrics.clone(), hash);
     Ok(AppState {
-        service: A2aService::new(tasks, router.contexts().clone()),
+        service: A2aService::new(tasks, router.contexts().clone(), owners, legacy_names),
+        store,
         router,
         live: arc_swap::ArcSwap::from_pointee(live),
         streams,
@@ -129,6 +155,23 @@ async fn expire_interrupted_tasks(state: std::sync::Weak<AppState>) {
     }
 }
 
+/// Deletes finished tasks past the store's retention, every minute; stops with the gateway.
+async fn prune_old_tasks(state: std::sync::Weak<AppState>) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        let Some(state) = state.upgrade() else {
+            return;
+        };
+        let Some(retention) = state.store.retention else {
+            return;
+        };
+        let n = state.service.tasks().prune(retention);
+        if n > 0 {
+            tracing::info!(tasks = n, "deleted finished tasks past the store's retention");
+        }
+    }
+}
+
 impl Application {
     /// Builds the parts of `settings` (see [`crate::setup`]) and serves them.
     pub async fn build(settings: Settings) -> std::io::Result<Application> {
@@ -181,6 +224,7 @@ impl Application {
         let shared = state.clone().into_inner();
         tokio::spawn(prune_rate_buckets(Arc::downgrade(&shared)));
         tokio::spawn(expire_interrupted_tasks(Arc::downgrade(&shared)));
+        tokio::spawn(prune_old_tasks(Arc::downgrade(&shared)));
         // Each worker builds its app once, on its own thread: where its metrics flush runs.
         let app = move || {
             if metrics_on {
@@ -272,7 +316,14 @@ impl Application {
 
     /// Serves until stopped through [`Application::handle`] (the tests' way).
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
-        self.server.await
+        let served = self.server.await;
+        self.state.store.close();
+        served
+    }
+
+    /// The task store in use, for the banner.
+    pub fn store(&self) -> &str {
+        &self.state.store.described
     }
 
     /// Serves until SIGTERM or SIGINT, then drains (see [`drain`]); reloads on SIGHUP and,
@@ -294,6 +345,7 @@ impl Application {
         let stopping = tokio::spawn(stop_on_signal(state.clone(), handle));
         let served = server.await;
         stopping.abort();
+        state.store.close();
         served
     }
 }

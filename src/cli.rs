@@ -204,7 +204,7 @@ fn serve(args: ServeArgs) -> ExitCode {
             }
         };
         let base = public_url.unwrap_or_else(|| format!("http://{host}:{}", app.port()));
-        print_banner(&base, &agents, default_agent.as_deref(), app.metrics_port());
+        print_banner(&base, &agents, default_agent.as_deref(), app.metrics_port(), app.store());
         app.run().await
     });
     match result {
@@ -218,6 +218,7 @@ fn print_banner(
     agents: &[String],
     default_agent: Option<&str>,
     metrics_port: Option<u16>,
+    store: &str,
 ) {
     use std::fmt::Write as _;
     use std::io::Write as _;
@@ -238,6 +239,7 @@ fn print_banner(
         "  health         {base}/a2a/health   ready {base}/a2a/ready   metrics {metrics}"
     );
     let _ = writeln!(banner, "  agent list     {base}/a2a/agents");
+    let _ = writeln!(banner, "  task store     {store}");
     let _ = writeln!(
         banner,
         "  POST {base}/a2a  ->  {}",

@@ -27,6 +27,7 @@ use crate::protocol::jsonrpc::{Method, RpcRequest};
 use crate::protocol::model::{Metadata, Stamp, StreamItem, Task};
 use crate::protocol::ops::SendResult;
 use crate::protocol::ops::{ItemStream, ListTasksResponse};
+use crate::store::{Journal, Kept, Table};
 use crate::tasks::Tasks;
 
 pub(crate) const AGENT_KEY: &str = "gateway/agent";
@@ -231,18 +232,53 @@ impl Rule {
 
 /// A map bounded to about `capacity` entries: past it, entries are forgotten, the least
 /// recently and least often used first (quick_cache's CLOCK-Pro).
+/// Each entry is also written to the store's table, when there is a durable store.
 pub(crate) struct BoundedMap<V> {
     map: quick_cache::sync::Cache<String, V>,
+    journal: Option<(Journal, Table)>,
 }
 
-impl<V: Clone> BoundedMap<V> {
-    pub(crate) fn new(capacity: usize) -> BoundedMap<V> {
+/// A value a [`BoundedMap`] can keep in the store, as text.
+pub(crate) trait Recorded: Clone + Sized {
+    fn encode(&self) -> String;
+    fn decode(text: String) -> Self;
+}
+
+impl Recorded for String {
+    fn encode(&self) -> String {
+        self.clone()
+    }
+    fn decode(text: String) -> Self {
+        text
+    }
+}
+
+impl Recorded for Arc<str> {
+    fn encode(&self) -> String {
+        self.to_string()
+    }
+    fn decode(text: String) -> Self {
+        text.into()
+    }
+}
+
+impl<V: Recorded> BoundedMap<V> {
+    /// Starts from what `kept` held and writes every insert behind to its table.
+    pub(crate) fn new(capacity: usize, kept: Kept) -> BoundedMap<V> {
+        let map = quick_cache::sync::Cache::new(capacity.max(10));
+        for (key, value) in kept.loaded {
+            map.insert(key, V::decode(value));
+        }
         BoundedMap {
-            map: quick_cache::sync::Cache::new(capacity.max(10)),
+            map,
+            journal: kept.journal.map(|j| (j, kept.table)),
         }
     }
 
     pub(crate) fn insert(&self, key: &str, value: V) {
+        if let Some((journal, table)) = &self.journal {
+            journal.record(*table, key, value.encode());
+        }
         self.map.insert(key.to_string(), value);
     }
 
@@ -263,15 +299,13 @@ pub(crate) struct ContextIndex {
     agents: BoundedMap<Arc<str>>,
 }
 
-impl Default for ContextIndex {
-    fn default() -> Self {
+impl ContextIndex {
+    pub(crate) fn new(kept: Kept) -> ContextIndex {
         ContextIndex {
-            agents: BoundedMap::new(100_000),
+            agents: BoundedMap::new(100_000, kept),
         }
     }
-}
 
-impl ContextIndex {
     pub(crate) fn record(&self, principal: &str, context_id: &str, agent: &Arc<str>) {
         if context_id.is_empty() {
             return;
@@ -344,10 +378,10 @@ fn text_of(message: &MessageProbe) -> String {
 }
 
 impl Router {
-    pub(crate) fn new(tasks: Arc<Tasks>) -> Router {
+    pub(crate) fn new(tasks: Arc<Tasks>, contexts: ContextIndex) -> Router {
         Router {
             tasks,
-            contexts: Arc::default(),
+            contexts: Arc::new(contexts),
         }
     }
 

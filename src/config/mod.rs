@@ -94,6 +94,83 @@ pub struct GatewayConfig {
     pub routing: RoutingConfig,
     #[serde(default)]
     pub metrics: MetricsConfig,
+    #[serde(default)]
+    pub store: StoreConfig,
+}
+
+/// Where tasks and the gateway's records (context affinity, upstream task owners) live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreKind {
+    /// In this process only: a restart forgets everything.
+    #[default]
+    Memory,
+    /// A SQLite file under `data_dir`: survives restarts and crashes (see `commit_interval_ms`).
+    Sqlite,
+    /// A Redis server shared by several replicas.
+    Redis,
+}
+
+/// `[store]`: the task store.
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    #[serde(default)]
+    pub kind: StoreKind,
+    /// SQLite: the directory of `gateway.db`, created on start; relative to the gateway
+    /// file's directory.
+    #[serde(default = "default_data_dir")]
+    pub data_dir: PathBuf,
+    /// Changes are written in batches at most this far apart (group commit): a crash loses
+    /// at most the updates of the last interval.
+    #[serde(default = "default_commit_interval_ms")]
+    pub commit_interval_ms: u64,
+    /// Finished tasks older than this are deleted (0: kept until `max_tasks` evicts them).
+    #[serde(default = "default_retention_secs")]
+    pub retention_secs: u64,
+    /// Redis: the server, as `redis://host:port/db` (or `rediss://`).
+    #[serde(default = "default_redis_url")]
+    pub url: String,
+    /// Redis: the prefix of every key, so several gateways can share one server.
+    #[serde(default = "default_key_prefix")]
+    pub key_prefix: String,
+    /// Redis: a replica that has not renewed its lease for this long is taken for dead,
+    /// and its unfinished tasks are marked failed by the others.
+    #[serde(default = "default_lease_secs")]
+    pub lease_secs: u64,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            kind: StoreKind::default(),
+            data_dir: default_data_dir(),
+            commit_interval_ms: default_commit_interval_ms(),
+            retention_secs: default_retention_secs(),
+            url: default_redis_url(),
+            key_prefix: default_key_prefix(),
+            lease_secs: default_lease_secs(),
+        }
+    }
+}
+
+fn default_data_dir() -> PathBuf {
+    PathBuf::from("./data")
+}
+fn default_commit_interval_ms() -> u64 {
+    20
+}
+fn default_retention_secs() -> u64 {
+    7 * 24 * 3600
+}
+fn default_redis_url() -> String {
+    "redis://127.0.0.1:6379".into()
+}
+fn default_key_prefix() -> String {
+    "a2a:".into()
+}
+fn default_lease_secs() -> u64 {
+    10
 }
 
 /// `GET /metrics` (Prometheus text format).
@@ -139,6 +216,7 @@ impl Default for GatewayConfig {
             rate_limits: RateLimitConfig::default(),
             routing: RoutingConfig::default(),
             metrics: MetricsConfig::default(),
+            store: StoreConfig::default(),
         }
     }
 }
@@ -829,6 +907,30 @@ fn validate_gateway(
     ] {
         if value == 0 {
             diags.push(Diagnostic::file(file, format!("{key} must be at least 1")));
+        }
+    }
+    let store = &gateway.store;
+    if !(1..=10_000).contains(&store.commit_interval_ms) {
+        diags.push(Diagnostic::file(
+            file,
+            "store.commit_interval_ms must be between 1 and 10000",
+        ));
+    }
+    if store.kind == StoreKind::Redis {
+        if let Err(e) = url::Url::parse(&store.url)
+            .map_err(|e| e.to_string())
+            .and_then(|u| match u.scheme() {
+                "redis" | "rediss" | "redis+unix" | "unix" => Ok(()),
+                other => Err(format!("the scheme {other}: is not redis:// or rediss://")),
+            })
+        {
+            diags.push(Diagnostic::file(file, format!("store.url: {e}")));
+        }
+        if store.key_prefix.is_empty() {
+            diags.push(Diagnostic::file(file, "store.key_prefix must not be empty"));
+        }
+        if store.lease_secs < 2 {
+            diags.push(Diagnostic::file(file, "store.lease_secs must be at least 2"));
         }
     }
 }

@@ -50,6 +50,8 @@ pub(crate) struct AppState {
     pub(crate) cards: card_cache::CardCache,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) lifecycle: Lifecycle,
+    /// Where tasks and records are written behind memory.
+    pub(crate) store: crate::store::Store,
     /// Agent instances a reload replaced by ones with a new backend, whose work may still
     /// run: stopped with the rest at shutdown.
     pub(crate) superseded: std::sync::Mutex<Vec<std::sync::Weak<Agent>>>,

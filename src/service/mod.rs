@@ -22,6 +22,7 @@ use crate::protocol::model::Task;
 use crate::protocol::ops::{ItemStream, ListTasksResponse, SendRequest, SendResult};
 use crate::protocol::params::ListQuery;
 use crate::routing::{BoundedMap, ContextIndex};
+use crate::store::Kept;
 use crate::tasks::{Tasks, Viewer};
 
 use local::LocalOps;
@@ -114,12 +115,22 @@ pub(crate) trait Operations {
 
 impl A2aService {
     /// `contexts` is the router's: the service records which agent serves each conversation.
-    pub(crate) fn new(tasks: Arc<Tasks>, contexts: Arc<ContextIndex>) -> A2aService {
+    /// `owners` and `legacy_names` are where the records of upstream task owners and 0.1
+    /// task names are kept.
+    pub(crate) fn new(
+        tasks: Arc<Tasks>,
+        contexts: Arc<ContextIndex>,
+        owners: Kept,
+        legacy_names: Kept,
+    ) -> A2aService {
         A2aService {
             local: LocalOps::new(tasks.clone(), contexts.clone()),
-            upstream: UpstreamOps::new(contexts, tasks_capacity_hint()),
+            upstream: UpstreamOps::new(contexts, tasks_capacity_hint(), owners),
             tasks,
-            legacy_ids: LegacyNames(Arc::new(BoundedMap::new(tasks_capacity_hint()))),
+            legacy_ids: LegacyNames(Arc::new(BoundedMap::new(
+                tasks_capacity_hint(),
+                legacy_names,
+            ))),
         }
     }
 

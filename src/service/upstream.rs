@@ -15,6 +15,7 @@ use crate::protocol::model::{Message, StreamItem, Task};
 use crate::protocol::ops::{ItemStream, ListTasksResponse, SendRequest, SendResult};
 use crate::protocol::params::ListQuery;
 use crate::routing::{conversation, BoundedMap, ContextIndex};
+use crate::store::Kept;
 
 pub(super) struct UpstreamOps {
     owners: Arc<RemoteOwners>,
@@ -33,9 +34,9 @@ impl UpstreamOps {
         remote_of(agent)
     }
 
-    pub(super) fn new(contexts: Arc<ContextIndex>, capacity: usize) -> UpstreamOps {
+    pub(super) fn new(contexts: Arc<ContextIndex>, capacity: usize, kept: Kept) -> UpstreamOps {
         UpstreamOps {
-            owners: Arc::new(RemoteOwners::new(capacity)),
+            owners: Arc::new(RemoteOwners::new(capacity, kept)),
             contexts,
         }
     }
@@ -191,9 +192,9 @@ pub(super) struct RemoteOwners {
 }
 
 impl RemoteOwners {
-    fn new(capacity: usize) -> RemoteOwners {
+    fn new(capacity: usize, kept: Kept) -> RemoteOwners {
         RemoteOwners {
-            owners: BoundedMap::new(capacity),
+            owners: BoundedMap::new(capacity, kept),
         }
     }
 

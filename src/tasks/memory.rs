@@ -7,6 +7,7 @@ use std::sync::Mutex;
 use super::{page, FastMap, StoreError, StoredTask, TaskPage, TaskStore, Viewer};
 use crate::protocol::model::TaskState;
 use crate::protocol::params::ListQuery;
+use crate::store::{Journal, Snapshots, TaskKey, TaskRow};
 
 pub(crate) struct MemoryTaskStore {
     /// Keyed by the id's 128-bit value: no key allocations, and a lookup compares keys
@@ -20,6 +21,8 @@ pub(crate) struct MemoryTaskStore {
     /// `tasks.len()` without visiting every shard of the map on each insert.
     count: AtomicUsize,
     capacity: usize,
+    /// Where changes are written behind (a durable store); None keeps them here only.
+    journal: std::sync::OnceLock<Journal>,
 }
 
 impl MemoryTaskStore {
@@ -29,6 +32,50 @@ impl MemoryTaskStore {
             finished: Mutex::new(VecDeque::new()),
             count: AtomicUsize::new(0),
             capacity: capacity.max(1),
+            journal: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Writes every later change through `journal` (set once, before serving).
+    pub(crate) fn write_behind(&self, journal: Journal) {
+        let _ = self.journal.set(journal);
+    }
+
+    fn remove(&self, key: &TaskKey) -> bool {
+        let Some((_, st)) = self.tasks.remove(key) else {
+            return false;
+        };
+        self.count.fetch_sub(1, Ordering::AcqRel);
+        if let Some(journal) = self.journal.get() {
+            journal.task_removed(st.task.id);
+        }
+        true
+    }
+
+    fn put(&self, task: StoredTask, written: bool) -> Result<(), StoreError> {
+        // Checked first: an id that cannot be stored must not cost another task its place.
+        let id = key(&task.task.id).ok_or_else(|| StoreError::BadId(task.task.id.clone()))?;
+        self.make_room()?;
+        let finished = task.task.status.state.is_terminal();
+        match self.tasks.entry(id) {
+            dashmap::Entry::Occupied(_) => return Err(StoreError::Duplicate(task.task.id)),
+            dashmap::Entry::Vacant(v) => {
+                v.insert(Box::new(task));
+                self.count.fetch_add(1, Ordering::AcqRel);
+            }
+        }
+        if finished {
+            self.finished_queue().push_back(id);
+        }
+        if written {
+            self.changed(id);
+        }
+        Ok(())
+    }
+
+    fn changed(&self, key: TaskKey) {
+        if let Some(journal) = self.journal.get() {
+            journal.task_changed(key);
         }
     }
 
@@ -62,16 +109,11 @@ impl MemoryTaskStore {
             let Some(victim) = self.finished_queue().pop_front() else {
                 return Err(StoreError::Full(self.capacity));
             };
-            if self.tasks.remove(&victim).is_some() {
-                self.count.fetch_sub(1, Ordering::AcqRel);
-            }
+            self.remove(&victim);
         }
         Ok(())
     }
 }
-
-/// Local task ids are UUIDs the gateway issues.
-type TaskKey = u128;
 
 /// The key of a task id; None for anything that is not a UUID, which no task has.
 fn key(id: &str) -> Option<TaskKey> {
@@ -80,21 +122,24 @@ fn key(id: &str) -> Option<TaskKey> {
 
 impl TaskStore for MemoryTaskStore {
     fn insert(&self, task: StoredTask) -> Result<(), StoreError> {
-        // Checked first: an id that cannot be stored must not cost another task its place.
-        let id = key(&task.task.id).ok_or_else(|| StoreError::BadId(task.task.id.clone()))?;
-        self.make_room()?;
-        let finished = task.task.status.state.is_terminal();
-        match self.tasks.entry(id) {
-            dashmap::Entry::Occupied(_) => return Err(StoreError::Duplicate(task.task.id)),
-            dashmap::Entry::Vacant(v) => {
-                v.insert(Box::new(task));
-                self.count.fetch_add(1, Ordering::AcqRel);
-            }
-        }
-        if finished {
-            self.finished_queue().push_back(id);
-        }
-        Ok(())
+        self.put(task, true)
+    }
+
+    fn restore(&self, task: StoredTask) -> Result<(), StoreError> {
+        self.put(task, false)
+    }
+
+    fn prune_finished(&self, cutoff: chrono::DateTime<chrono::Utc>) -> usize {
+        let old: Vec<TaskKey> = self
+            .tasks
+            .iter()
+            .filter(|st| {
+                let status = &st.task.status;
+                status.state.is_terminal() && status.timestamp.is_some_and(|t| t < cutoff)
+            })
+            .map(|st| *st.key())
+            .collect();
+        old.into_iter().filter(|k| self.remove(k)).count()
     }
 
     fn read(&self, id: &str, f: &mut dyn FnMut(&StoredTask)) -> bool {
@@ -113,9 +158,12 @@ impl TaskStore for MemoryTaskStore {
         };
         let was_finished = st.task.status.state.is_terminal();
         f(&mut st);
+        let key = *st.key();
         if !was_finished && st.task.status.state.is_terminal() {
-            self.finished_queue().push_back(*st.key());
+            self.finished_queue().push_back(key);
         }
+        drop(st);
+        self.changed(key);
         true
     }
 
@@ -170,6 +218,17 @@ impl TaskStore for MemoryTaskStore {
             }
         }
         counts
+    }
+}
+
+impl Snapshots for MemoryTaskStore {
+    fn snapshot(&self, key: TaskKey) -> Option<TaskRow> {
+        self.tasks.get(&key).map(|st| TaskRow {
+            task: st.task.clone(),
+            agent: st.agent.clone(),
+            owner: st.owner.clone(),
+            seq: st.seq,
+        })
     }
 }
 

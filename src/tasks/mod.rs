@@ -5,6 +5,8 @@
 //! rest of the gateway changes a task, so that every update is stored and published as one
 //! step: a subscriber gets the snapshot and then exactly the events after it, in order.
 
+#[cfg(test)]
+mod conformance;
 mod memory;
 pub(crate) mod page;
 
@@ -22,6 +24,11 @@ use crate::protocol::model::{
     Message, StreamItem, Task, TaskEvent, TaskState, TaskStatus, TaskStatusUpdateEvent,
 };
 use crate::protocol::params::ListQuery;
+use crate::store::TaskRow;
+
+/// The status message of a task whose work a restart (or a replica's death) took away.
+pub(crate) const LOST_WORK: &str =
+    "failed: the gateway stopped while this task was running, and its work (a process or an upstream call) did not survive";
 
 /// A task as stored: the task itself plus what the gateway needs to scope and order it.
 #[derive(Debug, Clone)]
@@ -63,6 +70,11 @@ pub(crate) struct TaskPage {
 pub(crate) trait TaskStore: Send + Sync + 'static {
     /// Adds a task. When full, the oldest finished tasks make room first.
     fn insert(&self, task: StoredTask) -> Result<(), StoreError>;
+    /// Takes in a task read back from durable storage, as [`Self::insert`] without writing
+    /// it again.
+    fn restore(&self, task: StoredTask) -> Result<(), StoreError>;
+    /// Deletes the finished tasks whose status is older than `cutoff`; returns how many.
+    fn prune_finished(&self, cutoff: chrono::DateTime<chrono::Utc>) -> usize;
     /// Runs `f` on the task; false when there is no such task.
     fn read(&self, id: &str, f: &mut dyn FnMut(&StoredTask)) -> bool;
     /// Runs `f` on the task mutably; false when there is no such task.
@@ -188,6 +200,55 @@ impl Tasks {
             self.finished(&owner);
         }
         inserted
+    }
+
+    /// Takes in the tasks a durable store held. A task that was unfinished lost its work
+    /// with the process that ran it: it is marked failed, saying so, and written back.
+    /// Returns how many were failed so.
+    pub(crate) fn restore(&self, rows: Vec<TaskRow>) -> Result<usize, StoreError> {
+        let mut failed = 0;
+        for row in rows {
+            let TaskRow {
+                mut task,
+                agent,
+                owner,
+                seq,
+            } = row;
+            self.seq
+                .fetch_max(seq + 1, std::sync::atomic::Ordering::Relaxed);
+            let unfinished = !task.status.state.is_terminal();
+            if unfinished {
+                let note = Message::agent_text(LOST_WORK.to_string())
+                    .placed(Some(&task.id), &task.context_id);
+                task.set_status(TaskStatus::now(TaskState::Failed, Some(note)));
+                failed += 1;
+            }
+            let stored = StoredTask {
+                task,
+                agent,
+                owner,
+                seq,
+                cancel: None,
+            };
+            match unfinished {
+                true => self.store.insert(stored),
+                false => self.store.restore(stored),
+            }
+            .or_else(|e| match e {
+                // A store restored over a lower max_tasks keeps the newest it can.
+                StoreError::Full(_) => Ok(()),
+                e => Err(e),
+            })?;
+        }
+        Ok(failed)
+    }
+
+    /// Deletes finished tasks older than `retention`; returns how many.
+    pub(crate) fn prune(&self, retention: std::time::Duration) -> usize {
+        match chrono::Duration::from_std(retention) {
+            Ok(age) => self.store.prune_finished(chrono::Utc::now() - age),
+            Err(_) => 0,
+        }
     }
 
     /// One of `owner`'s tasks finished: it no longer counts against the quota.

@@ -1,0 +1,386 @@
+//! What the gateway keeps beyond one process: tasks and its records (which agent serves a
+//! caller's conversation, who created an upstream task, 0.1 clients' task names).
+//!
+//! The gateway serves from memory (`tasks::MemoryTaskStore`, `routing::BoundedMap`) and
+//! writes every change behind it through a [`Journal`]: a change is a note on a channel,
+//! and a writer thread of its own reads the current value and commits what piled up in
+//! one transaction every `commit_interval_ms` (group commit). So no request waits for a
+//! disk, a task updated a hundred times in one interval is written once, and a crash loses
+//! at most the changes of the last interval and the commit in progress.
+//!
+//! The durable kinds: [`sqlite`] (one file, one node). With no journal (the `memory` kind)
+//! nothing is written and a change costs one branch.
+
+pub(crate) mod sqlite;
+
+use std::collections::HashMap;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::protocol::model::Task;
+
+/// A task as the store keeps it (what `tasks::StoredTask` holds, less the running work).
+#[derive(Debug, Clone)]
+pub(crate) struct TaskRow {
+    pub(crate) task: Task,
+    pub(crate) agent: Arc<str>,
+    pub(crate) owner: Arc<str>,
+    pub(crate) seq: u64,
+}
+
+/// The gateway's records beside tasks, each a map from string keys to string values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Table {
+    /// A caller's conversation -> the agent that serves it.
+    Contexts,
+    /// An upstream task id -> the principal that created it through the gateway.
+    UpstreamOwners,
+    /// A 0.1 caller's own task id -> the gateway's task id.
+    LegacyNames,
+}
+
+impl Table {
+    pub(crate) const ALL: [Table; 3] = [Table::Contexts, Table::UpstreamOwners, Table::LegacyNames];
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Table::Contexts => "contexts",
+            Table::UpstreamOwners => "upstream_owners",
+            Table::LegacyNames => "legacy_names",
+        }
+    }
+}
+
+/// Local task ids are UUIDs; the memory store keys tasks by their 128-bit value.
+pub(crate) type TaskKey = u128;
+
+enum Change {
+    /// The task changed: write what it is now.
+    Task(TaskKey),
+    /// The task is gone (evicted, past retention).
+    TaskRemoved(String),
+    Record {
+        table: Table,
+        key: String,
+        value: String,
+    },
+    /// Commit now and say when done.
+    Flush(SyncSender<()>),
+    /// Commit and stop: the store closes (the file's lock is let go).
+    Stop,
+}
+
+/// Where the writer reads a changed task's current state (the memory store).
+pub(crate) trait Snapshots: Send + Sync + 'static {
+    fn snapshot(&self, key: TaskKey) -> Option<TaskRow>;
+}
+
+/// The sending half: cheap to clone, never blocks unless the writer is this many changes
+/// behind (then a request waits for the disk rather than memory growing without bound).
+#[derive(Clone)]
+pub(crate) struct Journal {
+    tx: SyncSender<Change>,
+}
+
+const JOURNAL_BACKLOG: usize = 65_536;
+
+impl Journal {
+    pub(crate) fn task_changed(&self, key: TaskKey) {
+        self.send(Change::Task(key));
+    }
+
+    pub(crate) fn task_removed(&self, id: String) {
+        self.send(Change::TaskRemoved(id));
+    }
+
+    pub(crate) fn record(&self, table: Table, key: &str, value: String) {
+        self.send(Change::Record {
+            table,
+            key: key.to_string(),
+            value,
+        });
+    }
+
+    /// Commits everything sent so far; false when the writer did not finish within `wait`.
+    pub(crate) fn flush(&self, wait: Duration) -> bool {
+        let (tx, rx) = mpsc::sync_channel(1);
+        self.send(Change::Flush(tx));
+        rx.recv_timeout(wait).is_ok()
+    }
+
+    fn send(&self, change: Change) {
+        // The writer ends only when every sender is gone, so this cannot fail while the
+        // journal exists; a writer that died has logged why.
+        let _ = self.tx.send(change);
+    }
+}
+
+/// A durable store's side of the journal: writes one batch as one transaction.
+pub(crate) trait Backend: Send + 'static {
+    fn commit(&mut self, batch: &Batch) -> Result<(), String>;
+    /// Housekeeping between commits (deleting old records, giving pages back), called about
+    /// once a minute.
+    fn maintain(&mut self) -> Result<(), String>;
+}
+
+/// The changes of one interval, coalesced: each task and record once, as it is now.
+#[derive(Default)]
+pub(crate) struct Batch {
+    pub(crate) tasks: Vec<TaskRow>,
+    pub(crate) removed: Vec<String>,
+    pub(crate) records: Vec<(Table, String, String)>,
+}
+
+impl Batch {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.tasks.is_empty() && self.removed.is_empty() && self.records.is_empty()
+    }
+}
+
+/// Collects changes until the interval is over; each key once.
+#[derive(Default)]
+struct Pending {
+    tasks: Vec<TaskKey>,
+    seen: std::collections::HashSet<TaskKey>,
+    removed: Vec<String>,
+    records: HashMap<(Table, String), String>,
+    flushes: Vec<SyncSender<()>>,
+    stop: bool,
+}
+
+impl Pending {
+    fn add(&mut self, change: Change) {
+        match change {
+            Change::Task(key) => {
+                if self.seen.insert(key) {
+                    self.tasks.push(key);
+                }
+            }
+            Change::TaskRemoved(id) => self.removed.push(id),
+            Change::Record { table, key, value } => {
+                self.records.insert((table, key), value);
+            }
+            Change::Flush(done) => self.flushes.push(done),
+            Change::Stop => self.stop = true,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.tasks.len() + self.removed.len() + self.records.len()
+    }
+
+    /// The batch to write, with each changed task read as it is now. A task removed since
+    /// its change has nothing to write; its removal follows.
+    fn batch(&mut self, tasks: &dyn Snapshots) -> Batch {
+        self.seen.clear();
+        Batch {
+            tasks: self
+                .tasks
+                .drain(..)
+                .filter_map(|k| tasks.snapshot(k))
+                .collect(),
+            removed: std::mem::take(&mut self.removed),
+            records: self
+                .records
+                .drain()
+                .map(|((table, key), value)| (table, key, value))
+                .collect(),
+        }
+    }
+}
+
+/// A batch this large is committed at once rather than at the end of the interval.
+const MAX_BATCH: usize = 10_000;
+const MAINTENANCE_EVERY: Duration = Duration::from_secs(60);
+
+/// Starts the writer thread; the journal sends it changes. The thread commits what is
+/// left and ends when every journal is gone (or the process exits: [`Journal::flush`]
+/// first).
+fn start(
+    mut backend: Box<dyn Backend>,
+    tasks: Arc<dyn Snapshots>,
+    interval: Duration,
+) -> std::io::Result<(Journal, std::thread::JoinHandle<()>)> {
+    let (tx, rx) = mpsc::sync_channel(JOURNAL_BACKLOG);
+    let writer = std::thread::Builder::new()
+        .name("store-writer".into())
+        .spawn(move || write_loop(&mut *backend, &*tasks, &rx, interval))?;
+    Ok((Journal { tx }, writer))
+}
+
+/// The store in use, as opened at start.
+pub(crate) struct Store {
+    /// None for the memory kind.
+    pub(crate) journal: Option<Journal>,
+    /// For the banner and the log: the kind and where.
+    pub(crate) described: String,
+    pub(crate) retention: Option<Duration>,
+    writer: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Store {
+    pub(crate) fn memory() -> Store {
+        Store {
+            journal: None,
+            described: "memory (tasks are lost on restart)".into(),
+            retention: None,
+            writer: Default::default(),
+        }
+    }
+
+    /// Commits what is pending and closes the store, before the process exits; changes
+    /// after this are not written.
+    pub(crate) fn close(&self) {
+        let Some(journal) = &self.journal else {
+            return;
+        };
+        if !journal.flush(Duration::from_secs(5)) {
+            tracing::error!("store: the last changes were not committed within 5 s");
+            return;
+        }
+        journal.send(Change::Stop);
+        let writer = self
+            .writer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(writer) = writer {
+            let _ = writer.join();
+        }
+    }
+}
+
+/// Opens the configured store: its journal, fed from `tasks`, and what it held.
+/// `base` is the directory relative paths in the configuration start from.
+pub(crate) fn open(
+    config: &crate::config::StoreConfig,
+    base: &std::path::Path,
+    tasks: Arc<dyn Snapshots>,
+) -> Result<(Store, Loaded), String> {
+    use crate::config::StoreKind;
+    let retention = (config.retention_secs > 0).then(|| Duration::from_secs(config.retention_secs));
+    let interval = Duration::from_millis(config.commit_interval_ms.max(1));
+    match config.kind {
+        StoreKind::Memory => Ok((Store::memory(), Loaded::default())),
+        StoreKind::Sqlite => {
+            let dir = base.join(&config.data_dir);
+            let (backend, loaded) = sqlite::open(&dir, config.retention_secs)?;
+            let (journal, writer) = start(Box::new(backend), tasks, interval)
+                .map_err(|e| format!("store: cannot start its writer thread: {e}"))?;
+            let store = Store {
+                journal: Some(journal),
+                writer: std::sync::Mutex::new(Some(writer)),
+                described: format!(
+                    "sqlite {} (commits every {} ms)",
+                    sqlite::path_in(&dir).display(),
+                    interval.as_millis()
+                ),
+                retention,
+            };
+            Ok((store, loaded))
+        }
+        StoreKind::Redis => Err("store: kind = \"redis\" is not available yet".into()),
+    }
+}
+
+fn write_loop(
+    backend: &mut dyn Backend,
+    tasks: &dyn Snapshots,
+    rx: &Receiver<Change>,
+    interval: Duration,
+) {
+    let mut pending = Pending::default();
+    let mut failures = 0u32;
+    let mut maintained = Instant::now();
+    loop {
+        // Wait for the first change of a batch, then collect for one interval from it.
+        let mut open = match rx.recv_timeout(MAINTENANCE_EVERY) {
+            Ok(change) => {
+                pending.add(change);
+                true
+            }
+            Err(RecvTimeoutError::Timeout) => true,
+            Err(RecvTimeoutError::Disconnected) => false,
+        };
+        let deadline = Instant::now() + interval;
+        while open && !pending.stop && pending.flushes.is_empty() && pending.len() < MAX_BATCH {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(change) => pending.add(change),
+                Err(_) => break,
+            }
+        }
+        let batch = pending.batch(tasks);
+        if !batch.is_empty() {
+            match backend.commit(&batch) {
+                Ok(()) => failures = 0,
+                Err(e) => {
+                    failures += 1;
+                    tracing::error!(error = %e, changes = batch.tasks.len() + batch.removed.len() + batch.records.len(), "store: commit failed; retrying with the next batch");
+                    requeue(&mut pending, batch);
+                    // Not a busy loop against a broken disk.
+                    std::thread::sleep(interval.max(Duration::from_millis(100)) * failures.min(50));
+                }
+            }
+        }
+        for done in pending.flushes.drain(..) {
+            let _ = done.send(());
+        }
+        open &= !pending.stop;
+        if maintained.elapsed() >= MAINTENANCE_EVERY {
+            maintained = Instant::now();
+            if let Err(e) = backend.maintain() {
+                tracing::warn!(error = %e, "store: housekeeping failed");
+            }
+        }
+        if !open {
+            return;
+        }
+    }
+}
+
+/// Puts a batch that failed back, under whatever changed since.
+fn requeue(pending: &mut Pending, batch: Batch) {
+    let Batch {
+        tasks,
+        removed,
+        records,
+    } = batch;
+    for row in tasks {
+        if let Ok(uuid) = uuid::Uuid::try_parse(&row.task.id) {
+            pending.add(Change::Task(uuid.as_u128()));
+        }
+    }
+    pending.removed.extend(removed);
+    for (table, key, value) in records {
+        pending.records.entry((table, key)).or_insert(value);
+    }
+}
+
+/// What a durable store held when it was opened.
+#[derive(Default)]
+pub(crate) struct Loaded {
+    pub(crate) tasks: Vec<TaskRow>,
+    /// Each table's entries, oldest first.
+    pub(crate) records: HashMap<Table, Vec<(String, String)>>,
+}
+
+impl Loaded {
+    /// What one table's map starts from and writes to.
+    pub(crate) fn kept(&mut self, table: Table, journal: Option<&Journal>) -> Kept {
+        Kept {
+            table,
+            journal: journal.cloned(),
+            loaded: self.records.remove(&table).unwrap_or_default(),
+        }
+    }
+}
+
+/// A map of records kept in the store: its table, where changes go, what it held.
+pub(crate) struct Kept {
+    pub(crate) table: Table,
+    pub(crate) journal: Option<Journal>,
+    /// Oldest first.
+    pub(crate) loaded: Vec<(String, String)>,
+}
