@@ -155,19 +155,24 @@ async fn expire_interrupted_tasks(state: std::sync::Weak<AppState>) {
     }
 }
 
-/// Deletes finished tasks past the store's retention, every minute; stops with the gateway.
+/// Deletes finished tasks past the store's retention, a few times per period (at most
+/// once a minute); stops with the gateway.
 async fn prune_old_tasks(state: std::sync::Weak<AppState>) {
+    let Some(retention) = state.upgrade().and_then(|s| s.store.retention) else {
+        return;
+    };
+    let every = (retention / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
     loop {
-        tokio::time::sleep(Duration::from_secs(60)).await;
+        tokio::time::sleep(every).await;
         let Some(state) = state.upgrade() else {
-            return;
-        };
-        let Some(retention) = state.store.retention else {
             return;
         };
         let n = state.service.tasks().prune(retention);
         if n > 0 {
-            tracing::info!(tasks = n, "deleted finished tasks past the store's retention");
+            tracing::info!(
+                tasks = n,
+                "deleted finished tasks past the store's retention"
+            );
         }
     }
 }

@@ -64,6 +64,9 @@ struct ServeArgs {
     /// (`Authorization: Bearer TOKEN`), beside any credentials gateway.toml names
     #[arg(long, env = "A2A_GATEWAY_AUTH_TOKEN", hide_env_values = true)]
     auth_token: Option<String>,
+    /// Directory of the SQLite store [default: store.data_dir in gateway.toml]
+    #[arg(long, env = "A2A_GATEWAY_DATA_DIR")]
+    data_dir: Option<PathBuf>,
     /// Log lines as text (colours only on a terminal) or one JSON object per line
     #[arg(
         long,
@@ -166,6 +169,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         host: args.host.clone(),
         port: args.port,
         workers: args.workers,
+        data_dir: args.data_dir.clone(),
     };
     // Read, checked and built whole (the same path a reload takes).
     let ready = match source.load() {
@@ -199,12 +203,18 @@ fn serve(args: ServeArgs) -> ExitCode {
         let app = match Application::serve(ready).await {
             Ok(app) => app,
             Err(e) => {
-                eprintln!("cannot listen: {e}");
+                eprintln!("cannot start: {e}");
                 return Err(e);
             }
         };
         let base = public_url.unwrap_or_else(|| format!("http://{host}:{}", app.port()));
-        print_banner(&base, &agents, default_agent.as_deref(), app.metrics_port(), app.store());
+        print_banner(
+            &base,
+            &agents,
+            default_agent.as_deref(),
+            app.metrics_port(),
+            app.store(),
+        );
         app.run().await
     });
     match result {

@@ -36,6 +36,8 @@ pub struct Source {
     pub host: Option<String>,
     pub port: Option<u16>,
     pub workers: Option<usize>,
+    /// `serve --data-dir`, over `[store] data_dir`.
+    pub data_dir: Option<PathBuf>,
 }
 
 impl Source {
@@ -51,6 +53,11 @@ impl Source {
         }
         if let Some(workers) = self.workers {
             server.workers = workers;
+        }
+        if let Some(dir) = &self.data_dir {
+            // A flag's path is the shell's: relative to where the gateway was started.
+            settings.gateway.store.data_dir =
+                std::path::absolute(dir).unwrap_or_else(|_| dir.clone());
         }
         if let Some(token) = &self.auth_token {
             if let Err(e) = settings.require_bearer_token(token) {

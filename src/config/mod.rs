@@ -930,7 +930,10 @@ fn validate_gateway(
             diags.push(Diagnostic::file(file, "store.key_prefix must not be empty"));
         }
         if store.lease_secs < 2 {
-            diags.push(Diagnostic::file(file, "store.lease_secs must be at least 2"));
+            diags.push(Diagnostic::file(
+                file,
+                "store.lease_secs must be at least 2",
+            ));
         }
     }
 }

@@ -45,8 +45,12 @@ pub(crate) struct SqliteBackend {
 /// Opens (creating) the database in `dir`, brings its schema up to date and reads what it
 /// holds. Errors name the file and what to do.
 pub(crate) fn open(dir: &Path, retention_secs: u64) -> Result<(SqliteBackend, Loaded), String> {
-    std::fs::create_dir_all(dir)
-        .map_err(|e| format!("store: cannot create the data directory {}: {e}", dir.display()))?;
+    std::fs::create_dir_all(dir).map_err(|e| {
+        format!(
+            "store: cannot create the data directory {}: {e}",
+            dir.display()
+        )
+    })?;
     let path = dir.join(FILE_NAME);
     let fail = |e: rusqlite::Error| describe(&path, e);
     let mut conn = Connection::open(&path).map_err(fail)?;
@@ -83,7 +87,9 @@ pub(crate) fn open(dir: &Path, retention_secs: u64) -> Result<(SqliteBackend, Lo
 
 fn describe(path: &Path, e: rusqlite::Error) -> String {
     if let rusqlite::Error::SqliteFailure(f, _) = &e {
-        if f.code == rusqlite::ErrorCode::DatabaseBusy || f.code == rusqlite::ErrorCode::DatabaseLocked {
+        if f.code == rusqlite::ErrorCode::DatabaseBusy
+            || f.code == rusqlite::ErrorCode::DatabaseLocked
+        {
             return format!(
                 "store: {} is in use by another process (one gateway per data_dir)",
                 path.display()
@@ -263,7 +269,10 @@ mod tests {
         conn.pragma_update(None, "user_version", 99).unwrap();
         drop(conn);
         let err = open(dir.path(), 0).err().unwrap();
-        assert!(err.contains("newer a2a-gateway (schema version 99"), "{err}");
+        assert!(
+            err.contains("newer a2a-gateway (schema version 99"),
+            "{err}"
+        );
         let conn = Connection::open(path_in(dir.path())).unwrap();
         let v: i64 = conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))

@@ -41,7 +41,13 @@ fn create(h: &dyn Harness, context_id: &str, state: TaskState) -> String {
     create_as(h, AGENT, OWNER, context_id, state)
 }
 
-fn create_as(h: &dyn Harness, agent: &str, owner: &str, context_id: &str, state: TaskState) -> String {
+fn create_as(
+    h: &dyn Harness,
+    agent: &str,
+    owner: &str,
+    context_id: &str,
+    state: TaskState,
+) -> String {
     let id = new_id();
     let mut task = Task::submitted(id.clone(), context_id.into(), user("hi", &id, context_id));
     task.set_status(TaskStatus::now(state, None));
@@ -115,7 +121,10 @@ fn all_pages(h: &dyn Harness, mut q: ListQuery) -> Vec<String> {
 pub(super) fn events_build_the_task_and_it_reads_back_the_same(h: &mut dyn Harness) {
     let id = create(h, "ctx", TaskState::Submitted);
     let t = h.tasks();
-    assert_eq!(t.apply(&id, &status(&id, "ctx", TaskState::Working, None)), Applied::Yes);
+    assert_eq!(
+        t.apply(&id, &status(&id, "ctx", TaskState::Working, None)),
+        Applied::Yes
+    );
     assert_eq!(t.apply(&id, &chunk(&id, "ctx", "hel", false)), Applied::Yes);
     assert_eq!(t.apply(&id, &chunk(&id, "ctx", "lo", true)), Applied::Yes);
     let done = status(&id, "ctx", TaskState::Completed, Some("done"));
@@ -230,7 +239,9 @@ pub(super) fn unfinished_tasks_fail_when_their_work_is_gone(h: &mut dyn Harness)
 }
 
 pub(super) fn many_tasks_survive_a_reopen(h: &mut dyn Harness) {
-    let ids: Vec<String> = (0..3).map(|_| create(h, "c", TaskState::Completed)).collect();
+    let ids: Vec<String> = (0..3)
+        .map(|_| create(h, "c", TaskState::Completed))
+        .collect();
     let stored: Vec<_> = ids.iter().map(|id| wire(h, id)).collect();
     if h.reopen() {
         for (id, before) in ids.iter().zip(&stored) {

@@ -91,7 +91,10 @@ pub async fn spawn_shipped() -> TestGateway {
         .unwrap_or_else(|d| panic!("shipped configuration invalid:\n{d}"));
     settings.gateway.server.port = 0;
     settings.gateway.server.workers = 1;
-    start(settings, tempfile::tempdir().expect("temp dir")).await
+    let dir = tempfile::tempdir().expect("temp dir");
+    // The shipped store, in a directory of this test's own.
+    settings.gateway.store.data_dir = dir.path().join("data");
+    start(settings, dir).await
 }
 
 /// Runs a gateway in this test's runtime; `dir` (its configuration) lives as long as it.

@@ -20,5 +20,7 @@ mod paths;
 mod peers;
 mod rest;
 mod routing;
+mod running;
+mod store;
 mod streaming;
 mod upstream;

@@ -1,0 +1,235 @@
+//! The real binary as a child process, for tests that signal it, restart it or read its
+//! log.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::helpers::{rpc, write_config};
+
+/// The real binary, serving a configuration directory; killed when dropped.
+pub struct Running {
+    pub child: Child,
+    pub base: String,
+    pub log: PathBuf,
+    pub dir: tempfile::TempDir,
+    pub agents: PathBuf,
+    pub gateway: PathBuf,
+    pub log_level: String,
+    pub client: reqwest::Client,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Running {
+    /// Serves `files` in agents.d and `gateway` beside it, logging JSON at `log_level` to a
+    /// file. Returns once the banner names the port.
+    pub fn start(files: &[(&str, &str)], gateway: &str, log_level: &str) -> Running {
+        let (dir, agents, gateway_path) = write_config(files, Some(gateway));
+        let log = dir.path().join("gateway.log");
+        let gateway_path = gateway_path.expect("gateway file");
+        let (child, base) = launch(dir.path(), &gateway_path, &agents, &log, log_level, "0");
+        Running {
+            child,
+            base,
+            log,
+            dir,
+            agents,
+            gateway: gateway_path,
+            log_level: log_level.to_string(),
+            client: reqwest::Client::new(),
+        }
+    }
+
+    /// Starts the gateway again on the same files and port (after it exited or was
+    /// killed); its log goes on in the same file.
+    pub fn restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let port = self.base.rsplit(':').next().unwrap_or("0").to_string();
+        let (child, base) = launch(
+            self.dir.path(),
+            &self.gateway,
+            &self.agents,
+            &self.log,
+            &self.log_level,
+            &port,
+        );
+        self.child = child;
+        self.base = base;
+        // Pooled connections were to the process that is gone.
+        self.client = reqwest::Client::new();
+    }
+
+    /// SIGKILL: no drain, no flush, as a crash.
+    pub fn kill_hard(&mut self) {
+        self.signal("KILL");
+        let _ = self.child.wait();
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{name}"), &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill -{name}");
+    }
+
+    pub fn log_lines(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l:?}")))
+            .collect()
+    }
+
+    /// Waits until a log line satisfies `f`.
+    pub async fn wait_for_log(&self, what: &str, f: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(line) = self.log_lines().into_iter().find(|l| f(l)) {
+                return line;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no log line {what}; the log:\n{}",
+                std::fs::read_to_string(&self.log).unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// A 1.0 JSON-RPC call; its answer.
+    pub async fn call(&self, path: &str, method: &str, params: Value) -> Value {
+        self.client
+            .post(self.url(path))
+            .header("A2A-Version", "1.0")
+            .body(rpc(method, params))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    pub async fn agent_names(&self) -> Vec<String> {
+        let list: Value = self
+            .client
+            .get(self.url("/a2a/agents"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        list["agents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["name"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    pub async fn wait_for_agents(&self, want: &[&str]) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let names = self.agent_names().await;
+            if names == want {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "agents {names:?}, expected {want:?}; the log:\n{}",
+                std::fs::read_to_string(&self.log).unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub async fn metrics(&self) -> String {
+        self.client
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
+    /// Waits for the process to exit; its status and how long that took.
+    pub fn wait_exit(&mut self, within: Duration) -> (std::process::ExitStatus, Duration) {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return (status, start.elapsed());
+            }
+            assert!(start.elapsed() < within, "did not exit within {within:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Runs the binary on these files and returns once its banner names the port.
+fn launch(
+    dir: &Path,
+    gateway: &Path,
+    agents: &Path,
+    log: &Path,
+    log_level: &str,
+    port: &str,
+) -> (Child, String) {
+    let log_file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .expect("log file");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_a2a-gateway"))
+        .current_dir(dir)
+        .args([
+            "serve",
+            "--port",
+            port,
+            "--workers",
+            "1",
+            "--log-format",
+            "json",
+        ])
+        .arg("--config")
+        .arg(gateway)
+        .arg("--agents-dir")
+        .arg(agents)
+        .env("A2A_GATEWAY_LOG", log_level)
+        .stdout(Stdio::piped())
+        .stderr(log_file)
+        .spawn()
+        .expect("the gateway starts");
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut first)
+        .expect("banner");
+    let base = first
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| {
+            panic!(
+                "no URL in the banner: {first:?}; the log:\n{}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            )
+        })
+        .to_string();
+    (child, base)
+}

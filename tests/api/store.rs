@@ -1,0 +1,218 @@
+//! The durable store on the real binary: tasks and records survive a clean restart and a
+//! SIGKILL, a crash loses at most the commit interval, running tasks fail when their work
+//! is gone, retention deletes, and a file from a newer gateway is refused.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::helpers::{D, ECHO, OTHER};
+use crate::running::Running;
+
+fn sqlite(extra: &str) -> String {
+    format!("default_agent = \"echo\"\n[store]\nkind = \"sqlite\"\ndata_dir = \"data\"\n{extra}")
+}
+
+fn start(extra: &str) -> Running {
+    Running::start(
+        &[("echo.toml", ECHO), ("other.toml", OTHER)],
+        &sqlite(extra),
+        "info",
+    )
+}
+
+async fn send(gw: &Running, text: &str, configuration: Value) -> Value {
+    let answer = gw
+        .call(
+            "/a2a",
+            "SendMessage",
+            json!({"message": D::V10.message(text), "configuration": configuration}),
+        )
+        .await;
+    answer["result"]["task"].clone()
+}
+
+async fn get(gw: &Running, id: &str) -> Value {
+    gw.call("/a2a", "GetTask", json!({"id": id})).await
+}
+
+fn state(answer: &Value) -> &str {
+    answer["result"]["status"]["state"].as_str().unwrap_or("")
+}
+
+#[tokio::test]
+async fn tasks_survive_a_crash_and_the_running_ones_fail_saying_why() {
+    let mut gw = start("");
+    let done = send(&gw, "hello", json!({})).await;
+    let running = send(&gw, "/delay 30", json!({"returnImmediately": true})).await;
+    assert_eq!(running["status"]["state"], "TASK_STATE_WORKING");
+    // Past the commit interval (20 ms): both are on disk.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    gw.kill_hard();
+    gw.restart();
+    let opened = gw
+        .wait_for_log("store opened with tasks", |l| {
+            l["fields"]["message"] == "store opened" && l["fields"]["tasks"] != 0
+        })
+        .await;
+    assert_eq!(opened["fields"]["tasks"], 2, "{opened}");
+    assert_eq!(opened["fields"]["failed_for_lost_work"], 1);
+
+    let mut again = get(&gw, done["id"].as_str().unwrap()).await["result"].take();
+    // The route stamp says how each answer was routed: by task id now.
+    let (mut done, again_route) = (done, again["metadata"]["gateway/route"].take());
+    done["metadata"]["gateway/route"].take();
+    assert_eq!(again_route, "task");
+    assert_eq!(again, done, "the finished task reads back as it was");
+    let failed = get(&gw, running["id"].as_str().unwrap()).await;
+    assert_eq!(state(&failed), "TASK_STATE_FAILED", "{failed}");
+    let note = failed["result"]["status"]["message"]["parts"][0]["text"]
+        .as_str()
+        .unwrap();
+    assert!(
+        note.contains("gateway stopped while this task was running"),
+        "{note}"
+    );
+    // ListTasks pages through what was stored, newest first.
+    let page = gw.call("/a2a", "ListTasks", json!({"pageSize": 1})).await;
+    assert_eq!(page["result"]["totalSize"], 2, "{page}");
+    let first = page["result"]["tasks"][0]["id"].clone();
+    let token = page["result"]["nextPageToken"].clone();
+    let second = gw
+        .call(
+            "/a2a",
+            "ListTasks",
+            json!({"pageSize": 1, "pageToken": token}),
+        )
+        .await;
+    let ids = [first, second["result"]["tasks"][0]["id"].clone()];
+    assert_eq!(ids, [running["id"].clone(), done["id"].clone()]);
+}
+
+#[tokio::test]
+async fn a_crash_loses_at_most_the_commit_interval() {
+    // A long interval makes the window measurable; the bound is the same at 20 ms.
+    let interval = Duration::from_millis(400);
+    let mut gw = start("commit_interval_ms = 400\n");
+    let mut answered = Vec::new();
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(1500) {
+        let task = send(&gw, "x", json!({})).await;
+        answered.push((task["id"].as_str().unwrap().to_string(), Instant::now()));
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let killed = Instant::now();
+    gw.kill_hard();
+    gw.restart();
+    let mut lost_old = Vec::new();
+    let mut lost = 0;
+    for (id, at) in &answered {
+        let found = get(&gw, id).await["result"]["id"] == json!(id);
+        if !found {
+            lost += 1;
+            // A commit takes a few ms more than the interval: 100 ms of slack.
+            if killed.duration_since(*at) > interval + Duration::from_millis(100) {
+                lost_old.push(id.clone());
+            }
+        }
+    }
+    assert!(
+        lost_old.is_empty(),
+        "tasks answered more than the commit interval before the crash were lost: {lost_old:?}"
+    );
+    assert!(
+        lost < answered.len(),
+        "most tasks survive ({lost} of {} lost)",
+        answered.len()
+    );
+}
+
+#[tokio::test]
+async fn a_clean_shutdown_loses_nothing_and_conversations_keep_their_agent() {
+    let mut gw = start("");
+    let mut ids = Vec::new();
+    for i in 0..20 {
+        let task = send(&gw, &format!("m{i}"), json!({})).await;
+        ids.push(task["id"].as_str().unwrap().to_string());
+    }
+    // A conversation the caller started with "other" by metadata.
+    let mut first = D::V10.message("hi");
+    first["contextId"] = json!("conversation-1");
+    first["metadata"] = json!({"gateway/agent": "other"});
+    let answer = gw
+        .call("/a2a", "SendMessage", json!({"message": first}))
+        .await;
+    assert_eq!(
+        answer["result"]["task"]["metadata"]["gateway/agent"],
+        "other"
+    );
+    gw.signal("TERM");
+    let (status, _) = gw.wait_exit(Duration::from_secs(30));
+    assert!(status.success());
+    gw.restart();
+    for id in &ids {
+        assert_eq!(get(&gw, id).await["result"]["id"], json!(id));
+    }
+    // Context affinity is a stored record: the follow-up finds "other" without metadata.
+    let mut next = D::V10.message("again");
+    next["contextId"] = json!("conversation-1");
+    let answer = gw
+        .call("/a2a", "SendMessage", json!({"message": next}))
+        .await;
+    assert_eq!(
+        answer["result"]["task"]["metadata"]["gateway/agent"], "other",
+        "{answer}"
+    );
+}
+
+#[tokio::test]
+async fn finished_tasks_past_retention_are_deleted_for_good() {
+    let mut gw = start("retention_secs = 2\n");
+    let task = send(&gw, "short-lived", json!({})).await;
+    let id = task["id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while get(&gw, &id).await.get("error").is_none() {
+        assert!(Instant::now() < deadline, "not deleted within 10 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    gw.kill_hard();
+    gw.restart();
+    assert_eq!(get(&gw, &id).await["error"]["code"], -32001);
+}
+
+#[test]
+fn a_file_from_a_newer_gateway_and_a_file_in_use_are_refused_by_name() {
+    let mut gw = start("");
+    // A second gateway on the same data_dir.
+    let second = std::process::Command::new(env!("CARGO_BIN_EXE_a2a-gateway"))
+        .current_dir(gw.dir.path())
+        .args(["serve", "--port", "0", "--config"])
+        .arg(&gw.gateway)
+        .arg("--agents-dir")
+        .arg(&gw.agents)
+        .output()
+        .unwrap();
+    assert!(!second.status.success());
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(err.contains("in use by another process"), "{err}");
+
+    gw.kill_hard();
+    let db = gw.dir.path().join("data/gateway.db");
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    conn.pragma_update(None, "user_version", 42).unwrap();
+    drop(conn);
+    let newer = std::process::Command::new(env!("CARGO_BIN_EXE_a2a-gateway"))
+        .current_dir(gw.dir.path())
+        .args(["serve", "--port", "0", "--config"])
+        .arg(&gw.gateway)
+        .arg("--agents-dir")
+        .arg(&gw.agents)
+        .output()
+        .unwrap();
+    assert!(!newer.status.success());
+    let err = String::from_utf8_lossy(&newer.stderr);
+    assert!(
+        err.contains("written by a newer a2a-gateway (schema version 42"),
+        "{err}"
+    );
+}
