@@ -2,7 +2,7 @@
 # Load benchmarks (benchmarks, not tests: absolute numbers vary with the machine and its
 # neighbours, so every figure is a ratio against a baseline measured in the same run).
 #
-#   scripts/bench.sh [core|proxy|auth|streams|burst|agents|ops|all]      (default: all)
+#   scripts/bench.sh [core|proxy|auth|streams|burst|agents|ops|store|all]      (default: all)
 #
 # core    SendMessage to the echo agent through the gateway vs a bare actix-web handler
 #         returning a fixed result (examples/bare_jsonrpc.rs); the same for a message the
@@ -19,6 +19,9 @@
 #         (target >= 0.15x).
 # ops     the core benchmark with metrics off, on (the default; target >= 0.95x of off),
 #         and on with the access log written (info, JSON, to a file).
+# store   the echo benchmark with the memory, SQLite and Redis task stores (targets: SQLite
+#         >= 0.6x memory, Redis >= 0.5x; SQLite adds < 0.1 ms to the unloaded p50); memory
+#         per stored task in each.
 # burst   BURST (500) bodies of 1 MiB held at once, then answered: the gateway's RSS before,
 #         at its peak, and 5 s after (freed memory goes back to the system).
 #
@@ -297,14 +300,42 @@ bench_ops() {
     echo "(metrics on: target >= 0.95x of off)"
 }
 
+# p50 PORT: the median latency of one connection sending one request at a time.
+p50_unloaded() {
+    wrk -t1 -c1 -d"$DURATION" --latency -s "$LUA" "http://127.0.0.1:$1/a2a/agents/echo" | awk '/ 50%/ {print $2}'
+}
+
+# per_task PORT: RSS growth per task stored by 5 s of load.
+per_task() {
+    local t0 r0 t1 r1
+    t0=$(health "$1" tasks); r0=$(rss_kib "$2")
+    wrk -t2 -c"$CONNECTIONS" -d5s -s "$LUA" "http://127.0.0.1:$1/a2a/agents/echo" > /dev/null
+    t1=$(health "$1" tasks); r1=$(rss_kib "$2")
+    awk -v r0="$r0" -v r1="$r1" -v t0="$t0" -v t1="$t1" 'BEGIN { n = t1 - t0; printf "%d tasks, %.0f bytes of gateway RSS per task", n, (r1 - r0) * 1024 / n }'
+}
+
+bench_store() {
+    echo "== store: SendMessage to the echo agent with each task store, $CONNECTIONS connections, $DURATION =="
+    local pm ps pm_pid ps_pid
+    pm=$(free_port); gateway "$pm" "$ROOT/agents.d" 'default_agent = "echo"\n[limits]\nmax_tasks = 100000000'; pm_pid=$GW_PID
+    ps=$(free_port); gateway "$ps" "$ROOT/agents.d" "default_agent = \"echo\"\n[limits]\nmax_tasks = 100000000\n[store]\nkind = \"sqlite\"\ndata_dir = \"data-$ps\""; ps_pid=$GW_PID
+    rounds "memory store" "http://127.0.0.1:$pm/a2a/agents/echo" \
+        "sqlite store" "http://127.0.0.1:$ps/a2a/agents/echo"
+    echo "(targets: sqlite >= 0.6x memory)"
+    echo "unloaded p50 (1 connection): memory $(p50_unloaded "$pm"), sqlite $(p50_unloaded "$ps") (target: sqlite adds < 0.1 ms)"
+    echo "memory store: $(per_task "$pm" "$pm_pid")"
+    echo "sqlite store: $(per_task "$ps" "$ps_pid"); database $(du -sh "$TMP/data-$ps" | cut -f1)"
+}
+
 case "$SECTION" in
     core) bench_core ;;
+    store) bench_store ;;
     ops) bench_ops ;;
     proxy) bench_proxy ;;
     streams) bench_streams ;;
     auth) bench_auth ;;
     burst) bench_burst ;;
     agents) bench_agents ;;
-    all) bench_core; bench_ops; bench_proxy; bench_auth; bench_streams; bench_agents ;;
-    *) echo "usage: scripts/bench.sh [core|proxy|auth|streams|burst|agents|ops|all]" >&2; exit 2 ;;
+    all) bench_core; bench_ops; bench_store; bench_proxy; bench_auth; bench_streams; bench_agents ;;
+    *) echo "usage: scripts/bench.sh [core|proxy|auth|streams|burst|agents|ops|store|all]" >&2; exit 2 ;;
 esac

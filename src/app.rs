@@ -58,6 +58,9 @@ pub(crate) fn build_state(ready: Ready) -> std::io::Result<AppState> {
         crate::store::open(&gateway.store, &base, memory.clone()).map_err(std::io::Error::other)?;
     if let Some(journal) = &store.journal {
         memory.write_behind(journal.clone());
+        if let Some(shared) = &store.shared {
+            tasks.share(journal.clone(), shared.clone());
+        }
     }
     let rows = std::mem::take(&mut loaded.tasks);
     let restored = rows.len();
@@ -67,10 +70,9 @@ pub(crate) fn build_state(ready: Ready) -> std::io::Result<AppState> {
     if store.journal.is_some() {
         tracing::info!(store = %store.described, tasks = restored, failed_for_lost_work = failed, "store opened");
     }
-    let journal = store.journal.as_ref();
-    let contexts = crate::routing::ContextIndex::new(loaded.kept(Table::Contexts, journal));
-    let owners = loaded.kept(Table::UpstreamOwners, journal);
-    let legacy_names = loaded.kept(Table::LegacyNames, journal);
+    let contexts = crate::routing::ContextIndex::new(loaded.kept(Table::Contexts, &store));
+    let owners = loaded.kept(Table::UpstreamOwners, &store);
+    let legacy_names = loaded.kept(Table::LegacyNames, &store);
     let router = crate::routing::Router::new(tasks.clone(), contexts);
     let stream_limit = limits
         .max_open_streams
@@ -155,6 +157,73 @@ async fn expire_interrupted_tasks(state: std::sync::Weak<AppState>) {
     }
 }
 
+/// Asks a shared store every second whether it answers, so readiness follows it (and its
+/// connection comes back by itself when it does).
+async fn watch_store(store: Arc<crate::store::redis::Shared>) {
+    loop {
+        store.ping().await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// Answers the commands other replicas send about tasks this one runs (cancels and
+/// follow-ups; see `service::replicas`). Runs on the main thread's local set: the service's
+/// futures stay on their thread.
+async fn serve_replica_commands(state: std::sync::Weak<AppState>) {
+    use futures_util::StreamExt;
+    loop {
+        let Some(store) = state.upgrade().and_then(|s| s.store.shared.clone()) else {
+            return;
+        };
+        let channel = store.keys.commands(&store.replica);
+        let mut pubsub = match store.pubsub().await {
+            Ok(p) => p,
+            Err(_) => {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        if pubsub.subscribe(&channel).await.is_err() {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            continue;
+        }
+        let mut messages = pubsub.into_on_message();
+        while let Some(msg) = messages.next().await {
+            let Ok(payload) = msg.get_payload::<String>() else {
+                continue;
+            };
+            let Ok(command) = serde_json::from_str::<crate::service::replicas::Command>(&payload)
+            else {
+                tracing::warn!("store: a replica command that does not parse was ignored");
+                continue;
+            };
+            let Some(state) = state.upgrade() else {
+                return;
+            };
+            actix_web::rt::spawn(async move {
+                let reply = command.reply_to().to_string();
+                let live = state.live();
+                let answer = state.service.run_forwarded(command, &live.registry).await;
+                let Ok(json) = serde_json::to_string(&answer) else {
+                    return;
+                };
+                if let Some(store) = &state.store.shared {
+                    let _ = store
+                        .with(|mut c| async move {
+                            let mut pipe = redis::pipe();
+                            pipe.rpush(&reply, json).ignore();
+                            pipe.expire(&reply, 60).ignore();
+                            pipe.query_async::<()>(&mut c).await
+                        })
+                        .await;
+                }
+            });
+        }
+        // The connection dropped: subscribe again.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Deletes finished tasks past the store's retention, a few times per period (at most
 /// once a minute); stops with the gateway.
 async fn prune_old_tasks(state: std::sync::Weak<AppState>) {
@@ -230,6 +299,13 @@ impl Application {
         tokio::spawn(prune_rate_buckets(Arc::downgrade(&shared)));
         tokio::spawn(expire_interrupted_tasks(Arc::downgrade(&shared)));
         tokio::spawn(prune_old_tasks(Arc::downgrade(&shared)));
+        if let Some(store) = shared.store.shared.clone() {
+            let retention = shared.live().config.store.retention_secs;
+            tokio::spawn(store.clone().keep_lease());
+            tokio::spawn(store.clone().reap_dead(crate::tasks::LOST_WORK, retention));
+            tokio::spawn(watch_store(store));
+            actix_web::rt::spawn(serve_replica_commands(Arc::downgrade(&shared)));
+        }
         // Each worker builds its app once, on its own thread: where its metrics flush runs.
         let app = move || {
             if metrics_on {
@@ -351,6 +427,9 @@ impl Application {
         let served = server.await;
         stopping.abort();
         state.store.close();
+        if let Some(shared) = &state.store.shared {
+            shared.release_lease().await;
+        }
         served
     }
 }

@@ -86,6 +86,9 @@ pub enum GatewayError {
     },
     #[error("The gateway is holding its maximum of {0} unfinished tasks; retry later")]
     TaskStoreFull(usize),
+    /// The shared task store (Redis) cannot be reached; the detail goes to the log.
+    #[error("The task store is unreachable; retry later")]
+    StoreUnavailable(String),
     /// One caller's share of the store is full; everyone else is still served.
     #[error("You hold the maximum of {0} unfinished tasks; finish or cancel some, or retry later")]
     TaskQuota(usize),
@@ -238,6 +241,9 @@ impl GatewayError {
             }
             GatewayError::UpstreamTimeout { .. } => ours(UPSTREAM_TIMEOUT, "UPSTREAM_TIMEOUT", 504),
             GatewayError::TaskStoreFull(_) => ours(TASK_STORE_FULL, "TASK_STORE_FULL", 503).retry(),
+            GatewayError::StoreUnavailable(_) => {
+                ours(TASK_STORE_FULL, "TASK_STORE_UNAVAILABLE", 503).retry()
+            }
             GatewayError::TaskQuota(_) => ours(TASK_STORE_FULL, "TASK_QUOTA_EXCEEDED", 429).retry(),
             GatewayError::StreamCapacity(_) => {
                 ours(STREAM_CAPACITY, "STREAM_CAPACITY", 503).retry()

@@ -27,6 +27,7 @@ use crate::protocol::jsonrpc::{Method, RpcRequest};
 use crate::protocol::model::{Metadata, Stamp, StreamItem, Task};
 use crate::protocol::ops::SendResult;
 use crate::protocol::ops::{ItemStream, ListTasksResponse};
+use crate::store::redis::Shared;
 use crate::store::{Journal, Kept, Table};
 use crate::tasks::Tasks;
 
@@ -236,6 +237,8 @@ impl Rule {
 pub(crate) struct BoundedMap<V> {
     map: quick_cache::sync::Cache<String, V>,
     journal: Option<(Journal, Table)>,
+    /// Where other replicas' entries are read (a shared store).
+    shared: Option<(Arc<Shared>, Table)>,
 }
 
 /// A value a [`BoundedMap`] can keep in the store, as text.
@@ -272,7 +275,27 @@ impl<V: Recorded> BoundedMap<V> {
         BoundedMap {
             map,
             journal: kept.journal.map(|j| (j, kept.table)),
+            shared: kept.shared.map(|s| (s, kept.table)),
         }
+    }
+
+    /// Makes another replica's entry for `key` readable here (with a shared store; else
+    /// nothing to do).
+    pub(crate) async fn fetch(&self, key: &str) -> Result<(), GatewayError> {
+        let Some((shared, table)) = &self.shared else {
+            return Ok(());
+        };
+        if self.map.get(key).is_some() {
+            return Ok(());
+        }
+        let found = shared
+            .record(*table, key)
+            .await
+            .map_err(GatewayError::StoreUnavailable)?;
+        if let Some(value) = found {
+            self.map.insert(key.to_string(), V::decode(value));
+        }
+        Ok(())
     }
 
     pub(crate) fn insert(&self, key: &str, value: V) {
@@ -316,6 +339,13 @@ impl ContextIndex {
             return;
         }
         self.agents.insert(&key, agent.clone());
+    }
+
+    /// Reads the caller's conversation from other replicas (with a shared store).
+    async fn fetch(&self, principal: &str, context_id: &str) -> Result<(), GatewayError> {
+        self.agents
+            .fetch(&conversation(principal, context_id))
+            .await
     }
 
     /// A contextId for a conversation the gateway starts with one of its own agents. It
@@ -388,6 +418,35 @@ impl Router {
     /// Which agent served each conversation; the service records into it.
     pub(crate) fn contexts(&self) -> &Arc<ContextIndex> {
         &self.contexts
+    }
+
+    /// Reads what routing `params` needs from other replicas first (with a shared store):
+    /// the task it names, and the agent of the caller's conversation.
+    pub(crate) async fn hydrate(
+        &self,
+        params: Option<&serde_json::value::RawValue>,
+        caller: &Principal,
+    ) -> Result<(), GatewayError> {
+        if self.tasks.shared().is_none() {
+            return Ok(());
+        }
+        let probe = Probe::read(params);
+        let message = probe.message.as_ref();
+        if let Some(id) = probe
+            .id
+            .as_deref()
+            .or(message.and_then(|m| m.task_id.as_deref()))
+        {
+            self.tasks.hydrate(id).await?;
+        }
+        if let Some(context) = message
+            .and_then(|m| m.context_id.as_deref())
+            .or(probe.session_id.as_deref())
+            .filter(|c| !c.is_empty())
+        {
+            self.contexts.fetch(&caller.id, context).await?;
+        }
+        Ok(())
     }
 
     /// Chooses the agent for `rpc` on `/a2a`.

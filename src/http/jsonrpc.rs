@@ -107,6 +107,9 @@ pub(super) async fn handle(
             return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &err));
         }
         Addressed::Shared => {
+            if let Err(e) = state.router.hydrate(rpc.params, &caller).await {
+                return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &e));
+            }
             match state
                 .router
                 .route(&live.registry, &live.rules, &rpc, &caller)
@@ -139,7 +142,10 @@ pub(super) async fn handle(
         };
         return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &e));
     }
-    if let Err(e) = live.admit(&req, &caller, &agent) {
+    if let Err(e) = live
+        .admit(&req, &caller, &agent)
+        .and_then(|()| state.store_up())
+    {
         return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &e));
     }
     // Past authorization, every answer names the agent (refusals before it do not).

@@ -56,6 +56,11 @@ impl Lifecycle {
 /// before and while draining; the body says which.
 pub(super) async fn ready(state: web::Data<AppState>) -> HttpResponse {
     let (mut resp, status, reason) = match state.lifecycle.phase.load(Ordering::Acquire) {
+        READY if !state.store.up() => (
+            HttpResponse::ServiceUnavailable(),
+            "store_unavailable",
+            "the shared task store (Redis) does not answer",
+        ),
         READY => (HttpResponse::Ok(), "ready", "serving"),
         DRAINING => (
             HttpResponse::ServiceUnavailable(),

@@ -64,6 +64,16 @@ impl AppState {
         self.live.load_full()
     }
 
+    /// Refuses work while a shared store cannot take what it would change.
+    pub(crate) fn store_up(&self) -> Result<(), GatewayError> {
+        match self.store.up() {
+            true => Ok(()),
+            false => Err(GatewayError::StoreUnavailable(
+                "the shared store does not answer".into(),
+            )),
+        }
+    }
+
     pub(crate) fn default_keepalive(&self) -> std::time::Duration {
         self.live().default_keepalive()
     }

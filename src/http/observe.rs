@@ -90,8 +90,6 @@ pub(crate) async fn edge(
     } else {
         (tracing::Span::none(), handled.await)
     };
-    let _inside = span.enter();
-    let seconds = start.elapsed().as_secs_f64();
     let mut res = match res {
         Ok(res) => res,
         Err(e) => {
@@ -102,6 +100,11 @@ pub(crate) async fn edge(
             return Err(e);
         }
     };
+    if let Some(refusal) = unshared(&res).await {
+        return Ok(res.into_response(refusal).map_into_right_body());
+    }
+    let _inside = span.enter();
+    let seconds = start.elapsed().as_secs_f64();
     if rated {
         let rate = res.request().extensions().get::<RateInfo>().copied();
         if let Some(info) = rate {
@@ -148,18 +151,47 @@ pub(crate) async fn edge(
     Ok(res.map_into_left_body())
 }
 
+/// With a shared store, an answer leaves once what its call changed is where every replica
+/// reads it; None then, or the refusal to send instead when the store could not take it.
+async fn unshared<B>(res: &ServiceResponse<B>) -> Option<HttpResponse> {
+    if res.request().method() != actix_web::http::Method::POST {
+        return None;
+    }
+    let barrier = res
+        .request()
+        .app_data::<web::Data<AppState>>()?
+        .store
+        .barrier()?;
+    match tokio::time::timeout(std::time::Duration::from_secs(5), barrier).await {
+        Ok(Ok(())) => None,
+        _ => {
+            let error = GatewayError::StoreUnavailable(
+                "changes were not written to the shared store".into(),
+            );
+            let req = res.request();
+            let state = req.app_data::<web::Data<AppState>>()?;
+            Some(match jsonrpc_path(req.path()) {
+                true => super::jsonrpc::refusal(req, state, &error),
+                false => error_response(&error),
+            })
+        }
+    }
+}
+
 /// The answer to a new request while draining, in its binding's shape: a JSON-RPC error
 /// for a POST to a JSON-RPC endpoint, else a `google.rpc.Status`. Either way 503,
 /// `Retry-After` and `Connection: close`.
 fn drain_refusal(req: &ServiceRequest, state: &AppState) -> HttpResponse {
-    let path = req.path();
-    let jsonrpc = req.method() == actix_web::http::Method::POST
-        && (path == "/a2a" || super::agent_segment(path).is_some());
-    if jsonrpc {
+    if req.method() == actix_web::http::Method::POST && jsonrpc_path(req.path()) {
         super::jsonrpc::refusal(req.request(), state, &GatewayError::ShuttingDown)
     } else {
         error_response(&GatewayError::ShuttingDown)
     }
+}
+
+/// Whether a POST to `path` is a JSON-RPC call (else the HTTP+JSON binding's).
+fn jsonrpc_path(path: &str) -> bool {
+    path == "/a2a" || super::agent_segment(path).is_some()
 }
 
 /// The `X-RateLimit-*` headers a handler recorded for its request (also on a refusal).

@@ -132,6 +132,7 @@ fn agent_for(
             _ => e,
         })?;
     live.admit(req, caller, agent)?;
+    state.store_up()?;
     Ok((agent.clone(), Served::new(agent, reason)))
 }
 

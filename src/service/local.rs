@@ -23,7 +23,9 @@ use crate::protocol::model::{
 use crate::protocol::ops::{ItemStream, ListTasksResponse, SendRequest, SendResult};
 use crate::protocol::params::ListQuery;
 use crate::routing::{conversation, ContextIndex};
-use crate::tasks::{Applied, Tasks, Viewer};
+use crate::tasks::{Applied, TaskPage, Tasks, Viewer};
+
+use super::replicas::{self, Answer, Command, Forward};
 
 /// How many events an execution may run ahead of a slow caller before it waits.
 const CALLER_BUFFER: usize = 32;
@@ -31,6 +33,8 @@ const CALLER_BUFFER: usize = 32;
 pub(super) struct LocalOps {
     tasks: Arc<Tasks>,
     contexts: Arc<ContextIndex>,
+    /// With a shared store: the way to tasks other replicas run.
+    forward: Option<Forward>,
 }
 
 fn backend_of(agent: &Agent) -> Result<&Arc<dyn AgentBackend>, GatewayError> {
@@ -53,6 +57,20 @@ impl Operations for LocalOps {
     ) -> LocalBoxFuture<'a, Result<Sent, GatewayError>> {
         Box::pin(async move {
             let backend = backend_of(agent)?;
+            if let Some((forward, replica, id)) =
+                self.elsewhere(agent, caller, &req.message).await?
+            {
+                let events = forward.events(&id).await?;
+                let (task, version) = self
+                    .continue_elsewhere(forward, &replica, agent, caller, req.message)
+                    .await?;
+                let task = match req.blocking {
+                    true => replicas::settle(task, version, events).await,
+                    false => task,
+                };
+                let task = task.view(req.history_length, true);
+                return Ok(Sent::Result(SendResult::Task(task)));
+            }
             self.send_local(agent, caller, backend, req, writer).await
         })
     }
@@ -65,6 +83,20 @@ impl Operations for LocalOps {
     ) -> LocalBoxFuture<'a, Result<ItemStream, GatewayError>> {
         Box::pin(async move {
             let backend = backend_of(agent)?;
+            if let Some((forward, replica, id)) =
+                self.elsewhere(agent, caller, &req.message).await?
+            {
+                let events = forward.events(&id).await?;
+                let (task, version) = self
+                    .continue_elsewhere(forward, &replica, agent, caller, req.message)
+                    .await?;
+                return Ok(replicas::follow(
+                    task,
+                    version,
+                    events,
+                    StreamEnd::Interrupted,
+                ));
+            }
             let prepared = self.prepare(agent, caller, req.message)?;
             let continuing = prepared.continuing.is_some();
             let Started { updates, .. } = self.launch(agent, caller, backend, prepared, true)?;
@@ -79,11 +111,10 @@ impl Operations for LocalOps {
         id: &'a str,
         history_length: Option<usize>,
     ) -> LocalBoxFuture<'a, Result<Task, GatewayError>> {
-        Box::pin(std::future::ready(self.get_local(
-            viewer(agent, caller),
-            id,
-            history_length,
-        )))
+        Box::pin(async move {
+            self.tasks.hydrate(id).await?;
+            self.get_local(viewer(agent, caller), id, history_length)
+        })
     }
 
     fn list<'a>(
@@ -92,9 +123,13 @@ impl Operations for LocalOps {
         caller: &'a Principal,
         query: &'a ListQuery,
     ) -> LocalBoxFuture<'a, Result<ListTasksResponse, GatewayError>> {
-        Box::pin(std::future::ready(
-            self.list_local(viewer(agent, caller), query),
-        ))
+        Box::pin(async move {
+            let v = viewer(agent, caller);
+            match self.tasks.list_shared(v, query).await {
+                Some(page) => Ok(list_response(page?, query)),
+                None => self.list_local(v, query),
+            }
+        })
     }
 
     fn cancel<'a>(
@@ -103,9 +138,22 @@ impl Operations for LocalOps {
         caller: &'a Principal,
         id: &'a str,
     ) -> LocalBoxFuture<'a, Result<Task, GatewayError>> {
-        Box::pin(std::future::ready(
-            self.cancel_local(viewer(agent, caller), id),
-        ))
+        Box::pin(async move {
+            self.tasks.hydrate(id).await?;
+            let v = viewer(agent, caller);
+            match (&self.forward, self.tasks.held_elsewhere(v, id)) {
+                (Some(forward), Some((replica, task, _))) if !task.status.state.is_terminal() => {
+                    let answer = forward
+                        .call(&replica, |reply| Command::Cancel {
+                            id: id.to_string(),
+                            reply,
+                        })
+                        .await?;
+                    answered(id, answer, not_cancelable).map(|(task, _)| task)
+                }
+                _ => self.cancel_local(v, id),
+            }
+        })
     }
 
     fn subscribe<'a>(
@@ -114,15 +162,81 @@ impl Operations for LocalOps {
         caller: &'a Principal,
         id: &'a str,
     ) -> LocalBoxFuture<'a, Result<ItemStream, GatewayError>> {
-        Box::pin(std::future::ready(
-            self.subscribe_local(viewer(agent, caller), id),
-        ))
+        Box::pin(async move {
+            let v = viewer(agent, caller);
+            let Some(forward) = self.forward.as_ref().filter(|_| !self.tasks.holds(id)) else {
+                return self.subscribe_local(v, id);
+            };
+            // Subscribed before the task is read: no event falls between.
+            let events = forward.events(id).await?;
+            self.tasks.hydrate(id).await?;
+            match self.tasks.held_elsewhere(v, id) {
+                Some((_, task, version)) => {
+                    if task.status.state.is_terminal() {
+                        return Err(terminal_task_error(id, task.status.state));
+                    }
+                    Ok(replicas::follow(task, version, events, StreamEnd::Terminal))
+                }
+                None => self.subscribe_local(v, id),
+            }
+        })
     }
 }
 
 impl LocalOps {
     pub(super) fn new(tasks: Arc<Tasks>, contexts: Arc<ContextIndex>) -> LocalOps {
-        LocalOps { tasks, contexts }
+        let forward = tasks.shared().cloned().map(Forward::new);
+        LocalOps {
+            tasks,
+            contexts,
+            forward,
+        }
+    }
+
+    /// A follow-up to a task another replica runs: the way there, the replica and the task.
+    async fn elsewhere(
+        &self,
+        agent: &Agent,
+        caller: &Principal,
+        message: &Message,
+    ) -> Result<Option<(&Forward, Arc<str>, String)>, GatewayError> {
+        let (Some(forward), Some(id)) = (&self.forward, message.task_id.as_deref()) else {
+            return Ok(None);
+        };
+        if id.is_empty() || self.tasks.holds(id) {
+            return Ok(None);
+        }
+        self.tasks.hydrate(id).await?;
+        match self.tasks.held_elsewhere(viewer(agent, caller), id) {
+            Some((_, task, _)) if task.status.state.is_terminal() => {
+                Err(terminal_task_error(id, task.status.state))
+            }
+            Some((replica, _, _)) => Ok(Some((forward, replica, id.to_string()))),
+            None => Ok(None),
+        }
+    }
+
+    /// Hands a follow-up to the replica that runs its task; the task as that replica
+    /// took it, with its version.
+    async fn continue_elsewhere(
+        &self,
+        forward: &Forward,
+        replica: &str,
+        agent: &Agent,
+        caller: &Principal,
+        message: Message,
+    ) -> Result<(Task, u64), GatewayError> {
+        let id = message.task_id.clone().unwrap_or_default();
+        let answer = forward
+            .call(replica, |reply| Command::Continue {
+                agent: agent.name.to_string(),
+                principal: caller.id.to_string(),
+                anonymous: caller.anonymous,
+                message: Box::new(message),
+                reply,
+            })
+            .await?;
+        answered(&id, answer, terminal_task_error)
     }
 
     async fn send_local(
@@ -335,17 +449,7 @@ impl LocalOps {
         v: Viewer<'_>,
         query: &ListQuery,
     ) -> Result<ListTasksResponse, GatewayError> {
-        let page = self.tasks.list(v, query)?;
-        Ok(ListTasksResponse {
-            tasks: page
-                .tasks
-                .iter()
-                .map(|t| t.view(query.history_length, query.include_artifacts))
-                .collect(),
-            next_page_token: page.next_page_token,
-            page_size: query.page_size,
-            total_size: page.total_size,
-        })
+        Ok(list_response(self.tasks.list(v, query)?, query))
     }
 
     /// Stops running work and marks the task canceled.
@@ -400,6 +504,37 @@ impl LocalOps {
         Ok(Box::pin(
             stream::once(async { Ok(first) }).chain_items(rest),
         ))
+    }
+}
+
+fn list_response(page: TaskPage, query: &ListQuery) -> ListTasksResponse {
+    ListTasksResponse {
+        tasks: page
+            .tasks
+            .iter()
+            .map(|t| t.view(query.history_length, query.include_artifacts))
+            .collect(),
+        next_page_token: page.next_page_token,
+        page_size: query.page_size,
+        total_size: page.total_size,
+    }
+}
+
+/// What another replica answered about task `id`, as this one would have answered.
+/// `finished` is the error for a task that had already finished.
+fn answered(
+    id: &str,
+    answer: Answer,
+    finished: fn(&str, TaskState) -> GatewayError,
+) -> Result<(Task, u64), GatewayError> {
+    match answer {
+        Answer::Task { task, version } => Ok((*task, version)),
+        Answer::NotFound => Err(GatewayError::TaskNotFound(id.to_string())),
+        Answer::Finished(state) => Err(finished(
+            id,
+            TaskState::parse_lenient(&state).unwrap_or(TaskState::Unspecified),
+        )),
+        Answer::Failed(reason) => Err(GatewayError::Internal(reason)),
     }
 }
 

@@ -9,6 +9,7 @@
 //! once per call.
 
 mod local;
+pub(crate) mod replicas;
 mod upstream;
 
 use std::sync::Arc;
@@ -228,6 +229,84 @@ impl A2aService {
         id: &str,
     ) -> Result<ItemStream, GatewayError> {
         self.ops(agent).subscribe(agent, caller, id).await
+    }
+}
+
+impl A2aService {
+    /// Runs what another replica forwarded for a task this one runs (see
+    /// [`replicas::Command`]); `registry` has the agents in force.
+    pub(crate) async fn run_forwarded(
+        &self,
+        command: replicas::Command,
+        registry: &crate::agents::Registry,
+    ) -> replicas::Answer {
+        use replicas::{Answer, Command};
+        let (id, outcome) = match command {
+            Command::Cancel { id, .. } => {
+                let outcome = match self.tasks.cancel(&id, None) {
+                    crate::tasks::Applied::Yes => Ok(()),
+                    crate::tasks::Applied::NotFound => Err(Answer::NotFound),
+                    crate::tasks::Applied::TaskFinished => Err(self.finished(&id)),
+                };
+                (id, outcome)
+            }
+            Command::Continue {
+                agent,
+                principal,
+                anonymous,
+                message,
+                ..
+            } => {
+                let id = message.task_id.clone().unwrap_or_default();
+                let Some(agent) = registry
+                    .get(&agent)
+                    .or_else(|| registry.retired_agent(&agent))
+                    .cloned()
+                else {
+                    return Answer::NotFound;
+                };
+                // Authenticated and authorized where the call came in.
+                let caller = Principal {
+                    id: principal.into(),
+                    scope: crate::auth::Scope::All,
+                    anonymous,
+                    tier: Arc::from(""),
+                };
+                let req = SendRequest {
+                    message: *message,
+                    blocking: false,
+                    history_length: None,
+                    accepted_output_modes: Vec::new(),
+                    metadata: None,
+                    has_push_config: false,
+                    reply_dialect: crate::protocol::Dialect::V10,
+                };
+                let outcome = match self.send(&agent, &caller, req).await {
+                    Ok(_) => Ok(()),
+                    Err(GatewayError::TaskNotFound(_)) => Err(Answer::NotFound),
+                    Err(GatewayError::UnsupportedOperation(_)) => Err(self.finished(&id)),
+                    Err(e) => Err(Answer::Failed(e.to_string())),
+                };
+                (id, outcome)
+            }
+        };
+        if let Err(answer) = outcome {
+            return answer;
+        }
+        match self.tasks.inspect_any(&id) {
+            Some((task, version)) => Answer::Task {
+                task: Box::new(task),
+                version,
+            },
+            None => Answer::NotFound,
+        }
+    }
+
+    fn finished(&self, id: &str) -> replicas::Answer {
+        match self.tasks.inspect_any(id) {
+            Some((task, _)) => replicas::Answer::Finished(task.status.state.v03_name().into()),
+            None => replicas::Answer::NotFound,
+        }
     }
 }
 

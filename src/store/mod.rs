@@ -11,6 +11,7 @@
 //! The durable kinds: [`sqlite`] (one file, one node). With no journal (the `memory` kind)
 //! nothing is written and a change costs one branch.
 
+pub(crate) mod redis;
 pub(crate) mod sqlite;
 
 use std::collections::HashMap;
@@ -18,15 +19,30 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::protocol::model::Task;
+use crate::protocol::model::{Task, TaskEvent, TaskState};
 
-/// A task as the store keeps it (what `tasks::StoredTask` holds, less the running work).
+/// A task as a store read it back (what `tasks::StoredTask` holds, less the running work).
 #[derive(Debug, Clone)]
 pub(crate) struct TaskRow {
     pub(crate) task: Task,
     pub(crate) agent: Arc<str>,
     pub(crate) owner: Arc<str>,
     pub(crate) seq: u64,
+    pub(crate) version: u64,
+}
+
+/// A task as it is to be written: read from memory when its batch is written, its body
+/// already JSON (serialized once, under the task's lock, without copying the task).
+#[derive(Debug, Clone)]
+pub(crate) struct Snapshot {
+    pub(crate) id: String,
+    pub(crate) agent: Arc<str>,
+    pub(crate) owner: Arc<str>,
+    pub(crate) seq: u64,
+    pub(crate) version: u64,
+    pub(crate) state: TaskState,
+    /// The task, A2A 1.0 JSON.
+    pub(crate) body: String,
 }
 
 /// The gateway's records beside tasks, each a map from string keys to string values.
@@ -58,8 +74,12 @@ pub(crate) type TaskKey = u128;
 enum Change {
     /// The task changed: write what it is now.
     Task(TaskKey),
-    /// The task is gone (evicted, past retention).
-    TaskRemoved(String),
+    /// The task is gone (evicted, past retention): its id and creation number.
+    TaskRemoved(String, u64),
+    /// A task's event, for other replicas' subscribers (shared stores only).
+    Event(String, u64, Box<TaskEvent>),
+    /// Answered once everything sent before it is written.
+    Barrier(tokio::sync::oneshot::Sender<()>),
     Record {
         table: Table,
         key: String,
@@ -73,7 +93,7 @@ enum Change {
 
 /// Where the writer reads a changed task's current state (the memory store).
 pub(crate) trait Snapshots: Send + Sync + 'static {
-    fn snapshot(&self, key: TaskKey) -> Option<TaskRow>;
+    fn snapshot(&self, key: TaskKey) -> Option<Snapshot>;
 }
 
 /// The sending half: cheap to clone, never blocks unless the writer is this many changes
@@ -81,6 +101,8 @@ pub(crate) trait Snapshots: Send + Sync + 'static {
 #[derive(Clone)]
 pub(crate) struct Journal {
     tx: SyncSender<Change>,
+    /// Whether other replicas hear of events through the store.
+    shares_events: bool,
 }
 
 const JOURNAL_BACKLOG: usize = 65_536;
@@ -90,8 +112,26 @@ impl Journal {
         self.send(Change::Task(key));
     }
 
-    pub(crate) fn task_removed(&self, id: String) {
-        self.send(Change::TaskRemoved(id));
+    pub(crate) fn task_removed(&self, id: String, seq: u64) {
+        self.send(Change::TaskRemoved(id, seq));
+    }
+
+    /// A task took an event, which made its version `version`.
+    pub(crate) fn event(&self, id: &str, version: u64, event: &TaskEvent) {
+        if self.shares_events {
+            self.send(Change::Event(
+                id.to_string(),
+                version,
+                Box::new(event.clone()),
+            ));
+        }
+    }
+
+    /// Resolves once everything sent so far is written.
+    pub(crate) fn barrier(&self) -> tokio::sync::oneshot::Receiver<()> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.send(Change::Barrier(tx));
+        rx
     }
 
     pub(crate) fn record(&self, table: Table, key: &str, value: String) {
@@ -127,14 +167,23 @@ pub(crate) trait Backend: Send + 'static {
 /// The changes of one interval, coalesced: each task and record once, as it is now.
 #[derive(Default)]
 pub(crate) struct Batch {
-    pub(crate) tasks: Vec<TaskRow>,
-    pub(crate) removed: Vec<String>,
+    pub(crate) tasks: Vec<Snapshot>,
+    pub(crate) removed: Vec<(String, u64)>,
     pub(crate) records: Vec<(Table, String, String)>,
+    /// In the order they happened, after the tasks they changed.
+    pub(crate) events: Vec<(String, u64, Box<TaskEvent>)>,
 }
 
 impl Batch {
     pub(crate) fn is_empty(&self) -> bool {
-        self.tasks.is_empty() && self.removed.is_empty() && self.records.is_empty()
+        self.tasks.is_empty()
+            && self.removed.is_empty()
+            && self.records.is_empty()
+            && self.events.is_empty()
+    }
+
+    fn len(&self) -> usize {
+        self.tasks.len() + self.removed.len() + self.records.len() + self.events.len()
     }
 }
 
@@ -143,9 +192,11 @@ impl Batch {
 struct Pending {
     tasks: Vec<TaskKey>,
     seen: std::collections::HashSet<TaskKey>,
-    removed: Vec<String>,
+    removed: Vec<(String, u64)>,
     records: HashMap<(Table, String), String>,
+    events: Vec<(String, u64, Box<TaskEvent>)>,
     flushes: Vec<SyncSender<()>>,
+    barriers: Vec<tokio::sync::oneshot::Sender<()>>,
     stop: bool,
 }
 
@@ -157,7 +208,9 @@ impl Pending {
                     self.tasks.push(key);
                 }
             }
-            Change::TaskRemoved(id) => self.removed.push(id),
+            Change::TaskRemoved(id, seq) => self.removed.push((id, seq)),
+            Change::Event(id, version, event) => self.events.push((id, version, event)),
+            Change::Barrier(done) => self.barriers.push(done),
             Change::Record { table, key, value } => {
                 self.records.insert((table, key), value);
             }
@@ -167,7 +220,7 @@ impl Pending {
     }
 
     fn len(&self) -> usize {
-        self.tasks.len() + self.removed.len() + self.records.len()
+        self.tasks.len() + self.removed.len() + self.records.len() + self.events.len()
     }
 
     /// The batch to write, with each changed task read as it is now. A task removed since
@@ -186,6 +239,7 @@ impl Pending {
                 .drain()
                 .map(|((table, key), value)| (table, key, value))
                 .collect(),
+            events: std::mem::take(&mut self.events),
         }
     }
 }
@@ -201,12 +255,14 @@ fn start(
     mut backend: Box<dyn Backend>,
     tasks: Arc<dyn Snapshots>,
     interval: Duration,
-) -> std::io::Result<(Journal, std::thread::JoinHandle<()>)> {
+    shares_events: bool,
+) -> Result<(Journal, std::thread::JoinHandle<()>), String> {
     let (tx, rx) = mpsc::sync_channel(JOURNAL_BACKLOG);
     let writer = std::thread::Builder::new()
         .name("store-writer".into())
-        .spawn(move || write_loop(&mut *backend, &*tasks, &rx, interval))?;
-    Ok((Journal { tx }, writer))
+        .spawn(move || write_loop(&mut *backend, &*tasks, &rx, interval))
+        .map_err(|e| format!("store: cannot start its writer thread: {e}"))?;
+    Ok((Journal { tx, shares_events }, writer))
 }
 
 /// The store in use, as opened at start.
@@ -217,6 +273,8 @@ pub(crate) struct Store {
     pub(crate) described: String,
     pub(crate) retention: Option<Duration>,
     writer: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Redis: what replicas share.
+    pub(crate) shared: Option<Arc<redis::Shared>>,
 }
 
 impl Store {
@@ -226,7 +284,20 @@ impl Store {
             described: "memory (tasks are lost on restart)".into(),
             retention: None,
             writer: Default::default(),
+            shared: None,
         }
+    }
+
+    /// Resolves once every change made so far is where other replicas read it; None when
+    /// no other replica reads this store.
+    pub(crate) fn barrier(&self) -> Option<tokio::sync::oneshot::Receiver<()>> {
+        self.shared.as_ref()?;
+        self.journal.as_ref().map(Journal::barrier)
+    }
+
+    /// Whether the store can be reached (a shared one may be down).
+    pub(crate) fn up(&self) -> bool {
+        self.shared.as_ref().is_none_or(|s| s.health.up())
     }
 
     /// Commits what is pending and closes the store, before the process exits; changes
@@ -266,11 +337,11 @@ pub(crate) fn open(
         StoreKind::Sqlite => {
             let dir = base.join(&config.data_dir);
             let (backend, loaded) = sqlite::open(&dir, config.retention_secs)?;
-            let (journal, writer) = start(Box::new(backend), tasks, interval)
-                .map_err(|e| format!("store: cannot start its writer thread: {e}"))?;
+            let (journal, writer) = start(Box::new(backend), tasks, interval, false)?;
             let store = Store {
                 journal: Some(journal),
                 writer: std::sync::Mutex::new(Some(writer)),
+                shared: None,
                 described: format!(
                     "sqlite {} (commits every {} ms)",
                     sqlite::path_in(&dir).display(),
@@ -280,7 +351,37 @@ pub(crate) fn open(
             };
             Ok((store, loaded))
         }
-        StoreKind::Redis => Err("store: kind = \"redis\" is not available yet".into()),
+        StoreKind::Redis => {
+            let client = ::redis::Client::open(config.url.as_str())
+                .map_err(|e| format!("store.url: {e}"))?;
+            let keys = redis::Keys::new(&config.key_prefix);
+            let replica: Arc<str> = crate::protocol::model::new_id().into();
+            let health = Arc::new(redis::Health::default());
+            let backend = redis::RedisBackend::new(
+                client.clone(),
+                keys.clone(),
+                replica.clone(),
+                config.retention_secs,
+                health.clone(),
+            );
+            // No interval: each batch is what arrived while the last was written, and
+            // answers wait for theirs (see `Store::barrier`).
+            let (journal, writer) = start(Box::new(backend), tasks, Duration::ZERO, true)?;
+            let lease = Duration::from_secs(config.lease_secs.max(2));
+            let shared = redis::Shared::new(client, keys, replica.clone(), health, lease);
+            let store = Store {
+                journal: Some(journal),
+                writer: std::sync::Mutex::new(Some(writer)),
+                shared: Some(Arc::new(shared)),
+                described: format!(
+                    "redis {} prefix {:?} (replica {replica})",
+                    redacted(&config.url),
+                    config.key_prefix
+                ),
+                retention,
+            };
+            Ok((store, Loaded::default()))
+        }
     }
 }
 
@@ -304,24 +405,37 @@ fn write_loop(
             Err(RecvTimeoutError::Disconnected) => false,
         };
         let deadline = Instant::now() + interval;
+        // With no interval (Redis), a batch is whatever arrived while the last one was
+        // being written.
         while open && !pending.stop && pending.flushes.is_empty() && pending.len() < MAX_BATCH {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                Ok(change) => pending.add(change),
-                Err(_) => break,
+            let next = match deadline.checked_duration_since(Instant::now()) {
+                Some(left) if !left.is_zero() => rx.recv_timeout(left).ok(),
+                _ => rx.try_recv().ok(),
+            };
+            match next {
+                Some(change) => pending.add(change),
+                None => break,
             }
         }
         let batch = pending.batch(tasks);
+        let mut written = true;
         if !batch.is_empty() {
             match backend.commit(&batch) {
                 Ok(()) => failures = 0,
                 Err(e) => {
+                    written = false;
                     failures += 1;
-                    tracing::error!(error = %e, changes = batch.tasks.len() + batch.removed.len() + batch.records.len(), "store: commit failed; retrying with the next batch");
+                    tracing::error!(error = %e, changes = batch.len(), "store: commit failed; retrying with the next batch");
                     requeue(&mut pending, batch);
-                    // Not a busy loop against a broken disk.
-                    std::thread::sleep(interval.max(Duration::from_millis(100)) * failures.min(50));
+                    // Not a busy loop against a broken disk or an absent server.
+                    std::thread::sleep(interval.max(Duration::from_millis(100)) * failures.min(20));
                 }
+            }
+        }
+        // A barrier whose changes were not written is dropped: its waiter is told so.
+        for done in pending.barriers.drain(..) {
+            if written {
+                let _ = done.send(());
             }
         }
         for done in pending.flushes.drain(..) {
@@ -346,13 +460,16 @@ fn requeue(pending: &mut Pending, batch: Batch) {
         tasks,
         removed,
         records,
+        events,
     } = batch;
     for row in tasks {
-        if let Ok(uuid) = uuid::Uuid::try_parse(&row.task.id) {
+        if let Ok(uuid) = uuid::Uuid::try_parse(&row.id) {
             pending.add(Change::Task(uuid.as_u128()));
         }
     }
     pending.removed.extend(removed);
+    let later = std::mem::replace(&mut pending.events, events);
+    pending.events.extend(later);
     for (table, key, value) in records {
         pending.records.entry((table, key)).or_insert(value);
     }
@@ -367,11 +484,12 @@ pub(crate) struct Loaded {
 }
 
 impl Loaded {
-    /// What one table's map starts from and writes to.
-    pub(crate) fn kept(&mut self, table: Table, journal: Option<&Journal>) -> Kept {
+    /// What one table's map starts from, writes to, and reads other replicas' records from.
+    pub(crate) fn kept(&mut self, table: Table, store: &Store) -> Kept {
         Kept {
             table,
-            journal: journal.cloned(),
+            journal: store.journal.clone(),
+            shared: store.shared.clone(),
             loaded: self.records.remove(&table).unwrap_or_default(),
         }
     }
@@ -381,6 +499,18 @@ impl Loaded {
 pub(crate) struct Kept {
     pub(crate) table: Table,
     pub(crate) journal: Option<Journal>,
+    pub(crate) shared: Option<Arc<redis::Shared>>,
     /// Oldest first.
     pub(crate) loaded: Vec<(String, String)>,
+}
+
+/// A URL without its password, for the log.
+fn redacted(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("***"));
+            u.to_string()
+        }
+        _ => url.to_string(),
+    }
 }

@@ -16,14 +16,17 @@ pub(crate) const FILE_NAME: &str = "gateway.db";
 const MIGRATIONS: &[&str] = &[
     // Version 1. A task is kept as its A2A 1.0 JSON; the columns beside it are what
     // loading and housekeeping look at.
+    // Keyed by creation order: new tasks append to the table's b-tree instead of landing
+    // at random places in it (as UUID keys would), several times faster to write.
     "CREATE TABLE tasks (
-        id TEXT PRIMARY KEY,
+        seq INTEGER PRIMARY KEY,
+        id TEXT NOT NULL,
         agent TEXT NOT NULL,
         owner TEXT NOT NULL,
-        seq INTEGER NOT NULL,
+        version INTEGER NOT NULL,
         state TEXT NOT NULL,
         body TEXT NOT NULL
-    ) WITHOUT ROWID;
+    );
     CREATE TABLE records (
         tbl TEXT NOT NULL,
         key TEXT NOT NULL,
@@ -72,7 +75,8 @@ pub(crate) fn open(dir: &Path, retention_secs: u64) -> Result<(SqliteBackend, Lo
             path.display()
         ));
     }
-    conn.execute_batch("PRAGMA synchronous = FULL;")
+    // A larger page cache keeps the b-trees' upper levels in memory between batches.
+    conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA cache_size = -32768;")
         .map_err(fail)?;
     migrate(&mut conn, &path)?;
     let loaded = load(&conn).map_err(fail)?;
@@ -126,24 +130,27 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<(), String> {
 
 fn load(conn: &Connection) -> rusqlite::Result<Loaded> {
     let mut loaded = Loaded::default();
-    let mut rows = conn.prepare("SELECT agent, owner, seq, body FROM tasks ORDER BY seq")?;
+    let mut rows =
+        conn.prepare("SELECT agent, owner, seq, version, body FROM tasks ORDER BY seq")?;
     let mut unreadable = 0usize;
     let tasks = rows.query_map([], |r| {
         Ok((
             r.get::<_, String>(0)?,
             r.get::<_, String>(1)?,
             r.get::<_, i64>(2)?,
-            r.get::<_, String>(3)?,
+            r.get::<_, i64>(3)?,
+            r.get::<_, String>(4)?,
         ))
     })?;
     for row in tasks {
-        let (agent, owner, seq, body) = row?;
+        let (agent, owner, seq, version, body) = row?;
         match serde_json::from_str::<Task>(&body) {
             Ok(task) => loaded.tasks.push(TaskRow {
                 task,
                 agent: agent.into(),
                 owner: owner.into(),
                 seq: seq.max(0) as u64,
+                version: version.max(0) as u64,
             }),
             Err(_) => unreadable += 1,
         }
@@ -175,28 +182,27 @@ impl Backend for SqliteBackend {
         {
             let mut put = tx
                 .prepare_cached(
-                    "INSERT INTO tasks (id, agent, owner, seq, state, body)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-                     ON CONFLICT (id) DO UPDATE SET state = excluded.state, body = excluded.body",
+                    "INSERT OR REPLACE INTO tasks (seq, id, agent, owner, version, state, body)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                 )
                 .map_err(|e| e.to_string())?;
             for row in &batch.tasks {
-                let body = serde_json::to_string(&row.task).map_err(|e| e.to_string())?;
                 put.execute(params![
-                    row.task.id,
+                    row.seq as i64,
+                    row.id,
                     &*row.agent,
                     &*row.owner,
-                    row.seq as i64,
-                    row.task.status.state.v03_name(),
-                    body
+                    row.version as i64,
+                    row.state.v03_name(),
+                    row.body
                 ])
                 .map_err(|e| e.to_string())?;
             }
             let mut remove = tx
-                .prepare_cached("DELETE FROM tasks WHERE id = ?1")
+                .prepare_cached("DELETE FROM tasks WHERE seq = ?1")
                 .map_err(|e| e.to_string())?;
-            for id in &batch.removed {
-                remove.execute([id]).map_err(|e| e.to_string())?;
+            for (_, seq) in &batch.removed {
+                remove.execute([*seq as i64]).map_err(|e| e.to_string())?;
             }
             let mut record = tx
                 .prepare_cached(

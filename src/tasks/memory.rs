@@ -2,12 +2,12 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use super::{page, FastMap, StoreError, StoredTask, TaskPage, TaskStore, Viewer};
 use crate::protocol::model::TaskState;
 use crate::protocol::params::ListQuery;
-use crate::store::{Journal, Snapshots, TaskKey, TaskRow};
+use crate::store::{Journal, Snapshot, Snapshots, TaskKey};
 
 pub(crate) struct MemoryTaskStore {
     /// Keyed by the id's 128-bit value: no key allocations, and a lookup compares keys
@@ -23,7 +23,13 @@ pub(crate) struct MemoryTaskStore {
     capacity: usize,
     /// Where changes are written behind (a durable store); None keeps them here only.
     journal: std::sync::OnceLock<Journal>,
+    /// Copies of tasks other replicas run (a shared store), as last read: readable here,
+    /// never changed here.
+    foreign: quick_cache::sync::Cache<TaskKey, Arc<StoredTask>>,
 }
+
+/// Copies of other replicas' tasks kept at once (the least recently used go first).
+const FOREIGN_COPIES: usize = 10_000;
 
 impl MemoryTaskStore {
     pub(crate) fn new(capacity: usize) -> MemoryTaskStore {
@@ -33,6 +39,7 @@ impl MemoryTaskStore {
             count: AtomicUsize::new(0),
             capacity: capacity.max(1),
             journal: std::sync::OnceLock::new(),
+            foreign: quick_cache::sync::Cache::new(FOREIGN_COPIES),
         }
     }
 
@@ -47,7 +54,7 @@ impl MemoryTaskStore {
         };
         self.count.fetch_sub(1, Ordering::AcqRel);
         if let Some(journal) = self.journal.get() {
-            journal.task_removed(st.task.id);
+            journal.task_removed(st.task.id, st.seq);
         }
         true
     }
@@ -143,7 +150,14 @@ impl TaskStore for MemoryTaskStore {
     }
 
     fn read(&self, id: &str, f: &mut dyn FnMut(&StoredTask)) -> bool {
-        match self.get(id) {
+        if let Some(st) = self.get(id) {
+            f(&st);
+            return true;
+        }
+        let copy = key(id)
+            .and_then(|k| self.foreign.get(&k))
+            .filter(|st| st.task.id == id);
+        match copy {
             Some(st) => {
                 f(&st);
                 true
@@ -208,6 +222,16 @@ impl TaskStore for MemoryTaskStore {
         self.count.load(Ordering::Acquire)
     }
 
+    fn adopt_foreign(&self, task: StoredTask) {
+        if let Some(k) = key(&task.task.id) {
+            self.foreign.insert(k, Arc::new(task));
+        }
+    }
+
+    fn holds(&self, id: &str) -> bool {
+        self.get(id).is_some()
+    }
+
     fn count_by_state(&self) -> Vec<(TaskState, usize)> {
         let mut counts: Vec<(TaskState, usize)> = Vec::new();
         for entry in self.tasks.iter() {
@@ -222,12 +246,17 @@ impl TaskStore for MemoryTaskStore {
 }
 
 impl Snapshots for MemoryTaskStore {
-    fn snapshot(&self, key: TaskKey) -> Option<TaskRow> {
-        self.tasks.get(&key).map(|st| TaskRow {
-            task: st.task.clone(),
+    fn snapshot(&self, key: TaskKey) -> Option<Snapshot> {
+        let st = self.tasks.get(&key)?;
+        let body = serde_json::to_string(&st.task).ok()?;
+        Some(Snapshot {
+            id: st.task.id.clone(),
             agent: st.agent.clone(),
             owner: st.owner.clone(),
             seq: st.seq,
+            version: st.version,
+            state: st.task.status.state,
+            body,
         })
     }
 }
@@ -251,6 +280,8 @@ mod tests {
             agent: Arc::from("a"),
             owner: Arc::from("anonymous"),
             seq: 0,
+            version: 0,
+            replica: None,
             cancel: None,
         }
     }

@@ -24,6 +24,7 @@ use crate::protocol::model::{
     Message, StreamItem, Task, TaskEvent, TaskState, TaskStatus, TaskStatusUpdateEvent,
 };
 use crate::protocol::params::ListQuery;
+use crate::store::redis::Shared;
 use crate::store::TaskRow;
 
 /// The status message of a task whose work a restart (or a replica's death) took away.
@@ -40,6 +41,10 @@ pub(crate) struct StoredTask {
     pub(crate) owner: Arc<str>,
     /// Creation order, the tie-breaker when status timestamps are equal.
     pub(crate) seq: u64,
+    /// How many events the task took (other replicas' subscribers order by it).
+    pub(crate) version: u64,
+    /// The replica that runs a task read from a shared store; None: this one.
+    pub(crate) replica: Option<Arc<str>>,
     /// Stops the work in progress on this task; dropped once the task finishes.
     pub(crate) cancel: Option<CancellationToken>,
 }
@@ -84,6 +89,11 @@ pub(crate) trait TaskStore: Send + Sync + 'static {
     /// Tasks waiting for input (or auth) since before `cutoff`.
     fn interrupted_before(&self, cutoff: chrono::DateTime<chrono::Utc>) -> Vec<String>;
     fn len(&self) -> usize;
+    /// Keeps a copy of a task another replica runs, as read from the shared store:
+    /// readable until a fresher copy replaces it, never changed here.
+    fn adopt_foreign(&self, task: StoredTask);
+    /// Whether the task is this replica's own (not a copy of another's).
+    fn holds(&self, id: &str) -> bool;
     /// How many tasks are in each state (for metrics; visits every task).
     fn count_by_state(&self) -> Vec<(TaskState, usize)>;
 }
@@ -150,6 +160,10 @@ pub(crate) struct Tasks {
     unfinished: FastMap<Arc<str>, usize>,
     quota: usize,
     metrics: Arc<crate::telemetry::Metrics>,
+    /// Where events go for other replicas' subscribers (a shared store).
+    shared_events: std::sync::OnceLock<crate::store::Journal>,
+    /// The store other replicas share, to read their tasks.
+    shared: std::sync::OnceLock<Arc<Shared>>,
 }
 
 impl Tasks {
@@ -166,7 +180,115 @@ impl Tasks {
             seq: Default::default(),
             unfinished: FastMap::default(),
             quota: quota.max(1),
+            shared_events: std::sync::OnceLock::new(),
+            shared: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Shares tasks with other replicas: every later event goes through `journal` too,
+    /// and their tasks are read from `shared`.
+    pub(crate) fn share(&self, journal: crate::store::Journal, shared: Arc<Shared>) {
+        let _ = self.shared_events.set(journal);
+        let _ = self.shared.set(shared);
+    }
+
+    /// The store other replicas share, if any.
+    pub(crate) fn shared(&self) -> Option<&Arc<Shared>> {
+        self.shared.get()
+    }
+
+    /// Makes a task another replica created readable here: a fresh copy from the shared
+    /// store (nothing to do for this replica's own tasks, or without a shared store).
+    pub(crate) async fn hydrate(&self, id: &str) -> Result<(), crate::error::GatewayError> {
+        let Some(shared) = self.shared.get() else {
+            return Ok(());
+        };
+        if id.is_empty() || self.store.holds(id) || uuid::Uuid::try_parse(id).is_err() {
+            return Ok(());
+        }
+        let found = shared
+            .task(id)
+            .await
+            .map_err(crate::error::GatewayError::StoreUnavailable)?;
+        if let Some(envelope) = found {
+            if *envelope.replica == *shared.replica {
+                // Written by this replica and since evicted from its memory.
+                return Ok(());
+            }
+            let replica = Some(Arc::<str>::from(envelope.replica.as_str()));
+            let row = TaskRow::from(envelope);
+            self.store.adopt_foreign(StoredTask {
+                task: row.task,
+                agent: row.agent,
+                owner: row.owner,
+                seq: row.seq,
+                version: row.version,
+                replica,
+                cancel: None,
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether the task is this replica's own (not another replica's, nor unknown).
+    pub(crate) fn holds(&self, id: &str) -> bool {
+        self.store.holds(id)
+    }
+
+    /// The task with its version, whoever owns it (for a replica answering another, which
+    /// checked the caller already).
+    pub(crate) fn inspect_any(&self, id: &str) -> Option<(Task, u64)> {
+        let mut out = None;
+        self.store
+            .read(id, &mut |st| out = Some((st.task.clone(), st.version)));
+        out
+    }
+
+    /// The replica that runs the task when it is another one's (a copy read through
+    /// [`Self::hydrate`]), with the copy and its version.
+    pub(crate) fn held_elsewhere(
+        &self,
+        viewer: Viewer<'_>,
+        id: &str,
+    ) -> Option<(Arc<str>, Task, u64)> {
+        let mut out = None;
+        self.store.read(id, &mut |st| {
+            if let (true, Some(replica)) = (viewer.sees(st), &st.replica) {
+                out = Some((replica.clone(), st.task.clone(), st.version));
+            }
+        });
+        out
+    }
+
+    /// One page of the caller's tasks with an agent across every replica (a shared store);
+    /// None without one.
+    pub(crate) async fn list_shared(
+        &self,
+        viewer: Viewer<'_>,
+        query: &ListQuery,
+    ) -> Option<Result<TaskPage, crate::error::GatewayError>> {
+        let shared = self.shared.get()?;
+        let all = match shared.tasks_of(viewer.agent, viewer.principal).await {
+            Ok(all) => all,
+            Err(e) => return Some(Err(crate::error::GatewayError::StoreUnavailable(e))),
+        };
+        let matching: Vec<_> = all
+            .into_iter()
+            .filter(|e| {
+                let t = &e.task;
+                page::admits(query, &t.context_id, t.status.state, t.status.timestamp)
+            })
+            .map(|e| (page::sort_key(e.task.status.timestamp, e.seq), e.task))
+            .collect();
+        Some(
+            page::page(matching, query)
+                .map(|(tasks, next_page_token, total_size)| TaskPage {
+                    tasks,
+                    next_page_token,
+                    total_size,
+                })
+                .map_err(Into::into),
+        )
     }
 
     /// Stores a new task whose work, if any is still going on, `cancel` can stop. An
@@ -194,6 +316,8 @@ impl Tasks {
             agent,
             owner: owner.clone(),
             seq,
+            version: 0,
+            replica: None,
             cancel,
         });
         if inserted.is_err() && counted {
@@ -213,6 +337,7 @@ impl Tasks {
                 agent,
                 owner,
                 seq,
+                version,
             } = row;
             self.seq
                 .fetch_max(seq + 1, std::sync::atomic::Ordering::Relaxed);
@@ -228,6 +353,8 @@ impl Tasks {
                 agent,
                 owner,
                 seq,
+                version,
+                replica: None,
                 cancel: None,
             };
             match unfinished {
@@ -351,6 +478,10 @@ impl Tasks {
                 st.cancel = None;
                 self.finished(&st.owner);
             }
+            st.version += 1;
+            if let Some(journal) = self.shared_events.get() {
+                journal.event(id, st.version, event);
+            }
             self.fanout.publish(
                 id,
                 || StreamItem::from(event.clone()),
@@ -390,6 +521,10 @@ impl Tasks {
                     metadata: None,
                 });
                 st.task.apply(&event);
+                st.version += 1;
+                if let Some(journal) = self.shared_events.get() {
+                    journal.event(id, st.version, &event);
+                }
                 self.fanout
                     .publish(id, || StreamItem::from(event.clone()), false);
             }

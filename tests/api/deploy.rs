@@ -93,6 +93,7 @@ struct Served {
     base: String,
     port: u16,
     stderr: Arc<Mutex<String>>,
+    _data: tempfile::TempDir,
 }
 
 impl Drop for Served {
@@ -106,6 +107,8 @@ impl Served {
     /// The repository's gateway.toml and agents.d/, as the container image ships them, on a
     /// free port of 127.0.0.1.
     fn shipped(root: &Path) -> Served {
+        // The image's store goes to a volume; here, to a directory of this test's own.
+        let data = tempfile::tempdir().expect("data dir");
         let mut child = bin()
             .current_dir(root)
             .arg("serve")
@@ -115,6 +118,7 @@ impl Served {
             .arg(root.join("agents.d"))
             .args(["--host", "127.0.0.1", "--port", "0", "--workers", "1"])
             .env("A2A_GATEWAY_LOG", "warn")
+            .env("A2A_GATEWAY_DATA_DIR", data.path())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -142,6 +146,7 @@ impl Served {
             base: String::new(),
             port: 0,
             stderr,
+            _data: data,
         };
         let Some(base) = first.split("listening on ").nth(1) else {
             std::thread::sleep(Duration::from_millis(200));

@@ -18,6 +18,7 @@ mod limits;
 mod operations;
 mod paths;
 mod peers;
+mod replicas;
 mod rest;
 mod routing;
 mod running;

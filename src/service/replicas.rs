@@ -1,0 +1,172 @@
+//! Tasks another replica runs (a shared store): their events reach this replica's callers
+//! through Redis pub/sub, and a cancel or a follow-up message goes to the replica that runs
+//! the work as a command on its channel, answered on a list of its own.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::stream::{self, Stream, StreamExt};
+use redis::AsyncCommands;
+use serde::{Deserialize, Serialize};
+
+use crate::error::GatewayError;
+use crate::protocol::model::{new_id, Message, StreamEnd, StreamItem, Task, TaskEvent};
+use crate::protocol::ops::ItemStream;
+use crate::store::redis::{Published, Shared};
+
+/// What one replica asks of the replica that runs a task.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub(crate) enum Command {
+    Cancel {
+        id: String,
+        reply: String,
+    },
+    Continue {
+        agent: String,
+        principal: String,
+        anonymous: bool,
+        message: Box<Message>,
+        reply: String,
+    },
+}
+
+impl Command {
+    /// The list the answer goes to.
+    pub(crate) fn reply_to(&self) -> &str {
+        match self {
+            Command::Cancel { reply, .. } | Command::Continue { reply, .. } => reply,
+        }
+    }
+}
+
+/// The answer to a [`Command`].
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Answer {
+    /// The task after the command, and the version it had then.
+    Task {
+        task: Box<Task>,
+        version: u64,
+    },
+    NotFound,
+    /// The task had already finished, in this state (0.3 name).
+    Finished(String),
+    Failed(String),
+}
+
+/// How long a replica has to answer a command.
+const ANSWER_WITHIN: Duration = Duration::from_secs(10);
+
+fn unavailable(reason: String) -> GatewayError {
+    GatewayError::StoreUnavailable(reason)
+}
+
+pub(super) struct Forward {
+    shared: Arc<Shared>,
+}
+
+impl Forward {
+    pub(super) fn new(shared: Arc<Shared>) -> Forward {
+        Forward { shared }
+    }
+
+    /// Sends a command to `replica` and waits for its answer.
+    pub(super) async fn call(
+        &self,
+        replica: &str,
+        make: impl FnOnce(String) -> Command,
+    ) -> Result<Answer, GatewayError> {
+        let keys = &self.shared.keys;
+        let reply = keys.reply(&new_id());
+        let command = serde_json::to_string(&make(reply.clone()))
+            .map_err(|e| GatewayError::Internal(e.to_string()))?;
+        let channel = keys.commands(replica);
+        let listeners: i64 = self
+            .shared
+            .with(|mut c| async move { c.publish(channel, command).await })
+            .await
+            .map_err(unavailable)?;
+        if listeners == 0 {
+            return Err(unavailable(format!(
+                "the replica running this task ({replica}) does not answer; its unfinished tasks are failed once its lease expires"
+            )));
+        }
+        let mut conn = self.shared.dedicated().await.map_err(unavailable)?;
+        let answered: Option<(String, String)> = conn
+            .blpop(&reply, ANSWER_WITHIN.as_secs_f64())
+            .await
+            .map_err(|e| unavailable(e.to_string()))?;
+        let (_, json) = answered.ok_or_else(|| {
+            unavailable(format!(
+                "the replica running this task ({replica}) did not answer within {} s",
+                ANSWER_WITHIN.as_secs()
+            ))
+        })?;
+        serde_json::from_str(&json).map_err(|e| GatewayError::Internal(e.to_string()))
+    }
+
+    /// The events of `task_id` published from now on. Subscribe before reading the task
+    /// they follow, so that none is missed; those at or below its version are dropped.
+    pub(super) async fn events(
+        &self,
+        task_id: &str,
+    ) -> Result<impl Stream<Item = Published> + Send + 'static, GatewayError> {
+        let mut pubsub = self.shared.pubsub().await.map_err(unavailable)?;
+        pubsub
+            .subscribe(self.shared.keys.events(task_id))
+            .await
+            .map_err(|e| unavailable(e.to_string()))?;
+        Ok(pubsub.into_on_message().filter_map(|msg| async move {
+            let payload: String = msg.get_payload().ok()?;
+            serde_json::from_str::<Published>(&payload).ok()
+        }))
+    }
+}
+
+/// The caller's stream of a task another replica runs: `first`, then every event after
+/// `version` until `end` closes the stream.
+pub(super) fn follow(
+    first: Task,
+    version: u64,
+    events: impl Stream<Item = Published> + Send + 'static,
+    end: StreamEnd,
+) -> ItemStream {
+    let first = StreamItem::Task(first);
+    // The task may have moved on by the time it was read: then it is all there is.
+    let done = match end {
+        StreamEnd::Terminal => first.finishes_task(),
+        StreamEnd::Interrupted => first.ends_stream(),
+    };
+    let rest = events
+        .filter(move |p| std::future::ready(p.version > version))
+        .map(|p| StreamItem::from(TaskEvent::from(p.event)));
+    let rest = (!done).then(|| Box::pin(rest));
+    let rest = stream::unfold(rest, move |rest| async move {
+        let mut rest = rest?;
+        let item = rest.next().await?;
+        let next = (!end.closes(&item)).then_some(rest);
+        Some((Ok(item), next))
+    });
+    Box::pin(stream::once(async move { Ok(first) }).chain(rest))
+}
+
+/// `task` after the events that come until one ends a send (input needed, or finished).
+pub(super) async fn settle(
+    mut task: Task,
+    version: u64,
+    events: impl Stream<Item = Published> + Send + 'static,
+) -> Task {
+    if task.status.state.is_terminal() || task.status.state.is_interrupted() {
+        return task;
+    }
+    let mut events = Box::pin(events.filter(move |p| std::future::ready(p.version > version)));
+    while let Some(p) = events.next().await {
+        let event = TaskEvent::from(p.event);
+        task.apply(&event);
+        if event.ends_stream() {
+            break;
+        }
+    }
+    task
+}

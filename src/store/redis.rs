@@ -1,0 +1,566 @@
+//! The Redis store: several replicas share tasks, records and task events through one
+//! Redis server (or a managed one), under a key prefix of their own.
+//!
+//! Keys (`P` is the prefix):
+//! - `P task:<id>`: the task with who owns it, which replica runs it and its version
+//!   (an [`Envelope`], JSON); finished tasks expire after `retention_secs`.
+//! - `P list:<agent>/<owner>`: a sorted set of the ids a caller created with an agent.
+//! - `P running:<replica>`: the unfinished tasks a replica runs; `P lease:<replica>` says
+//!   it is alive. When a lease expires, the other replicas fail its running tasks.
+//! - `P events:<id>` (pub/sub): a task's events, each with the version it made.
+//! - `P commands:<replica>` (pub/sub): cancels and follow-ups for tasks a replica runs,
+//!   answered on the list `P reply:<uuid>`.
+//! - `P rec:<table>:<key>`: records (context affinity, upstream task owners, 0.1 names).
+//!
+//! Writes go through the journal's writer thread, one MULTI/EXEC per batch, and an answer
+//! waits for the batch its changes are in (a barrier): a task created through one replica
+//! is readable through every other once its creator has answered.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use serde::{Deserialize, Serialize};
+
+use super::{Backend, Batch, Table, TaskRow};
+use crate::protocol::model::{Task, TaskEvent};
+
+/// Key names under the prefix.
+#[derive(Clone)]
+pub(crate) struct Keys {
+    prefix: Arc<str>,
+}
+
+impl Keys {
+    pub(crate) fn new(prefix: &str) -> Keys {
+        Keys {
+            prefix: prefix.into(),
+        }
+    }
+    pub(crate) fn task(&self, id: &str) -> String {
+        format!("{}task:{id}", self.prefix)
+    }
+    /// Length-prefixed, so no agent or principal name makes two callers' lists meet.
+    pub(crate) fn list(&self, agent: &str, owner: &str) -> String {
+        format!("{}list:{}:{agent}/{owner}", self.prefix, agent.len())
+    }
+    pub(crate) fn running(&self, replica: &str) -> String {
+        format!("{}running:{replica}", self.prefix)
+    }
+    pub(crate) fn running_pattern(&self) -> String {
+        format!("{}running:*", self.prefix)
+    }
+    pub(crate) fn lease(&self, replica: &str) -> String {
+        format!("{}lease:{replica}", self.prefix)
+    }
+    pub(crate) fn reaping(&self, replica: &str) -> String {
+        format!("{}reaping:{replica}", self.prefix)
+    }
+    pub(crate) fn events(&self, id: &str) -> String {
+        format!("{}events:{id}", self.prefix)
+    }
+    pub(crate) fn commands(&self, replica: &str) -> String {
+        format!("{}commands:{replica}", self.prefix)
+    }
+    pub(crate) fn reply(&self, id: &str) -> String {
+        format!("{}reply:{id}", self.prefix)
+    }
+    pub(crate) fn record(&self, table: Table, key: &str) -> String {
+        format!("{}rec:{}:{key}", self.prefix, table.name())
+    }
+    /// The prefix's part after `running:` in a key of [`Keys::running_pattern`].
+    pub(crate) fn replica_of_running<'a>(&self, key: &'a str) -> Option<&'a str> {
+        key.strip_prefix(&*self.prefix)?.strip_prefix("running:")
+    }
+}
+
+/// A task as Redis keeps it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Envelope {
+    pub(crate) agent: String,
+    pub(crate) owner: String,
+    pub(crate) seq: u64,
+    /// The replica whose process runs the task's work.
+    pub(crate) replica: String,
+    /// How many events the task has taken; an event published with a version at or below
+    /// a snapshot's is already in it.
+    pub(crate) version: u64,
+    pub(crate) task: Task,
+}
+
+/// [`Envelope`] as written: the task's JSON goes in as it is.
+#[derive(Serialize)]
+struct EnvelopeOut<'a> {
+    agent: &'a str,
+    owner: &'a str,
+    seq: u64,
+    replica: &'a str,
+    version: u64,
+    task: Box<serde_json::value::RawValue>,
+}
+
+fn encode_error(e: serde_json::Error) -> redis::RedisError {
+    redis::RedisError::from((redis::ErrorKind::Client, "encode", e.to_string()))
+}
+
+/// One published event of a task.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Published {
+    pub(crate) version: u64,
+    pub(crate) event: PublishedEvent,
+}
+
+/// [`TaskEvent`] as JSON: `{"status": ...}` or `{"artifact": ...}`.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) enum PublishedEvent {
+    Status(crate::protocol::model::TaskStatusUpdateEvent),
+    Artifact(crate::protocol::model::TaskArtifactUpdateEvent),
+}
+
+impl From<&TaskEvent> for PublishedEvent {
+    fn from(e: &TaskEvent) -> Self {
+        match e {
+            TaskEvent::Status(s) => PublishedEvent::Status(s.clone()),
+            TaskEvent::Artifact(a) => PublishedEvent::Artifact(a.clone()),
+        }
+    }
+}
+
+impl From<PublishedEvent> for TaskEvent {
+    fn from(e: PublishedEvent) -> Self {
+        match e {
+            PublishedEvent::Status(s) => TaskEvent::Status(s),
+            PublishedEvent::Artifact(a) => TaskEvent::Artifact(a),
+        }
+    }
+}
+
+/// The writer thread's side: a blocking connection, reopened after a failure.
+pub(crate) struct RedisBackend {
+    client: redis::Client,
+    conn: Option<redis::Connection>,
+    keys: Keys,
+    replica: Arc<str>,
+    retention_secs: u64,
+    health: Arc<Health>,
+}
+
+/// Whether Redis answered the last time anyone asked; `/a2a/ready` says 503 while not.
+#[derive(Default)]
+pub(crate) struct Health {
+    down: AtomicBool,
+}
+
+impl Health {
+    pub(crate) fn up(&self) -> bool {
+        !self.down.load(Ordering::Relaxed)
+    }
+    fn saw<T, E: std::fmt::Display>(&self, r: &Result<T, E>) {
+        let down = r.is_err();
+        if self.down.swap(down, Ordering::Relaxed) != down {
+            match r {
+                Err(e) => tracing::error!(error = %e, "store: Redis is unreachable"),
+                Ok(_) => tracing::info!("store: Redis answers again"),
+            }
+        }
+    }
+}
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+const IO_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl RedisBackend {
+    pub(crate) fn new(
+        client: redis::Client,
+        keys: Keys,
+        replica: Arc<str>,
+        retention_secs: u64,
+        health: Arc<Health>,
+    ) -> RedisBackend {
+        RedisBackend {
+            client,
+            conn: None,
+            keys,
+            replica,
+            retention_secs,
+            health,
+        }
+    }
+
+    fn connection(&mut self) -> redis::RedisResult<&mut redis::Connection> {
+        if self.conn.is_none() {
+            let conn = self.client.get_connection_with_timeout(CONNECT_TIMEOUT)?;
+            conn.set_read_timeout(Some(IO_TIMEOUT))?;
+            conn.set_write_timeout(Some(IO_TIMEOUT))?;
+            self.conn = Some(conn);
+        }
+        Ok(self.conn.as_mut().expect("just set"))
+    }
+
+    fn write(&mut self, batch: &Batch) -> redis::RedisResult<()> {
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for row in &batch.tasks {
+            let finished = row.state.is_terminal();
+            let envelope = EnvelopeOut {
+                agent: &row.agent,
+                owner: &row.owner,
+                seq: row.seq,
+                replica: &self.replica,
+                version: row.version,
+                task: serde_json::value::RawValue::from_string(row.body.clone())
+                    .map_err(encode_error)?,
+            };
+            let json = serde_json::to_string(&envelope).map_err(encode_error)?;
+            let key = self.keys.task(&row.id);
+            match (finished, self.retention_secs) {
+                (true, secs) if secs > 0 => pipe.set_ex(&key, json, secs).ignore(),
+                _ => pipe.set(&key, json).ignore(),
+            };
+            let list = self.keys.list(&row.agent, &row.owner);
+            pipe.zadd(&list, &row.id, row.seq).ignore();
+            if self.retention_secs > 0 {
+                // The list outlives its newest task by the retention period.
+                pipe.expire(&list, self.retention_secs as i64).ignore();
+            }
+            let running = self.keys.running(&self.replica);
+            if finished {
+                pipe.srem(&running, &row.id).ignore();
+            } else {
+                pipe.sadd(&running, &row.id).ignore();
+            }
+        }
+        for (id, version, event) in &batch.events {
+            let published = Published {
+                version: *version,
+                event: PublishedEvent::from(event.as_ref()),
+            };
+            let json = serde_json::to_string(&published).map_err(encode_error)?;
+            pipe.publish(self.keys.events(id), json).ignore();
+        }
+        for (table, key, value) in &batch.records {
+            let key = self.keys.record(*table, key);
+            match self.retention_secs {
+                0 => pipe.set(key, value).ignore(),
+                secs => pipe.set_ex(key, value, secs).ignore(),
+            };
+        }
+        // A replica's memory evicting a task says nothing about the shared store: removals
+        // are not written (finished tasks expire instead).
+        let conn = self.connection()?;
+        pipe.query::<()>(conn)
+    }
+}
+
+impl Backend for RedisBackend {
+    fn commit(&mut self, batch: &Batch) -> Result<(), String> {
+        let mut result = self.write(batch);
+        if result.is_err() {
+            // The connection may be one Redis dropped (a restart): once more on a new one.
+            self.conn = None;
+            result = self.write(batch);
+        }
+        if result.is_err() {
+            self.conn = None;
+        }
+        self.health.saw(&result);
+        result.map_err(|e| e.to_string())
+    }
+
+    fn maintain(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// Reads and the rest of what replicas do through Redis, from async code.
+pub(crate) struct Shared {
+    client: redis::Client,
+    conn: tokio::sync::OnceCell<redis::aio::ConnectionManager>,
+    pub(crate) keys: Keys,
+    pub(crate) replica: Arc<str>,
+    pub(crate) health: Arc<Health>,
+    pub(crate) lease: Duration,
+}
+
+pub(crate) type RedisResult<T> = Result<T, String>;
+
+impl Shared {
+    pub(crate) fn new(
+        client: redis::Client,
+        keys: Keys,
+        replica: Arc<str>,
+        health: Arc<Health>,
+        lease: Duration,
+    ) -> Shared {
+        Shared {
+            client,
+            conn: tokio::sync::OnceCell::new(),
+            keys,
+            replica,
+            health,
+            lease,
+        }
+    }
+
+    /// The shared connection (multiplexed; reconnects by itself once made).
+    pub(crate) async fn conn(&self) -> RedisResult<redis::aio::ConnectionManager> {
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_response_timeout(Some(IO_TIMEOUT))
+            .set_number_of_retries(1);
+        let made = self
+            .conn
+            .get_or_try_init(|| {
+                redis::aio::ConnectionManager::new_with_config(self.client.clone(), config)
+            })
+            .await
+            .cloned();
+        self.health.saw(&made);
+        made.map_err(|e| e.to_string())
+    }
+
+    /// Runs `f` on the connection, noting whether Redis answered.
+    pub(crate) async fn with<T, F, Fut>(&self, f: F) -> RedisResult<T>
+    where
+        F: FnOnce(redis::aio::ConnectionManager) -> Fut,
+        Fut: std::future::Future<Output = redis::RedisResult<T>>,
+    {
+        let conn = self.conn().await?;
+        let result = f(conn).await;
+        self.health.saw(&result);
+        result.map_err(|e| e.to_string())
+    }
+
+    pub(crate) async fn task(&self, id: &str) -> RedisResult<Option<Envelope>> {
+        let key = self.keys.task(id);
+        let json: Option<String> = self.with(|mut c| async move { c.get(key).await }).await?;
+        Ok(json.and_then(|j| serde_json::from_str(&j).ok()))
+    }
+
+    /// Every task of a caller with an agent (ids whose task expired are dropped).
+    pub(crate) async fn tasks_of(&self, agent: &str, owner: &str) -> RedisResult<Vec<Envelope>> {
+        let list = self.keys.list(agent, owner);
+        let ids: Vec<String> = {
+            let list = list.clone();
+            self.with(|mut c| async move { c.zrange(list, 0, -1).await })
+                .await?
+        };
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys: Vec<String> = ids.iter().map(|id| self.keys.task(id)).collect();
+        let bodies: Vec<Option<String>> =
+            self.with(|mut c| async move { c.mget(keys).await }).await?;
+        let mut out = Vec::with_capacity(ids.len());
+        let mut gone = Vec::new();
+        for (id, body) in ids.iter().zip(bodies) {
+            match body.and_then(|b| serde_json::from_str::<Envelope>(&b).ok()) {
+                Some(e) => out.push(e),
+                None => gone.push(id.clone()),
+            }
+        }
+        if !gone.is_empty() {
+            let _ = self
+                .with(|mut c| async move { c.zrem::<_, _, ()>(list, gone).await })
+                .await;
+        }
+        Ok(out)
+    }
+
+    pub(crate) async fn record(&self, table: Table, key: &str) -> RedisResult<Option<String>> {
+        let key = self.keys.record(table, key);
+        self.with(|mut c| async move { c.get(key).await }).await
+    }
+
+    /// A connection of its own for pub/sub.
+    pub(crate) async fn pubsub(&self) -> RedisResult<redis::aio::PubSub> {
+        let made = tokio::time::timeout(CONNECT_TIMEOUT, self.client.get_async_pubsub())
+            .await
+            .map_err(|_| "connecting to Redis timed out".to_string())
+            .and_then(|r| r.map_err(|e| e.to_string()));
+        self.health.saw(&made);
+        made
+    }
+
+    /// A connection of its own, for a blocking command (BLPOP).
+    pub(crate) async fn dedicated(&self) -> RedisResult<redis::aio::MultiplexedConnection> {
+        let made = tokio::time::timeout(
+            CONNECT_TIMEOUT,
+            self.client.get_multiplexed_async_connection(),
+        )
+        .await
+        .map_err(|_| "connecting to Redis timed out".to_string())
+        .and_then(|r| r.map_err(|e| e.to_string()));
+        self.health.saw(&made);
+        made
+    }
+
+    /// Whether Redis answers a PING now.
+    pub(crate) async fn ping(&self) -> bool {
+        self.with(|mut c| async move { redis::cmd("PING").query_async::<String>(&mut c).await })
+            .await
+            .is_ok()
+    }
+}
+
+/// `task` as a `TaskRow` of this gateway's model.
+impl From<Envelope> for TaskRow {
+    fn from(e: Envelope) -> TaskRow {
+        TaskRow {
+            task: e.task,
+            agent: e.agent.into(),
+            owner: e.owner.into(),
+            seq: e.seq,
+            version: e.version,
+        }
+    }
+}
+
+impl Shared {
+    /// Renews this replica's lease every third of its length; stops when `alive` says so.
+    pub(crate) async fn keep_lease(self: Arc<Self>) {
+        let key = self.keys.lease(&self.replica);
+        let millis = self.lease.as_millis() as u64;
+        loop {
+            let key = key.clone();
+            let _ = self
+                .with(|mut c| async move {
+                    c.set_options::<_, _, ()>(
+                        key,
+                        "alive",
+                        redis::SetOptions::default().with_expiration(redis::SetExpiry::PX(millis)),
+                    )
+                    .await
+                })
+                .await;
+            tokio::time::sleep(self.lease / 3).await;
+        }
+    }
+
+    /// Gives the lease up at a clean shutdown: the others fail what is left at once.
+    pub(crate) async fn release_lease(&self) {
+        let key = self.keys.lease(&self.replica);
+        let _ = self
+            .with(|mut c| async move { c.del::<_, ()>(key).await })
+            .await;
+    }
+
+    /// Every half lease: the unfinished tasks of replicas whose lease expired are marked
+    /// failed with `note` (one survivor does it, under a lock), and their subscribers told.
+    pub(crate) async fn reap_dead(self: Arc<Self>, note: &'static str, retention_secs: u64) {
+        loop {
+            tokio::time::sleep(self.lease / 2).await;
+            if let Err(e) = self.reap_once(note, retention_secs).await {
+                tracing::debug!(error = %e, "store: could not look for dead replicas");
+            }
+        }
+    }
+
+    async fn reap_once(&self, note: &str, retention_secs: u64) -> RedisResult<()> {
+        let pattern = self.keys.running_pattern();
+        let sets: Vec<String> = self
+            .with(|mut c| async move {
+                let mut found = Vec::new();
+                let mut iter = c.scan_match::<_, String>(pattern).await?;
+                while let Some(key) = futures_util::StreamExt::next(&mut iter).await {
+                    found.push(key?);
+                }
+                Ok(found)
+            })
+            .await?;
+        for set in sets {
+            let Some(replica) = self.keys.replica_of_running(&set).map(str::to_string) else {
+                continue;
+            };
+            if *replica == *self.replica {
+                continue;
+            }
+            let lease = self.keys.lease(&replica);
+            let alive: bool = self
+                .with(|mut c| async move { c.exists(lease).await })
+                .await?;
+            if alive {
+                continue;
+            }
+            let lock = self.keys.reaping(&replica);
+            let me = self.replica.to_string();
+            let millis = self.lease.as_millis() as u64;
+            let locked: Option<String> = self
+                .with(|mut c| async move {
+                    c.set_options(
+                        lock,
+                        me,
+                        redis::SetOptions::default()
+                            .conditional_set(redis::ExistenceCheck::NX)
+                            .with_expiration(redis::SetExpiry::PX(millis)),
+                    )
+                    .await
+                })
+                .await?;
+            if locked.is_none() {
+                continue;
+            }
+            let ids: Vec<String> = {
+                let set = set.clone();
+                self.with(|mut c| async move { c.smembers(set).await })
+                    .await?
+            };
+            let mut failed = 0;
+            for id in &ids {
+                if self.fail_lost(id, note, retention_secs).await? {
+                    failed += 1;
+                }
+            }
+            self.with(|mut c| async move { c.del::<_, ()>(set).await })
+                .await?;
+            tracing::warn!(replica = %replica, tasks = failed, "store: a replica's lease expired; its unfinished tasks are marked failed");
+        }
+        Ok(())
+    }
+
+    /// Marks one task of a dead replica failed, if it is unfinished; true if it was.
+    async fn fail_lost(&self, id: &str, note: &str, retention_secs: u64) -> RedisResult<bool> {
+        let Some(mut envelope) = self.task(id).await? else {
+            return Ok(false);
+        };
+        if envelope.task.status.state.is_terminal() {
+            return Ok(false);
+        }
+        let task = &mut envelope.task;
+        let message = crate::protocol::model::Message::agent_text(note.to_string())
+            .placed(Some(&task.id), &task.context_id);
+        let status = crate::protocol::model::TaskStatus::now(
+            crate::protocol::model::TaskState::Failed,
+            Some(message),
+        );
+        let event = crate::protocol::model::TaskStatusUpdateEvent {
+            task_id: task.id.clone(),
+            context_id: task.context_id.clone(),
+            status,
+            metadata: None,
+        };
+        task.apply(&TaskEvent::Status(event.clone()));
+        envelope.version += 1;
+        let published = Published {
+            version: envelope.version,
+            event: PublishedEvent::Status(event),
+        };
+        let body = serde_json::to_string(&envelope).map_err(|e| e.to_string())?;
+        let published = serde_json::to_string(&published).map_err(|e| e.to_string())?;
+        let (key, channel) = (self.keys.task(id), self.keys.events(id));
+        self.with(|mut c| async move {
+            let mut pipe = redis::pipe();
+            pipe.atomic();
+            match retention_secs {
+                0 => pipe.set(key, body).ignore(),
+                secs => pipe.set_ex(key, body, secs).ignore(),
+            };
+            pipe.publish(channel, published).ignore();
+            pipe.query_async::<()>(&mut c).await
+        })
+        .await?;
+        Ok(true)
+    }
+}

@@ -1,0 +1,371 @@
+//! Three replicas of the real binary sharing one Redis act as one gateway: a task made
+//! through one is read, listed, canceled, continued and watched through the others; a
+//! replica killed mid-stream has its tasks failed by the survivors; a Redis that goes away
+//! makes requests answer 503 and readiness fail, and comes back by itself.
+//!
+//! Redis: the one `REDIS_URL` names (default redis://127.0.0.1:6379), under a key prefix
+//! of this run's own (only those keys are ever deleted, never a FLUSH); if none answers,
+//! a `redis-server` from PATH on a free port.
+
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::helpers::{D, ECHO};
+use crate::running::Running;
+
+/// A Redis server the tests may use, and whether this run started it.
+struct TestRedis {
+    url: String,
+    _server: Option<RedisServer>,
+}
+
+static REDIS: OnceLock<TestRedis> = OnceLock::new();
+
+fn answers(url: &str) -> bool {
+    redis::Client::open(url)
+        .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(1)))
+        .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
+        .is_ok()
+}
+
+fn redis_url() -> &'static str {
+    &REDIS
+        .get_or_init(|| {
+            let url =
+                std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+            if answers(&url) {
+                return TestRedis { url, _server: None };
+            }
+            let server = RedisServer::start(free_port());
+            TestRedis {
+                url: server.url(),
+                _server: Some(server),
+            }
+        })
+        .url
+}
+
+/// A `redis-server` of the test's own, on `port`, keeping nothing on disk.
+struct RedisServer {
+    child: Child,
+    port: u16,
+}
+
+impl RedisServer {
+    fn start(port: u16) -> RedisServer {
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "no Redis answers at REDIS_URL (default redis://127.0.0.1:6379) and redis-server cannot be started ({e}): install it (apt-get install redis-server) or set REDIS_URL"
+                )
+            });
+        let server = RedisServer { child, port };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !answers(&server.url()) {
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not start on port {port}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        server
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Deletes this test's keys (and only those) when dropped.
+struct Prefix {
+    url: String,
+    prefix: String,
+}
+
+impl Prefix {
+    fn new(url: &str) -> Prefix {
+        Prefix {
+            url: url.to_string(),
+            prefix: format!("a2a-test-{}:", uuid::Uuid::new_v4()),
+        }
+    }
+}
+
+impl Drop for Prefix {
+    fn drop(&mut self) {
+        let Ok(mut c) = redis::Client::open(self.url.as_str()).and_then(|c| c.get_connection())
+        else {
+            return;
+        };
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{}*", self.prefix))
+            .query(&mut c)
+            .unwrap_or_default();
+        if !keys.is_empty() {
+            let _: redis::RedisResult<()> = redis::cmd("DEL").arg(keys).query(&mut c);
+        }
+    }
+}
+
+fn config(url: &str, prefix: &str) -> String {
+    format!(
+        "default_agent = \"echo\"\n[store]\nkind = \"redis\"\nurl = \"{url}\"\nkey_prefix = \"{prefix}\"\nlease_secs = 2\n"
+    )
+}
+
+fn replicas(url: &str, prefix: &str, n: usize) -> Vec<Running> {
+    (0..n)
+        .map(|_| Running::start(&[("echo.toml", ECHO)], &config(url, prefix), "info"))
+        .collect()
+}
+
+async fn send(gw: &Running, text: &str, configuration: Value) -> Value {
+    let answer = gw
+        .call(
+            "/a2a",
+            "SendMessage",
+            json!({"message": D::V10.message(text), "configuration": configuration}),
+        )
+        .await;
+    assert!(answer.get("error").is_none(), "{answer}");
+    answer["result"]["task"].clone()
+}
+
+fn state(task: &Value) -> &str {
+    task["status"]["state"].as_str().unwrap_or("")
+}
+
+/// The SSE events of a stream, read until it ends.
+async fn events(gw: &Running, method: &str, params: Value) -> Vec<Value> {
+    let resp = gw
+        .client
+        .post(gw.url("/a2a"))
+        .header("A2A-Version", "1.0")
+        .header("Accept", "text/event-stream")
+        .body(crate::helpers::rpc(method, params))
+        .send()
+        .await
+        .unwrap();
+    let text = resp.text().await.unwrap();
+    crate::helpers::parse_sse(&text)
+        .into_iter()
+        .map(|e| e.data)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_task_made_through_one_replica_is_read_listed_watched_and_canceled_through_the_others() {
+    let url = redis_url();
+    let prefix = Prefix::new(url);
+    let gws = replicas(url, &prefix.prefix, 3);
+    let (a, b, c) = (&gws[0], &gws[1], &gws[2]);
+
+    // Made on A, read on B and C at once (A answered only once the task was shared).
+    let done = send(a, "hello", json!({})).await;
+    let id = done["id"].as_str().unwrap();
+    for other in [b, c] {
+        let got = other.call("/a2a", "GetTask", json!({"id": id})).await;
+        assert_eq!(got["result"]["id"], id, "{got}");
+        assert_eq!(state(&got["result"]), "TASK_STATE_COMPLETED");
+    }
+    // Listed through C with tasks made on B.
+    let on_b = send(b, "from b", json!({})).await;
+    let list = c.call("/a2a", "ListTasks", json!({})).await;
+    let ids: Vec<&str> = list["result"]["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [on_b["id"].as_str().unwrap(), id], "{list}");
+
+    // Running on A, watched through B until it completes on A.
+    let running = send(a, "/delay 1 later", json!({"returnImmediately": true})).await;
+    let rid = running["id"].as_str().unwrap().to_string();
+    let watched = events(b, "SubscribeToTask", json!({"id": rid})).await;
+    let last = &watched.last().unwrap()["result"];
+    assert_eq!(
+        last["statusUpdate"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{watched:?}"
+    );
+
+    // Running on A, canceled through C; B reads it canceled.
+    let long = send(a, "/delay 30", json!({"returnImmediately": true})).await;
+    let lid = long["id"].as_str().unwrap();
+    let canceled = c.call("/a2a", "CancelTask", json!({"id": lid})).await;
+    assert_eq!(
+        state(&canceled["result"]),
+        "TASK_STATE_CANCELED",
+        "{canceled}"
+    );
+    let got = b.call("/a2a", "GetTask", json!({"id": lid})).await;
+    assert_eq!(state(&got["result"]), "TASK_STATE_CANCELED", "{got}");
+    // And canceling it again, anywhere, says it is finished.
+    let again = b.call("/a2a", "CancelTask", json!({"id": lid})).await;
+    assert_eq!(again["error"]["code"], -32002, "{again}");
+}
+
+#[tokio::test]
+async fn a_follow_up_through_another_replica_reaches_the_one_waiting_for_it() {
+    let url = redis_url();
+    let prefix = Prefix::new(url);
+    let gws = replicas(url, &prefix.prefix, 2);
+    let (a, b) = (&gws[0], &gws[1]);
+    let asked = send(a, "/input your name?", json!({})).await;
+    assert_eq!(state(&asked), "TASK_STATE_INPUT_REQUIRED", "{asked}");
+    let mut answer = D::V10.message("Ada");
+    answer["taskId"] = asked["id"].clone();
+    answer["contextId"] = asked["contextId"].clone();
+    let reply = b
+        .call("/a2a", "SendMessage", json!({"message": answer}))
+        .await;
+    let task = &reply["result"]["task"];
+    assert_eq!(state(task), "TASK_STATE_COMPLETED", "{reply}");
+    assert_eq!(task["id"], asked["id"]);
+    // The whole conversation is in the task, readable through A too.
+    let got = a.call("/a2a", "GetTask", json!({"id": asked["id"]})).await;
+    let history = got["result"]["history"].as_array().unwrap();
+    assert!(
+        history.iter().any(|m| m["parts"][0]["text"] == "Ada"),
+        "{got}"
+    );
+
+    // A streaming follow-up through B, of another question asked on A.
+    let asked = send(a, "/input again?", json!({})).await;
+    let mut answer = D::V10.message("Grace");
+    answer["taskId"] = asked["id"].clone();
+    let streamed = events(b, "SendStreamingMessage", json!({"message": answer})).await;
+    let last = &streamed.last().unwrap()["result"];
+    let final_state = last["statusUpdate"]["status"]["state"]
+        .as_str()
+        .or(last["task"]["status"]["state"].as_str());
+    assert_eq!(final_state, Some("TASK_STATE_COMPLETED"), "{streamed:?}");
+}
+
+#[tokio::test]
+async fn a_replica_killed_mid_stream_has_its_tasks_failed_by_the_survivors() {
+    let url = redis_url();
+    let prefix = Prefix::new(url);
+    let mut gws = replicas(url, &prefix.prefix, 2);
+    let running = send(&gws[0], "/delay 30", json!({"returnImmediately": true})).await;
+    let id = running["id"].as_str().unwrap().to_string();
+    let watcher = {
+        let b_url = gws[1].url("/a2a");
+        let id = id.clone();
+        tokio::spawn(async move {
+            let resp = reqwest::Client::new()
+                .post(b_url)
+                .header("A2A-Version", "1.0")
+                .body(crate::helpers::rpc("SubscribeToTask", json!({"id": id})))
+                .send()
+                .await
+                .unwrap();
+            resp.text().await.unwrap()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let killed = Instant::now();
+    gws[0].kill_hard();
+    let text = tokio::time::timeout(Duration::from_secs(15), watcher)
+        .await
+        .expect("the stream ends once the lease expires")
+        .unwrap();
+    let took = killed.elapsed();
+    let last = crate::helpers::parse_sse(&text).pop().expect("events");
+    let last = last.data;
+    let status = &last["result"]["statusUpdate"]["status"];
+    assert_eq!(status["state"], "TASK_STATE_FAILED", "{text}");
+    assert!(
+        status["message"]["parts"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("did not survive"),
+        "{status}"
+    );
+    assert!(
+        took < Duration::from_secs(8),
+        "lease 2 s, failed after {took:?}"
+    );
+    let got = gws[1].call("/a2a", "GetTask", json!({"id": id})).await;
+    assert_eq!(state(&got["result"]), "TASK_STATE_FAILED", "{got}");
+}
+
+#[tokio::test]
+async fn without_redis_calls_answer_503_and_readiness_fails_until_it_returns() {
+    let port = free_port();
+    let server = RedisServer::start(port);
+    let url = server.url();
+    let gw = Running::start(
+        &[("echo.toml", ECHO)],
+        &config(&url, "a2a-test-down:"),
+        "info",
+    );
+    send(&gw, "while up", json!({})).await;
+    drop(server);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let ready = gw.client.get(gw.url("/a2a/ready")).send().await.unwrap();
+        if ready.status() == 503 {
+            let body: Value = ready.json().await.unwrap();
+            assert_eq!(body["status"], "store_unavailable", "{body}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "ready stayed 200 without Redis");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let resp = gw
+        .client
+        .post(gw.url("/a2a"))
+        .header("A2A-Version", "1.0")
+        .body(crate::helpers::rpc(
+            "SendMessage",
+            json!({"message": D::V10.message("while down")}),
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 503);
+    assert!(resp.headers().get("retry-after").is_some());
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], -32052, "{body}");
+    let health = gw.client.get(gw.url("/a2a/health")).send().await.unwrap();
+    assert_eq!(health.status(), 200, "alive, if not ready");
+
+    // Back on the same port: ready again and serving, without a restart.
+    let _server = RedisServer::start(port);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let ready = gw.client.get(gw.url("/a2a/ready")).send().await.unwrap();
+        if ready.status() == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not ready again after Redis returned"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let task = send(&gw, "after", json!({})).await;
+    assert_eq!(state(&task), "TASK_STATE_COMPLETED");
+}
