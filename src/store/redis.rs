@@ -458,7 +458,7 @@ impl Shared {
         }
     }
 
-    async fn reap_once(&self, note: &str, retention_secs: u64) -> RedisResult<()> {
+    pub(crate) async fn reap_once(&self, note: &str, retention_secs: u64) -> RedisResult<()> {
         let pattern = self.keys.running_pattern();
         let sets: Vec<String> = self
             .with(|mut c| async move {
