@@ -449,6 +449,11 @@ impl Router {
         Ok(())
     }
 
+    /// [`Self::hydrate`] for a request that names a task in its path.
+    pub(crate) async fn hydrate_task(&self, id: &str) -> Result<(), GatewayError> {
+        self.tasks.hydrate(id).await
+    }
+
     /// Chooses the agent for `rpc` on `/a2a`.
     pub(crate) fn route<'a>(
         &self,

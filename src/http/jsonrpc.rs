@@ -142,10 +142,14 @@ pub(super) async fn handle(
         };
         return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &e));
     }
-    if let Err(e) = live
-        .admit(&req, &caller, &agent)
-        .and_then(|()| state.store_up())
-    {
+    let admitted = match state.store_up() {
+        Ok(()) => {
+            live.admit(&req, &caller, &agent, state.store.shared.as_deref())
+                .await
+        }
+        Err(e) => Err(e),
+    };
+    if let Err(e) = admitted {
         return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &e));
     }
     // Past authorization, every answer names the agent (refusals before it do not).

@@ -13,6 +13,7 @@ use crate::config::{Access, GatewayConfig};
 use crate::error::GatewayError;
 use crate::limits::RateLimits;
 use crate::routing::Rule;
+use crate::store::redis::Shared;
 use crate::telemetry::Metrics;
 
 /// A request's hold on the configuration, counted per worker: a shared count (an `Arc`
@@ -159,14 +160,24 @@ impl Live {
 
     /// Counts one request against the caller's and the agent's rate; the numbers go out
     /// as `X-RateLimit-*` headers (see [`super::rate_limit_headers`]), also on a refusal.
-    pub(crate) fn admit(
+    /// With a shared store, against allowances every replica shares.
+    pub(crate) async fn admit(
         &self,
         req: &HttpRequest,
         caller: &Principal,
         agent: &Agent,
+        shared: Option<&Shared>,
     ) -> Result<(), GatewayError> {
         let key = || self.caller_key(req, caller);
-        match self.rates.check(caller, key, &agent.def.name) {
+        let counted = match shared {
+            Some(shared) if self.rates.active() => {
+                self.rates
+                    .check_shared(shared, caller, key, &agent.def.name)
+                    .await
+            }
+            _ => self.rates.check(caller, key, &agent.def.name),
+        };
+        match counted {
             Ok(info) => {
                 if let Some(info) = info {
                     req.extensions_mut().insert(info);
@@ -174,8 +185,10 @@ impl Live {
                 Ok(())
             }
             Err((e, info)) => {
-                self.metrics.rate_limited(&agent.name);
-                req.extensions_mut().insert(info);
+                if matches!(e, GatewayError::RateLimited { .. }) {
+                    self.metrics.rate_limited(&agent.name);
+                    req.extensions_mut().insert(info);
+                }
                 Err(e)
             }
         }

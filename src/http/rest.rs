@@ -91,7 +91,7 @@ enum Target<'a> {
 
 /// The agent a request is for (named in the path, or routed on the shared routes), once the
 /// caller is known to be allowed to call it.
-fn agent_for(
+async fn agent_for(
     req: &HttpRequest,
     state: &AppState,
     live: &Live,
@@ -107,6 +107,12 @@ fn agent_for(
             (agent, None)
         }
         None => {
+            // Other replicas' tasks and conversations, when they share a store.
+            match target {
+                Target::Send(params) => state.router.hydrate(Some(params), caller).await?,
+                Target::Task(id) => state.router.hydrate_task(id).await?,
+                Target::TaskList => {}
+            }
             let (agent, reason) = match target {
                 Target::Send(params) => {
                     state
@@ -131,8 +137,9 @@ fn agent_for(
             }
             _ => e,
         })?;
-    live.admit(req, caller, agent)?;
     state.store_up()?;
+    live.admit(req, caller, agent, state.store.shared.as_deref())
+        .await?;
     Ok((agent.clone(), Served::new(agent, reason)))
 }
 
@@ -162,7 +169,7 @@ async fn routed_send(
     let raw: Box<RawValue> =
         serde_json::from_slice(&bytes).map_err(|e| GatewayError::Parse(e.to_string()))?;
     let params: SendParams = params::decode(Some(&raw))?;
-    let (agent, served) = agent_for(req, state, &live, &caller, Target::Send(&raw))?;
+    let (agent, served) = agent_for(req, state, &live, &caller, Target::Send(&raw)).await?;
     Ok(RoutedSend {
         live,
         caller,
@@ -264,7 +271,7 @@ fn query<T: serde::de::DeserializeOwned>(req: &HttpRequest) -> Result<T, Gateway
 }
 
 /// The caller and the agent of a request that has no body.
-fn caller_and_agent(
+async fn caller_and_agent(
     req: &HttpRequest,
     state: &AppState,
     caller: Caller,
@@ -276,7 +283,7 @@ fn caller_and_agent(
     if let Target::Task(id) = target {
         telemetry::note_task(id, None);
     }
-    let (agent, served) = agent_for(req, state, &live, &caller, target)?;
+    let (agent, served) = agent_for(req, state, &live, &caller, target).await?;
     Ok((caller, agent, served, live))
 }
 
@@ -300,7 +307,7 @@ async fn task_get_or_subscribe(
         _ => {
             note_method("GetTask");
             let (caller, agent, served, _) =
-                match caller_and_agent(&req, &state, caller, Target::Task(&target)) {
+                match caller_and_agent(&req, &state, caller, Target::Task(&target)).await {
                     Ok(r) => r,
                     Err(e) => return error_response(&e),
                 };
@@ -323,7 +330,7 @@ async fn task_action(req: HttpRequest, state: web::Data<AppState>, caller: Calle
         Some((id, "cancel")) => {
             note_method("CancelTask");
             let (caller, agent, served, _) =
-                match caller_and_agent(&req, &state, caller, Target::Task(id)) {
+                match caller_and_agent(&req, &state, caller, Target::Task(id)).await {
                     Ok(r) => r,
                     Err(e) => return error_response(&e),
                 };
@@ -340,11 +347,11 @@ async fn task_action(req: HttpRequest, state: web::Data<AppState>, caller: Calle
 
 async fn subscribe(req: &HttpRequest, state: &AppState, caller: Caller, id: &str) -> HttpResponse {
     note_method("SubscribeToTask");
-    let (caller, agent, served, live) = match caller_and_agent(req, state, caller, Target::Task(id))
-    {
-        Ok(r) => r,
-        Err(e) => return error_response(&e),
-    };
+    let (caller, agent, served, live) =
+        match caller_and_agent(req, state, caller, Target::Task(id)).await {
+            Ok(r) => r,
+            Err(e) => return error_response(&e),
+        };
     let opened = async {
         let slot = state.open_stream(req, &live, &caller)?;
         let items = state.service.subscribe(&agent, &caller, id).await?;
@@ -356,11 +363,11 @@ async fn subscribe(req: &HttpRequest, state: &AppState, caller: Caller, id: &str
 
 async fn list(req: HttpRequest, state: web::Data<AppState>, caller: Caller) -> HttpResponse {
     note_method("ListTasks");
-    let (caller, agent, served, _) = match caller_and_agent(&req, &state, caller, Target::TaskList)
-    {
-        Ok(r) => r,
-        Err(e) => return error_response(&e),
-    };
+    let (caller, agent, served, _) =
+        match caller_and_agent(&req, &state, caller, Target::TaskList).await {
+            Ok(r) => r,
+            Err(e) => return error_response(&e),
+        };
     let result = async {
         let p: ListTasksParams = query(&req)?;
         state.service.list(&agent, &caller, &p.check()?).await

@@ -15,6 +15,7 @@ use governor::{Quota, RateLimiter};
 use crate::auth::Principal;
 use crate::config::{AuthConfig, RateLimitConfig};
 use crate::error::GatewayError;
+use crate::store::redis::Shared;
 
 type Keyed =
     RateLimiter<String, DashMapStateStore<String>, DefaultClock, StateInformationMiddleware>;
@@ -213,6 +214,30 @@ impl RateLimits {
         Ok(info)
     }
 
+    /// [`Self::check`] against allowances every replica shares (GCRA, computed atomically in
+    /// Redis on the server's clock): the same numbers, whichever replica a call reaches.
+    pub(crate) async fn check_shared(
+        &self,
+        shared: &Shared,
+        caller: &Principal,
+        key: impl FnOnce() -> String,
+        agent: &str,
+    ) -> Result<Option<RateInfo>, (GatewayError, RateInfo)> {
+        let mut info: Option<RateInfo> = None;
+        if let Some(tier) = self.tier(caller) {
+            let bucket = format!("tier:{}:{}", caller.tier, key());
+            let i = gcra(shared, &bucket, tier.quota, "caller").await?;
+            info = Some(i);
+        }
+        if let Some(a) = self.agents.get(agent) {
+            let i = gcra(shared, &format!("agent:{agent}"), a.quota, "agent").await?;
+            if info.is_none_or(|cur| i.remaining < cur.remaining) {
+                info = Some(i);
+            }
+        }
+        Ok(info)
+    }
+
     fn outcome(
         &self,
         outcome: Result<
@@ -249,6 +274,78 @@ impl RateLimits {
                 ))
             }
         }
+    }
+}
+
+/// Generic cell rate algorithm: a bucket is its theoretical arrival time (µs, Redis's
+/// clock), expiring once the allowance is full again. Returns allowed (1/0), the remaining
+/// burst, µs until a refused call may retry, µs until the allowance is full.
+const GCRA: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local interval = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local tat = tonumber(redis.call('GET', KEYS[1]) or now)
+if tat < now then tat = now end
+local new_tat = tat + interval
+local allow_at = new_tat - interval * burst
+if now < allow_at then
+  return {0, 0, allow_at - now, tat - now}
+end
+redis.call('SET', KEYS[1], new_tat, 'PX', math.ceil((new_tat - now) / 1000) + 1)
+return {1, math.floor((now + interval * burst - new_tat) / interval), 0, new_tat - now}
+"#;
+
+async fn gcra(
+    shared: &Shared,
+    bucket: &str,
+    quota: Quota,
+    scope: &'static str,
+) -> Result<RateInfo, (GatewayError, RateInfo)> {
+    static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
+    let script = SCRIPT.get_or_init(|| redis::Script::new(GCRA));
+    let limit = quota.burst_size().get();
+    let key = shared.keys.rate(bucket);
+    let interval = quota.replenish_interval().as_micros().max(1) as u64;
+    let result: Result<(i64, i64, i64, i64), String> = shared
+        .with(|mut c| async move {
+            script
+                .key(key)
+                .arg(interval)
+                .arg(limit)
+                .invoke_async(&mut c)
+                .await
+        })
+        .await;
+    let micros_to_secs = |us: i64| (us.max(0) as u64).div_ceil(1_000_000);
+    match result {
+        Ok((1, remaining, _, full_in)) => Ok(RateInfo {
+            limit,
+            remaining: remaining.clamp(0, i64::from(limit)) as u32,
+            reset_secs: micros_to_secs(full_in),
+        }),
+        Ok((_, _, retry_in, _)) => {
+            let wait = micros_to_secs(retry_in).max(1);
+            Err((
+                GatewayError::RateLimited {
+                    scope,
+                    retry_after: wait,
+                },
+                RateInfo {
+                    limit,
+                    remaining: 0,
+                    reset_secs: wait,
+                },
+            ))
+        }
+        Err(e) => Err((
+            GatewayError::StoreUnavailable(e),
+            RateInfo {
+                limit,
+                remaining: 0,
+                reset_secs: 1,
+            },
+        )),
     }
 }
 

@@ -11,6 +11,7 @@
 //! - `P commands:<replica>` (pub/sub): cancels and follow-ups for tasks a replica runs,
 //!   answered on the list `P reply:<uuid>`.
 //! - `P rec:<table>:<key>`: records (context affinity, upstream task owners, 0.1 names).
+//! - `P rate:<bucket>`: rate-limit allowances (GCRA), shared by every replica.
 //!
 //! Writes go through the journal's writer thread, one MULTI/EXEC per batch, and an answer
 //! waits for the batch its changes are in (a barrier): a task created through one replica
@@ -65,6 +66,9 @@ impl Keys {
     }
     pub(crate) fn reply(&self, id: &str) -> String {
         format!("{}reply:{id}", self.prefix)
+    }
+    pub(crate) fn rate(&self, bucket: &str) -> String {
+        format!("{}rate:{bucket}", self.prefix)
     }
     pub(crate) fn record(&self, table: Table, key: &str) -> String {
         format!("{}rec:{}:{key}", self.prefix, table.name())

@@ -135,8 +135,13 @@ fn config(url: &str, prefix: &str) -> String {
 }
 
 fn replicas(url: &str, prefix: &str, n: usize) -> Vec<Running> {
+    replicas_with(url, prefix, n, "")
+}
+
+fn replicas_with(url: &str, prefix: &str, n: usize, extra: &str) -> Vec<Running> {
+    let gateway = format!("{}\n{extra}\n", config(url, prefix));
     (0..n)
-        .map(|_| Running::start(&[("echo.toml", ECHO)], &config(url, prefix), "info"))
+        .map(|_| Running::start(&[("echo.toml", ECHO)], &gateway, "info"))
         .collect()
 }
 
@@ -368,4 +373,57 @@ async fn without_redis_calls_answer_503_and_readiness_fails_until_it_returns() {
     }
     let task = send(&gw, "after", json!({})).await;
     assert_eq!(state(&task), "TASK_STATE_COMPLETED");
+}
+
+#[tokio::test]
+async fn rate_limits_are_one_allowance_across_replicas() {
+    let url = redis_url();
+    let prefix = Prefix::new(url);
+    let limits = "[rate_limits.agents.echo]\nrequests_per_minute = 60\nburst = 3";
+    let gws = replicas_with(url, &prefix.prefix, 3, limits);
+    let mut remaining = Vec::new();
+    for gw in &gws {
+        let resp = gw
+            .client
+            .post(gw.url("/a2a"))
+            .header("A2A-Version", "1.0")
+            .body(crate::helpers::rpc(
+                "SendMessage",
+                json!({"message": D::V10.message("x")}),
+            ))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        remaining.push(
+            resp.headers()["x-ratelimit-remaining"]
+                .to_str()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    assert_eq!(
+        remaining,
+        ["2", "1", "0"],
+        "one allowance, counted down across replicas"
+    );
+    for gw in &gws {
+        let resp = gw
+            .client
+            .post(gw.url("/a2a"))
+            .header("A2A-Version", "1.0")
+            .body(crate::helpers::rpc(
+                "SendMessage",
+                json!({"message": D::V10.message("x")}),
+            ))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            resp.status(),
+            429,
+            "every replica refuses once the allowance is spent"
+        );
+        assert!(resp.headers().get("retry-after").is_some());
+    }
 }
