@@ -397,11 +397,15 @@ fn redis_url() -> &'static str {
             .and_then(|l| l.local_addr())
             .map(|a| a.port())
             .unwrap();
-        std::process::Command::new("redis-server")
+        let server = std::process::Command::new("redis-server")
             .args(["--port", &port.to_string(), "--save", "", "--appendonly", "no"])
             .stdout(std::process::Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("no Redis at {url} and no redis-server to start ({e}): install redis-server or set REDIS_URL"));
+        // Lives as long as the test process.
+        static SERVER: std::sync::OnceLock<std::sync::Mutex<std::process::Child>> =
+            std::sync::OnceLock::new();
+        let _ = SERVER.set(std::sync::Mutex::new(server));
         let url = format!("redis://127.0.0.1:{port}");
         for _ in 0..200 {
             if answers(&url) {
