@@ -427,3 +427,40 @@ async fn rate_limits_are_one_allowance_across_replicas() {
         assert!(resp.headers().get("retry-after").is_some());
     }
 }
+
+/// The official Python SDK client, each call of a conversation to another replica.
+async fn sdk_client_across_replicas(dialect: &str) {
+    let url = redis_url();
+    let prefix = Prefix::new(url);
+    let gws = replicas(url, &prefix.prefix, 3);
+    let mut args = vec![crate::helpers::repo_root()
+        .join("tests/interop/sdk_replicas.py")
+        .display()
+        .to_string()];
+    for gw in &gws {
+        args.push("--card-url".into());
+        args.push(gw.url("/a2a/agents/echo/card"));
+    }
+    args.extend(["--dialect".into(), dialect.to_string()]);
+    let python = crate::interop::python();
+    let out = tokio::task::spawn_blocking(move || Command::new(python).args(&args).output())
+        .await
+        .unwrap()
+        .expect("running the SDK client");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("3 passed, 0 failed"),
+        "Python SDK client across replicas over {dialect}:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test]
+async fn python_sdk_client_across_replicas_over_1_0() {
+    sdk_client_across_replicas("1.0").await;
+}
+
+#[tokio::test]
+async fn python_sdk_client_across_replicas_over_0_3() {
+    sdk_client_across_replicas("0.3").await;
+}
