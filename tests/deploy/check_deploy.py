@@ -1061,6 +1061,60 @@ def as_argv(command) -> list[str]:
     return shlex.split(command) if isinstance(command, str) else [str(x) for x in command]
 
 
+REPLICAS = DEPLOY / 'compose.replicas.yaml'
+
+
+def check_replicas_compose(a, r: Report, docker: dict, ctx: dict) -> None:
+    """compose.replicas.yaml: three gateway replicas on one Redis store behind nginx."""
+    where = rel(REPLICAS)
+    since = r.mark()
+    try:
+        doc = yaml.safe_load(REPLICAS.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        r.fail(where, f'cannot read: {e}')
+        return
+    services = (doc or {}).get('services') or {}
+    gateways = [n for n in services if n.startswith('gateway-')]
+    r.expect(len(gateways) == 3, where, f'three gateway replicas, found {gateways}')
+    for name in ('redis', 'nginx'):
+        r.expect(name in services, where, f'no service {name}')
+    cfg = read_toml(DEPLOY / 'compose' / 'replicas.toml', r)
+    store = (cfg or {}).get('store') or {}
+    r.expect(store.get('kind') == 'redis', where, 'replicas.toml: [store] kind must be "redis"')
+    r.expect(str(store.get('url', '')).startswith('redis://redis:'), where,
+             f'replicas.toml: store.url {store.get("url")!r} does not name the redis service')
+    for name in gateways:
+        gw = services[name]
+        b = gw.get('build') or {}
+        r.expect((DEPLOY / b.get('context', '.')).resolve() == ROOT
+                 and (ROOT / b.get('dockerfile', '')).resolve() == DOCKERFILE.resolve(),
+                 where, f'service {name} does not build deploy/Dockerfile from the root')
+        argv = as_argv(gw.get('command'))
+        flags = serve_paths(argv, f'{where} {name} command', r) if argv else {}
+        ctx['flag_uses'].append((f'{where} {name} command', set(flags)))
+        ctx['env_uses'].append((f'{where} ({name})', set(compose_env(gw.get('environment')))))
+        mounts = {t: (s, ro) for s, t, ro in compose_volumes(gw.get('volumes'), where, r)}
+        src = mounts.get(flags.get('--config', ''))
+        r.expect(src is not None and (DEPLOY / src[0]).resolve()
+                 == (DEPLOY / 'compose' / 'replicas.toml').resolve() and src[1], where,
+                 f'service {name}: --config {flags.get("--config")} is not ./compose/replicas.toml, read-only')
+        r.expect('redis' in (gw.get('depends_on') or {}), where, f'service {name} does not wait for redis')
+        port = (cfg or {}).get('server', {}).get('port', a.port)
+        r.expect(str(port) in [str(p) for p in gw.get('expose') or []], where,
+                 f'service {name} does not expose {port}')
+    nginx = services.get('nginx') or {}
+    conf_src = next((s for s, t, _ in compose_volumes(nginx.get('volumes'), where, r)
+                     if t == '/etc/nginx/nginx.conf'), None)
+    conf = (DEPLOY / conf_src).read_text() if conf_src and (DEPLOY / conf_src).is_file() else ''
+    upstream = set(re.findall(r'server\s+(gateway-\d+):(\d+)', conf))
+    port = (cfg or {}).get('server', {}).get('port', a.port)
+    r.expect(upstream == {(n, str(port)) for n in gateways}, where,
+             f'nginx.conf upstream {sorted(upstream)} is not every replica on port {port}')
+    r.expect('proxy_buffering off' in conf, where, 'nginx.conf must not buffer (SSE streams)')
+    r.ok(f'{where}: {len(gateways)} replicas with [store] kind = "redis" at the redis service, '
+         'nginx upstream over all of them, unbuffered', since)
+
+
 def check_compose(a, r: Report, docker: dict, ignore: DockerIgnore, ctx: dict) -> None:
     where = rel(COMPOSE)
     since = r.mark()
@@ -1440,6 +1494,8 @@ def check_with_binary(a, r: Report, ctx: dict) -> None:
           ROOT / 'agents.d', ROOT)
     check('deploy/compose', DEPLOY / 'compose' / 'gateway.toml',
           DEPLOY / 'compose' / 'agents.d', DEPLOY / 'compose')
+    check('deploy/compose.replicas.yaml (the image\'s agents.d/)',
+          DEPLOY / 'compose' / 'replicas.toml', ROOT / 'agents.d', DEPLOY / 'compose')
     layout = ctx.get('k8s_layout')
     if layout:
         cfg, agents_dir, cm_cfg, cm_agents, vol_cfg, vol_agents = layout
@@ -1488,6 +1544,7 @@ def main() -> int:
     check_healthcheck_behaviour(a, docker, r)
     check_k8s(a, r, docker, ctx)
     check_compose(a, r, docker, ignore, ctx)
+    check_replicas_compose(a, r, docker, ctx)
     check_systemd(a, r, docker, ctx)
     if a.gateway_bin:
         check_with_binary(a, r, ctx)
