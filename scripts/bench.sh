@@ -314,17 +314,31 @@ per_task() {
     awk -v r0="$r0" -v r1="$r1" -v t0="$t0" -v t1="$t1" 'BEGIN { n = t1 - t0; printf "%d tasks, %.0f bytes of gateway RSS per task", n, (r1 - r0) * 1024 / n }'
 }
 
+# redis_used: bytes Redis holds (INFO memory used_memory).
+redis_used() { redis-cli -u "$REDIS_URL" info memory | awk -F: '/^used_memory:/ {print $2+0}'; }
+
 bench_store() {
     echo "== store: SendMessage to the echo agent with each task store, $CONNECTIONS connections, $DURATION =="
-    local pm ps pm_pid ps_pid
-    pm=$(free_port); gateway "$pm" "$ROOT/agents.d" 'default_agent = "echo"\n[limits]\nmax_tasks = 100000000'; pm_pid=$GW_PID
-    ps=$(free_port); gateway "$ps" "$ROOT/agents.d" "default_agent = \"echo\"\n[limits]\nmax_tasks = 100000000\n[store]\nkind = \"sqlite\"\ndata_dir = \"data-$ps\""; ps_pid=$GW_PID
+    local REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379}" prefix="a2a-bench-$$:"
+    redis-cli -u "$REDIS_URL" ping > /dev/null || { echo "bench store: no Redis at $REDIS_URL (set REDIS_URL)" >&2; exit 1; }
+    local pm ps pr pm_pid ps_pid pr_pid big='[limits]\nmax_tasks = 100000000'
+    pm=$(free_port); gateway "$pm" "$ROOT/agents.d" "default_agent = \"echo\"\n$big"; pm_pid=$GW_PID
+    ps=$(free_port); gateway "$ps" "$ROOT/agents.d" "default_agent = \"echo\"\n$big\n[store]\nkind = \"sqlite\"\ndata_dir = \"data-$ps\""; ps_pid=$GW_PID
+    pr=$(free_port); gateway "$pr" "$ROOT/agents.d" "default_agent = \"echo\"\n$big\n[store]\nkind = \"redis\"\nurl = \"$REDIS_URL\"\nkey_prefix = \"$prefix\""; pr_pid=$GW_PID
     rounds "memory store" "http://127.0.0.1:$pm/a2a/agents/echo" \
-        "sqlite store" "http://127.0.0.1:$ps/a2a/agents/echo"
-    echo "(targets: sqlite >= 0.6x memory)"
-    echo "unloaded p50 (1 connection): memory $(p50_unloaded "$pm"), sqlite $(p50_unloaded "$ps") (target: sqlite adds < 0.1 ms)"
+        "sqlite store" "http://127.0.0.1:$ps/a2a/agents/echo" \
+        "redis store" "http://127.0.0.1:$pr/a2a/agents/echo"
+    echo "(targets: sqlite >= 0.6x memory, redis >= 0.5x memory)"
+    echo "unloaded p50 (1 connection): memory $(p50_unloaded "$pm"), sqlite $(p50_unloaded "$ps"), redis $(p50_unloaded "$pr") (target: sqlite adds < 0.1 ms)"
     echo "memory store: $(per_task "$pm" "$pm_pid")"
     echo "sqlite store: $(per_task "$ps" "$ps_pid"); database $(du -sh "$TMP/data-$ps" | cut -f1)"
+    local r0 keys0 keys1 r1
+    r0=$(redis_used); keys0=$(redis-cli -u "$REDIS_URL" --scan --pattern "${prefix}task:*" | wc -l)
+    echo "redis store: $(per_task "$pr" "$pr_pid")"
+    r1=$(redis_used); keys1=$(redis-cli -u "$REDIS_URL" --scan --pattern "${prefix}task:*" | wc -l)
+    awk -v a="$r0" -v b="$r1" -v k0="$keys0" -v k1="$keys1" 'BEGIN { printf "redis store: %.0f bytes of Redis memory per task\n", (b - a) / (k1 - k0) }'
+    # Only this run's keys.
+    redis-cli -u "$REDIS_URL" --scan --pattern "${prefix}*" | xargs -r -n 1000 redis-cli -u "$REDIS_URL" del > /dev/null
 }
 
 case "$SECTION" in

@@ -155,11 +155,11 @@ pub(super) async fn handle(
     // Past authorization, every answer names the agent (refusals before it do not).
     let served = Served::new(&agent, reason);
     // Counted before the stream opens upstream, so a refusal costs nothing there.
-    let (reply, slot) = match rpc
-        .method
-        .is_streaming()
-        .then(|| state.open_stream(&req, &live, &caller))
-    {
+    let slot = match rpc.method.is_streaming() {
+        true => Some(state.open_stream(&req, &live, &caller).await),
+        false => None,
+    };
+    let (reply, slot) = match slot {
         Some(Err(e)) => (RpcReply::error(&rpc.id, rpc.dialect, &e), None),
         slot => {
             let reply = dispatch(&state.service, &agent, &caller, rpc, &served).await;

@@ -101,16 +101,20 @@ impl AppState {
         all
     }
 
-    /// A stream slot counted against the gateway and against the caller's tier.
-    pub(crate) fn open_stream(
+    /// A stream slot counted against the gateway and against the caller's tier (over every
+    /// replica, with a shared store).
+    pub(crate) async fn open_stream(
         &self,
         req: &HttpRequest,
         live: &Live,
         caller: &Principal,
     ) -> Result<StreamSlot, GatewayError> {
         let key = live.caller_key(req, caller);
-        self.streams
-            .try_open_for(&key, live.rates.max_streams(caller))
+        let max = live.rates.max_streams(caller);
+        match &self.store.shared {
+            Some(shared) => self.streams.try_open_shared(shared, &key, max).await,
+            None => self.streams.try_open_for(&key, max),
+        }
     }
 }
 

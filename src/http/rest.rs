@@ -216,7 +216,7 @@ async fn stream(
     let (agent, caller) = (&routed.agent, &routed.caller);
     let opened = async {
         let send = routed.send?;
-        let slot = state.open_stream(&req, &routed.live, caller)?;
+        let slot = state.open_stream(&req, &routed.live, caller).await?;
         let items = state.service.stream(agent, caller, send).await?;
         Ok::<_, GatewayError>((items, slot))
     }
@@ -353,7 +353,7 @@ async fn subscribe(req: &HttpRequest, state: &AppState, caller: Caller, id: &str
             Err(e) => return error_response(&e),
         };
     let opened = async {
-        let slot = state.open_stream(req, &live, &caller)?;
+        let slot = state.open_stream(req, &live, &caller).await?;
         let items = state.service.subscribe(&agent, &caller, id).await?;
         Ok::<_, GatewayError>((items, slot))
     }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 pub(crate) use rate::{RateInfo, RateLimits};
 
 use crate::error::GatewayError;
+use crate::store::redis::Shared;
 use crate::tasks::FastMap;
 
 /// Descriptors kept back for listeners, logs, upstream calls and accepting connections
@@ -28,11 +29,18 @@ pub(crate) struct StreamGauge {
 pub(crate) struct StreamSlot {
     open: Arc<AtomicUsize>,
     caller: Option<(Arc<FastMap<String, usize>>, String)>,
+    /// Counted in a store other replicas share: the caller's streams over every replica.
+    shared: Option<(Arc<Shared>, String)>,
 }
 
 impl Drop for StreamSlot {
     fn drop(&mut self) {
         self.open.fetch_sub(1, Ordering::AcqRel);
+        if let Some((shared, caller)) = self.shared.take() {
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(async move { shared.stream_closed(&caller).await });
+            }
+        }
         if let Some((map, key)) = self.caller.take() {
             if let dashmap::Entry::Occupied(mut e) = map.entry(key) {
                 *e.get_mut() -= 1;
@@ -61,6 +69,7 @@ impl StreamGauge {
         Ok(StreamSlot {
             open: self.open.clone(),
             caller: None,
+            shared: None,
         })
     }
 
@@ -82,6 +91,28 @@ impl StreamGauge {
         drop(count);
         slot.caller = Some((self.per_caller.clone(), caller.to_string()));
         Ok(slot)
+    }
+
+    /// [`Self::try_open_for`] with the caller's streams counted over every replica that
+    /// shares `shared`.
+    pub(crate) async fn try_open_shared(
+        &self,
+        shared: &Arc<Shared>,
+        caller: &str,
+        max: Option<usize>,
+    ) -> Result<StreamSlot, GatewayError> {
+        let mut slot = self.try_open()?;
+        let Some(max) = max else {
+            return Ok(slot);
+        };
+        match shared.stream_opened(caller, max).await {
+            Ok(true) => {
+                slot.shared = Some((shared.clone(), caller.to_string()));
+                Ok(slot)
+            }
+            Ok(false) => Err(GatewayError::TooManyStreams(max)),
+            Err(e) => Err(GatewayError::StoreUnavailable(e)),
+        }
     }
 
     pub(crate) fn open(&self) -> usize {

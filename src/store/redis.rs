@@ -12,6 +12,7 @@
 //!   answered on the list `P reply:<uuid>`.
 //! - `P rec:<table>:<key>`: records (context affinity, upstream task owners, 0.1 names).
 //! - `P rate:<bucket>`: rate-limit allowances (GCRA), shared by every replica.
+//! - `P streams:<caller>`: a caller's open streams, per replica (a hash), for its cap.
 //!
 //! Writes go through the journal's writer thread, one MULTI/EXEC per batch, and an answer
 //! waits for the batch its changes are in (a barrier): a task created through one replica
@@ -66,6 +67,12 @@ impl Keys {
     }
     pub(crate) fn reply(&self, id: &str) -> String {
         format!("{}reply:{id}", self.prefix)
+    }
+    pub(crate) fn streams(&self, caller: &str) -> String {
+        format!("{}streams:{caller}", self.prefix)
+    }
+    pub(crate) fn streams_pattern(&self) -> String {
+        format!("{}streams:*", self.prefix)
     }
     pub(crate) fn rate(&self, bucket: &str) -> String {
         format!("{}rate:{bucket}", self.prefix)
@@ -401,6 +408,51 @@ impl Shared {
         made
     }
 
+    /// Counts a stream `caller` opens here, if its streams over every replica are below
+    /// `max`; false when they are not.
+    pub(crate) async fn stream_opened(&self, caller: &str, max: usize) -> RedisResult<bool> {
+        static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
+        let script = SCRIPT.get_or_init(|| {
+            redis::Script::new(
+                r#"
+local open = 0
+for _, n in ipairs(redis.call('HVALS', KEYS[1])) do open = open + tonumber(n) end
+if open >= tonumber(ARGV[2]) then return 0 end
+redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+return 1
+"#,
+            )
+        });
+        let key = self.keys.streams(caller);
+        let replica = self.replica.to_string();
+        let opened: i64 = self
+            .with(|mut c| async move {
+                script
+                    .key(key)
+                    .arg(replica)
+                    .arg(max)
+                    .invoke_async(&mut c)
+                    .await
+            })
+            .await?;
+        Ok(opened == 1)
+    }
+
+    /// A stream [`Self::stream_opened`] counted has closed.
+    pub(crate) async fn stream_closed(&self, caller: &str) {
+        let key = self.keys.streams(caller);
+        let replica = self.replica.to_string();
+        let _ = self
+            .with(|mut c| async move {
+                let left: i64 = c.hincr(&key, &replica, -1).await?;
+                if left <= 0 {
+                    c.hdel::<_, _, ()>(&key, &replica).await?;
+                }
+                Ok(())
+            })
+            .await;
+    }
+
     /// Whether Redis answers a PING now.
     pub(crate) async fn ping(&self) -> bool {
         self.with(|mut c| async move { redis::cmd("PING").query_async::<String>(&mut c).await })
@@ -519,9 +571,30 @@ impl Shared {
             }
             self.with(|mut c| async move { c.del::<_, ()>(set).await })
                 .await?;
+            self.forget_streams_of(&replica).await?;
             tracing::warn!(replica = %replica, tasks = failed, "store: a replica's lease expired; its unfinished tasks are marked failed");
         }
         Ok(())
+    }
+
+    /// A dead replica's streams are gone: they no longer count against their callers.
+    async fn forget_streams_of(&self, replica: &str) -> RedisResult<()> {
+        let pattern = self.keys.streams_pattern();
+        let replica = replica.to_string();
+        self.with(|mut c| async move {
+            let mut keys = Vec::new();
+            {
+                let mut iter = c.scan_match::<_, String>(pattern).await?;
+                while let Some(key) = futures_util::StreamExt::next(&mut iter).await {
+                    keys.push(key?);
+                }
+            }
+            for key in keys {
+                c.hdel::<_, _, ()>(key, &replica).await?;
+            }
+            Ok(())
+        })
+        .await
     }
 
     /// Marks one task of a dead replica failed, if it is unfinished; true if it was.

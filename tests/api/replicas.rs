@@ -464,3 +464,43 @@ async fn python_sdk_client_across_replicas_over_1_0() {
 async fn python_sdk_client_across_replicas_over_0_3() {
     sdk_client_across_replicas("0.3").await;
 }
+
+#[tokio::test]
+async fn a_callers_open_streams_are_capped_across_replicas() {
+    let url = redis_url();
+    let prefix = Prefix::new(url);
+    let tier =
+        "[rate_limits.tiers.default]\nrequests_per_minute = 6000\nburst = 100\nmax_streams = 1";
+    let gws = replicas_with(url, &prefix.prefix, 2, tier);
+    let (a, b) = (&gws[0], &gws[1]);
+    let slow = send(a, "/delay 30", json!({"returnImmediately": true})).await;
+    let stream = |gw: &Running| {
+        gw.client
+            .post(gw.url("/a2a"))
+            .header("A2A-Version", "1.0")
+            .body(crate::helpers::rpc(
+                "SubscribeToTask",
+                json!({"id": slow["id"]}),
+            ))
+            .send()
+    };
+    let held = stream(a).await.unwrap();
+    assert_eq!(held.status(), 200);
+    let refused = stream(b).await.unwrap();
+    assert_eq!(
+        refused.status(),
+        429,
+        "the caller's one stream is open on the other replica"
+    );
+    // The first stream ends (its client leaves): the caller may open one anywhere again.
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let again = stream(b).await.unwrap();
+        if again.status() == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the closed stream still counts");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
