@@ -73,6 +73,7 @@ pub(crate) fn build_state(ready: Ready) -> std::io::Result<AppState> {
     let contexts = crate::routing::ContextIndex::new(loaded.kept(Table::Contexts, &store));
     let owners = loaded.kept(Table::UpstreamOwners, &store);
     let legacy_names = loaded.kept(Table::LegacyNames, &store);
+    let ledgers = loaded.kept(Table::Ledger, &store);
     let router = crate::routing::Router::new(tasks.clone(), contexts);
     let stream_limit = limits
         .max_open_streams
@@ -83,7 +84,13 @@ pub(crate) fn build_state(ready: Ready) -> std::io::Result<AppState> {
     metrics.config_loaded(&hash);
     let live = crate::reload::live(ready, Arc::new(registry), metrics.clone(), hash);
     Ok(AppState {
-        service: A2aService::new(tasks, router.contexts().clone(), owners, legacy_names),
+        service: A2aService::new(
+            tasks,
+            router.contexts().clone(),
+            owners,
+            legacy_names,
+            ledgers,
+        ),
         store,
         router,
         live: arc_swap::ArcSwap::from_pointee(live),

@@ -116,17 +116,18 @@ pub(crate) trait Operations {
 
 impl A2aService {
     /// `contexts` is the router's: the service records which agent serves each conversation.
-    /// `owners` and `legacy_names` are where the records of upstream task owners and 0.1
-    /// task names are kept.
+    /// `owners`, `legacy_names` and `ledgers` are where the records of upstream task owners,
+    /// 0.1 task names and the tasks relayed to 0.3 upstreams are kept.
     pub(crate) fn new(
         tasks: Arc<Tasks>,
         contexts: Arc<ContextIndex>,
         owners: Kept,
         legacy_names: Kept,
+        ledgers: Kept,
     ) -> A2aService {
         A2aService {
             local: LocalOps::new(tasks.clone(), contexts.clone()),
-            upstream: UpstreamOps::new(contexts, tasks_capacity_hint(), owners),
+            upstream: UpstreamOps::new(contexts, tasks_capacity_hint(), owners, ledgers),
             tasks,
             legacy_ids: LegacyNames(Arc::new(BoundedMap::new(
                 tasks_capacity_hint(),

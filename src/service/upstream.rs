@@ -20,6 +20,10 @@ use crate::store::Kept;
 pub(super) struct UpstreamOps {
     owners: Arc<RemoteOwners>,
     contexts: Arc<ContextIndex>,
+    /// The 0.3 upstreams' ledgers as a durable store held them (per agent, until the
+    /// agent is first used), and where their changes go.
+    ledgers: std::sync::Mutex<std::collections::HashMap<String, Vec<(String, String)>>>,
+    ledger_journal: Option<crate::store::Journal>,
 }
 
 impl UpstreamOps {
@@ -31,14 +35,44 @@ impl UpstreamOps {
         id: &str,
     ) -> Result<&'a Arc<RemoteAgent>, GatewayError> {
         self.owners.check(id, caller)?;
-        remote_of(agent)
+        self.remote(agent)
     }
 
-    pub(super) fn new(contexts: Arc<ContextIndex>, capacity: usize, kept: Kept) -> UpstreamOps {
-        UpstreamOps {
-            owners: Arc::new(RemoteOwners::new(capacity, kept)),
-            contexts,
+    pub(super) fn new(
+        contexts: Arc<ContextIndex>,
+        capacity: usize,
+        owners: Kept,
+        ledgers: Kept,
+    ) -> UpstreamOps {
+        let mut by_agent: std::collections::HashMap<String, Vec<(String, String)>> =
+            Default::default();
+        for (key, value) in ledgers.loaded {
+            if let Some((agent, id)) = key.split_once('\n') {
+                by_agent
+                    .entry(agent.to_string())
+                    .or_default()
+                    .push((id.to_string(), value));
+            }
         }
+        UpstreamOps {
+            owners: Arc::new(RemoteOwners::new(capacity, owners)),
+            contexts,
+            ledgers: std::sync::Mutex::new(by_agent),
+            ledger_journal: ledgers.journal,
+        }
+    }
+
+    /// The agent's upstream, its ledger kept in the durable store from its first use.
+    fn remote<'a>(&self, agent: &'a Agent) -> Result<&'a Arc<RemoteAgent>, GatewayError> {
+        let remote = remote_of(agent)?;
+        remote.keep_ledger(self.ledger_journal.clone(), || {
+            self.ledgers
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .remove(&*agent.name)
+                .unwrap_or_default()
+        });
+        Ok(remote)
     }
 }
 
@@ -57,7 +91,7 @@ impl Operations for UpstreamOps {
         _writer: Option<TaskWriter<'a>>,
     ) -> LocalBoxFuture<'a, Result<Sent, GatewayError>> {
         Box::pin(async move {
-            let remote = remote_of(agent)?;
+            let remote = self.remote(agent)?;
             self.owners.check_message(&req.message, caller)?;
             let _turn = take_turn(agent, caller, &req).await?;
             let result = remote.send(&req).await?;
@@ -92,7 +126,7 @@ impl Operations for UpstreamOps {
         req: SendRequest,
     ) -> LocalBoxFuture<'a, Result<ItemStream, GatewayError>> {
         Box::pin(async move {
-            let remote = remote_of(agent)?;
+            let remote = self.remote(agent)?;
             self.owners.check_message(&req.message, caller)?;
             // The turn is held for as long as the stream is open.
             let turn = take_turn(agent, caller, &req).await?;
@@ -139,7 +173,7 @@ impl Operations for UpstreamOps {
         query: &'a ListQuery,
     ) -> LocalBoxFuture<'a, Result<ListTasksResponse, GatewayError>> {
         Box::pin(async move {
-            let remote = remote_of(agent)?;
+            let remote = self.remote(agent)?;
             let mut page = remote.list(&caller.id, query).await?;
             // The remote does not know our callers: keep only what this one created.
             page.tasks

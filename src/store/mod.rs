@@ -54,16 +54,24 @@ pub(crate) enum Table {
     UpstreamOwners,
     /// A 0.1 caller's own task id -> the gateway's task id.
     LegacyNames,
+    /// What the gateway knows of a task it relayed to a 0.3 upstream (`<agent>\n<id>`).
+    Ledger,
 }
 
 impl Table {
-    pub(crate) const ALL: [Table; 3] = [Table::Contexts, Table::UpstreamOwners, Table::LegacyNames];
+    pub(crate) const ALL: [Table; 4] = [
+        Table::Contexts,
+        Table::UpstreamOwners,
+        Table::LegacyNames,
+        Table::Ledger,
+    ];
 
     pub(crate) fn name(self) -> &'static str {
         match self {
             Table::Contexts => "contexts",
             Table::UpstreamOwners => "upstream_owners",
             Table::LegacyNames => "legacy_names",
+            Table::Ledger => "ledger",
         }
     }
 }

@@ -216,3 +216,59 @@ fn a_file_from_a_newer_gateway_and_a_file_in_use_are_refused_by_name() {
         "{err}"
     );
 }
+
+/// What the gateway records of tasks it relayed to a 0.3 upstream (which has no
+/// ListTasks), and who created them, survive a restart: ListTasks still answers, and
+/// another caller still cannot read them.
+#[tokio::test]
+async fn a_0_3_upstreams_task_records_and_owners_survive_a_restart() {
+    let peer = crate::peers::fault_server("legacy03", 0).await;
+    let up = crate::peers::upstream_agent("up", &peer.url(), "");
+    let gateway = format!(
+        "{}\n[auth]\ndefault_access = \"authenticated\"\n[[auth.api_keys]]\nid = \"alice\"\nsecret_sha256 = \"{}\"\nagents = [\"*\"]\n[[auth.api_keys]]\nid = \"bob\"\nsecret_sha256 = \"{}\"\nagents = [\"*\"]\n",
+        sqlite(""),
+        crate::helpers::sha("alice-key"),
+        crate::helpers::sha("bob-key")
+    );
+    let mut gw = Running::start(&[("echo.toml", ECHO), ("up.toml", &up)], &gateway, "info");
+    let call = |gw: &Running, key: &'static str, method: &'static str, params: Value| {
+        let req = gw
+            .client
+            .post(gw.url("/a2a/agents/up"))
+            .header("A2A-Version", "1.0")
+            .header("X-API-Key", key)
+            .body(crate::helpers::rpc(method, params));
+        async move { req.send().await.unwrap().json::<Value>().await.unwrap() }
+    };
+    let mut ids = Vec::new();
+    for text in ["one", "two"] {
+        let sent = call(
+            &gw,
+            "alice-key",
+            "SendMessage",
+            json!({"message": D::V10.message(text)}),
+        )
+        .await;
+        ids.push(sent["result"]["task"]["id"].as_str().unwrap().to_string());
+    }
+    gw.signal("TERM");
+    let _ = gw.wait_exit(Duration::from_secs(30));
+    gw.restart();
+    let listed = call(&gw, "alice-key", "ListTasks", json!({})).await;
+    let listed_ids: Vec<&str> = listed["result"]["tasks"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{listed}"))
+        .iter()
+        .map(|t| t["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed_ids, [ids[1].as_str(), ids[0].as_str()], "{listed}");
+    let bobs = call(&gw, "bob-key", "ListTasks", json!({})).await;
+    assert_eq!(bobs["result"]["totalSize"], 0, "{bobs}");
+    let stolen = call(&gw, "bob-key", "GetTask", json!({"id": ids[0]})).await;
+    assert_eq!(
+        stolen["error"]["code"], -32001,
+        "the owner record survived: {stolen}"
+    );
+    let own = call(&gw, "alice-key", "GetTask", json!({"id": ids[0]})).await;
+    assert_eq!(own["result"]["id"], json!(ids[0]), "{own}");
+}

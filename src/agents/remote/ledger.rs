@@ -12,6 +12,9 @@ use chrono::{DateTime, Utc};
 
 use crate::protocol::model::{Task, TaskState, TaskStatus};
 use crate::protocol::params::ListQuery;
+use serde::{Deserialize, Serialize};
+
+use crate::store::{Journal, Table};
 use crate::tasks::page;
 use crate::tasks::StoreError;
 
@@ -53,6 +56,23 @@ impl Record {
 pub(crate) struct Ledger {
     inner: Mutex<Inner>,
     capacity: usize,
+    /// Where records are written behind (a durable store), under this agent's name.
+    kept: std::sync::OnceLock<(Journal, String)>,
+}
+
+/// A record as the store keeps it (under the key `<agent>\n<task id>`).
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Kept {
+    context_id: String,
+    state: String,
+    timestamp: Option<DateTime<Utc>>,
+    owner: String,
+}
+
+/// The store key of `agent`'s record of task `id`.
+pub(crate) fn key(agent: &str, id: &str) -> String {
+    format!("{agent}\n{id}")
 }
 
 #[derive(Default)]
@@ -68,6 +88,55 @@ impl Ledger {
         Ledger {
             inner: Mutex::default(),
             capacity: capacity.max(1),
+            kept: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Whether [`Self::keep`] was called.
+    pub(super) fn is_kept(&self) -> bool {
+        self.kept.get().is_some()
+    }
+
+    /// Takes in the records a durable store held for `agent` (oldest first) and writes
+    /// every later change through `journal`. Once; later calls do nothing.
+    pub(super) fn keep(
+        &self,
+        agent: &str,
+        journal: Option<Journal>,
+        loaded: Vec<(String, String)>,
+    ) {
+        let Some(journal) = journal else {
+            return;
+        };
+        if self.kept.set((journal, agent.to_string())).is_err() {
+            return;
+        }
+        for (id, value) in loaded {
+            let Ok(k) = serde_json::from_str::<Kept>(&value) else {
+                continue;
+            };
+            let owner: Arc<str> = k.owner.into();
+            let status = TaskStatus {
+                state: TaskState::parse_lenient(&k.state).unwrap_or(TaskState::Unspecified),
+                message: None,
+                timestamp: k.timestamp,
+            };
+            self.insert(&owner, &id, &k.context_id, &status);
+        }
+    }
+
+    fn written(&self, r: &Record) {
+        let Some((journal, agent)) = self.kept.get() else {
+            return;
+        };
+        let kept = Kept {
+            context_id: r.context_id.clone(),
+            state: r.state.v03_name().to_string(),
+            timestamp: r.timestamp,
+            owner: r.owner.to_string(),
+        };
+        if let Ok(value) = serde_json::to_string(&kept) {
+            journal.record(Table::Ledger, &key(agent, &r.id), value);
         }
     }
 
@@ -79,10 +148,23 @@ impl Ledger {
     /// A task created by `owner`, or seen again (its newest status wins; the owner stays
     /// the creator).
     pub(super) fn note(&self, owner: &Arc<str>, id: &str, context_id: &str, status: &TaskStatus) {
+        if let Some(r) = self.insert(owner, id, context_id, status) {
+            self.written(&r);
+        }
+    }
+
+    /// [`Self::note`] without writing it; the record as it is now.
+    fn insert(
+        &self,
+        owner: &Arc<str>,
+        id: &str,
+        context_id: &str,
+        status: &TaskStatus,
+    ) -> Option<Record> {
         let mut inner = self.lock();
         if let Some(r) = inner.records.get_mut(id) {
             r.saw(status);
-            return;
+            return self.kept.get().map(|_| r.clone());
         }
         let seq = inner.next_seq;
         inner.next_seq += 1;
@@ -104,12 +186,17 @@ impl Ledger {
             };
             inner.records.remove(&oldest);
         }
+        self.kept.get().and_then(|_| inner.records.get(id).cloned())
     }
 
     /// A newer status of a task already recorded; unknown ids are ignored.
     pub(super) fn update(&self, id: &str, status: &TaskStatus) {
-        if let Some(r) = self.lock().records.get_mut(id) {
+        let changed = self.lock().records.get_mut(id).map(|r| {
             r.saw(status);
+            r.clone()
+        });
+        if let Some(r) = changed {
+            self.written(&r);
         }
     }
 

@@ -652,6 +652,18 @@ impl RemoteAgent {
         .await
     }
 
+    /// Keeps the ledger in a durable store: what it held for this agent (task id, record;
+    /// oldest first) and where later changes go. Once per agent instance.
+    pub(crate) fn keep_ledger(
+        &self,
+        journal: Option<crate::store::Journal>,
+        loaded: impl FnOnce() -> Vec<(String, String)>,
+    ) {
+        if !self.ledger.is_kept() {
+            self.ledger.keep(&self.name, journal, loaded());
+        }
+    }
+
     /// The ledger, while the upstream speaks 0.3 (1.0 upstreams list their own tasks).
     fn ledger(&self) -> Option<&Ledger> {
         let v03 = self
