@@ -79,7 +79,9 @@ pub(crate) async fn dispatch(
         if dialect == Dialect::V01 {
             return v01::dispatch(service, agent, caller, &id, method, params, served).await;
         }
-        if let Some((p, task_id)) = legacy_task(service, agent, caller, dialect, method, params)? {
+        if let Some((p, task_id)) =
+            legacy_task(service, agent, caller, dialect, method, params).await?
+        {
             return v01::task_call(service, agent, caller, &id, method, p, &task_id, served).await;
         }
         match method {
@@ -188,7 +190,7 @@ pub(crate) fn send_request(p: SendParams, dialect: Dialect) -> Result<SendReques
 
 /// A task call with a 0.3 name (0.1 clients read their tasks with the names 0.3 kept) for a
 /// task a 0.1 client named: its params and the gateway's task. Other calls: None.
-fn legacy_task(
+async fn legacy_task(
     service: &A2aService,
     agent: &Agent,
     caller: &Principal,
@@ -204,10 +206,9 @@ fn legacy_task(
         return Ok(None);
     }
     let p: TaskIdParams = params::decode(params)?;
-    Ok(service
-        .legacy_names()
-        .get(agent, caller, &p.id)
-        .map(|task_id| (p, task_id)))
+    let names = service.legacy_names();
+    names.fetch(agent, caller, &p.id).await?;
+    Ok(names.get(agent, caller, &p.id).map(|task_id| (p, task_id)))
 }
 
 pub(crate) fn json(body: Vec<u8>) -> RpcReply {

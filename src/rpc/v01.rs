@@ -39,6 +39,7 @@ pub(super) async fn dispatch(
                 params: mut p,
             } = shapes::read_send(params)?;
             let names = service.legacy_names();
+            names.fetch(agent, caller, &name).await?;
             let known = names.get(agent, caller, &name);
             p.message.task_id.clone_from(&known);
             let send = send_request(p, Dialect::V01)?;

@@ -47,6 +47,16 @@ impl LegacyNames {
         self.0.get(&legacy_key(agent, caller, client_id))
     }
 
+    /// Reads the name from other replicas first (with a shared store).
+    pub(crate) async fn fetch(
+        &self,
+        agent: &Agent,
+        caller: &Principal,
+        client_id: &str,
+    ) -> Result<(), GatewayError> {
+        self.0.fetch(&legacy_key(agent, caller, client_id)).await
+    }
+
     /// Records that the 0.1 caller's `client_id` names `task_id` on `agent`.
     pub(crate) fn name(&self, agent: &Agent, caller: &Principal, client_id: &str, task_id: &str) {
         self.0
