@@ -210,11 +210,9 @@ impl Tasks {
             .task(id)
             .await
             .map_err(crate::error::GatewayError::StoreUnavailable)?;
+        // A task of this replica's that its memory evicted (finished) is read back the same
+        // way, as a read-only copy.
         if let Some(envelope) = found {
-            if *envelope.replica == *shared.replica {
-                // Written by this replica and since evicted from its memory.
-                return Ok(());
-            }
             let replica = Some(Arc::<str>::from(envelope.replica.as_str()));
             let row = TaskRow::from(envelope);
             self.store.adopt_foreign(StoredTask {

@@ -504,3 +504,20 @@ async fn a_callers_open_streams_are_capped_across_replicas() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+#[tokio::test]
+async fn a_task_its_replica_evicted_from_memory_is_still_read_from_redis() {
+    let url = redis_url();
+    let prefix = Prefix::new(url);
+    let gws = replicas_with(url, &prefix.prefix, 1, "[limits]\nmax_tasks = 2");
+    let first = send(&gws[0], "first", json!({})).await;
+    for text in ["second", "third", "fourth"] {
+        send(&gws[0], text, json!({})).await;
+    }
+    let got = gws[0]
+        .call("/a2a", "GetTask", json!({"id": first["id"]}))
+        .await;
+    assert_eq!(got["result"]["id"], first["id"], "{got}");
+    let list = gws[0].call("/a2a", "ListTasks", json!({})).await;
+    assert_eq!(list["result"]["totalSize"], 4, "{list}");
+}
