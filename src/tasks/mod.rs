@@ -454,6 +454,7 @@ impl Tasks {
     /// makes cancel final even while the backend is still producing output.
     pub(crate) fn apply(&self, id: &str, event: &TaskEvent) -> Applied {
         let mut applied = Applied::TaskFinished;
+        let mut version = None;
         let found = self.store.update(id, &mut |st| {
             if st.task.status.state.is_terminal() {
                 return;
@@ -477,9 +478,7 @@ impl Tasks {
                 self.finished(&st.owner);
             }
             st.version += 1;
-            if let Some(journal) = self.shared_events.get() {
-                journal.event(id, st.version, event);
-            }
+            version = Some(st.version);
             self.fanout.publish(
                 id,
                 || StreamItem::from(event.clone()),
@@ -487,6 +486,7 @@ impl Tasks {
             );
             applied = Applied::Yes;
         });
+        self.share_event(id, version, event);
         if found {
             applied
         } else {
@@ -505,6 +505,7 @@ impl Tasks {
         cancel: &CancellationToken,
     ) -> Option<Task> {
         let mut out = None;
+        let mut working = None;
         self.store.update(id, &mut |st| {
             if !st.task.status.state.is_terminal() {
                 st.task.history.push(message.clone());
@@ -520,14 +521,25 @@ impl Tasks {
                 });
                 st.task.apply(&event);
                 st.version += 1;
-                if let Some(journal) = self.shared_events.get() {
-                    journal.event(id, st.version, &event);
-                }
                 self.fanout
                     .publish(id, || StreamItem::from(event.clone()), false);
+                working = Some((st.version, event));
             }
         });
+        if let Some((version, event)) = working {
+            self.share_event(id, Some(version), &event);
+        }
         out
+    }
+
+    /// Sends an event other replicas' subscribers need through the journal: after the
+    /// task's lock is let go, since the journal may make a sender wait for the writer,
+    /// which reads tasks under their locks. (A cancel racing its task's own last event
+    /// may so reach other replicas first; the cancel ends their streams either way.)
+    fn share_event(&self, id: &str, version: Option<u64>, event: &TaskEvent) {
+        if let (Some(journal), Some(version)) = (self.shared_events.get(), version) {
+            journal.event(id, version, event);
+        }
     }
 
     /// The current task and a receiver of every later event, taken atomically.
