@@ -211,6 +211,10 @@ async fn serve_replica_commands(state: std::sync::Weak<AppState>) {
                 let reply = command.reply_to().to_string();
                 let live = state.live();
                 let answer = state.service.run_forwarded(command, &live.registry).await;
+                // Answered once what it changed is in Redis, as a call here would be.
+                if let Some(written) = state.store.barrier() {
+                    let _ = tokio::time::timeout(Duration::from_secs(5), written).await;
+                }
                 let Ok(json) = serde_json::to_string(&answer) else {
                     return;
                 };

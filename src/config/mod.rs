@@ -916,7 +916,19 @@ fn validate_gateway(
             "store.commit_interval_ms must be between 1 and 10000",
         ));
     }
+    if store.retention_secs > 100 * 365 * 24 * 3600 {
+        diags.push(Diagnostic::file(
+            file,
+            "store.retention_secs must be at most 100 years (3153600000)",
+        ));
+    }
     if store.kind == StoreKind::Redis {
+        if store.retention_secs == 0 {
+            diags.push(Diagnostic::file(
+                file,
+                "store.retention_secs must be at least 1 with kind = \"redis\": finished tasks leave Redis only by expiring",
+            ));
+        }
         if let Err(e) = url::Url::parse(&store.url)
             .map_err(|e| e.to_string())
             .and_then(|u| match u.scheme() {

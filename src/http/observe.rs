@@ -100,9 +100,7 @@ pub(crate) async fn edge(
             return Err(e);
         }
     };
-    if let Some(refusal) = unshared(&res).await {
-        return Ok(res.into_response(refusal).map_into_right_body());
-    }
+    shared_first(&res).await;
     let _inside = span.enter();
     let seconds = start.elapsed().as_secs_f64();
     if rated {
@@ -152,29 +150,27 @@ pub(crate) async fn edge(
 }
 
 /// With a shared store, an answer leaves once what its call changed is where every replica
-/// reads it; None then, or the refusal to send instead when the store could not take it.
-async fn unshared<B>(res: &ServiceResponse<B>) -> Option<HttpResponse> {
+/// reads it. If the store does not take it in time, the answer still goes (the work is
+/// done, and the changes are written when the store is back), and the log says so.
+async fn shared_first<B>(res: &ServiceResponse<B>) {
     if res.request().method() != actix_web::http::Method::POST {
-        return None;
+        return;
     }
-    let barrier = res
+    let Some(written) = res
         .request()
-        .app_data::<web::Data<AppState>>()?
-        .store
-        .barrier()?;
-    match tokio::time::timeout(std::time::Duration::from_secs(5), barrier).await {
-        Ok(Ok(())) => None,
-        _ => {
-            let error = GatewayError::StoreUnavailable(
-                "changes were not written to the shared store".into(),
-            );
-            let req = res.request();
-            let state = req.app_data::<web::Data<AppState>>()?;
-            Some(match jsonrpc_path(req.path()) {
-                true => super::jsonrpc::refusal(req, state, &error),
-                false => error_response(&error),
-            })
-        }
+        .app_data::<web::Data<AppState>>()
+        .and_then(|state| state.store.barrier())
+    else {
+        return;
+    };
+    if !matches!(
+        tokio::time::timeout(std::time::Duration::from_secs(5), written).await,
+        Ok(Ok(()))
+    ) {
+        tracing::warn!(
+            path = %quoted(res.request().path()),
+            "answered before the shared store took the call's changes: other replicas see them once it is back"
+        );
     }
 }
 

@@ -295,7 +295,14 @@ impl A2aService {
                 let outcome = match self.send(&agent, &caller, req).await {
                     Ok(_) => Ok(()),
                     Err(GatewayError::TaskNotFound(_)) => Err(Answer::NotFound),
-                    Err(GatewayError::UnsupportedOperation(_)) => Err(self.finished(&id)),
+                    Err(GatewayError::UnsupportedOperation(_))
+                        if self
+                            .tasks
+                            .inspect_any(&id)
+                            .is_some_and(|(t, _)| t.status.state.is_terminal()) =>
+                    {
+                        Err(self.finished(&id))
+                    }
                     Err(e) => Err(Answer::Failed(e.to_string())),
                 };
                 (id, outcome)

@@ -81,6 +81,12 @@ impl Forward {
         let reply = keys.reply(&new_id());
         let command = serde_json::to_string(&make(reply.clone()))
             .map_err(|e| GatewayError::Internal(e.to_string()))?;
+        // Connected before the command goes out: a failure then leaves nothing done.
+        let mut conn = self
+            .shared
+            .dedicated(ANSWER_WITHIN)
+            .await
+            .map_err(unavailable)?;
         let channel = keys.commands(replica);
         let listeners: i64 = self
             .shared
@@ -92,7 +98,6 @@ impl Forward {
                 "the replica running this task ({replica}) does not answer; its unfinished tasks are failed once its lease expires"
             )));
         }
-        let mut conn = self.shared.dedicated().await.map_err(unavailable)?;
         let answered: Option<(String, String)> = conn
             .blpop(&reply, ANSWER_WITHIN.as_secs_f64())
             .await

@@ -28,12 +28,13 @@ pub(super) struct UpstreamOps {
 
 impl UpstreamOps {
     /// The agent's upstream, for a task `caller` may see.
-    fn callers_task<'a>(
+    async fn callers_task<'a>(
         &self,
         agent: &'a Agent,
         caller: &Principal,
         id: &str,
     ) -> Result<&'a Arc<RemoteAgent>, GatewayError> {
+        self.owners.fetch(id).await?;
         self.owners.check(id, caller)?;
         self.remote(agent)
     }
@@ -58,7 +59,9 @@ impl UpstreamOps {
             owners: Arc::new(RemoteOwners::new(capacity, owners)),
             contexts,
             ledgers: std::sync::Mutex::new(by_agent),
-            ledger_journal: ledgers.journal,
+            // With a shared store the ledger is per replica (nothing reads it back): kept only
+            // where it is read back at a restart.
+            ledger_journal: ledgers.journal.filter(|_| ledgers.shared.is_none()),
         }
     }
 
@@ -92,7 +95,7 @@ impl Operations for UpstreamOps {
     ) -> LocalBoxFuture<'a, Result<Sent, GatewayError>> {
         Box::pin(async move {
             let remote = self.remote(agent)?;
-            self.owners.check_message(&req.message, caller)?;
+            self.owners.check_message(&req.message, caller).await?;
             let _turn = take_turn(agent, caller, &req).await?;
             let result = remote.send(&req).await?;
             remote.note_result(&caller.id, &result);
@@ -127,7 +130,7 @@ impl Operations for UpstreamOps {
     ) -> LocalBoxFuture<'a, Result<ItemStream, GatewayError>> {
         Box::pin(async move {
             let remote = self.remote(agent)?;
-            self.owners.check_message(&req.message, caller)?;
+            self.owners.check_message(&req.message, caller).await?;
             // The turn is held for as long as the stream is open.
             let turn = take_turn(agent, caller, &req).await?;
             let items = remote.stream(&req).await?;
@@ -159,7 +162,7 @@ impl Operations for UpstreamOps {
         history_length: Option<usize>,
     ) -> LocalBoxFuture<'a, Result<Task, GatewayError>> {
         Box::pin(async move {
-            let remote = self.callers_task(agent, caller, id)?;
+            let remote = self.callers_task(agent, caller, id).await?;
             let task = remote.get(id, history_length).await?;
             remote.note_task(&task);
             Ok(task)
@@ -175,7 +178,11 @@ impl Operations for UpstreamOps {
         Box::pin(async move {
             let remote = self.remote(agent)?;
             let mut page = remote.list(&caller.id, query).await?;
-            // The remote does not know our callers: keep only what this one created.
+            // The remote does not know our callers: keep only what this one created
+            // (through any replica).
+            for t in &page.tasks {
+                self.owners.fetch(&t.id).await?;
+            }
             page.tasks
                 .retain(|t| self.owners.check(&t.id, caller).is_ok());
             Ok(page)
@@ -189,7 +196,7 @@ impl Operations for UpstreamOps {
         id: &'a str,
     ) -> LocalBoxFuture<'a, Result<Task, GatewayError>> {
         Box::pin(async move {
-            let remote = self.callers_task(agent, caller, id)?;
+            let remote = self.callers_task(agent, caller, id).await?;
             let task = remote.cancel(id).await?;
             remote.note_task(&task);
             Ok(task)
@@ -203,7 +210,7 @@ impl Operations for UpstreamOps {
         id: &'a str,
     ) -> LocalBoxFuture<'a, Result<ItemStream, GatewayError>> {
         Box::pin(async move {
-            let remote = self.callers_task(agent, caller, id)?;
+            let remote = self.callers_task(agent, caller, id).await?;
             let items = remote.subscribe(id).await?;
             let (remote, owner) = (remote.clone(), caller.id.clone());
             let items: ItemStream = Box::pin(items.inspect(move |item| {
@@ -258,11 +265,23 @@ impl RemoteOwners {
     }
 
     /// A follow-up message may only continue the caller's own task.
-    fn check_message(&self, message: &Message, caller: &Principal) -> Result<(), GatewayError> {
+    async fn check_message(
+        &self,
+        message: &Message,
+        caller: &Principal,
+    ) -> Result<(), GatewayError> {
         match message.task_id.as_deref().filter(|t| !t.is_empty()) {
-            Some(t) => self.check(t, caller),
+            Some(t) => {
+                self.fetch(t).await?;
+                self.check(t, caller)
+            }
             None => Ok(()),
         }
+    }
+
+    /// Reads the task's owner from other replicas first (with a shared store).
+    async fn fetch(&self, task_id: &str) -> Result<(), GatewayError> {
+        self.owners.fetch(task_id).await
     }
 }
 

@@ -82,8 +82,9 @@ pub(crate) type TaskKey = u128;
 enum Change {
     /// The task changed: write what it is now.
     Task(TaskKey),
-    /// The task is gone (evicted, past retention): its id and creation number.
-    TaskRemoved(String, u64),
+    /// The task is gone from memory (evicted, past retention): its id and creation number,
+    /// and for a shared store, where it is not deleted, what it was.
+    TaskRemoved(String, u64, Option<Box<Snapshot>>),
     /// A task's event, for other replicas' subscribers (shared stores only).
     Event(String, u64, Box<TaskEvent>),
     /// Answered once everything sent before it is written.
@@ -120,8 +121,16 @@ impl Journal {
         self.send(Change::Task(key));
     }
 
-    pub(crate) fn task_removed(&self, id: String, seq: u64) {
-        self.send(Change::TaskRemoved(id, seq));
+    /// `last` makes the task as it was, for a shared store (which keeps it until it
+    /// expires there): a change not yet written when memory let it go is not lost.
+    pub(crate) fn task_removed(
+        &self,
+        id: String,
+        seq: u64,
+        last: impl FnOnce() -> Option<Snapshot>,
+    ) {
+        let last = self.shares_events.then(last).flatten().map(Box::new);
+        self.send(Change::TaskRemoved(id, seq, last));
     }
 
     /// A task took an event, which made its version `version`.
@@ -201,6 +210,8 @@ struct Pending {
     tasks: Vec<TaskKey>,
     seen: std::collections::HashSet<TaskKey>,
     removed: Vec<(String, u64)>,
+    /// Tasks memory let go of, as they were (shared stores).
+    last: Vec<Snapshot>,
     records: HashMap<(Table, String), String>,
     events: Vec<(String, u64, Box<TaskEvent>)>,
     flushes: Vec<SyncSender<()>>,
@@ -216,8 +227,22 @@ impl Pending {
                     self.tasks.push(key);
                 }
             }
-            Change::TaskRemoved(id, seq) => self.removed.push((id, seq)),
-            Change::Event(id, version, event) => self.events.push((id, version, event)),
+            Change::TaskRemoved(id, seq, last) => {
+                if let Some(last) = last {
+                    self.last.push(*last);
+                }
+                self.removed.push((id, seq));
+            }
+            Change::Event(id, version, event) => {
+                // The task is written in the same batch as its event: a reader never finds
+                // the event published and the task older than it.
+                if let Ok(uuid) = uuid::Uuid::try_parse(&id) {
+                    if self.seen.insert(uuid.as_u128()) {
+                        self.tasks.push(uuid.as_u128());
+                    }
+                }
+                self.events.push((id, version, event));
+            }
             Change::Barrier(done) => self.barriers.push(done),
             Change::Record { table, key, value } => {
                 self.records.insert((table, key), value);
@@ -235,12 +260,10 @@ impl Pending {
     /// its change has nothing to write; its removal follows.
     fn batch(&mut self, tasks: &dyn Snapshots) -> Batch {
         self.seen.clear();
+        let mut written: Vec<Snapshot> = std::mem::take(&mut self.last);
+        written.extend(self.tasks.drain(..).filter_map(|k| tasks.snapshot(k)));
         Batch {
-            tasks: self
-                .tasks
-                .drain(..)
-                .filter_map(|k| tasks.snapshot(k))
-                .collect(),
+            tasks: written,
             removed: std::mem::take(&mut self.removed),
             records: self
                 .records
@@ -470,11 +493,8 @@ fn requeue(pending: &mut Pending, batch: Batch) {
         records,
         events,
     } = batch;
-    for row in tasks {
-        if let Ok(uuid) = uuid::Uuid::try_parse(&row.id) {
-            pending.add(Change::Task(uuid.as_u128()));
-        }
-    }
+    // As they were: written before what changed since (read afresh), which then wins.
+    pending.last.extend(tasks);
     pending.removed.extend(removed);
     let later = std::mem::replace(&mut pending.events, events);
     pending.events.extend(later);

@@ -5,8 +5,9 @@
 //! - `P task:<id>`: the task with who owns it, which replica runs it and its version
 //!   (an [`Envelope`], JSON); finished tasks expire after `retention_secs`.
 //! - `P list:<agent>/<owner>`: a sorted set of the ids a caller created with an agent.
-//! - `P running:<replica>`: the unfinished tasks a replica runs; `P lease:<replica>` says
-//!   it is alive. When a lease expires, the other replicas fail its running tasks.
+//! - `P replicas`: every replica that started; `P running:<replica>`: the unfinished tasks a
+//!   replica runs; `P lease:<replica>` says it is alive. When a lease stays expired, the
+//!   other replicas fail its running tasks and forget its streams.
 //! - `P events:<id>` (pub/sub): a task's events, each with the version it made.
 //! - `P commands:<replica>` (pub/sub): cancels and follow-ups for tasks a replica runs,
 //!   answered on the list `P reply:<uuid>`.
@@ -49,6 +50,9 @@ impl Keys {
     }
     pub(crate) fn running(&self, replica: &str) -> String {
         format!("{}running:{replica}", self.prefix)
+    }
+    pub(crate) fn replicas(&self) -> String {
+        format!("{}replicas", self.prefix)
     }
     pub(crate) fn running_pattern(&self) -> String {
         format!("{}running:*", self.prefix)
@@ -293,6 +297,8 @@ pub(crate) struct Shared {
     pub(crate) replica: Arc<str>,
     pub(crate) health: Arc<Health>,
     pub(crate) lease: Duration,
+    /// Set when the lease is given up: it is not renewed again.
+    released: AtomicBool,
 }
 
 pub(crate) type RedisResult<T> = Result<T, String>;
@@ -312,6 +318,7 @@ impl Shared {
             replica,
             health,
             lease,
+            released: AtomicBool::new(false),
         }
     }
 
@@ -328,7 +335,10 @@ impl Shared {
             })
             .await
             .cloned();
-        self.health.saw(&made);
+        // A cached connection says nothing of whether Redis answers: only a failure does.
+        if made.is_err() {
+            self.health.saw(&made);
+        }
         made.map_err(|e| e.to_string())
     }
 
@@ -395,11 +405,18 @@ impl Shared {
         made
     }
 
-    /// A connection of its own, for a blocking command (BLPOP).
-    pub(crate) async fn dedicated(&self) -> RedisResult<redis::aio::MultiplexedConnection> {
+    /// A connection of its own, for a blocking command (BLPOP) that may wait `wait`.
+    pub(crate) async fn dedicated(
+        &self,
+        wait: Duration,
+    ) -> RedisResult<redis::aio::MultiplexedConnection> {
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_response_timeout(Some(wait + IO_TIMEOUT));
         let made = tokio::time::timeout(
             CONNECT_TIMEOUT,
-            self.client.get_multiplexed_async_connection(),
+            self.client
+                .get_multiplexed_async_connection_with_config(&config),
         )
         .await
         .map_err(|_| "connecting to Redis timed out".to_string())
@@ -475,11 +492,15 @@ impl From<Envelope> for TaskRow {
 }
 
 impl Shared {
-    /// Renews this replica's lease every third of its length; stops when `alive` says so.
+    /// Renews this replica's lease every third of its length, until it is given up.
     pub(crate) async fn keep_lease(self: Arc<Self>) {
         let key = self.keys.lease(&self.replica);
         let millis = self.lease.as_millis() as u64;
-        loop {
+        let (set, me) = (self.keys.replicas(), self.replica.to_string());
+        let _ = self
+            .with(|mut c| async move { c.sadd::<_, _, ()>(set, me).await })
+            .await;
+        while !self.released.load(Ordering::Acquire) {
             let key = key.clone();
             let _ = self
                 .with(|mut c| async move {
@@ -497,6 +518,7 @@ impl Shared {
 
     /// Gives the lease up at a clean shutdown: the others fail what is left at once.
     pub(crate) async fn release_lease(&self) {
+        self.released.store(true, Ordering::Release);
         let key = self.keys.lease(&self.replica);
         let _ = self
             .with(|mut c| async move { c.del::<_, ()>(key).await })
@@ -506,19 +528,28 @@ impl Shared {
     /// Every half lease: the unfinished tasks of replicas whose lease expired are marked
     /// failed with `note` (one survivor does it, under a lock), and their subscribers told.
     pub(crate) async fn reap_dead(self: Arc<Self>, note: &'static str, retention_secs: u64) {
+        let mut suspects = std::collections::HashSet::new();
         loop {
             tokio::time::sleep(self.lease / 2).await;
-            if let Err(e) = self.reap_once(note, retention_secs).await {
+            if let Err(e) = self.reap_once(note, retention_secs, &mut suspects).await {
                 tracing::debug!(error = %e, "store: could not look for dead replicas");
             }
         }
     }
 
-    pub(crate) async fn reap_once(&self, note: &str, retention_secs: u64) -> RedisResult<()> {
-        let pattern = self.keys.running_pattern();
-        let sets: Vec<String> = self
+    /// One look for dead replicas. A replica is taken for dead when its lease is missing at
+    /// two looks in a row (`suspects` holds those missing at the last): a lease that lapsed
+    /// while Redis itself was away has a renewal's time to come back.
+    pub(crate) async fn reap_once(
+        &self,
+        note: &str,
+        retention_secs: u64,
+        suspects: &mut std::collections::HashSet<String>,
+    ) -> RedisResult<()> {
+        let (pattern, all) = (self.keys.running_pattern(), self.keys.replicas());
+        let found: Vec<String> = self
             .with(|mut c| async move {
-                let mut found = Vec::new();
+                let mut found: Vec<String> = c.smembers(all).await?;
                 let mut iter = c.scan_match::<_, String>(pattern).await?;
                 while let Some(key) = futures_util::StreamExt::next(&mut iter).await {
                     found.push(key?);
@@ -526,18 +557,26 @@ impl Shared {
                 Ok(found)
             })
             .await?;
-        for set in sets {
-            let Some(replica) = self.keys.replica_of_running(&set).map(str::to_string) else {
-                continue;
-            };
+        let mut replicas: Vec<String> = found
+            .iter()
+            .map(|k| self.keys.replica_of_running(k).unwrap_or(k).to_string())
+            .collect();
+        replicas.sort();
+        replicas.dedup();
+        for replica in replicas {
             if *replica == *self.replica {
                 continue;
             }
+            let set = self.keys.running(&replica);
             let lease = self.keys.lease(&replica);
             let alive: bool = self
                 .with(|mut c| async move { c.exists(lease).await })
                 .await?;
             if alive {
+                suspects.remove(&replica);
+                continue;
+            }
+            if suspects.insert(replica.clone()) {
                 continue;
             }
             let lock = self.keys.reaping(&replica);
@@ -572,7 +611,13 @@ impl Shared {
             self.with(|mut c| async move { c.del::<_, ()>(set).await })
                 .await?;
             self.forget_streams_of(&replica).await?;
-            tracing::warn!(replica = %replica, tasks = failed, "store: a replica's lease expired; its unfinished tasks are marked failed");
+            let (all, gone) = (self.keys.replicas(), replica.clone());
+            self.with(|mut c| async move { c.srem::<_, _, ()>(all, gone).await })
+                .await?;
+            suspects.remove(&replica);
+            if failed > 0 {
+                tracing::warn!(replica = %replica, tasks = failed, "store: a replica's lease expired; its unfinished tasks are marked failed");
+            }
         }
         Ok(())
     }

@@ -445,7 +445,14 @@ impl Redis {
         rt.block_on(async move {
             // As a replica starts: its lease, then the others' leftovers.
             tokio::spawn(shared.clone().keep_lease());
-            shared.reap_once(LOST_WORK, 600).await.unwrap();
+            // Two looks: a replica is taken for dead when its lease is missing at both.
+            let mut suspects = Default::default();
+            for _ in 0..2 {
+                shared
+                    .reap_once(LOST_WORK, 600, &mut suspects)
+                    .await
+                    .unwrap();
+            }
         });
         (tasks, store)
     }

@@ -54,7 +54,8 @@ impl MemoryTaskStore {
         };
         self.count.fetch_sub(1, Ordering::AcqRel);
         if let Some(journal) = self.journal.get() {
-            journal.task_removed(st.task.id, st.seq);
+            let seq = st.seq;
+            journal.task_removed(st.task.id.clone(), seq, || snapshot_of(&st));
         }
         true
     }
@@ -247,18 +248,21 @@ impl TaskStore for MemoryTaskStore {
 
 impl Snapshots for MemoryTaskStore {
     fn snapshot(&self, key: TaskKey) -> Option<Snapshot> {
-        let st = self.tasks.get(&key)?;
-        let body = serde_json::to_string(&st.task).ok()?;
-        Some(Snapshot {
-            id: st.task.id.clone(),
-            agent: st.agent.clone(),
-            owner: st.owner.clone(),
-            seq: st.seq,
-            version: st.version,
-            state: st.task.status.state,
-            body,
-        })
+        snapshot_of(&*self.tasks.get(&key)?)
     }
+}
+
+/// A task as a durable store writes it.
+fn snapshot_of(st: &StoredTask) -> Option<Snapshot> {
+    Some(Snapshot {
+        id: st.task.id.clone(),
+        agent: st.agent.clone(),
+        owner: st.owner.clone(),
+        seq: st.seq,
+        version: st.version,
+        state: st.task.status.state,
+        body: serde_json::to_string(&st.task).ok()?,
+    })
 }
 
 #[cfg(test)]

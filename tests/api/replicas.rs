@@ -521,3 +521,44 @@ async fn a_task_its_replica_evicted_from_memory_is_still_read_from_redis() {
     let list = gws[0].call("/a2a", "ListTasks", json!({})).await;
     assert_eq!(list["result"]["totalSize"], 4, "{list}");
 }
+
+/// Who created an upstream agent's task through one replica is known to the others: its
+/// creator reads it anywhere, another caller nowhere.
+#[tokio::test]
+async fn upstream_task_owners_are_shared_between_replicas() {
+    let url = redis_url();
+    let prefix = Prefix::new(url);
+    let peer = crate::peers::fault_server("legacy03", 0).await;
+    let up = crate::peers::upstream_agent("up", &peer.url(), "");
+    let gateway = format!(
+        "{}\n[auth]\ndefault_access = \"authenticated\"\n[[auth.api_keys]]\nid = \"alice\"\nsecret_sha256 = \"{}\"\nagents = [\"*\"]\n[[auth.api_keys]]\nid = \"bob\"\nsecret_sha256 = \"{}\"\nagents = [\"*\"]\n",
+        config(url, &prefix.prefix),
+        crate::helpers::sha("alice-key"),
+        crate::helpers::sha("bob-key")
+    );
+    let gws: Vec<Running> = (0..2)
+        .map(|_| Running::start(&[("echo.toml", ECHO), ("up.toml", &up)], &gateway, "info"))
+        .collect();
+    let call = |gw: &Running, key: &'static str, method: &'static str, params: Value| {
+        let req = gw
+            .client
+            .post(gw.url("/a2a/agents/up"))
+            .header("A2A-Version", "1.0")
+            .header("X-API-Key", key)
+            .body(crate::helpers::rpc(method, params));
+        async move { req.send().await.unwrap().json::<Value>().await.unwrap() }
+    };
+    let sent = call(
+        &gws[0],
+        "alice-key",
+        "SendMessage",
+        json!({"message": D::V10.message("hi")}),
+    )
+    .await;
+    let id = sent["result"]["task"]["id"].clone();
+    assert!(id.is_string(), "{sent}");
+    let alices = call(&gws[1], "alice-key", "GetTask", json!({"id": id})).await;
+    assert_eq!(alices["result"]["id"], id, "{alices}");
+    let bobs = call(&gws[1], "bob-key", "GetTask", json!({"id": id})).await;
+    assert_eq!(bobs["error"]["code"], -32001, "{bobs}");
+}
