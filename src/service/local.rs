@@ -534,7 +534,12 @@ fn answered(
             id,
             TaskState::parse_lenient(&state).unwrap_or(TaskState::Unspecified),
         )),
-        Answer::Failed(reason) => Err(GatewayError::Internal(reason)),
+        // With the code the other replica answered (the row of the protocol's codes).
+        Answer::Failed { code, message } => Err(GatewayError::Upstream {
+            code,
+            message,
+            data: None,
+        }),
     }
 }
 

@@ -303,7 +303,10 @@ impl A2aService {
                     {
                         Err(self.finished(&id))
                     }
-                    Err(e) => Err(Answer::Failed(e.to_string())),
+                    Err(e) => Err(Answer::Failed {
+                        code: e.code(),
+                        message: e.to_string(),
+                    }),
                 };
                 (id, outcome)
             }

@@ -52,7 +52,11 @@ pub(crate) enum Answer {
     NotFound,
     /// The task had already finished, in this state (0.3 name).
     Finished(String),
-    Failed(String),
+    /// Refused there: the JSON-RPC error code and message it answered.
+    Failed {
+        code: i64,
+        message: String,
+    },
 }
 
 /// How long a replica has to answer a command.
