@@ -301,6 +301,10 @@ impl Application {
         let max_connections = connections.limit();
         let metrics_on = state.metrics.enabled();
         let metrics_here = metrics_on && metrics_listener.is_none();
+        let console = {
+            let c = &state.live().config.console;
+            c.enabled.then(|| c.path.clone())
+        };
         if metrics_on {
             // Work that reloads and background tasks do here is counted too.
             tokio::spawn(crate::telemetry::flush_periodically());
@@ -324,7 +328,7 @@ impl Application {
             }
             App::new()
                 .app_data(state.clone())
-                .configure(|cfg| routes(cfg, metrics_here))
+                .configure(|cfg| routes(cfg, metrics_here, console.as_deref()))
                 // Before routing: `/a2a/agents/echo/` is `/a2a/agents/echo` on every route.
                 .wrap(crate::http::TrimTrailingSlash)
                 // Registered last, so it runs first: drain, CORS preflights (before auth and
@@ -411,6 +415,13 @@ impl Application {
         let served = self.server.await;
         self.state.store.close();
         served
+    }
+
+    /// Where the browser console is served, if it is.
+    pub fn console_path(&self) -> Option<String> {
+        let live = self.state.live();
+        let c = &live.config.console;
+        c.enabled.then(|| c.path.clone())
     }
 
     /// The task store in use, for the banner.

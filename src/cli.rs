@@ -208,12 +208,14 @@ fn serve(args: ServeArgs) -> ExitCode {
             }
         };
         let base = public_url.unwrap_or_else(|| format!("http://{host}:{}", app.port()));
+        let console = app.console_path();
         print_banner(
             &base,
             &agents,
             default_agent.as_deref(),
             app.metrics_port(),
             app.store(),
+            console.as_deref(),
         );
         app.run().await
     });
@@ -229,6 +231,7 @@ fn print_banner(
     default_agent: Option<&str>,
     metrics_port: Option<u16>,
     store: &str,
+    console: Option<&str>,
 ) {
     use std::fmt::Write as _;
     use std::io::Write as _;
@@ -250,6 +253,9 @@ fn print_banner(
     );
     let _ = writeln!(banner, "  agent list     {base}/a2a/agents");
     let _ = writeln!(banner, "  task store     {store}");
+    if let Some(path) = console {
+        let _ = writeln!(banner, "  console        {base}{path}");
+    }
     let _ = writeln!(
         banner,
         "  POST {base}/a2a  ->  {}",

@@ -96,6 +96,32 @@ pub struct GatewayConfig {
     pub metrics: MetricsConfig,
     #[serde(default)]
     pub store: StoreConfig,
+    #[serde(default)]
+    pub console: ConsoleConfig,
+}
+
+/// `[console]`: the browser console (a page to see and try the agents).
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConsoleConfig {
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// Where it is served: an absolute path of one or more segments.
+    #[serde(default = "default_console_path")]
+    pub path: String,
+}
+
+impl Default for ConsoleConfig {
+    fn default() -> Self {
+        ConsoleConfig {
+            enabled: true,
+            path: default_console_path(),
+        }
+    }
+}
+
+fn default_console_path() -> String {
+    "/console".into()
 }
 
 /// Where tasks and the gateway's records (context affinity, upstream task owners) live.
@@ -217,6 +243,7 @@ impl Default for GatewayConfig {
             routing: RoutingConfig::default(),
             metrics: MetricsConfig::default(),
             store: StoreConfig::default(),
+            console: ConsoleConfig::default(),
         }
     }
 }
@@ -908,6 +935,21 @@ fn validate_gateway(
         if value == 0 {
             diags.push(Diagnostic::file(file, format!("{key} must be at least 1")));
         }
+    }
+    let console = &gateway.console.path;
+    let reserved = ["/a2a", "/.well-known", "/metrics"];
+    if !console.starts_with('/')
+        || console.len() < 2
+        || console.ends_with('/')
+        || console.contains(['?', '#', ' '])
+        || reserved
+            .iter()
+            .any(|r| console == r || console.starts_with(&format!("{r}/")))
+    {
+        diags.push(Diagnostic::file(
+            file,
+            format!("console.path {console:?}: an absolute path like \"/console\", outside /a2a, /.well-known and /metrics"),
+        ));
     }
     let store = &gateway.store;
     if !(1..=10_000).contains(&store.commit_interval_ms) {

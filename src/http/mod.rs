@@ -5,6 +5,7 @@ mod body;
 mod caller;
 mod card_cache;
 mod cards;
+mod console;
 mod cors;
 mod health;
 mod jsonrpc;
@@ -120,7 +121,7 @@ impl AppState {
 
 /// Every route. The routes do not depend on the agents: an agent's endpoints look its name
 /// up in the registry in force, so the agent set can change without touching them.
-pub(crate) fn routes(cfg: &mut web::ServiceConfig, metrics_here: bool) {
+pub(crate) fn routes(cfg: &mut web::ServiceConfig, metrics_here: bool, console: Option<&str>) {
     cfg.service(
         web::resource("/a2a")
             .route(web::post().to(jsonrpc::default_agent))
@@ -162,6 +163,9 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig, metrics_here: bool) {
         .service(web::resource(READY_PATH).route(web::get().to(lifecycle::ready)));
     if metrics_here {
         cfg.service(web::resource(METRICS_PATH).route(web::get().to(observe::metrics)));
+    }
+    if let Some(path) = console {
+        cfg.service(web::resource(path).route(web::get().to(console::page)));
     }
     cfg.default_service(web::to(not_found));
 }

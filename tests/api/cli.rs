@@ -107,7 +107,7 @@ fn serve_prints_a_banner_and_takes_settings_from_the_environment() {
         .expect("banner")
         .trim()
         .to_string();
-    let banner: Vec<String> = lines.by_ref().take(6).map(Result::unwrap).collect();
+    let banner: Vec<String> = lines.by_ref().take(7).map(Result::unwrap).collect();
     assert!(
         banner
             .iter()

@@ -6,6 +6,7 @@ mod cards;
 mod cli;
 mod command;
 mod config;
+mod console;
 mod deploy;
 mod errors;
 mod helpers;

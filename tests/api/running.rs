@@ -49,6 +49,25 @@ impl Running {
         }
     }
 
+    /// Serves the agent files of `agents` (a directory of its own: the repository's
+    /// `agents.d/`, say) with `gateway` in a temporary directory.
+    pub fn start_with_agents(agents: &Path, gateway: &str, log_level: &str) -> Running {
+        let (dir, _, gateway_path) = write_config(&[], Some(gateway));
+        let log = dir.path().join("gateway.log");
+        let gateway_path = gateway_path.expect("gateway file");
+        let (child, base) = launch(dir.path(), &gateway_path, agents, &log, log_level, "0");
+        Running {
+            child,
+            base,
+            log,
+            dir,
+            agents: agents.to_path_buf(),
+            gateway: gateway_path,
+            log_level: log_level.to_string(),
+            client: reqwest::Client::new(),
+        }
+    }
+
     /// Starts the gateway again on the same files and port (after it exited or was
     /// killed); its log goes on in the same file.
     pub fn restart(&mut self) {

@@ -1,0 +1,176 @@
+//! The browser console: served from the binary, and driven in a real browser (Debian's
+//! Chromium, headless, through playwright-core) against the shipped agents, from the
+//! gateway's own origin, from another origin CORS allows, and from one it does not.
+//! Screenshots go to `target/console-screenshots/`.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::helpers::{repo_root, sha, spawn_with, ECHO};
+use crate::running::Running;
+
+/// Runs `scripts/console-env.sh` once: node packages and the browser. Its path.
+fn browser() -> &'static str {
+    static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        let out = Command::new("bash")
+            .arg(repo_root().join("scripts/console-env.sh"))
+            .output()
+            .expect("running scripts/console-env.sh");
+        assert!(
+            out.status.success(),
+            "scripts/console-env.sh could not set up the browser tests:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .to_string()
+    })
+}
+
+/// A static file server (Python's) for `dir` on a free port: another origin.
+struct StaticServer {
+    child: Child,
+    origin: String,
+    _dir: tempfile::TempDir,
+}
+
+impl StaticServer {
+    fn start() -> StaticServer {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::copy(
+            repo_root().join("console/dist/console.html"),
+            dir.path().join("console.html"),
+        )
+        .unwrap();
+        let port = crate::peers::free_port();
+        let child = Command::new("python3")
+            .args([
+                "-m",
+                "http.server",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+            ])
+            .current_dir(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3 -m http.server");
+        let origin = format!("http://127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "the static server did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        StaticServer {
+            child,
+            origin,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for StaticServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn the_console_works_in_a_real_browser() {
+    let chromium = browser().to_string();
+    let allowed = StaticServer::start();
+    let refused = StaticServer::start();
+    let gateway = format!(
+        "default_agent = \"echo\"\n[auth]\ndefault_access = \"authenticated\"\n[[auth.api_keys]]\nid = \"console\"\nsecret_sha256 = \"{}\"\nagents = [\"*\"]\n[cors]\nallowed_origins = [\"{}\"]\n",
+        sha("console-key"),
+        allowed.origin
+    );
+    let gw = Running::start_with_agents(&repo_root().join("agents.d"), &gateway, "info");
+    let shots: PathBuf = repo_root().join("target/console-screenshots");
+    let args = vec![
+        repo_root()
+            .join("console/test/browser.mjs")
+            .display()
+            .to_string(),
+        "--gateway".into(),
+        gw.base.clone(),
+        "--api-key".into(),
+        "console-key".into(),
+        "--other-origin".into(),
+        allowed.origin.clone(),
+        "--disallowed-origin".into(),
+        refused.origin.clone(),
+        "--screenshots".into(),
+        shots.display().to_string(),
+        "--chromium".into(),
+        chromium,
+    ];
+    let out = tokio::task::spawn_blocking(move || Command::new("node").args(&args).output())
+        .await
+        .unwrap()
+        .expect("node");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("7 passed, 0 failed"),
+        "the console in Chromium:\n{stdout}\n{}\n(screenshots in {})",
+        String::from_utf8_lossy(&out.stderr),
+        shots.display()
+    );
+}
+
+/// The committed page is what its sources build (`node console/build.mjs`).
+#[test]
+fn the_committed_console_is_built_from_its_sources() {
+    browser();
+    let out = Command::new("node")
+        .arg(repo_root().join("console/build.mjs"))
+        .arg("--check")
+        .output()
+        .expect("node");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test]
+async fn the_console_is_served_where_configured_or_not_at_all() {
+    let gw = spawn_with(&[("echo.toml", ECHO)], "[console]\npath = \"/ui/console\"").await;
+    let page = gw.client.get(gw.url("/ui/console")).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert_eq!(page.headers()["content-type"], "text/html; charset=utf-8");
+    let text = page.text().await.unwrap();
+    assert!(text.contains("a2a-gateway console"));
+    assert!(
+        !text.contains("http://") && !text.contains("https://"),
+        "nothing fetched from elsewhere"
+    );
+    assert_eq!(
+        gw.client
+            .get(gw.url("/console"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+
+    let off = spawn_with(&[("echo.toml", ECHO)], "[console]\nenabled = false").await;
+    assert_eq!(
+        off.client
+            .get(off.url("/console"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+}
