@@ -1,5 +1,12 @@
-// A small A2A 1.0 JSON-RPC client over fetch, with a streaming SSE reader: what the
-// console needs of the protocol, and nothing it does not (see README.md beside it).
+// The console's way to the gateway. A2A calls to an agent go through the official
+// JavaScript client (@a2a-js/sdk: its ClientFactory and JSON-RPC transport, built from the
+// agent's card), and come back as A2A 1.0 JSON (the SDK's own toJSON), which the page
+// renders. The gateway's own endpoints (the agent list, health, the aggregated card) are
+// plain `fetch`.
+
+import { AgentCard, CancelTaskRequest, GetTaskRequest, ListTasksRequest, ListTasksResponse,
+  SendMessageRequest, StreamResponse, SubscribeToTaskRequest, Task } from '@a2a-js/sdk';
+import { ClientFactory, ClientFactoryOptions, DefaultAgentCardResolver, JsonRpcTransportFactory } from '@a2a-js/sdk/client';
 
 /** A JSON-RPC error or an HTTP failure, with what the page shows. */
 export class CallError extends Error {
@@ -11,13 +18,12 @@ export class CallError extends Error {
   }
 }
 
-let nextId = 1;
-
 export class Gateway {
   /** `base`: the gateway's origin (and path prefix); `credential`: {kind, value} or null. */
   constructor(base, credential) {
     this.base = base.replace(/\/+$/, '');
     this.credential = credential;
+    this.cards = new Map();
   }
 
   headers(extra = {}) {
@@ -30,103 +36,113 @@ export class Gateway {
     return h;
   }
 
+  /** `fetch` with the credential, noting each answer's status in `seen`. */
+  fetcher(seen = {}) {
+    const auth = this.headers();
+    delete auth['A2A-Version'];
+    return async (input, init = {}) => {
+      const headers = new Headers(init.headers || {});
+      for (const [k, v] of Object.entries(auth)) headers.set(k, v);
+      let resp;
+      try {
+        resp = await fetch(input, { ...init, headers });
+      } catch (e) {
+        if (e.name === 'AbortError') throw e;
+        throw unreachable(this.base, e);
+      }
+      seen.status = resp.status;
+      return resp;
+    };
+  }
+
   async getJson(path) {
-    let resp;
-    try {
-      resp = await fetch(this.base + path, { headers: this.headers() });
-    } catch (e) {
-      throw unreachable(this.base, e);
-    }
+    const resp = await this.fetcher()(this.base + path, { headers: { 'A2A-Version': '1.0' } });
     const body = await resp.json().catch(() => null);
-    if (!resp.ok) throw httpError(resp, body);
+    if (!resp.ok) throw httpError(resp.status, body);
     return body;
   }
 
-  /** One JSON-RPC call to `path`; its result, or a CallError. */
-  async call(path, method, params) {
-    const body = JSON.stringify({ jsonrpc: '2.0', id: nextId++, method, params });
-    let resp;
-    try {
-      resp = await fetch(this.base + path, {
-        method: 'POST',
-        headers: this.headers({ 'Content-Type': 'application/json' }),
-        body,
-      });
-    } catch (e) {
-      throw unreachable(this.base, e);
+  /** An SDK client for the agent at `path` (`/a2a/agents/<name>`), from its card. */
+  async client(path, seen) {
+    let card = this.cards.get(path);
+    if (!card) {
+      const resolver = new DefaultAgentCardResolver({ fetchImpl: this.fetcher(seen) });
+      try {
+        card = await resolver.resolve(`${this.base}${path}/`, 'card');
+      } catch (e) {
+        throw asCallError(e, seen);
+      }
+      this.cards.set(path, card);
     }
+    const options = ClientFactoryOptions.createFrom(ClientFactoryOptions.default, {
+      transports: [new JsonRpcTransportFactory({ fetchImpl: this.fetcher(seen) })],
+    });
+    return new ClientFactory(options).createFromAgentCard(AgentCard.fromJSON(AgentCard.toJSON(card)));
+  }
+
+  /** One call: `GetTask`, `CancelTask` or `ListTasks`; its result as 1.0 JSON. */
+  async call(path, method, params) {
+    if (path === '/a2a') return this.plainCall(path, method, params);
+    const seen = {};
+    const client = await this.client(path, seen);
+    try {
+      switch (method) {
+        case 'GetTask':
+          return Task.toJSON(await client.getTask(GetTaskRequest.fromJSON(params)));
+        case 'CancelTask':
+          return Task.toJSON(await client.cancelTask(CancelTaskRequest.fromJSON(params)));
+        case 'ListTasks':
+          return ListTasksResponse.toJSON(await client.listTasks(ListTasksRequest.fromJSON(params)));
+        default:
+          throw new Error(`the console makes no ${method} call`);
+      }
+    } catch (e) {
+      throw asCallError(e, seen);
+    }
+  }
+
+  /** A streaming call (`SendStreamingMessage`, `SubscribeToTask`): each event as 1.0 JSON. */
+  async *stream(path, method, params, signal) {
+    const seen = {};
+    const client = await this.client(path, seen);
+    const events =
+      method === 'SubscribeToTask'
+        ? client.resubscribeTask(SubscribeToTaskRequest.fromJSON(params), { signal })
+        : client.sendMessageStream(SendMessageRequest.fromJSON(params), { signal });
+    try {
+      for await (const event of events) yield StreamResponse.toJSON(event);
+    } catch (e) {
+      if (signal && signal.aborted) return;
+      throw asCallError(e, seen);
+    }
+  }
+
+  /** A call on the shared endpoint, which has no card of its own: plain JSON-RPC. */
+  async plainCall(path, method, params) {
+    const resp = await this.fetcher()(this.base + path, {
+      method: 'POST',
+      headers: { 'A2A-Version': '1.0', 'Content-Type': 'application/json' },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method, params }),
+    });
     const answer = await resp.json().catch(() => null);
-    if (answer && answer.error) throw rpcError(answer.error, resp.status);
-    if (!resp.ok || !answer) throw httpError(resp, answer);
+    if (answer && answer.error) {
+      throw new CallError(answer.error.message, { code: answer.error.code, status: resp.status });
+    }
+    if (!resp.ok || !answer) throw httpError(resp.status, answer);
     return answer.result;
   }
-
-  /** A streaming call: yields each event's `result` as it arrives. */
-  async *stream(path, method, params, signal) {
-    const body = JSON.stringify({ jsonrpc: '2.0', id: nextId++, method, params });
-    let resp;
-    try {
-      resp = await fetch(this.base + path, {
-        method: 'POST',
-        headers: this.headers({ 'Content-Type': 'application/json', Accept: 'text/event-stream' }),
-        body,
-        signal,
-      });
-    } catch (e) {
-      if (e.name === 'AbortError') return;
-      throw unreachable(this.base, e);
-    }
-    const type = resp.headers.get('Content-Type') || '';
-    if (!type.startsWith('text/event-stream')) {
-      const answer = await resp.json().catch(() => null);
-      if (answer && answer.error) throw rpcError(answer.error, resp.status);
-      throw httpError(resp, answer);
-    }
-    for await (const data of sseData(resp.body, signal)) {
-      const answer = JSON.parse(data);
-      if (answer.error) throw rpcError(answer.error, resp.status);
-      yield answer.result;
-    }
-  }
 }
 
-/** The `data` of each SSE event of a byte stream (comments and other fields skipped). */
-export async function* sseData(body, signal) {
-  const reader = body.getReader();
-  const decoder = new TextDecoder();
-  let buffer = '';
-  try {
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      buffer += decoder.decode(value, { stream: true }).replace(/\r\n?/g, '\n');
-      let end;
-      while ((end = buffer.indexOf('\n\n')) >= 0) {
-        const block = buffer.slice(0, end);
-        buffer = buffer.slice(end + 2);
-        const data = block
-          .split('\n')
-          .filter((l) => l.startsWith('data:'))
-          .map((l) => l.slice(5).replace(/^ /, ''))
-          .join('\n');
-        if (data) yield data;
-      }
-    }
-  } catch (e) {
-    if (!(signal && signal.aborted)) throw e;
-  } finally {
-    reader.releaseLock();
-  }
+function asCallError(e, seen) {
+  if (e instanceof CallError) return e;
+  const status = seen.status && seen.status >= 400 ? seen.status : null;
+  const code = e.envelopeCode !== undefined ? e.envelopeCode : null;
+  return new CallError(e.message || String(e), { code, status, reason: e.reason || null });
 }
 
-function rpcError(error, status) {
-  const info = (error.data || []).find((d) => d && d.reason) || {};
-  return new CallError(error.message || 'error', { code: error.code, status, reason: info.reason || null });
-}
-
-function httpError(resp, body) {
-  const message = (body && body.error && body.error.message) || `HTTP ${resp.status} ${resp.statusText}`;
-  return new CallError(message, { status: resp.status });
+function httpError(status, body) {
+  const message = (body && body.error && body.error.message) || `HTTP ${status}`;
+  return new CallError(message, { status });
 }
 
 function unreachable(base, e) {

@@ -334,7 +334,7 @@ function showTask(t) {
     el('ol', { class: 'history' }, (t.history || []).map((m) => el('li', {}, el('span', { class: 'who' }, m.role === 'ROLE_USER' ? 'you' : 'agent'), m.parts.map(partView)))),
     el('h4', {}, 'Artifacts'),
     el('ul', { class: 'artifacts' }, (t.artifacts || []).map((a) => el('li', {}, el('strong', {}, a.name || a.artifactId), a.parts.map(partView)))),
-    FINAL.has(s) ? null : el('button', { type: 'button', onclick: () => watch(t) }, 'Watch (subscribe)'),
+    ...(FINAL.has(s) ? [] : [el('button', { type: 'button', onclick: () => watch(t) }, 'Watch (subscribe)')]),
   );
   detail.hidden = false;
 }
