@@ -56,6 +56,8 @@ pub(crate) async fn edge(
             .map(ServiceResponse::map_into_left_body);
     };
     let draining = state.lifecycle.draining();
+    // Whether answers wait for a shared store (read now: the state is not at hand later).
+    let shared = state.store.shared.is_some();
     let (cors, rated) = {
         let live = state.live.load();
         (Cors::check(&live.config.cors, &req), live.rates.active())
@@ -100,7 +102,9 @@ pub(crate) async fn edge(
             return Err(e);
         }
     };
-    shared_first(&res).await;
+    if shared {
+        shared_first(&res).await;
+    }
     let _inside = span.enter();
     let seconds = start.elapsed().as_secs_f64();
     if rated {
