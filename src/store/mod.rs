@@ -366,7 +366,8 @@ pub(crate) fn open(
     match config.kind {
         StoreKind::Memory => Ok((Store::memory(), Loaded::default())),
         StoreKind::Sqlite => {
-            let dir = base.join(&config.data_dir);
+            // "./data" under "." reads "./data", not "././data".
+            let dir: std::path::PathBuf = base.join(&config.data_dir).components().collect();
             let (backend, loaded) = sqlite::open(&dir, config.retention_secs)?;
             let (journal, writer) = start(Box::new(backend), tasks, interval, false)?;
             let store = Store {
