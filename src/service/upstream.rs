@@ -68,13 +68,17 @@ impl UpstreamOps {
     /// The agent's upstream, its ledger kept in the durable store from its first use.
     fn remote<'a>(&self, agent: &'a Agent) -> Result<&'a Arc<RemoteAgent>, GatewayError> {
         let remote = remote_of(agent)?;
-        remote.keep_ledger(self.ledger_journal.clone(), || {
-            self.ledgers
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .remove(&*agent.name)
-                .unwrap_or_default()
-        });
+        // Without a store that reads the ledger back there is nothing to do (and every
+        // upstream call comes through here).
+        if let Some(journal) = &self.ledger_journal {
+            remote.keep_ledger(journal, || {
+                self.ledgers
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .remove(&*agent.name)
+                    .unwrap_or_default()
+            });
+        }
         Ok(remote)
     }
 }

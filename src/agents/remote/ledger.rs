@@ -99,15 +99,7 @@ impl Ledger {
 
     /// Takes in the records a durable store held for `agent` (oldest first) and writes
     /// every later change through `journal`. Once; later calls do nothing.
-    pub(super) fn keep(
-        &self,
-        agent: &str,
-        journal: Option<Journal>,
-        loaded: Vec<(String, String)>,
-    ) {
-        let Some(journal) = journal else {
-            return;
-        };
+    pub(super) fn keep(&self, agent: &str, journal: Journal, loaded: Vec<(String, String)>) {
         if self.kept.set((journal, agent.to_string())).is_err() {
             return;
         }

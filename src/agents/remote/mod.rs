@@ -656,11 +656,11 @@ impl RemoteAgent {
     /// oldest first) and where later changes go. Once per agent instance.
     pub(crate) fn keep_ledger(
         &self,
-        journal: Option<crate::store::Journal>,
+        journal: &crate::store::Journal,
         loaded: impl FnOnce() -> Vec<(String, String)>,
     ) {
         if !self.ledger.is_kept() {
-            self.ledger.keep(&self.name, journal, loaded());
+            self.ledger.keep(&self.name, journal.clone(), loaded());
         }
     }
 
