@@ -142,14 +142,7 @@ pub(super) async fn handle(
         };
         return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &e));
     }
-    let admitted = match state.store_up() {
-        Ok(()) => {
-            live.admit(&req, &caller, &agent, state.store.shared.as_deref())
-                .await
-        }
-        Err(e) => Err(e),
-    };
-    if let Err(e) = admitted {
+    if let Err(e) = state.admit(&req, &live, &caller, &agent).await {
         return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &e));
     }
     // Past authorization, every answer names the agent (refusals before it do not).

@@ -65,14 +65,23 @@ impl AppState {
         self.live.load_full()
     }
 
-    /// Refuses work while a shared store cannot take what it would change.
-    pub(crate) fn store_up(&self) -> Result<(), GatewayError> {
-        match self.store.up() {
-            true => Ok(()),
-            false => Err(GatewayError::StoreUnavailable(
+    /// Admits a call to `agent`: refused while a shared store cannot take what it would
+    /// change, then counted against the rate limits in force (shared ones with a shared
+    /// store; see [`Live::admit`]).
+    pub(crate) async fn admit(
+        &self,
+        req: &HttpRequest,
+        live: &Live,
+        caller: &Principal,
+        agent: &Agent,
+    ) -> Result<(), GatewayError> {
+        if !self.store.up() {
+            return Err(GatewayError::StoreUnavailable(
                 "the shared store does not answer".into(),
-            )),
+            ));
         }
+        live.admit(req, caller, agent, self.store.shared.as_deref())
+            .await
     }
 
     pub(crate) fn default_keepalive(&self) -> std::time::Duration {

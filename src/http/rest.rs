@@ -137,9 +137,7 @@ async fn agent_for(
             }
             _ => e,
         })?;
-    state.store_up()?;
-    live.admit(req, caller, agent, state.store.shared.as_deref())
-        .await?;
+    state.admit(req, live, caller, agent).await?;
     Ok((agent.clone(), Served::new(agent, reason)))
 }
 
