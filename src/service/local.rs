@@ -57,19 +57,22 @@ impl Operations for LocalOps {
     ) -> LocalBoxFuture<'a, Result<Sent, GatewayError>> {
         Box::pin(async move {
             let backend = backend_of(agent)?;
-            if let Some((forward, replica, id)) =
-                self.elsewhere(agent, caller, &req.message).await?
-            {
-                let events = forward.events(&id).await?;
-                let (task, version) = self
-                    .continue_elsewhere(forward, &replica, agent, caller, req.message)
-                    .await?;
-                let task = match req.blocking {
-                    true => replicas::settle(task, version, events).await,
-                    false => task,
-                };
-                let task = task.view(req.history_length, true);
-                return Ok(Sent::Result(SendResult::Task(task)));
+            let mut req = req;
+            let message = std::mem::take(&mut req.message);
+            match self.continue_elsewhere(agent, caller, message).await? {
+                Ok(Continued {
+                    task,
+                    version,
+                    events,
+                }) => {
+                    let task = match req.blocking {
+                        true => replicas::settle(task, version, events).await,
+                        false => task,
+                    };
+                    let task = task.view(req.history_length, true);
+                    return Ok(Sent::Result(SendResult::Task(task)));
+                }
+                Err(message) => req.message = message,
             }
             self.send_local(agent, caller, backend, req, writer).await
         })
@@ -83,21 +86,14 @@ impl Operations for LocalOps {
     ) -> LocalBoxFuture<'a, Result<ItemStream, GatewayError>> {
         Box::pin(async move {
             let backend = backend_of(agent)?;
-            if let Some((forward, replica, id)) =
-                self.elsewhere(agent, caller, &req.message).await?
-            {
-                let events = forward.events(&id).await?;
-                let (task, version) = self
-                    .continue_elsewhere(forward, &replica, agent, caller, req.message)
-                    .await?;
-                return Ok(replicas::follow(
-                    task,
-                    version,
-                    events,
-                    StreamEnd::Interrupted,
-                ));
-            }
-            let prepared = self.prepare(agent, caller, req.message)?;
+            let message = match self.continue_elsewhere(agent, caller, req.message).await? {
+                Ok(c) => {
+                    let end = StreamEnd::Interrupted;
+                    return Ok(replicas::follow(c.task, c.version, c.events, end));
+                }
+                Err(message) => message,
+            };
+            let prepared = self.prepare(agent, caller, message)?;
             let continuing = prepared.continuing.is_some();
             let Started { updates, .. } = self.launch(agent, caller, backend, prepared, true)?;
             Ok(until_stream_ends(updates, continuing))
@@ -193,42 +189,34 @@ impl LocalOps {
         }
     }
 
-    /// A follow-up to a task another replica runs: the way there, the replica and the task.
-    async fn elsewhere(
-        &self,
-        agent: &Agent,
-        caller: &Principal,
-        message: &Message,
-    ) -> Result<Option<(&Forward, Arc<str>, String)>, GatewayError> {
-        let (Some(forward), Some(id)) = (&self.forward, message.task_id.as_deref()) else {
-            return Ok(None);
-        };
-        if id.is_empty() || self.tasks.holds(id) {
-            return Ok(None);
-        }
-        self.tasks.hydrate(id).await?;
-        match self.tasks.held_elsewhere(viewer(agent, caller), id) {
-            Some((_, task, _)) if task.status.state.is_terminal() => {
-                Err(terminal_task_error(id, task.status.state))
-            }
-            Some((replica, _, _)) => Ok(Some((forward, replica, id.to_string()))),
-            None => Ok(None),
-        }
-    }
-
-    /// Hands a follow-up to the replica that runs its task; the task as that replica
-    /// took it, with its version.
+    /// Hands a follow-up to a task another replica runs to that replica: the task as it
+    /// took it, with its version and the task's later events. The message back when its
+    /// task is new or this replica's own.
     async fn continue_elsewhere(
         &self,
-        forward: &Forward,
-        replica: &str,
         agent: &Agent,
         caller: &Principal,
         message: Message,
-    ) -> Result<(Task, u64), GatewayError> {
-        let id = message.task_id.clone().unwrap_or_default();
+    ) -> Result<Result<Continued, Message>, GatewayError> {
+        let Some(forward) = &self.forward else {
+            return Ok(Err(message));
+        };
+        let id = match message.task_id.as_deref() {
+            Some(id) if !id.is_empty() && !self.tasks.holds(id) => id.to_string(),
+            _ => return Ok(Err(message)),
+        };
+        self.tasks.hydrate(&id).await?;
+        let replica = match self.tasks.held_elsewhere(viewer(agent, caller), &id) {
+            Some((_, task, _)) if task.status.state.is_terminal() => {
+                return Err(terminal_task_error(&id, task.status.state));
+            }
+            Some((replica, _, _)) => replica,
+            None => return Ok(Err(message)),
+        };
+        // Subscribed before the message goes: no event falls between.
+        let events = forward.events(&id).await?;
         let answer = forward
-            .call(replica, |reply| Command::Continue {
+            .call(&replica, |reply| Command::Continue {
                 agent: agent.name.to_string(),
                 principal: caller.id.to_string(),
                 anonymous: caller.anonymous,
@@ -236,7 +224,12 @@ impl LocalOps {
                 reply,
             })
             .await?;
-        answered(&id, answer, terminal_task_error)
+        let (task, version) = answered(&id, answer, terminal_task_error)?;
+        Ok(Ok(Continued {
+            task,
+            version,
+            events: Box::pin(events),
+        }))
     }
 
     async fn send_local(
@@ -541,6 +534,13 @@ fn answered(
             data: None,
         }),
     }
+}
+
+/// A follow-up another replica took (see [`LocalOps::continue_elsewhere`]).
+struct Continued {
+    task: Task,
+    version: u64,
+    events: futures_util::stream::BoxStream<'static, replicas::Published>,
 }
 
 /// A message with its ids settled, ready to run (see [`A2aService::prepare`]).

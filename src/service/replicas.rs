@@ -12,7 +12,8 @@ use serde::{Deserialize, Serialize};
 use crate::error::GatewayError;
 use crate::protocol::model::{new_id, Message, StreamEnd, StreamItem, Task, TaskEvent};
 use crate::protocol::ops::ItemStream;
-use crate::store::redis::{Published, Shared};
+pub(crate) use crate::store::redis::Published;
+use crate::store::redis::Shared;
 
 /// What one replica asks of the replica that runs a task.
 #[derive(Debug, Serialize, Deserialize)]
