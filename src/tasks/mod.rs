@@ -98,6 +98,21 @@ pub(crate) trait TaskStore: Send + Sync + 'static {
     fn count_by_state(&self) -> Vec<(TaskState, usize)>;
 }
 
+impl StoredTask {
+    /// A task a store held, as `replica` runs it (None: this one), with no work here.
+    fn read_back(row: TaskRow, replica: Option<Arc<str>>) -> StoredTask {
+        StoredTask {
+            task: row.task,
+            agent: row.agent,
+            owner: row.owner,
+            seq: row.seq,
+            version: row.version,
+            replica,
+            cancel: None,
+        }
+    }
+}
+
 /// Who is looking: tasks are visible only through their agent, to their creator.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Viewer<'a> {
@@ -160,10 +175,9 @@ pub(crate) struct Tasks {
     unfinished: FastMap<Arc<str>, usize>,
     quota: usize,
     metrics: Arc<crate::telemetry::Metrics>,
-    /// Where events go for other replicas' subscribers (a shared store).
-    shared_events: std::sync::OnceLock<crate::store::Journal>,
-    /// The store other replicas share, to read their tasks.
-    shared: std::sync::OnceLock<Arc<Shared>>,
+    /// With a store other replicas share: where events go for their subscribers, and
+    /// where their tasks are read.
+    shared: std::sync::OnceLock<(crate::store::Journal, Arc<Shared>)>,
 }
 
 impl Tasks {
@@ -180,7 +194,6 @@ impl Tasks {
             seq: Default::default(),
             unfinished: FastMap::default(),
             quota: quota.max(1),
-            shared_events: std::sync::OnceLock::new(),
             shared: std::sync::OnceLock::new(),
         }
     }
@@ -188,19 +201,18 @@ impl Tasks {
     /// Shares tasks with other replicas: every later event goes through `journal` too,
     /// and their tasks are read from `shared`.
     pub(crate) fn share(&self, journal: crate::store::Journal, shared: Arc<Shared>) {
-        let _ = self.shared_events.set(journal);
-        let _ = self.shared.set(shared);
+        let _ = self.shared.set((journal, shared));
     }
 
     /// The store other replicas share, if any.
     pub(crate) fn shared(&self) -> Option<&Arc<Shared>> {
-        self.shared.get()
+        self.shared.get().map(|(_, shared)| shared)
     }
 
     /// Makes a task another replica created readable here: a fresh copy from the shared
     /// store (nothing to do for this replica's own tasks, or without a shared store).
     pub(crate) async fn hydrate(&self, id: &str) -> Result<(), crate::error::GatewayError> {
-        let Some(shared) = self.shared.get() else {
+        let Some(shared) = self.shared() else {
             return Ok(());
         };
         if id.is_empty() || self.store.holds(id) || uuid::Uuid::try_parse(id).is_err() {
@@ -215,15 +227,8 @@ impl Tasks {
         if let Some(envelope) = found {
             let replica = Some(Arc::<str>::from(envelope.replica.as_str()));
             let row = TaskRow::from(envelope);
-            self.store.adopt_foreign(StoredTask {
-                task: row.task,
-                agent: row.agent,
-                owner: row.owner,
-                seq: row.seq,
-                version: row.version,
-                replica,
-                cancel: None,
-            });
+            self.store
+                .adopt_foreign(StoredTask::read_back(row, replica));
         }
         Ok(())
     }
@@ -265,7 +270,7 @@ impl Tasks {
         viewer: Viewer<'_>,
         query: &ListQuery,
     ) -> Option<Result<TaskPage, crate::error::GatewayError>> {
-        let shared = self.shared.get()?;
+        let shared = self.shared()?;
         let all = match shared.tasks_of(viewer.agent, viewer.principal).await {
             Ok(all) => all,
             Err(e) => return Some(Err(crate::error::GatewayError::StoreUnavailable(e))),
@@ -330,15 +335,10 @@ impl Tasks {
     pub(crate) fn restore(&self, rows: Vec<TaskRow>) -> Result<usize, StoreError> {
         let mut failed = 0;
         for row in rows {
-            let TaskRow {
-                mut task,
-                agent,
-                owner,
-                seq,
-                version,
-            } = row;
             self.seq
-                .fetch_max(seq + 1, std::sync::atomic::Ordering::Relaxed);
+                .fetch_max(row.seq + 1, std::sync::atomic::Ordering::Relaxed);
+            let mut stored = StoredTask::read_back(row, None);
+            let task = &mut stored.task;
             let unfinished = !task.status.state.is_terminal();
             if unfinished {
                 let note = Message::agent_text(LOST_WORK.to_string())
@@ -346,15 +346,6 @@ impl Tasks {
                 task.set_status(TaskStatus::now(TaskState::Failed, Some(note)));
                 failed += 1;
             }
-            let stored = StoredTask {
-                task,
-                agent,
-                owner,
-                seq,
-                version,
-                replica: None,
-                cancel: None,
-            };
             match unfinished {
                 true => self.store.insert(stored),
                 false => self.store.restore(stored),
@@ -537,7 +528,7 @@ impl Tasks {
     /// which reads tasks under their locks. (A cancel racing its task's own last event
     /// may so reach other replicas first; the cancel ends their streams either way.)
     fn share_event(&self, id: &str, version: Option<u64>, event: &TaskEvent) {
-        if let (Some(journal), Some(version)) = (self.shared_events.get(), version) {
+        if let (Some((journal, _)), Some(version)) = (self.shared.get(), version) {
             journal.event(id, version, event);
         }
     }
