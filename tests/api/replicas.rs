@@ -145,18 +145,6 @@ fn replicas_with(url: &str, prefix: &str, n: usize, extra: &str) -> Vec<Running>
         .collect()
 }
 
-async fn send(gw: &Running, text: &str, configuration: Value) -> Value {
-    let answer = gw
-        .call(
-            "/a2a",
-            "SendMessage",
-            json!({"message": D::V10.message(text), "configuration": configuration}),
-        )
-        .await;
-    assert!(answer.get("error").is_none(), "{answer}");
-    answer["result"]["task"].clone()
-}
-
 fn state(task: &Value) -> &str {
     task["status"]["state"].as_str().unwrap_or("")
 }
@@ -187,7 +175,7 @@ async fn a_task_made_through_one_replica_is_read_listed_watched_and_canceled_thr
     let (a, b, c) = (&gws[0], &gws[1], &gws[2]);
 
     // Made on A, read on B and C at once (A answered only once the task was shared).
-    let done = send(a, "hello", json!({})).await;
+    let done = a.send_task("hello", json!({})).await;
     let id = done["id"].as_str().unwrap();
     for other in [b, c] {
         let got = other.call("/a2a", "GetTask", json!({"id": id})).await;
@@ -195,7 +183,7 @@ async fn a_task_made_through_one_replica_is_read_listed_watched_and_canceled_thr
         assert_eq!(state(&got["result"]), "TASK_STATE_COMPLETED");
     }
     // Listed through C with tasks made on B.
-    let on_b = send(b, "from b", json!({})).await;
+    let on_b = b.send_task("from b", json!({})).await;
     let list = c.call("/a2a", "ListTasks", json!({})).await;
     let ids: Vec<&str> = list["result"]["tasks"]
         .as_array()
@@ -206,7 +194,9 @@ async fn a_task_made_through_one_replica_is_read_listed_watched_and_canceled_thr
     assert_eq!(ids, [on_b["id"].as_str().unwrap(), id], "{list}");
 
     // Running on A, watched through B until it completes on A.
-    let running = send(a, "/delay 1 later", json!({"returnImmediately": true})).await;
+    let running = a
+        .send_task("/delay 1 later", json!({"returnImmediately": true}))
+        .await;
     let rid = running["id"].as_str().unwrap().to_string();
     let watched = events(b, "SubscribeToTask", json!({"id": rid})).await;
     let last = &watched.last().unwrap()["result"];
@@ -216,7 +206,9 @@ async fn a_task_made_through_one_replica_is_read_listed_watched_and_canceled_thr
     );
 
     // Running on A, canceled through C; B reads it canceled.
-    let long = send(a, "/delay 30", json!({"returnImmediately": true})).await;
+    let long = a
+        .send_task("/delay 30", json!({"returnImmediately": true}))
+        .await;
     let lid = long["id"].as_str().unwrap();
     let canceled = c.call("/a2a", "CancelTask", json!({"id": lid})).await;
     assert_eq!(
@@ -237,7 +229,7 @@ async fn a_follow_up_through_another_replica_reaches_the_one_waiting_for_it() {
     let prefix = Prefix::new(url);
     let gws = replicas(url, &prefix.prefix, 2);
     let (a, b) = (&gws[0], &gws[1]);
-    let asked = send(a, "/input your name?", json!({})).await;
+    let asked = a.send_task("/input your name?", json!({})).await;
     assert_eq!(state(&asked), "TASK_STATE_INPUT_REQUIRED", "{asked}");
     let mut answer = D::V10.message("Ada");
     answer["taskId"] = asked["id"].clone();
@@ -257,7 +249,7 @@ async fn a_follow_up_through_another_replica_reaches_the_one_waiting_for_it() {
     );
 
     // A streaming follow-up through B, of another question asked on A.
-    let asked = send(a, "/input again?", json!({})).await;
+    let asked = a.send_task("/input again?", json!({})).await;
     let mut answer = D::V10.message("Grace");
     answer["taskId"] = asked["id"].clone();
     let streamed = events(b, "SendStreamingMessage", json!({"message": answer})).await;
@@ -273,7 +265,9 @@ async fn a_replica_killed_mid_stream_has_its_tasks_failed_by_the_survivors() {
     let url = redis_url();
     let prefix = Prefix::new(url);
     let mut gws = replicas(url, &prefix.prefix, 2);
-    let running = send(&gws[0], "/delay 30", json!({"returnImmediately": true})).await;
+    let running = gws[0]
+        .send_task("/delay 30", json!({"returnImmediately": true}))
+        .await;
     let id = running["id"].as_str().unwrap().to_string();
     let watcher = {
         let b_url = gws[1].url("/a2a");
@@ -326,7 +320,7 @@ async fn without_redis_calls_answer_503_and_readiness_fails_until_it_returns() {
         &config(&url, "a2a-test-down:"),
         "info",
     );
-    send(&gw, "while up", json!({})).await;
+    gw.send_task("while up", json!({})).await;
     drop(server);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -340,16 +334,13 @@ async fn without_redis_calls_answer_503_and_readiness_fails_until_it_returns() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let resp = gw
-        .client
-        .post(gw.url("/a2a"))
-        .header("A2A-Version", "1.0")
-        .body(crate::helpers::rpc(
+        .post(
+            "/a2a",
             "SendMessage",
             json!({"message": D::V10.message("while down")}),
-        ))
-        .send()
-        .await
-        .unwrap();
+            &[],
+        )
+        .await;
     assert_eq!(resp.status(), 503);
     assert!(resp.headers().get("retry-after").is_some());
     let body: Value = resp.json().await.unwrap();
@@ -371,7 +362,7 @@ async fn without_redis_calls_answer_503_and_readiness_fails_until_it_returns() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let task = send(&gw, "after", json!({})).await;
+    let task = gw.send_task("after", json!({})).await;
     assert_eq!(state(&task), "TASK_STATE_COMPLETED");
 }
 
@@ -384,16 +375,13 @@ async fn rate_limits_are_one_allowance_across_replicas() {
     let mut remaining = Vec::new();
     for gw in &gws {
         let resp = gw
-            .client
-            .post(gw.url("/a2a"))
-            .header("A2A-Version", "1.0")
-            .body(crate::helpers::rpc(
+            .post(
+                "/a2a",
                 "SendMessage",
                 json!({"message": D::V10.message("x")}),
-            ))
-            .send()
-            .await
-            .unwrap();
+                &[],
+            )
+            .await;
         assert_eq!(resp.status(), 200);
         remaining.push(
             resp.headers()["x-ratelimit-remaining"]
@@ -409,16 +397,13 @@ async fn rate_limits_are_one_allowance_across_replicas() {
     );
     for gw in &gws {
         let resp = gw
-            .client
-            .post(gw.url("/a2a"))
-            .header("A2A-Version", "1.0")
-            .body(crate::helpers::rpc(
+            .post(
+                "/a2a",
                 "SendMessage",
                 json!({"message": D::V10.message("x")}),
-            ))
-            .send()
-            .await
-            .unwrap();
+                &[],
+            )
+            .await;
         assert_eq!(
             resp.status(),
             429,
@@ -473,20 +458,13 @@ async fn a_callers_open_streams_are_capped_across_replicas() {
         "[rate_limits.tiers.default]\nrequests_per_minute = 6000\nburst = 100\nmax_streams = 1";
     let gws = replicas_with(url, &prefix.prefix, 2, tier);
     let (a, b) = (&gws[0], &gws[1]);
-    let slow = send(a, "/delay 30", json!({"returnImmediately": true})).await;
-    let stream = |gw: &Running| {
-        gw.client
-            .post(gw.url("/a2a"))
-            .header("A2A-Version", "1.0")
-            .body(crate::helpers::rpc(
-                "SubscribeToTask",
-                json!({"id": slow["id"]}),
-            ))
-            .send()
-    };
-    let held = stream(a).await.unwrap();
+    let slow = a
+        .send_task("/delay 30", json!({"returnImmediately": true}))
+        .await;
+    let watch = json!({"id": slow["id"]});
+    let held = a.post("/a2a", "SubscribeToTask", watch.clone(), &[]).await;
     assert_eq!(held.status(), 200);
-    let refused = stream(b).await.unwrap();
+    let refused = b.post("/a2a", "SubscribeToTask", watch.clone(), &[]).await;
     assert_eq!(
         refused.status(),
         429,
@@ -496,7 +474,7 @@ async fn a_callers_open_streams_are_capped_across_replicas() {
     drop(held);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let again = stream(b).await.unwrap();
+        let again = b.post("/a2a", "SubscribeToTask", watch.clone(), &[]).await;
         if again.status() == 200 {
             break;
         }
@@ -510,9 +488,9 @@ async fn a_task_its_replica_evicted_from_memory_is_still_read_from_redis() {
     let url = redis_url();
     let prefix = Prefix::new(url);
     let gws = replicas_with(url, &prefix.prefix, 1, "[limits]\nmax_tasks = 2");
-    let first = send(&gws[0], "first", json!({})).await;
+    let first = gws[0].send_task("first", json!({})).await;
     for text in ["second", "third", "fourth"] {
-        send(&gws[0], text, json!({})).await;
+        gws[0].send_task(text, json!({})).await;
     }
     let got = gws[0]
         .call("/a2a", "GetTask", json!({"id": first["id"]}))
@@ -539,26 +517,22 @@ async fn upstream_task_owners_are_shared_between_replicas() {
     let gws: Vec<Running> = (0..2)
         .map(|_| Running::start(&[("echo.toml", ECHO), ("up.toml", &up)], &gateway, "info"))
         .collect();
-    let call = |gw: &Running, key: &'static str, method: &'static str, params: Value| {
-        let req = gw
-            .client
-            .post(gw.url("/a2a/agents/up"))
-            .header("A2A-Version", "1.0")
-            .header("X-API-Key", key)
-            .body(crate::helpers::rpc(method, params));
-        async move { req.send().await.unwrap().json::<Value>().await.unwrap() }
-    };
-    let sent = call(
-        &gws[0],
-        "alice-key",
-        "SendMessage",
-        json!({"message": D::V10.message("hi")}),
-    )
-    .await;
+    let sent = gws[0]
+        .call_as(
+            "/a2a/agents/up",
+            "alice-key",
+            "SendMessage",
+            json!({"message": D::V10.message("hi")}),
+        )
+        .await;
     let id = sent["result"]["task"]["id"].clone();
     assert!(id.is_string(), "{sent}");
-    let alices = call(&gws[1], "alice-key", "GetTask", json!({"id": id})).await;
+    let alices = gws[1]
+        .call_as("/a2a/agents/up", "alice-key", "GetTask", json!({"id": id}))
+        .await;
     assert_eq!(alices["result"]["id"], id, "{alices}");
-    let bobs = call(&gws[1], "bob-key", "GetTask", json!({"id": id})).await;
+    let bobs = gws[1]
+        .call_as("/a2a/agents/up", "bob-key", "GetTask", json!({"id": id}))
+        .await;
     assert_eq!(bobs["error"]["code"], -32001, "{bobs}");
 }

@@ -132,15 +132,67 @@ impl Running {
 
     /// A 1.0 JSON-RPC call; its answer.
     pub async fn call(&self, path: &str, method: &str, params: Value) -> Value {
-        self.client
-            .post(self.url(path))
-            .header("A2A-Version", "1.0")
-            .body(rpc(method, params))
-            .send()
+        self.post(path, method, params, &[])
             .await
-            .unwrap()
             .json()
             .await
+            .unwrap()
+    }
+
+    /// [`Self::call`] with an API key.
+    pub async fn call_as(&self, path: &str, key: &str, method: &str, params: Value) -> Value {
+        let key = [("X-API-Key", key)];
+        self.post(path, method, params, &key)
+            .await
+            .json()
+            .await
+            .unwrap()
+    }
+
+    /// A 1.0 JSON-RPC call with `headers`; the response, status and headers included.
+    pub async fn post(
+        &self,
+        path: &str,
+        method: &str,
+        params: Value,
+        headers: &[(&str, &str)],
+    ) -> reqwest::Response {
+        let mut req = self
+            .client
+            .post(self.url(path))
+            .header("A2A-Version", "1.0")
+            .body(rpc(method, params));
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
+        req.send().await.unwrap()
+    }
+
+    /// `SendMessage` of `text` on `/a2a`: the task it answered (a call that fails fails the
+    /// test).
+    pub async fn send_task(&self, text: &str, configuration: Value) -> Value {
+        let message = crate::helpers::D::V10.message(text);
+        let answer = self
+            .call(
+                "/a2a",
+                "SendMessage",
+                serde_json::json!({"message": message, "configuration": configuration}),
+            )
+            .await;
+        assert!(answer.get("error").is_none(), "{answer}");
+        answer["result"]["task"].clone()
+    }
+
+    /// `serve` once more on the same files while this one runs or after it stopped: how
+    /// that second start ended (it is expected to refuse).
+    pub fn serve_again(&self) -> std::process::Output {
+        Command::new(env!("CARGO_BIN_EXE_a2a-gateway"))
+            .current_dir(self.dir.path())
+            .args(["serve", "--port", "0", "--config"])
+            .arg(&self.gateway)
+            .arg("--agents-dir")
+            .arg(&self.agents)
+            .output()
             .unwrap()
     }
 

@@ -21,17 +21,6 @@ fn start(extra: &str) -> Running {
     )
 }
 
-async fn send(gw: &Running, text: &str, configuration: Value) -> Value {
-    let answer = gw
-        .call(
-            "/a2a",
-            "SendMessage",
-            json!({"message": D::V10.message(text), "configuration": configuration}),
-        )
-        .await;
-    answer["result"]["task"].clone()
-}
-
 async fn get(gw: &Running, id: &str) -> Value {
     gw.call("/a2a", "GetTask", json!({"id": id})).await
 }
@@ -43,8 +32,10 @@ fn state(answer: &Value) -> &str {
 #[tokio::test]
 async fn tasks_survive_a_crash_and_the_running_ones_fail_saying_why() {
     let mut gw = start("");
-    let done = send(&gw, "hello", json!({})).await;
-    let running = send(&gw, "/delay 30", json!({"returnImmediately": true})).await;
+    let done = gw.send_task("hello", json!({})).await;
+    let running = gw
+        .send_task("/delay 30", json!({"returnImmediately": true}))
+        .await;
     assert_eq!(running["status"]["state"], "TASK_STATE_WORKING");
     // Past the commit interval (20 ms): both are on disk.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -97,7 +88,7 @@ async fn a_crash_loses_at_most_the_commit_interval() {
     let mut answered = Vec::new();
     let started = Instant::now();
     while started.elapsed() < Duration::from_millis(1500) {
-        let task = send(&gw, "x", json!({})).await;
+        let task = gw.send_task("x", json!({})).await;
         answered.push((task["id"].as_str().unwrap().to_string(), Instant::now()));
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
@@ -132,7 +123,7 @@ async fn a_clean_shutdown_loses_nothing_and_conversations_keep_their_agent() {
     let mut gw = start("");
     let mut ids = Vec::new();
     for i in 0..20 {
-        let task = send(&gw, &format!("m{i}"), json!({})).await;
+        let task = gw.send_task(&format!("m{i}"), json!({})).await;
         ids.push(task["id"].as_str().unwrap().to_string());
     }
     // A conversation the caller started with "other" by metadata.
@@ -168,7 +159,7 @@ async fn a_clean_shutdown_loses_nothing_and_conversations_keep_their_agent() {
 #[tokio::test]
 async fn finished_tasks_past_retention_are_deleted_for_good() {
     let mut gw = start("retention_secs = 2\n");
-    let task = send(&gw, "short-lived", json!({})).await;
+    let task = gw.send_task("short-lived", json!({})).await;
     let id = task["id"].as_str().unwrap().to_string();
     let deadline = Instant::now() + Duration::from_secs(10);
     while get(&gw, &id).await.get("error").is_none() {
@@ -184,14 +175,7 @@ async fn finished_tasks_past_retention_are_deleted_for_good() {
 fn a_file_from_a_newer_gateway_and_a_file_in_use_are_refused_by_name() {
     let mut gw = start("");
     // A second gateway on the same data_dir.
-    let second = std::process::Command::new(env!("CARGO_BIN_EXE_a2a-gateway"))
-        .current_dir(gw.dir.path())
-        .args(["serve", "--port", "0", "--config"])
-        .arg(&gw.gateway)
-        .arg("--agents-dir")
-        .arg(&gw.agents)
-        .output()
-        .unwrap();
+    let second = gw.serve_again();
     assert!(!second.status.success());
     let err = String::from_utf8_lossy(&second.stderr);
     assert!(err.contains("in use by another process"), "{err}");
@@ -201,14 +185,7 @@ fn a_file_from_a_newer_gateway_and_a_file_in_use_are_refused_by_name() {
     let conn = rusqlite::Connection::open(&db).unwrap();
     conn.pragma_update(None, "user_version", 42).unwrap();
     drop(conn);
-    let newer = std::process::Command::new(env!("CARGO_BIN_EXE_a2a-gateway"))
-        .current_dir(gw.dir.path())
-        .args(["serve", "--port", "0", "--config"])
-        .arg(&gw.gateway)
-        .arg("--agents-dir")
-        .arg(&gw.agents)
-        .output()
-        .unwrap();
+    let newer = gw.serve_again();
     assert!(!newer.status.success());
     let err = String::from_utf8_lossy(&newer.stderr);
     assert!(
@@ -231,30 +208,24 @@ async fn a_0_3_upstreams_task_records_and_owners_survive_a_restart() {
         crate::helpers::sha("bob-key")
     );
     let mut gw = Running::start(&[("echo.toml", ECHO), ("up.toml", &up)], &gateway, "info");
-    let call = |gw: &Running, key: &'static str, method: &'static str, params: Value| {
-        let req = gw
-            .client
-            .post(gw.url("/a2a/agents/up"))
-            .header("A2A-Version", "1.0")
-            .header("X-API-Key", key)
-            .body(crate::helpers::rpc(method, params));
-        async move { req.send().await.unwrap().json::<Value>().await.unwrap() }
-    };
     let mut ids = Vec::new();
     for text in ["one", "two"] {
-        let sent = call(
-            &gw,
-            "alice-key",
-            "SendMessage",
-            json!({"message": D::V10.message(text)}),
-        )
-        .await;
+        let sent = gw
+            .call_as(
+                "/a2a/agents/up",
+                "alice-key",
+                "SendMessage",
+                json!({"message": D::V10.message(text)}),
+            )
+            .await;
         ids.push(sent["result"]["task"]["id"].as_str().unwrap().to_string());
     }
     gw.signal("TERM");
     let _ = gw.wait_exit(Duration::from_secs(30));
     gw.restart();
-    let listed = call(&gw, "alice-key", "ListTasks", json!({})).await;
+    let listed = gw
+        .call_as("/a2a/agents/up", "alice-key", "ListTasks", json!({}))
+        .await;
     let listed_ids: Vec<&str> = listed["result"]["tasks"]
         .as_array()
         .unwrap_or_else(|| panic!("{listed}"))
@@ -262,13 +233,29 @@ async fn a_0_3_upstreams_task_records_and_owners_survive_a_restart() {
         .map(|t| t["id"].as_str().unwrap())
         .collect();
     assert_eq!(listed_ids, [ids[1].as_str(), ids[0].as_str()], "{listed}");
-    let bobs = call(&gw, "bob-key", "ListTasks", json!({})).await;
+    let bobs = gw
+        .call_as("/a2a/agents/up", "bob-key", "ListTasks", json!({}))
+        .await;
     assert_eq!(bobs["result"]["totalSize"], 0, "{bobs}");
-    let stolen = call(&gw, "bob-key", "GetTask", json!({"id": ids[0]})).await;
+    let stolen = gw
+        .call_as(
+            "/a2a/agents/up",
+            "bob-key",
+            "GetTask",
+            json!({"id": ids[0]}),
+        )
+        .await;
     assert_eq!(
         stolen["error"]["code"], -32001,
         "the owner record survived: {stolen}"
     );
-    let own = call(&gw, "alice-key", "GetTask", json!({"id": ids[0]})).await;
+    let own = gw
+        .call_as(
+            "/a2a/agents/up",
+            "alice-key",
+            "GetTask",
+            json!({"id": ids[0]}),
+        )
+        .await;
     assert_eq!(own["result"]["id"], json!(ids[0]), "{own}");
 }
