@@ -151,16 +151,13 @@ fn state(task: &Value) -> &str {
 
 /// The SSE events of a stream, read until it ends.
 async fn events(gw: &Running, method: &str, params: Value) -> Vec<Value> {
-    let resp = gw
-        .client
-        .post(gw.url("/a2a"))
-        .header("A2A-Version", "1.0")
-        .header("Accept", "text/event-stream")
-        .body(crate::helpers::rpc(method, params))
-        .send()
+    let accept = [("Accept", "text/event-stream")];
+    let text = gw
+        .post("/a2a", method, params, &accept)
+        .await
+        .text()
         .await
         .unwrap();
-    let text = resp.text().await.unwrap();
     crate::helpers::parse_sse(&text)
         .into_iter()
         .map(|e| e.data)
