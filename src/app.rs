@@ -130,37 +130,46 @@ fn connection_limits(limits: &crate::config::Limits) -> Arc<ConnectionLimits> {
     ConnectionLimits::new(max, per_ip, first_byte)
 }
 
-/// Every minute, forgets the rate-limit buckets of callers back at a full allowance; stops
-/// with the gateway.
-async fn prune_rate_buckets(state: std::sync::Weak<AppState>) {
+/// Runs `chore` every `period` for as long as the gateway lives.
+async fn every(period: Duration, state: std::sync::Weak<AppState>, chore: impl Fn(&AppState)) {
     loop {
-        tokio::time::sleep(Duration::from_secs(60)).await;
+        tokio::time::sleep(period).await;
         match state.upgrade() {
-            Some(state) => state.live().rates.prune(),
+            Some(state) => chore(&state),
             None => return,
         }
     }
 }
 
-/// Cancels the tasks left in input-required (or auth-required) past `interrupted_ttl_secs`,
-/// checking a few times per period; stops with the gateway.
-async fn expire_interrupted_tasks(state: std::sync::Weak<AppState>) {
-    let Some(ttl) = state
-        .upgrade()
-        .map(|s| Duration::from_secs(s.live().config.limits.interrupted_ttl_secs.max(1)))
-    else {
-        return;
-    };
-    let every = (ttl / 4).clamp(Duration::from_millis(250), Duration::from_secs(60));
-    loop {
-        tokio::time::sleep(every).await;
-        let Some(state) = state.upgrade() else {
-            return;
-        };
-        let n = state.service.tasks().expire_interrupted(ttl);
+/// The gateway's housekeeping, each on its own timer:
+/// - every minute, forget the rate-limit buckets of callers back at a full allowance;
+/// - cancel the tasks left in input-required (or auth-required) past
+///   `interrupted_ttl_secs`, checking a few times per period;
+/// - delete finished tasks past the store's retention, a few times per period.
+fn start_housekeeping(state: &Arc<AppState>) {
+    let weak = || Arc::downgrade(state);
+    tokio::spawn(every(Duration::from_secs(60), weak(), |s| {
+        s.live().rates.prune();
+    }));
+    let ttl = Duration::from_secs(state.live().config.limits.interrupted_ttl_secs.max(1));
+    let period = (ttl / 4).clamp(Duration::from_millis(250), Duration::from_secs(60));
+    tokio::spawn(every(period, weak(), move |s| {
+        let n = s.service.tasks().expire_interrupted(ttl);
         if n > 0 {
             tracing::info!(tasks = n, "canceled tasks left waiting for input");
         }
+    }));
+    if let Some(retention) = state.store.retention {
+        let period = (retention / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
+        tokio::spawn(every(period, weak(), move |s| {
+            let n = s.service.tasks().prune(retention);
+            if n > 0 {
+                tracing::info!(
+                    tasks = n,
+                    "deleted finished tasks past the store's retention"
+                );
+            }
+        }));
     }
 }
 
@@ -235,28 +244,6 @@ async fn serve_replica_commands(state: std::sync::Weak<AppState>) {
     }
 }
 
-/// Deletes finished tasks past the store's retention, a few times per period (at most
-/// once a minute); stops with the gateway.
-async fn prune_old_tasks(state: std::sync::Weak<AppState>) {
-    let Some(retention) = state.upgrade().and_then(|s| s.store.retention) else {
-        return;
-    };
-    let every = (retention / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
-    loop {
-        tokio::time::sleep(every).await;
-        let Some(state) = state.upgrade() else {
-            return;
-        };
-        let n = state.service.tasks().prune(retention);
-        if n > 0 {
-            tracing::info!(
-                tasks = n,
-                "deleted finished tasks past the store's retention"
-            );
-        }
-    }
-}
-
 impl Application {
     /// Builds the parts of `settings` (see [`crate::setup`]) and serves them.
     pub async fn build(settings: Settings) -> std::io::Result<Application> {
@@ -311,9 +298,7 @@ impl Application {
         }
         let state = web::Data::new(state);
         let shared = state.clone().into_inner();
-        tokio::spawn(prune_rate_buckets(Arc::downgrade(&shared)));
-        tokio::spawn(expire_interrupted_tasks(Arc::downgrade(&shared)));
-        tokio::spawn(prune_old_tasks(Arc::downgrade(&shared)));
+        start_housekeeping(&shared);
         if let Some(store) = shared.store.shared.clone() {
             let retention = shared.live().config.store.retention_secs;
             tokio::spawn(store.clone().keep_lease());
