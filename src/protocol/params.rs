@@ -126,6 +126,23 @@ pub struct ListQuery {
     pub include_artifacts: bool,
 }
 
+impl ListQuery {
+    /// The first page of `page_size` tasks, unfiltered, with artifacts when `artifacts`
+    /// (what tests of the stores start from).
+    #[cfg(test)]
+    pub(crate) fn first_page(page_size: usize, artifacts: bool) -> ListQuery {
+        ListQuery {
+            context_id: None,
+            state: None,
+            page_size,
+            page_token: None,
+            history_length: None,
+            status_after: None,
+            include_artifacts: artifacts,
+        }
+    }
+}
+
 impl ListTasksParams {
     pub fn check(self) -> Result<ListQuery, GatewayError> {
         let page_size = match self.page_size {

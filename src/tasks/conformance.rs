@@ -102,15 +102,7 @@ fn wire(h: &dyn Harness, id: &str) -> Option<serde_json::Value> {
 }
 
 fn query(page_size: usize) -> ListQuery {
-    ListQuery {
-        context_id: None,
-        state: None,
-        page_size,
-        page_token: None,
-        history_length: None,
-        status_after: None,
-        include_artifacts: true,
-    }
+    ListQuery::first_page(page_size, true)
 }
 
 /// Every page of a query, in order.

@@ -63,7 +63,7 @@ pub(crate) struct Ledger {
 /// A record as the store keeps it (under the key `<agent>\n<task id>`).
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Kept {
+struct Persisted {
     context_id: String,
     state: String,
     timestamp: Option<DateTime<Utc>>,
@@ -104,7 +104,7 @@ impl Ledger {
             return;
         }
         for (id, value) in loaded {
-            let Ok(k) = serde_json::from_str::<Kept>(&value) else {
+            let Ok(k) = serde_json::from_str::<Persisted>(&value) else {
                 continue;
             };
             let owner: Arc<str> = k.owner.into();
@@ -121,7 +121,7 @@ impl Ledger {
         let Some((journal, agent)) = self.kept.get() else {
             return;
         };
-        let kept = Kept {
+        let kept = Persisted {
             context_id: r.context_id.clone(),
             state: r.state.v03_name().to_string(),
             timestamp: r.timestamp,
@@ -216,15 +216,7 @@ mod tests {
     use super::*;
 
     fn query(page_size: usize) -> ListQuery {
-        ListQuery {
-            context_id: None,
-            state: None,
-            page_size,
-            page_token: None,
-            history_length: None,
-            status_after: None,
-            include_artifacts: false,
-        }
+        ListQuery::first_page(page_size, false)
     }
 
     fn status(state: TaskState, secs: i64) -> TaskStatus {
