@@ -397,12 +397,7 @@ impl Shared {
 
     /// A connection of its own for pub/sub.
     pub(crate) async fn pubsub(&self) -> RedisResult<redis::aio::PubSub> {
-        let made = tokio::time::timeout(CONNECT_TIMEOUT, self.client.get_async_pubsub())
-            .await
-            .map_err(|_| "connecting to Redis timed out".to_string())
-            .and_then(|r| r.map_err(|e| e.to_string()));
-        self.health.saw(&made);
-        made
+        self.connect(self.client.get_async_pubsub()).await
     }
 
     /// A connection of its own, for a blocking command (BLPOP) that may wait `wait`.
@@ -410,17 +405,24 @@ impl Shared {
         &self,
         wait: Duration,
     ) -> RedisResult<redis::aio::MultiplexedConnection> {
-        let config = redis::AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(CONNECT_TIMEOUT))
-            .set_response_timeout(Some(wait + IO_TIMEOUT));
-        let made = tokio::time::timeout(
-            CONNECT_TIMEOUT,
+        let config =
+            redis::AsyncConnectionConfig::new().set_response_timeout(Some(wait + IO_TIMEOUT));
+        self.connect(
             self.client
                 .get_multiplexed_async_connection_with_config(&config),
         )
         .await
-        .map_err(|_| "connecting to Redis timed out".to_string())
-        .and_then(|r| r.map_err(|e| e.to_string()));
+    }
+
+    /// A new connection, within [`CONNECT_TIMEOUT`], noting whether Redis answered.
+    async fn connect<C>(
+        &self,
+        connecting: impl std::future::Future<Output = redis::RedisResult<C>>,
+    ) -> RedisResult<C> {
+        let made = tokio::time::timeout(CONNECT_TIMEOUT, connecting)
+            .await
+            .map_err(|_| "connecting to Redis timed out".to_string())
+            .and_then(|r| r.map_err(|e| e.to_string()));
         self.health.saw(&made);
         made
     }
