@@ -74,6 +74,12 @@ pub(crate) fn build_state(ready: Ready) -> std::io::Result<AppState> {
     let owners = loaded.kept(Table::UpstreamOwners, &store);
     let legacy_names = loaded.kept(Table::LegacyNames, &store);
     let ledgers = loaded.kept(Table::Ledger, &store);
+    let push = push_service(
+        gateway,
+        &base,
+        loaded.kept(Table::PushConfigs, &store),
+        &metrics,
+    )?;
     let router = crate::routing::Router::new(tasks.clone(), contexts);
     let stream_limit = limits
         .max_open_streams
@@ -90,6 +96,7 @@ pub(crate) fn build_state(ready: Ready) -> std::io::Result<AppState> {
             owners,
             legacy_names,
             ledgers,
+            push,
         ),
         store,
         router,
@@ -102,6 +109,33 @@ pub(crate) fn build_state(ready: Ready) -> std::io::Result<AppState> {
         lifecycle: Lifecycle::default(),
         superseded: Default::default(),
     })
+}
+
+/// Push notifications as `[push]` asks: off, or on with the signing key (relative to the
+/// gateway file's directory `base`) and the base URL of the gateway's own webhooks.
+fn push_service(
+    gateway: &crate::config::GatewayConfig,
+    base: &std::path::Path,
+    kept: crate::store::Kept,
+    metrics: &Arc<Metrics>,
+) -> std::io::Result<crate::service::push::Push> {
+    let settings = &gateway.push;
+    let public = gateway
+        .public_url()
+        .map(|u| u.trim_end_matches('/').to_string());
+    let pusher = match settings.enabled {
+        false => None,
+        true => {
+            let key = settings.signing_key_file.as_ref().map(|p| base.join(p));
+            let issuer = public.clone().unwrap_or_else(|| gateway.name.clone());
+            let pusher =
+                crate::push::Pusher::new(settings, key.as_deref(), &issuer, metrics.clone())
+                    .map_err(std::io::Error::other)?;
+            Some(Arc::new(pusher))
+        }
+    };
+    let relay_url = settings.relay_url.clone().or(public);
+    Ok(crate::service::push::Push::new(pusher, relay_url, kept))
 }
 
 /// Fetches every upstream card once (in parallel, bounded by each agent's timeouts), then

@@ -23,8 +23,10 @@ fn interfaces(url: &str) -> Value {
     ])
 }
 
-fn capabilities() -> Value {
-    json!({"streaming": true, "pushNotifications": false})
+/// `push`: whether the gateway delivers push notifications (for every agent it serves:
+/// it notifies from what it sees of each task, whatever the agent behind can do).
+fn capabilities(push: bool) -> Value {
+    json!({"streaming": true, "pushNotifications": push})
 }
 
 fn skill_json(skill: &Skill, id: String) -> Value {
@@ -63,6 +65,13 @@ pub(crate) struct Security<'a> {
     pub(crate) schemes: &'a [SchemeKind],
     pub(crate) required: bool,
     pub v10: bool,
+}
+
+/// What a card says the gateway offers besides security.
+#[derive(Clone, Copy)]
+pub(crate) struct Offers {
+    /// Push notifications are on.
+    pub(crate) push: bool,
 }
 
 fn scheme_json(kind: SchemeKind, v10: bool) -> Value {
@@ -123,11 +132,11 @@ fn apply_security(obj: &mut Map<String, Value>, sec: &Security) {
 }
 
 /// The card of one agent; `base` is the gateway's public base URL without trailing slash.
-pub(crate) fn agent_card(agent: &Agent, base: &str, sec: &Security) -> Value {
+pub(crate) fn agent_card(agent: &Agent, base: &str, sec: &Security, offers: Offers) -> Value {
     let url = format!("{base}{}", agent_path(&agent.def.name));
     let mut card = match agent.remote().and_then(|r| r.card()) {
-        Some(remote) => upstream_card(&agent.def, &remote, &url),
-        None => local_card(&agent.def, &url),
+        Some(remote) => upstream_card(&agent.def, &remote, &url, offers),
+        None => local_card(&agent.def, &url, offers),
     };
     if let Some(obj) = card.as_object_mut() {
         apply_security(obj, sec);
@@ -135,12 +144,12 @@ pub(crate) fn agent_card(agent: &Agent, base: &str, sec: &Security) -> Value {
     card
 }
 
-fn local_card(def: &AgentDef, url: &str) -> Value {
+fn local_card(def: &AgentDef, url: &str, offers: Offers) -> Value {
     let mut card = json!({
         "name": def.name,
         "description": def.description,
         "version": def.version.as_deref().unwrap_or(DEFAULT_VERSION),
-        "capabilities": capabilities(),
+        "capabilities": capabilities(offers.push),
         "defaultInputModes": modes(&def.default_input_modes),
         "defaultOutputModes": modes(&def.default_output_modes),
         "skills": def.skills.iter().map(|s| skill_json(s, s.id.clone())).collect::<Vec<_>>(),
@@ -156,10 +165,10 @@ fn local_card(def: &AgentDef, url: &str) -> Value {
 /// the agent file says, with every URL pointing at the gateway. The remote's security
 /// schemes go (the gateway decides who gets in), and so do signatures, which the rewrite
 /// would break anyway.
-fn upstream_card(def: &AgentDef, remote: &Value, url: &str) -> Value {
+fn upstream_card(def: &AgentDef, remote: &Value, url: &str, offers: Offers) -> Value {
     let mut card = remote.clone();
     let Some(obj) = card.as_object_mut() else {
-        return local_card(def, url);
+        return local_card(def, url, offers);
     };
     obj.insert("name".into(), json!(def.name));
     if !def.description.is_empty() {
@@ -183,7 +192,7 @@ fn upstream_card(def: &AgentDef, remote: &Value, url: &str) -> Value {
     }
     let caps = obj.entry("capabilities").or_insert_with(|| json!({}));
     if let Some(caps) = caps.as_object_mut() {
-        caps.insert("pushNotifications".into(), json!(false));
+        caps.insert("pushNotifications".into(), json!(offers.push));
         caps.remove("extendedAgentCard");
         caps.remove("stateTransitionHistory");
     }
@@ -272,6 +281,7 @@ pub(crate) fn gateway_card<'a>(
     agents: impl Iterator<Item = &'a std::sync::Arc<Agent>>,
     base: &str,
     sec: &Security,
+    offers: Offers,
 ) -> Value {
     let url = format!("{base}/a2a");
     let mut skills = Vec::new();
@@ -310,7 +320,7 @@ pub(crate) fn gateway_card<'a>(
         "protocolVersion": V03_PROTOCOL_VERSION,
         "url": url,
         "preferredTransport": "JSONRPC",
-        "capabilities": capabilities(),
+        "capabilities": capabilities(offers.push),
         "defaultInputModes": input_modes,
         "defaultOutputModes": output_modes,
         "skills": skills,

@@ -43,6 +43,8 @@ pub enum GatewayError {
     TaskNotCancelable { id: String, state: &'static str },
     #[error("Push notifications are not supported by this agent")]
     PushNotSupported,
+    #[error("Invalid params: task {task} has no push notification config {id:?}")]
+    PushConfigNotFound { task: String, id: String },
     #[error("Unsupported operation: {0}")]
     UnsupportedOperation(String),
     #[error("Content type not supported: {0}")]
@@ -219,6 +221,12 @@ impl GatewayError {
             GatewayError::TaskNotFound(_) => protocol_row(-32001),
             GatewayError::TaskNotCancelable { .. } => protocol_row(-32002),
             GatewayError::PushNotSupported => protocol_row(-32003),
+            // The params name something that is not there: invalid params, but a missing
+            // resource to HTTP+JSON clients.
+            GatewayError::PushConfigNotFound { .. } => Row {
+                rest_status: 404,
+                ..protocol_row(-32602)
+            },
             GatewayError::UnsupportedOperation(_) => protocol_row(-32004),
             GatewayError::ContentTypeNotSupported(_) => Row {
                 jsonrpc_status: 415,

@@ -17,6 +17,7 @@ pub mod error;
 pub(crate) mod http;
 pub(crate) mod limits;
 pub mod protocol;
+pub(crate) mod push;
 pub(crate) mod reload;
 pub(crate) mod routing;
 pub(crate) mod rpc;

@@ -248,6 +248,12 @@ fn warn_about_restart_only(old: &GatewayConfig, new: &GatewayConfig) {
     if old.metrics != new.metrics {
         pending.push("[metrics]");
     }
+    if old.push != new.push {
+        pending.push("[push]");
+    }
+    if old.store != new.store {
+        pending.push("[store]");
+    }
     let (a, b) = (&old.limits, &new.limits);
     if a.max_connections != b.max_connections
         || a.interrupted_ttl_secs != b.interrupted_ttl_secs

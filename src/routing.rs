@@ -42,6 +42,9 @@ pub(crate) const ROUTE_KEY: &str = "gateway/route";
 #[derive(Deserialize, Default)]
 struct Probe {
     id: Option<String>,
+    /// Push calls name their task so (1.0's `id` there is the config's).
+    #[serde(rename = "taskId", alias = "task_id")]
+    task_id: Option<String>,
     message: Option<MessageProbe>,
     metadata: Option<Map<String, Value>>,
     /// 0.1 sends name the conversation beside the message.
@@ -298,6 +301,22 @@ impl<V: Recorded> BoundedMap<V> {
         Ok(())
     }
 
+    /// Reads `key` from the shared store again, whatever is known here (another replica
+    /// may have changed it); without a shared store, nothing to do.
+    pub(crate) async fn refresh(&self, key: &str) -> Result<(), GatewayError> {
+        let Some((shared, table)) = &self.shared else {
+            return Ok(());
+        };
+        let found = shared
+            .record(*table, key)
+            .await
+            .map_err(GatewayError::StoreUnavailable)?;
+        if let Some(value) = found {
+            self.map.insert(key.to_string(), V::decode(value));
+        }
+        Ok(())
+    }
+
     pub(crate) fn insert(&self, key: &str, value: V) {
         if let Some((journal, table)) = &self.journal {
             journal.record(*table, key, value.encode());
@@ -433,8 +452,9 @@ impl Router {
         let probe = Probe::read(params);
         let message = probe.message.as_ref();
         if let Some(id) = probe
-            .id
+            .task_id
             .as_deref()
+            .or(probe.id.as_deref())
             .or(message.and_then(|m| m.task_id.as_deref()))
         {
             self.tasks.hydrate(id).await?;
@@ -469,6 +489,9 @@ impl Router {
             }
             Method::GetTask | Method::CancelTask | Method::SubscribeToTask => {
                 self.route_task(registry, probe.id.as_deref())
+            }
+            Method::Push(_) => {
+                self.route_task(registry, probe.task_id.as_deref().or(probe.id.as_deref()))
             }
             _ => default(registry),
         }

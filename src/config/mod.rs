@@ -6,6 +6,7 @@
 
 mod agents_d;
 mod diagnostics;
+mod push;
 mod schema;
 
 use std::path::{Path, PathBuf};
@@ -15,6 +16,7 @@ use toml::Spanned;
 
 pub use agents_d::load_agents_dir;
 pub use diagnostics::{Diagnostic, Diagnostics};
+pub use push::{AllowEntry, PushSettings};
 pub use schema::{schema, SchemaOf};
 
 /// Both files as read and checked, before anything is built from them (see `setup`).
@@ -98,6 +100,8 @@ pub struct GatewayConfig {
     pub store: StoreConfig,
     #[serde(default)]
     pub console: ConsoleConfig,
+    #[serde(default)]
+    pub push: PushSettings,
 }
 
 /// `[console]`: the browser console (a page to see and try the agents).
@@ -244,6 +248,7 @@ impl Default for GatewayConfig {
             metrics: MetricsConfig::default(),
             store: StoreConfig::default(),
             console: ConsoleConfig::default(),
+            push: PushSettings::default(),
         }
     }
 }
@@ -951,6 +956,7 @@ fn validate_gateway(
             format!("console.path {console:?}: an absolute path like \"/console\", outside /a2a, /.well-known and /metrics"),
         ));
     }
+    push::check(&gateway.push, file, diags);
     let store = &gateway.store;
     if !(1..=10_000).contains(&store.commit_interval_ms) {
         diags.push(Diagnostic::file(

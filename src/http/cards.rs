@@ -46,7 +46,16 @@ pub(super) async fn gateway_card(
         let visible = registry
             .iter()
             .filter(|a| live.auth.authorize(&caller, &a.def).is_ok());
-        serde_json::to_vec(&card::gateway_card(&live.config, visible, &key.base, &sec))
+        let offers = card::Offers {
+            push: state.service.push().enabled(),
+        };
+        serde_json::to_vec(&card::gateway_card(
+            &live.config,
+            visible,
+            &key.base,
+            &sec,
+            offers,
+        ))
     });
     match rendered {
         Ok(card) => card_response(&req, &live, &card, Coding::preferred(&req)),
@@ -70,7 +79,10 @@ pub(super) async fn agent_card(
         required: live.auth.access_of(&agent.def) == Access::Authenticated,
         v10: wants_v10(&req),
     };
-    match serde_json::to_vec(&card::agent_card(agent, &base, &sec)) {
+    let offers = card::Offers {
+        push: state.service.push().enabled(),
+    };
+    match serde_json::to_vec(&card::agent_card(agent, &base, &sec, offers)) {
         // An agent's card is small: rendered per request and sent as it is.
         Ok(body) => card_response(&req, &live, &Rendered::new(body), Coding::Identity),
         Err(e) => error_response(&GatewayError::Internal(format!("serializing a card: {e}"))),

@@ -132,7 +132,7 @@ pub(super) async fn handle(
         let e = match (&reason, rpc.method) {
             (
                 Some(Reason::Task),
-                Method::GetTask | Method::CancelTask | Method::SubscribeToTask,
+                Method::GetTask | Method::CancelTask | Method::SubscribeToTask | Method::Push(_),
             ) => GatewayError::TaskNotFound(
                 params::decode::<TaskIdParams>(rpc.params)
                     .map(|p| p.id)

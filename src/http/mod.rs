@@ -13,6 +13,7 @@ mod lifecycle;
 mod live;
 mod normalize;
 mod observe;
+mod push;
 mod rejections;
 mod rest;
 mod sse;
@@ -167,6 +168,11 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig, metrics_here: bool, console: 
                 "/.well-known/agent-card",
             ])
             .route(web::get().to(cards::gateway_card)),
+        )
+        .service(web::resource(push::JWKS_PATH).route(web::get().to(push::jwks)))
+        .service(
+            web::resource(format!("{}/{{secret}}", crate::service::push::RELAY_PATH))
+                .route(web::post().to(push::relay)),
         )
         // After the A2A routes, which every call would otherwise test these against first.
         .service(web::resource(READY_PATH).route(web::get().to(lifecycle::ready)));

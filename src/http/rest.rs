@@ -17,8 +17,10 @@ use crate::agents::Agent;
 use crate::auth::Principal;
 use crate::error::GatewayError;
 use crate::limits::StreamSlot;
+use crate::protocol::jsonrpc::Method;
 use crate::protocol::ops::{ItemStream, SendRequest};
 use crate::protocol::params::{self, ListTasksParams, SendParams};
+use crate::protocol::push::{read_call, PushOp};
 use crate::protocol::Dialect;
 use crate::routing::{self, Served, Stampable};
 use crate::rpc::send_request;
@@ -33,12 +35,12 @@ pub(super) fn scope(prefix: &str) -> actix_web::Scope {
         .route("/message:stream", web::post().to(stream))
         .route("/tasks", web::get().to(list))
         .route(
-            "/tasks/{id}/pushNotificationConfigs",
-            web::route().to(push_unsupported),
+            "/tasks/{task}/pushNotificationConfigs",
+            web::route().to(push_configs),
         )
         .route(
-            "/tasks/{id}/pushNotificationConfigs/{config}",
-            web::route().to(push_unsupported),
+            "/tasks/{task}/pushNotificationConfigs/{config}",
+            web::route().to(push_configs),
         )
         .route("/tasks/{task}", web::get().to(task_get_or_subscribe))
         .route("/tasks/{task}", web::post().to(task_action))
@@ -374,8 +376,84 @@ async fn list(req: HttpRequest, state: web::Data<AppState>, caller: Caller) -> H
     reply(&served, result)
 }
 
-async fn push_unsupported() -> HttpResponse {
-    error_response(&GatewayError::PushNotSupported)
+/// `POST` (create) and `GET` (list) on `/tasks/{task}/pushNotificationConfigs`; `GET` and
+/// `DELETE` on `.../{config}`.
+async fn push_configs(
+    req: HttpRequest,
+    body: web::Payload,
+    state: web::Data<AppState>,
+    caller: Caller,
+) -> HttpResponse {
+    use actix_web::http::Method as Http;
+    let task = req.match_info().get("task").unwrap_or_default().to_string();
+    let config = req.match_info().get("config").map(str::to_string);
+    let op = match (req.method(), &config) {
+        (&Http::POST, None) => PushOp::Set,
+        (&Http::GET, None) => PushOp::List,
+        (&Http::GET, Some(_)) => PushOp::Get,
+        (&Http::DELETE, Some(_)) => PushOp::Delete,
+        (method, _) => {
+            return error_response(&GatewayError::MethodNotFound(format!(
+                "{method} {}",
+                req.path()
+            )))
+        }
+    };
+    note_method(Method::Push(op).name());
+    let (caller, agent, served, _) =
+        match caller_and_agent(&req, &state, caller, Target::Task(&task)).await {
+            Ok(r) => r,
+            Err(e) => return error_response(&e),
+        };
+    let result = async {
+        state.service.push().check_enabled()?;
+        // The path and query say what JSON-RPC params would; one reader checks both.
+        let mut params = match op {
+            PushOp::Set => {
+                check_content_type(&req)?;
+                let bytes = read_body(&req, body, &state.bodies).await?;
+                match serde_json::from_slice(&bytes) {
+                    Ok(serde_json::Value::Object(m)) => m,
+                    Ok(_) => {
+                        return Err(GatewayError::InvalidParams(
+                            "the body must be a TaskPushNotificationConfig object".into(),
+                        ))
+                    }
+                    Err(e) => return Err(GatewayError::Parse(e.to_string())),
+                }
+            }
+            _ => query::<serde_json::Map<String, serde_json::Value>>(&req)?,
+        };
+        params.insert("taskId".into(), task.clone().into());
+        if let Some(id) = &config {
+            params.insert("id".into(), id.clone().into());
+        }
+        if let Some(size) = params.get("pageSize").and_then(|v| v.as_str()) {
+            let size = size.parse::<i64>().map_err(|_| {
+                GatewayError::InvalidParams("query: pageSize must be a number".into())
+            })?;
+            params.insert("pageSize".into(), size.into());
+        }
+        let raw = serde_json::value::to_raw_value(&params)
+            .map_err(|e| GatewayError::Internal(e.to_string()))?;
+        let call = read_call(op, Dialect::V10, Some(&raw))?;
+        let answer = state
+            .service
+            .push_call(&agent, &caller, op, call, None)
+            .await?;
+        Ok(match crate::rpc::push_answer(answer, Dialect::V10, &task) {
+            // REST's delete answers an empty object.
+            serde_json::Value::Null => serde_json::json!({}),
+            v => v,
+        })
+    }
+    .await;
+    let mut resp = match result {
+        Ok(v) => ok_json(&v),
+        Err(e) => error_response(&e),
+    };
+    served_headers(&mut resp, &served);
+    resp
 }
 
 async fn extended_card() -> HttpResponse {

@@ -7,6 +7,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::params::SendParams;
+use super::push::PushOp;
 use super::Dialect;
 use crate::error::GatewayError;
 
@@ -19,12 +20,12 @@ pub enum Method {
     ListTasks,
     CancelTask,
     SubscribeToTask,
-    PushNotificationConfig,
+    Push(PushOp),
     GetExtendedAgentCard,
 }
 
 impl Method {
-    /// The 1.0 name (the four push-notification methods share one).
+    /// The 1.0 name.
     pub fn name(self) -> &'static str {
         match self {
             Method::SendMessage => "SendMessage",
@@ -33,7 +34,10 @@ impl Method {
             Method::ListTasks => "ListTasks",
             Method::CancelTask => "CancelTask",
             Method::SubscribeToTask => "SubscribeToTask",
-            Method::PushNotificationConfig => "PushNotificationConfig",
+            Method::Push(PushOp::Set) => "CreateTaskPushNotificationConfig",
+            Method::Push(PushOp::Get) => "GetTaskPushNotificationConfig",
+            Method::Push(PushOp::List) => "ListTaskPushNotificationConfigs",
+            Method::Push(PushOp::Delete) => "DeleteTaskPushNotificationConfig",
             Method::GetExtendedAgentCard => "GetExtendedAgentCard",
         }
     }
@@ -49,10 +53,10 @@ impl Method {
             "ListTasks" => (ListTasks, V10),
             "CancelTask" => (CancelTask, V10),
             "SubscribeToTask" => (SubscribeToTask, V10),
-            "CreateTaskPushNotificationConfig"
-            | "GetTaskPushNotificationConfig"
-            | "ListTaskPushNotificationConfigs"
-            | "DeleteTaskPushNotificationConfig" => (PushNotificationConfig, V10),
+            "CreateTaskPushNotificationConfig" => (Push(PushOp::Set), V10),
+            "GetTaskPushNotificationConfig" => (Push(PushOp::Get), V10),
+            "ListTaskPushNotificationConfigs" => (Push(PushOp::List), V10),
+            "DeleteTaskPushNotificationConfig" => (Push(PushOp::Delete), V10),
             "GetExtendedAgentCard" => (GetExtendedAgentCard, V10),
             "message/send" => (SendMessage, V03),
             "message/stream" => (SendStreamingMessage, V03),
@@ -60,16 +64,15 @@ impl Method {
             // own shapes when the task is one it named (see rpc.rs).
             "tasks/send" => (SendMessage, V01),
             "tasks/sendSubscribe" => (SendStreamingMessage, V01),
-            "tasks/pushNotification/set" | "tasks/pushNotification/get" => {
-                (PushNotificationConfig, V01)
-            }
+            "tasks/pushNotification/set" => (Push(PushOp::Set), V01),
+            "tasks/pushNotification/get" => (Push(PushOp::Get), V01),
             "tasks/get" => (GetTask, V03),
             "tasks/cancel" => (CancelTask, V03),
             "tasks/resubscribe" => (SubscribeToTask, V03),
-            "tasks/pushNotificationConfig/set"
-            | "tasks/pushNotificationConfig/get"
-            | "tasks/pushNotificationConfig/list"
-            | "tasks/pushNotificationConfig/delete" => (PushNotificationConfig, V03),
+            "tasks/pushNotificationConfig/set" => (Push(PushOp::Set), V03),
+            "tasks/pushNotificationConfig/get" => (Push(PushOp::Get), V03),
+            "tasks/pushNotificationConfig/list" => (Push(PushOp::List), V03),
+            "tasks/pushNotificationConfig/delete" => (Push(PushOp::Delete), V03),
             "agent/getAuthenticatedExtendedCard" => (GetExtendedAgentCard, V03),
             _ => return None,
         })

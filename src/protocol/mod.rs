@@ -5,6 +5,7 @@ pub mod jsonrpc;
 pub mod model;
 pub mod ops;
 pub mod params;
+pub mod push;
 pub mod relay;
 pub mod v01;
 pub mod v03;
@@ -16,7 +17,7 @@ mod roundtrip;
 use crate::error::GatewayError;
 
 /// The protocol generation a caller speaks; every answer goes out in the caller's dialect.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Dialect {
     /// The `tasks/send` generation, spoken by callers only (never by upstreams), named
     /// by its method names alone. Errors and everything not task-shaped answer as 0.3.

@@ -22,7 +22,8 @@ pub struct SendRequest {
     pub history_length: Option<usize>,
     pub accepted_output_modes: Vec<String>,
     pub metadata: Option<super::model::Metadata>,
-    pub has_push_config: bool,
+    /// A push notification config given with the send, for the task it starts.
+    pub push: Option<super::push::PushConfig>,
     /// The dialect the answer goes out in: an upstream speaking it too is relayed as is.
     pub reply_dialect: super::Dialect,
 }

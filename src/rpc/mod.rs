@@ -17,6 +17,7 @@ use crate::protocol::v03::{StreamItemV03, V03};
 use crate::protocol::write;
 use crate::protocol::Dialect;
 use crate::routing::Served;
+use crate::service::push::PushAnswer;
 use crate::service::{A2aService, Sent};
 
 pub(crate) enum RpcReply {
@@ -153,7 +154,17 @@ pub(crate) async fn dispatch(
                     items,
                 ))
             }
-            Method::PushNotificationConfig => Err(GatewayError::PushNotSupported),
+            Method::Push(op) => {
+                service.push().check_enabled()?;
+                let call = crate::protocol::push::read_call(op, dialect, params)?;
+                crate::telemetry::note_task(&call.task_id, None);
+                let task_id = call.task_id.clone();
+                let answer = service.push_call(agent, caller, op, call, None).await?;
+                Ok(json(render_result(
+                    &id,
+                    push_answer(answer, dialect, &task_id),
+                )?))
+            }
             // No agent has an extended card yet. 1.0 answers "unsupported" when the card
             // does not declare one; 0.3 only has the "not configured" error for this.
             Method::GetExtendedAgentCard => Err(match dialect {
@@ -179,10 +190,10 @@ pub(crate) fn send_request(p: SendParams, dialect: Dialect) -> Result<SendReques
         accepted_output_modes: config.accepted_output_modes.clone(),
         metadata: p.metadata,
         history_length: params::history_length(config.history_length, dialect)?,
-        has_push_config: config
-            .push_notification_config
-            .as_ref()
-            .is_some_and(|v| !v.is_null()),
+        push: match config.push_notification_config.as_ref() {
+            Some(v) if !v.is_null() => Some(crate::protocol::push::read_inline(v, dialect)?),
+            _ => None,
+        },
         message,
         reply_dialect: dialect,
     })
@@ -209,6 +220,26 @@ async fn legacy_task(
     let names = service.legacy_names();
     names.fetch(agent, caller, &p.id).await?;
     Ok(names.get(agent, caller, &p.id).map(|task_id| (p, task_id)))
+}
+
+/// A push call's answer in `dialect`'s shape.
+pub(crate) fn push_answer(
+    answer: PushAnswer,
+    dialect: Dialect,
+    task_id: &str,
+) -> serde_json::Value {
+    match answer {
+        PushAnswer::Config(c) => c.render(dialect, task_id),
+        PushAnswer::Configs(configs, next) => {
+            let rendered: Vec<_> = configs.iter().map(|c| c.render(dialect, task_id)).collect();
+            match dialect {
+                Dialect::V10 => serde_json::json!({"configs": rendered, "nextPageToken": next}),
+                // 0.3's list is a bare array.
+                Dialect::V03 | Dialect::V01 => serde_json::Value::Array(rendered),
+            }
+        }
+        PushAnswer::Deleted => serde_json::Value::Null,
+    }
 }
 
 pub(crate) fn json(body: Vec<u8>) -> RpcReply {

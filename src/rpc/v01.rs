@@ -69,7 +69,23 @@ pub(super) async fn dispatch(
             }
             ok(id, &result, history_length)
         }
-        Method::PushNotificationConfig => Err(GatewayError::PushNotSupported),
+        Method::Push(op) => {
+            service.push().check_enabled()?;
+            let mut call = crate::protocol::push::read_call(op, Dialect::V01, params)?;
+            let name = std::mem::take(&mut call.task_id);
+            let names = service.legacy_names();
+            names.fetch(agent, caller, &name).await?;
+            call.task_id = names
+                .get(agent, caller, &name)
+                .ok_or_else(|| GatewayError::TaskNotFound(name.clone()))?;
+            let answer = service
+                .push_call(agent, caller, op, call, Some(&name))
+                .await?;
+            Ok(json(render_result(
+                id,
+                super::push_answer(answer, Dialect::V01, &name),
+            )?))
+        }
         // 0.1 reads its tasks with the names 0.3 kept (see `task_call`).
         Method::GetTask
         | Method::CancelTask

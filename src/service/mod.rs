@@ -9,17 +9,19 @@
 //! once per call.
 
 mod local;
+pub(crate) mod push;
 pub(crate) mod replicas;
 mod upstream;
 
 use std::sync::Arc;
 
 use futures_util::future::LocalBoxFuture;
+use futures_util::StreamExt;
 
 use crate::agents::{Agent, Backend};
 use crate::auth::Principal;
 use crate::error::GatewayError;
-use crate::protocol::model::Task;
+use crate::protocol::model::{StreamItem, Task};
 use crate::protocol::ops::{ItemStream, ListTasksResponse, SendRequest, SendResult};
 use crate::protocol::params::ListQuery;
 use crate::routing::{BoundedMap, ContextIndex};
@@ -34,6 +36,7 @@ pub(crate) struct A2aService {
     legacy_ids: LegacyNames,
     local: LocalOps,
     upstream: UpstreamOps,
+    push: push::Push,
 }
 
 /// 0.1 clients choose their task ids: the gateway's task for each (agent, caller, chosen
@@ -127,15 +130,18 @@ pub(crate) trait Operations {
 impl A2aService {
     /// `contexts` is the router's: the service records which agent serves each conversation.
     /// `owners`, `legacy_names` and `ledgers` are where the records of upstream task owners,
-    /// 0.1 task names and the tasks relayed to 0.3 upstreams are kept.
+    /// 0.1 task names and the tasks relayed to 0.3 upstreams are kept; `push` keeps the
+    /// push notification configs.
     pub(crate) fn new(
         tasks: Arc<Tasks>,
         contexts: Arc<ContextIndex>,
         owners: Kept,
         legacy_names: Kept,
         ledgers: Kept,
+        push: push::Push,
     ) -> A2aService {
         A2aService {
+            push,
             local: LocalOps::new(tasks.clone(), contexts.clone()),
             upstream: UpstreamOps::new(contexts, tasks_capacity_hint(), owners, ledgers),
             tasks,
@@ -144,6 +150,11 @@ impl A2aService {
                 legacy_names,
             ))),
         }
+    }
+
+    /// Push notifications: whether they are on, and the key they are signed with.
+    pub(crate) fn push(&self) -> &push::Push {
+        &self.push
     }
 
     /// The task names of 0.1 clients.
@@ -186,7 +197,24 @@ impl A2aService {
         writer: Option<TaskWriter<'_>>,
     ) -> Result<Sent, GatewayError> {
         check_send(&req)?;
-        self.ops(agent).send(agent, caller, req, writer).await
+        let Some(config) = req.push.clone() else {
+            return self.ops(agent).send(agent, caller, req, writer).await;
+        };
+        // A config refused sends nothing: checked before the message goes anywhere.
+        self.push.check(&config).await?;
+        let sent = self.ops(agent).send(agent, caller, req, None).await?;
+        let task = match &sent {
+            Sent::Result(SendResult::Task(task)) => Some(task.clone()),
+            Sent::Result(SendResult::Relayed(r)) => match &r.task_id {
+                Some(id) => self.get(agent, caller, id, None).await.ok(),
+                None => None,
+            },
+            _ => None,
+        };
+        if let Some(task) = task {
+            self.push_inline(agent, caller, task, config).await;
+        }
+        Ok(sent)
     }
 
     /// `SendStreamingMessage` / `message/stream`: the task (or one Message) first, then
@@ -198,7 +226,17 @@ impl A2aService {
         req: SendRequest,
     ) -> Result<ItemStream, GatewayError> {
         check_send(&req)?;
-        self.ops(agent).stream(agent, caller, req).await
+        let Some(config) = req.push.clone() else {
+            return self.ops(agent).stream(agent, caller, req).await;
+        };
+        self.push.check(&config).await?;
+        let mut items = self.ops(agent).stream(agent, caller, req).await?;
+        // The task is known from the stream's first item; the caller gets it unchanged.
+        let first = items.next().await;
+        if let Some(Ok(StreamItem::Task(task))) = &first {
+            self.push_inline(agent, caller, task.clone(), config).await;
+        }
+        Ok(Box::pin(futures_util::stream::iter(first).chain(items)))
     }
 
     /// `GetTask` / `tasks/get`.
@@ -289,7 +327,7 @@ impl A2aService {
                     history_length: None,
                     accepted_output_modes: Vec::new(),
                     metadata: None,
-                    has_push_config: false,
+                    push: None,
                     reply_dialect: crate::protocol::Dialect::V10,
                 };
                 let outcome = match self.send(&agent, &caller, req).await {
@@ -351,9 +389,6 @@ fn tasks_capacity_hint() -> usize {
 
 /// Checks what every send needs, whichever backend serves it.
 fn check_send(req: &SendRequest) -> Result<(), GatewayError> {
-    if req.has_push_config {
-        return Err(GatewayError::PushNotSupported);
-    }
     if req.message.message_id.trim().is_empty() {
         return Err(GatewayError::InvalidParams(
             "params.message.messageId: must not be empty".into(),

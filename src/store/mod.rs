@@ -56,14 +56,17 @@ pub(crate) enum Table {
     LegacyNames,
     /// What the gateway knows of a task it relayed to a 0.3 upstream (`<agent>\n<id>`).
     Ledger,
+    /// A task's push notification configs (JSON).
+    PushConfigs,
 }
 
 impl Table {
-    pub(crate) const ALL: [Table; 4] = [
+    pub(crate) const ALL: [Table; 5] = [
         Table::Contexts,
         Table::UpstreamOwners,
         Table::LegacyNames,
         Table::Ledger,
+        Table::PushConfigs,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -72,6 +75,7 @@ impl Table {
             Table::UpstreamOwners => "upstream_owners",
             Table::LegacyNames => "legacy_names",
             Table::Ledger => "ledger",
+            Table::PushConfigs => "push_configs",
         }
     }
 }

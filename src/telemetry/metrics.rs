@@ -136,6 +136,7 @@ pub(crate) struct Metrics {
     auth_failures: IntCounterVec,
     rate_limited: IntCounterVec,
     reloads: IntCounterVec,
+    push: IntCounterVec,
     config: IntGaugeVec,
     connections: IntGauge,
     /// One scrape at a time: scrape-time counters catch up by difference.
@@ -281,6 +282,12 @@ impl Metrics {
                 "Configuration reloads, by outcome (ok, invalid).",
                 &["outcome"],
             ),
+            push: counter(
+                &r,
+                "a2a_push_notifications_total",
+                "Push notifications, by outcome: delivered, retried (an attempt that will be repeated), failed (given up), dropped (a full queue's oldest update).",
+                &["outcome"],
+            ),
             config: gauge(
                 &r,
                 "a2a_config_info",
@@ -383,6 +390,13 @@ impl Metrics {
     pub(crate) fn auth_failure(&self, kind: &str) {
         if self.enabled {
             self.auth_failures.with_label_values(&[kind]).inc();
+        }
+    }
+
+    /// One push notification delivered, retried, given up or dropped.
+    pub(crate) fn push(&self, outcome: &'static str) {
+        if self.enabled {
+            self.push.with_label_values(&[outcome]).inc();
         }
     }
 

@@ -19,6 +19,7 @@ mod limits;
 mod operations;
 mod paths;
 mod peers;
+mod push;
 mod replicas;
 mod rest;
 mod routing;

@@ -82,6 +82,14 @@ pub async fn python_agent(dialects: &str, port: u16) -> Peer {
     .await
 }
 
+/// [`python_agent`] on a free port, with more of its options (`--push`).
+pub async fn python_agent_with(dialects: &str, extra: &[&str]) -> Peer {
+    let script = repo_root().join("tests/interop/echo_reference_agent.py");
+    let mut args = vec![script.to_str().unwrap(), "--dialects", dialects];
+    args.extend_from_slice(extra);
+    start(python(), &args, 0).await
+}
+
 /// The JavaScript SDK echo agent.
 pub async fn js_agent(dialects: &str) -> Peer {
     let script = repo_root().join("tests/interop/js/echo_agent.mjs");

@@ -20,6 +20,7 @@ real upstream agent. Serves JSON-RPC at / and the card at
 A2A-Version handling is the SDK's: a missing header counts as 0.3; a 1.0 method
 needs a 1.x header (else -32009), a 0.3 method a 0.x header or none (else
 -32603 "A2A version '1.0' is not supported ...").
+--push turns on the SDK's push notifications (configs in memory, its own sender).
 --port 0 binds a free port; --ready-file PATH gets that port (decimal, then a
 newline) once the server accepts connections, written atomically.
 
@@ -54,7 +55,13 @@ from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
-from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
+from a2a.server.tasks import (
+    BasePushNotificationSender,
+    InMemoryPushNotificationConfigStore,
+    InMemoryTaskStore,
+    TaskUpdater,
+)
+import httpx
 from a2a.types import (
     AgentCapabilities,
     AgentCard,
@@ -158,7 +165,8 @@ def parse_dialects(value: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def agent_card(base_url: str, dialects: tuple[str, ...] = DIALECTS) -> AgentCard:
+def agent_card(base_url: str, dialects: tuple[str, ...] = DIALECTS,
+               push: bool = False) -> AgentCard:
     versions = [PURE_03_VERSION if dialects == ('0.3',) else d for d in dialects]
     return AgentCard(
         name='echo',
@@ -168,7 +176,7 @@ def agent_card(base_url: str, dialects: tuple[str, ...] = DIALECTS) -> AgentCard
             AgentInterface(url=base_url, protocol_binding='JSONRPC', protocol_version=v)
             for v in versions
         ],
-        capabilities=AgentCapabilities(streaming=True, push_notifications=False),
+        capabilities=AgentCapabilities(streaming=True, push_notifications=push),
         default_input_modes=['text/plain'],
         default_output_modes=['text/plain'],
         skills=[AgentSkill(
@@ -211,10 +219,21 @@ def only_03_methods(route: Route) -> Route:
     return Route(route.path, endpoint, methods=['POST'])
 
 
-def build_app(base_url: str, dialects: tuple[str, ...] = DIALECTS) -> Starlette:
-    card = agent_card(base_url, dialects)
+def build_app(base_url: str, dialects: tuple[str, ...] = DIALECTS,
+              push: bool = False) -> Starlette:
+    card = agent_card(base_url, dialects, push)
+    push_parts = {}
+    if push:
+        # The SDK's own push support: configs kept in memory, sent by its sender
+        # (StreamResponse bodies, the token in X-A2A-Notification-Token).
+        configs = InMemoryPushNotificationConfigStore()
+        push_parts = {
+            'push_config_store': configs,
+            'push_sender': BasePushNotificationSender(httpx.AsyncClient(), configs),
+        }
     handler = DefaultRequestHandler(
         agent_executor=EchoExecutor(), task_store=InMemoryTaskStore(), agent_card=card,
+        **push_parts,
     )
     rpc_routes = create_jsonrpc_routes(
         handler, rpc_url='/', enable_v0_3_compat='0.3' in dialects,
@@ -260,6 +279,8 @@ def main() -> None:
                         '(default), 1.0 or 0.3')
     parser.add_argument('--ready-file', help='write the bound port here once listening')
     parser.add_argument('--log-level', default='warning')
+    parser.add_argument('--push', action='store_true',
+                        help='send push notifications (the card says pushNotifications: true)')
     args = parser.parse_args()
     logging.basicConfig(level=args.log_level.upper())
     try:
@@ -269,7 +290,7 @@ def main() -> None:
     port = sock.getsockname()[1]
     host = f'[{args.host}]' if ':' in args.host else args.host
     base_url = args.public_url or f'http://{host}:{port}/'
-    config = uvicorn.Config(build_app(base_url, args.dialects), log_level=args.log_level,
+    config = uvicorn.Config(build_app(base_url, args.dialects, args.push), log_level=args.log_level,
                             timeout_graceful_shutdown=2)
     asyncio.run(serve(uvicorn.Server(config), sock, args.ready_file))
 

@@ -652,6 +652,45 @@ impl RemoteAgent {
         .await
     }
 
+    /// Whether the upstream's card says it streams (subscriptions included).
+    pub(crate) fn streams(&self) -> bool {
+        self.card()
+            .is_some_and(|c| c["capabilities"]["streaming"] == true)
+    }
+
+    /// Whether the upstream's card says it sends push notifications.
+    pub(crate) fn pushes(&self) -> bool {
+        self.card()
+            .is_some_and(|c| c["capabilities"]["pushNotifications"] == true)
+    }
+
+    /// Asks the upstream to notify `url` (the gateway's own webhook, with `token`) of
+    /// the task `id`'s updates.
+    pub(crate) async fn register_webhook(
+        &self,
+        id: &str,
+        url: &str,
+        token: &str,
+    ) -> Result<(), GatewayError> {
+        let up = self.upstream()?;
+        let remote_id = self.inward(id)?;
+        let body = wire::push_body(up.dialect, self.request_id(), remote_id, url, token)?;
+        self.call(&up, body).await.map(drop)
+    }
+
+    /// A notification the upstream pushed to the gateway's webhook, as a stream item with
+    /// the gateway's ids.
+    pub(crate) fn read_pushed(&self, body: &[u8]) -> Result<StreamItem, GatewayError> {
+        let raw: &serde_json::value::RawValue = serde_json::from_slice(body).map_err(|e| {
+            GatewayError::InvalidParams(format!("the notification is not JSON: {e}"))
+        })?;
+        let mut item = wire::read_stream_item(&self.name, raw)?.ok_or_else(|| {
+            GatewayError::InvalidParams("the notification is no task, message or task event".into())
+        })?;
+        self.outward_item(&mut item);
+        Ok(item)
+    }
+
     /// Keeps the ledger in a durable store: what it held for this agent (task id, record;
     /// oldest first) and where later changes go. Once per agent instance.
     pub(crate) fn keep_ledger(

@@ -157,6 +157,35 @@ pub(super) fn task_body(
     .map_err(|e| GatewayError::Internal(format!("serializing an upstream request: {e}")))
 }
 
+/// Registers the gateway's own webhook for a task with the upstream.
+pub(super) fn push_body(
+    dialect: Dialect,
+    id: u64,
+    task_id: &str,
+    url: &str,
+    token: &str,
+) -> Result<Vec<u8>, GatewayError> {
+    let config = serde_json::json!({"id": "a2a-gateway", "url": url, "token": token});
+    let (method, params) = match dialect {
+        Dialect::V10 => {
+            let mut flat = config;
+            flat["taskId"] = task_id.into();
+            ("CreateTaskPushNotificationConfig", flat)
+        }
+        Dialect::V03 | Dialect::V01 => (
+            "tasks/pushNotificationConfig/set",
+            serde_json::json!({"taskId": task_id, "pushNotificationConfig": config}),
+        ),
+    };
+    serde_json::to_vec(&Envelope {
+        jsonrpc: "2.0",
+        id,
+        method,
+        params,
+    })
+    .map_err(|e| GatewayError::Internal(format!("serializing an upstream request: {e}")))
+}
+
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct ListParams<'a> {

@@ -1,0 +1,168 @@
+//! The gateway's signature on notifications: an ES256 JWT whose key's public half is
+//! served at `/.well-known/jwks.json`, so a receiver can check that a notification comes
+//! from the gateway, was meant for its URL, is fresh, and carries the body that was signed.
+
+use std::path::Path;
+
+use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use base64::Engine as _;
+use ring::rand::SystemRandom;
+use ring::signature::{EcdsaKeyPair, KeyPair, ECDSA_P256_SHA256_FIXED_SIGNING};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+/// How long a notification's JWT is valid: long enough for a slow receiver, short enough
+/// that a captured one is soon useless.
+const LIFETIME_SECS: u64 = 300;
+
+pub(crate) struct Signer {
+    key: jsonwebtoken::EncodingKey,
+    kid: String,
+    jwk: Value,
+    issuer: String,
+}
+
+impl Signer {
+    /// The key in `path` (PKCS#8 PEM, P-256), or one made now.
+    pub(crate) fn load(path: Option<&Path>, issuer: &str) -> Result<Signer, String> {
+        let der = match path {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("push.signing_key_file {}: {e}", path.display()))?;
+                pem_pkcs8(&text)
+                    .map_err(|e| format!("push.signing_key_file {}: {e}", path.display()))?
+            }
+            None => {
+                EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &SystemRandom::new())
+                    .map_err(|_| "could not make a push signing key".to_string())?
+                    .as_ref()
+                    .to_vec()
+            }
+        };
+        let pair =
+            EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &der, &SystemRandom::new())
+                .map_err(|e| format!("the push signing key is not a P-256 PKCS#8 key ({e})"))?;
+        // The uncompressed point: 0x04, then x and y.
+        let point = pair.public_key().as_ref();
+        let (x, y) = (
+            URL_SAFE_NO_PAD.encode(&point[1..33]),
+            URL_SAFE_NO_PAD.encode(&point[33..65]),
+        );
+        // RFC 7638 thumbprint: the required members, in lexical order, without spaces.
+        let canonical = format!(r#"{{"crv":"P-256","kty":"EC","x":"{x}","y":"{y}"}}"#);
+        let kid = URL_SAFE_NO_PAD.encode(Sha256::digest(canonical.as_bytes()));
+        let jwk = json!({
+            "kty": "EC", "crv": "P-256", "x": x, "y": y,
+            "use": "sig", "alg": "ES256", "kid": kid,
+        });
+        Ok(Signer {
+            key: jsonwebtoken::EncodingKey::from_ec_der(&der),
+            kid,
+            jwk,
+            issuer: issuer.to_string(),
+        })
+    }
+
+    /// The JWKS document (one key).
+    pub(crate) fn jwks(&self) -> Value {
+        json!({ "keys": [self.jwk] })
+    }
+
+    /// A token for one notification to `audience` (the webhook URL) carrying `body`.
+    pub(crate) fn sign(
+        &self,
+        audience: &str,
+        task_id: &str,
+        body: &[u8],
+    ) -> Result<String, String> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or_default();
+        let digest = Sha256::digest(body);
+        let claims = json!({
+            "iss": self.issuer,
+            "aud": audience,
+            "iat": now,
+            "exp": now + LIFETIME_SECS,
+            "jti": uuid::Uuid::new_v4().to_string(),
+            "taskId": task_id,
+            "request_body_sha256": hex(&digest),
+        });
+        let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
+        header.kid = Some(self.kid.clone());
+        jsonwebtoken::encode(&header, &claims, &self.key).map_err(|e| e.to_string())
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    bytes.iter().fold(String::with_capacity(64), |mut out, b| {
+        let _ = write!(out, "{b:02x}");
+        out
+    })
+}
+
+/// The DER inside a `PRIVATE KEY` PEM block.
+fn pem_pkcs8(text: &str) -> Result<Vec<u8>, String> {
+    if text.contains("BEGIN EC PRIVATE KEY") {
+        return Err("this is a SEC1 key; convert it with `openssl pkcs8 -topk8 -nocrypt` (or make one with `openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256`)".into());
+    }
+    let begin = "-----BEGIN PRIVATE KEY-----";
+    let end = "-----END PRIVATE KEY-----";
+    let start = text
+        .find(begin)
+        .ok_or("no -----BEGIN PRIVATE KEY----- block")?
+        + begin.len();
+    let stop = text[start..]
+        .find(end)
+        .ok_or("the PEM block does not end")?
+        + start;
+    let b64: String = text[start..stop].split_whitespace().collect();
+    STANDARD
+        .decode(b64)
+        .map_err(|e| format!("the PEM block is not base64 ({e})"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_verifies_with_the_served_key_only_for_its_audience() {
+        let signer = Signer::load(None, "a2a-gateway").unwrap();
+        let token = signer.sign("https://hooks.example/a", "t1", b"{}").unwrap();
+        let set: jsonwebtoken::jwk::JwkSet = serde_json::from_value(signer.jwks()).unwrap();
+        let key = jsonwebtoken::DecodingKey::from_jwk(&set.keys[0]).unwrap();
+        let mut v = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::ES256);
+        v.set_audience(&["https://hooks.example/a"]);
+        let data = jsonwebtoken::decode::<Value>(&token, &key, &v).unwrap();
+        assert_eq!(data.claims["taskId"], "t1");
+        assert_eq!(data.header.kid.as_deref(), Some(signer.kid.as_str()));
+        v.set_audience(&["https://elsewhere.example/"]);
+        assert!(jsonwebtoken::decode::<Value>(&token, &key, &v).is_err());
+    }
+
+    #[test]
+    fn a_key_file_is_read_and_wrong_ones_are_named() {
+        let dir = std::env::temp_dir().join(format!("push-key-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let doc =
+            EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &SystemRandom::new())
+                .unwrap();
+        let pem = format!(
+            "-----BEGIN PRIVATE KEY-----\n{}\n-----END PRIVATE KEY-----\n",
+            STANDARD.encode(doc.as_ref())
+        );
+        let path = dir.join("key.pem");
+        std::fs::write(&path, pem).unwrap();
+        let a = Signer::load(Some(&path), "g").unwrap();
+        let b = Signer::load(Some(&path), "g").unwrap();
+        assert_eq!(a.kid, b.kid, "the same file gives the same key");
+        std::fs::write(&path, "-----BEGIN EC PRIVATE KEY-----\nAAAA\n").unwrap();
+        let refused = |p: &Path| Signer::load(Some(p), "g").err().unwrap_or_default();
+        assert!(refused(&path).contains("SEC1"));
+        assert!(refused(&dir.join("missing.pem")).contains("missing.pem"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

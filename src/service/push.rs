@@ -1,0 +1,502 @@
+//! Push notification configs (kept per task in the task store's records, so they are
+//! durable and shared like the rest) and where each task's updates come from:
+//! - a task the gateway runs, or an upstream task it can stream: a subscription the
+//!   gateway holds itself, as any caller's;
+//! - an upstream that pushes: the gateway registers its own webhook with it (a secret URL
+//!   per task, with a token it checks) and relays what arrives; the upstream never sees
+//!   the caller's URL;
+//! - an upstream that can do neither: polled.
+//!
+//! Every update goes to each config in the dialect it was made in, through [`Pusher`].
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use dashmap::DashMap;
+use futures_util::StreamExt;
+use subtle::ConstantTimeEq;
+
+use super::A2aService;
+use crate::agents::{Agent, RemoteAgent};
+use crate::auth::Principal;
+use crate::error::GatewayError;
+use crate::protocol::model::{StreamItem, Task, TaskEvent};
+use crate::protocol::ops::ItemStream;
+use crate::protocol::push::{PushCall, PushConfig, PushOp};
+use crate::protocol::Dialect;
+use crate::push::{Authorization, Notification, Pusher, Target};
+use crate::routing::BoundedMap;
+use crate::store::Kept;
+
+/// Where the gateway's own webhooks for upstream tasks are served (`/<secret>` after it).
+pub(crate) const RELAY_PATH: &str = "/a2a/push";
+
+/// How many tasks' configs are remembered (the least used are forgotten first).
+const CONFIGS_CAPACITY: usize = 100_000;
+
+/// What a push call answers.
+pub(crate) enum PushAnswer {
+    Config(PushConfig),
+    /// One page, and the token of the next ("" on the last).
+    Configs(Vec<PushConfig>, String),
+    Deleted,
+}
+
+pub(crate) struct Push {
+    /// None while push is off.
+    pusher: Option<Arc<Pusher>>,
+    shared: Arc<Shared>,
+    /// The base URL upstreams reach the gateway's webhooks at.
+    relay_url: Option<String>,
+}
+
+/// What the watchers, spawned apart from any request, need.
+struct Shared {
+    /// Task id -> its configs (JSON), written to the store's records.
+    configs: BoundedMap<String>,
+    /// Tasks some watcher follows already.
+    watched: DashMap<String, (), ahash::RandomState>,
+    /// The gateway's webhooks at upstreams: secret -> what arrives there is for.
+    relays: DashMap<String, Arc<Relay>, ahash::RandomState>,
+    pusher: Option<Arc<Pusher>>,
+}
+
+/// One task whose upstream pushes to the gateway.
+struct Relay {
+    task_id: String,
+    token: String,
+    remote: Arc<RemoteAgent>,
+    /// The task as the notifications so far made it (0.3 and 0.1 receivers get it whole).
+    task: Mutex<Task>,
+}
+
+impl Push {
+    pub(crate) fn new(pusher: Option<Arc<Pusher>>, relay_url: Option<String>, kept: Kept) -> Push {
+        Push {
+            shared: Arc::new(Shared {
+                configs: BoundedMap::new(CONFIGS_CAPACITY, kept),
+                watched: DashMap::default(),
+                relays: DashMap::default(),
+                pusher: pusher.clone(),
+            }),
+            pusher,
+            relay_url: relay_url.map(|u| u.trim_end_matches('/').to_string()),
+        }
+    }
+
+    pub(crate) fn enabled(&self) -> bool {
+        self.pusher.is_some()
+    }
+
+    /// The JWKS of the key notifications are signed with, while push is on.
+    pub(crate) fn jwks(&self) -> Option<serde_json::Value> {
+        self.pusher.as_ref().map(|p| p.jwks())
+    }
+
+    fn pusher(&self) -> Result<&Arc<Pusher>, GatewayError> {
+        self.pusher.as_ref().ok_or(GatewayError::PushNotSupported)
+    }
+
+    /// -32003 while push is off, before anything else is looked at.
+    pub(crate) fn check_enabled(&self) -> Result<(), GatewayError> {
+        self.pusher().map(drop)
+    }
+
+    /// Checks a config before anything is stored or sent: the destination policy, and
+    /// what its authentication asks for.
+    pub(crate) async fn check(&self, config: &PushConfig) -> Result<(), GatewayError> {
+        let pusher = self.pusher()?;
+        pusher
+            .policy()
+            .check_url(&config.url)
+            .await
+            .map_err(|why| {
+                GatewayError::InvalidParams(format!("pushNotificationConfig.url: {why}"))
+            })?;
+        authorization(config)?;
+        Ok(())
+    }
+
+    async fn configs(&self, task_id: &str) -> Result<Vec<PushConfig>, GatewayError> {
+        self.shared.configs.fetch(task_id).await?;
+        Ok(self.shared.configs_of(task_id))
+    }
+}
+
+impl Shared {
+    fn configs_of(&self, task_id: &str) -> Vec<PushConfig> {
+        self.configs
+            .get(task_id)
+            .and_then(|json| serde_json::from_str(&json).ok())
+            .unwrap_or_default()
+    }
+
+    fn keep(&self, task_id: &str, configs: &[PushConfig]) {
+        if let Ok(json) = serde_json::to_string(configs) {
+            self.configs.insert(task_id, json);
+        }
+    }
+
+    /// Sends what `item` did to `task` (the task after it) to every config of the task.
+    async fn notify(&self, task_id: &str, item: &StreamItem, task: &Task) {
+        let Some(pusher) = &self.pusher else { return };
+        // Another replica may have changed the configs (a shared store).
+        if self.configs.refresh(task_id).await.is_err() {
+            tracing::warn!(task = %task_id, "push: the store did not answer; using the configs known here");
+        }
+        for config in self.configs_of(task_id) {
+            send(pusher, task_id, &config, item, task);
+        }
+    }
+
+    /// Follows `items` (a subscription, starting with the task) to the task's end.
+    async fn follow(self: Arc<Self>, task_id: String, mut items: ItemStream) {
+        let mut task: Option<Task> = None;
+        while let Some(item) = items.next().await {
+            let item = match item {
+                Ok(item) => item,
+                Err(e) => {
+                    tracing::warn!(task = %task_id, error = %e, "push: the task's updates stopped coming");
+                    break;
+                }
+            };
+            let Some(now) = applied(&mut task, &item) else {
+                continue;
+            };
+            self.notify(&task_id, &item, &now).await;
+            if item.finishes_task() {
+                break;
+            }
+        }
+        self.watched.remove(&task_id);
+    }
+
+    /// Polls an upstream task that can neither stream nor push, notifying each change.
+    async fn poll(
+        self: Arc<Self>,
+        task_id: String,
+        remote: Arc<RemoteAgent>,
+        mut task: Task,
+        every: Duration,
+    ) {
+        loop {
+            tokio::time::sleep(every).await;
+            let now = match remote.get(&task_id, None).await {
+                Ok(now) => now,
+                Err(e) => {
+                    tracing::debug!(task = %task_id, error = %e, "push: polling the upstream task");
+                    continue;
+                }
+            };
+            if now.status != task.status || now.artifacts != task.artifacts {
+                let item = StreamItem::Task(now.clone());
+                self.notify(&task_id, &item, &now).await;
+                if now.status.state.is_terminal() {
+                    break;
+                }
+                task = now;
+            }
+            if self.configs_of(&task_id).is_empty() {
+                break;
+            }
+        }
+        self.watched.remove(&task_id);
+    }
+}
+
+/// The task after `item`, given the task before it (None until the first task).
+fn applied(task: &mut Option<Task>, item: &StreamItem) -> Option<Task> {
+    match (item, task.as_mut()) {
+        (StreamItem::Task(t), _) => *task = Some(t.clone()),
+        (StreamItem::StatusUpdate(s), Some(t)) => t.apply(&TaskEvent::Status(s.clone())),
+        (StreamItem::ArtifactUpdate(a), Some(t)) => t.apply(&TaskEvent::Artifact(a.clone())),
+        _ => return None,
+    }
+    task.clone()
+}
+
+fn send(pusher: &Arc<Pusher>, task_id: &str, config: &PushConfig, item: &StreamItem, task: &Task) {
+    let name = config.name.as_deref().unwrap_or(task_id);
+    let (body, content_type) = match notification(config.dialect, item, task, name) {
+        Ok(rendered) => rendered,
+        Err(e) => {
+            tracing::error!(task = %task_id, error = %e, "push: serializing a notification");
+            return;
+        }
+    };
+    let Ok(authorization) = authorization(config) else {
+        return;
+    };
+    pusher.enqueue(
+        Target {
+            task_id: task_id.to_string(),
+            config_id: config.id.clone(),
+            url: config.url.clone(),
+            token: config.token.clone(),
+            authorization,
+        },
+        Notification {
+            body: body.into(),
+            content_type,
+            last: item.finishes_task(),
+        },
+    );
+}
+
+/// What one task update sends to a config made in `dialect`: 1.0 receivers get the event
+/// itself (a `StreamResponse`), 0.3 and 0.1 receivers the whole task as it now is (what
+/// their SDKs send). `task` is the task after `item`; `name` the id the caller knows it by.
+fn notification(
+    dialect: Dialect,
+    item: &StreamItem,
+    task: &Task,
+    name: &str,
+) -> Result<(Vec<u8>, &'static str), serde_json::Error> {
+    match dialect {
+        Dialect::V10 => Ok((serde_json::to_vec(item)?, "application/a2a+json")),
+        Dialect::V03 => Ok((
+            serde_json::to_vec(&crate::protocol::v03::V03(task))?,
+            "application/json",
+        )),
+        Dialect::V01 => {
+            let mut task = task.clone();
+            task.id = name.to_string();
+            let body = serde_json::to_vec(&crate::protocol::v01::TaskV01 {
+                task: &task,
+                history_length: None,
+            })?;
+            Ok((body, "application/json"))
+        }
+    }
+}
+
+/// What the config's authentication asks the gateway to send.
+fn authorization(config: &PushConfig) -> Result<Authorization, GatewayError> {
+    let Some(scheme) = config.schemes.first() else {
+        return Ok(Authorization::None);
+    };
+    match &config.credentials {
+        Some(c) => Ok(Authorization::Header(format!("{scheme} {c}"))),
+        None if scheme.eq_ignore_ascii_case("bearer") => Ok(Authorization::GatewayJwt),
+        None => Err(GatewayError::InvalidParams(format!(
+            "pushNotificationConfig.authentication.credentials: required for the scheme {scheme} (Bearer without credentials asks the gateway to sign a JWT, see /.well-known/jwks.json)"
+        ))),
+    }
+}
+
+impl A2aService {
+    /// A push call (create, get, list, delete) on `call.task_id`, which the caller must
+    /// be able to see. `name` is what a 0.1 caller calls the task.
+    pub(crate) async fn push_call(
+        &self,
+        agent: &Arc<Agent>,
+        caller: &Principal,
+        op: PushOp,
+        call: PushCall,
+        name: Option<&str>,
+    ) -> Result<PushAnswer, GatewayError> {
+        let push = &self.push;
+        let max = push.pusher()?.settings().max_configs_per_task;
+        let task = self.get(agent, caller, &call.task_id, Some(0)).await?;
+        let mut configs = push.configs(&call.task_id).await?;
+        match op {
+            PushOp::Set => {
+                let mut config = call
+                    .config
+                    .ok_or_else(|| GatewayError::InvalidParams("params: no config given".into()))?;
+                config.name = name.map(str::to_string);
+                push.check(&config).await?;
+                let held = configs.len();
+                match configs.iter_mut().find(|c| c.id == config.id) {
+                    Some(same) => *same = config.clone(),
+                    None if held >= max => {
+                        return Err(GatewayError::InvalidParams(format!(
+                            "task {} has the maximum of {max} push notification configs; delete one first",
+                            call.task_id
+                        )))
+                    }
+                    None => configs.push(config.clone()),
+                }
+                push.shared.keep(&call.task_id, &configs);
+                self.watch(agent, caller, task, &config).await;
+                Ok(PushAnswer::Config(config))
+            }
+            PushOp::Get => {
+                let found = match &call.config_id {
+                    Some(id) => configs.into_iter().find(|c| &c.id == id),
+                    // 0.3 and 0.1 may ask without naming one: the first.
+                    None => configs.into_iter().next(),
+                };
+                found
+                    .map(PushAnswer::Config)
+                    .ok_or_else(|| GatewayError::PushConfigNotFound {
+                        task: call.task_id.clone(),
+                        id: call.config_id.clone().unwrap_or_default(),
+                    })
+            }
+            PushOp::List => {
+                let start = call.page_token.min(configs.len());
+                let end = (start + call.page_size).min(configs.len());
+                let next = if end < configs.len() {
+                    end.to_string()
+                } else {
+                    String::new()
+                };
+                Ok(PushAnswer::Configs(configs[start..end].to_vec(), next))
+            }
+            PushOp::Delete => {
+                let id = call.config_id.ok_or_else(|| {
+                    GatewayError::InvalidParams(
+                        "params: which config (id / pushNotificationConfigId) is missing".into(),
+                    )
+                })?;
+                // Deleting what is not there succeeds: the config is gone either way.
+                if configs.iter().any(|c| c.id == id) {
+                    configs.retain(|c| c.id != id);
+                    push.shared.keep(&call.task_id, &configs);
+                    if let Some(pusher) = &push.pusher {
+                        pusher.forget(&call.task_id, &id);
+                    }
+                }
+                Ok(PushAnswer::Deleted)
+            }
+        }
+    }
+
+    /// Stores a config a send gave inline for the task it started (or continued), and
+    /// starts notifying it. The config was checked before the send.
+    pub(crate) async fn push_inline(
+        &self,
+        agent: &Arc<Agent>,
+        caller: &Principal,
+        task: Task,
+        config: PushConfig,
+    ) {
+        let push = &self.push;
+        let Ok(mut configs) = push.configs(&task.id).await else {
+            tracing::warn!(task = %task.id, "push: the store did not answer; the send's config was not kept");
+            return;
+        };
+        configs.retain(|c| c.id != config.id);
+        configs.push(config.clone());
+        push.shared.keep(&task.id, &configs);
+        self.watch(agent, caller, task, &config).await;
+    }
+
+    /// Makes sure the task's updates reach its configs. A task already finished gets its
+    /// final state sent to `config` (the one just made) alone.
+    async fn watch(&self, agent: &Arc<Agent>, caller: &Principal, task: Task, config: &PushConfig) {
+        let push = &self.push;
+        let Some(pusher) = &push.pusher else { return };
+        let id = task.id.clone();
+        if task.status.state.is_terminal() {
+            send(pusher, &id, config, &StreamItem::Task(task.clone()), &task);
+            return;
+        }
+        if push.shared.watched.insert(id.clone(), ()).is_some() {
+            return;
+        }
+        let shared = push.shared.clone();
+        if let Some(remote) = agent.remote().cloned() {
+            if remote.pushes() {
+                if let Some(base) = &push.relay_url {
+                    match self.relay(&remote, base, &task).await {
+                        Ok(()) => return,
+                        Err(e) => {
+                            tracing::warn!(task = %id, agent = %agent.name, error = %e, "push: the upstream did not take the gateway's webhook; watching the task instead")
+                        }
+                    }
+                }
+            }
+            if remote.streams() {
+                if let Ok(items) = self.subscribe(agent, caller, &id).await {
+                    tokio::spawn(shared.follow(id, items));
+                    return;
+                }
+            }
+            let every = Duration::from_secs(pusher.settings().poll_interval_secs);
+            tokio::spawn(shared.poll(id, remote, task, every));
+            return;
+        }
+        match self.subscribe(agent, caller, &id).await {
+            Ok(items) => {
+                tokio::spawn(shared.follow(id, items));
+            }
+            Err(e) => {
+                // Finished meanwhile: what it finished as is the one notification left.
+                shared.watched.remove(&id);
+                if let Ok(now) = self.get(agent, caller, &id, None).await {
+                    let item = StreamItem::Task(now.clone());
+                    shared.notify(&id, &item, &now).await;
+                } else {
+                    tracing::warn!(task = %id, error = %e, "push: cannot follow the task");
+                }
+            }
+        }
+    }
+
+    /// Registers the gateway's own webhook for `task` with its upstream.
+    async fn relay(
+        &self,
+        remote: &Arc<RemoteAgent>,
+        base: &str,
+        task: &Task,
+    ) -> Result<(), GatewayError> {
+        let secret = uuid::Uuid::new_v4().simple().to_string();
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let url = format!("{base}{RELAY_PATH}/{secret}");
+        let relay = Arc::new(Relay {
+            task_id: task.id.clone(),
+            token: token.clone(),
+            remote: remote.clone(),
+            task: Mutex::new(task.clone()),
+        });
+        self.push.shared.relays.insert(secret.clone(), relay);
+        let registered = remote.register_webhook(&task.id, &url, &token).await;
+        if registered.is_err() {
+            self.push.shared.relays.remove(&secret);
+        }
+        registered
+    }
+
+    /// A notification an upstream pushed to the gateway's webhook `secret`, with the
+    /// token it came with: relayed to the task's configs.
+    pub(crate) async fn push_arrived(
+        &self,
+        secret: &str,
+        token: Option<&str>,
+        body: &[u8],
+    ) -> Result<(), GatewayError> {
+        let shared = &self.push.shared;
+        let relay = shared
+            .relays
+            .get(secret)
+            .map(|r| r.clone())
+            .ok_or_else(|| GatewayError::TaskNotFound("no task is notified here".into()))?;
+        let good = token.is_some_and(|t| bool::from(t.as_bytes().ct_eq(relay.token.as_bytes())));
+        if !good {
+            return Err(GatewayError::Unauthenticated {
+                message: "the notification token is missing or wrong".into(),
+                challenge: "A2A-Notification-Token".into(),
+            });
+        }
+        let item = relay.remote.read_pushed(body)?;
+        let now = {
+            let mut task = relay.task.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut current = Some(task.clone());
+            match applied(&mut current, &item) {
+                Some(now) => {
+                    *task = now.clone();
+                    now
+                }
+                None => return Ok(()),
+            }
+        };
+        shared.notify(&relay.task_id, &item, &now).await;
+        if now.status.state.is_terminal() {
+            shared.relays.remove(secret);
+            shared.watched.remove(&relay.task_id);
+        }
+        Ok(())
+    }
+}
