@@ -27,8 +27,9 @@ pub struct Application {
     source: Option<crate::setup::Source>,
 }
 
-/// Wires the agents, the task store and the service from the ready parts.
-pub(crate) fn build_state(ready: Ready) -> std::io::Result<AppState> {
+/// Wires the agents, the task store and the service from the ready parts; also returns
+/// the tasks a restart failed (their work was lost), whose configs are told so.
+pub(crate) fn build_state(ready: Ready) -> std::io::Result<(AppState, Vec<String>)> {
     let gateway = &ready.settings.gateway;
     let limits = &gateway.limits;
     let metrics = Arc::new(Metrics::new(gateway.metrics.enabled));
@@ -68,7 +69,7 @@ pub(crate) fn build_state(ready: Ready) -> std::io::Result<AppState> {
         .restore(rows)
         .map_err(|e| std::io::Error::other(format!("store: {e}")))?;
     if store.journal.is_some() {
-        tracing::info!(store = %store.described, tasks = restored, failed_for_lost_work = failed, "store opened");
+        tracing::info!(store = %store.described, tasks = restored, failed_for_lost_work = failed.len(), "store opened");
     }
     let contexts = crate::routing::ContextIndex::new(loaded.kept(Table::Contexts, &store));
     let owners = loaded.kept(Table::UpstreamOwners, &store);
@@ -89,7 +90,7 @@ pub(crate) fn build_state(ready: Ready) -> std::io::Result<AppState> {
     let connections = connection_limits(limits);
     metrics.config_loaded(&hash);
     let live = crate::reload::live(ready, Arc::new(registry), metrics.clone(), hash);
-    Ok(AppState {
+    let state = AppState {
         service: A2aService::new(
             tasks,
             router.contexts().clone(),
@@ -108,7 +109,8 @@ pub(crate) fn build_state(ready: Ready) -> std::io::Result<AppState> {
         metrics,
         lifecycle: Lifecycle::default(),
         superseded: Default::default(),
-    })
+    };
+    Ok((state, failed))
 }
 
 /// Push notifications as `[push]` asks: off, or on with the signing key (relative to the
@@ -311,7 +313,8 @@ impl Application {
         };
         let workers = ready.settings.gateway.server.workers;
         let source = ready.source.clone();
-        let state = build_state(ready)?;
+        let (state, lost) = build_state(ready)?;
+        state.service.notify_lost(lost).await;
         start_upstreams(&state).await;
         for source in state.live().auth.jwks_sources() {
             tokio::spawn(source.keep_fresh());

@@ -34,6 +34,9 @@ pub(crate) const RELAY_PATH: &str = "/a2a/push";
 /// How many tasks' configs are remembered (the least used are forgotten first).
 const CONFIGS_CAPACITY: usize = 100_000;
 
+/// Upstream tasks relayed at once; more are followed instead.
+const MAX_RELAYS: usize = 100_000;
+
 /// What a push call answers.
 pub(crate) enum PushAnswer {
     Config(PushConfig),
@@ -398,7 +401,8 @@ impl A2aService {
         }
         let shared = push.shared.clone();
         if let Some(remote) = agent.remote().cloned() {
-            if remote.pushes() {
+            // Each relay is kept until its task ends upstream; past this many, watch.
+            if remote.pushes() && push.shared.relays.len() < MAX_RELAYS {
                 if let Some(base) = &push.relay_url {
                     match self.relay(&remote, base, &task).await {
                         Ok(()) => return,
@@ -431,6 +435,22 @@ impl A2aService {
                 } else {
                     tracing::warn!(task = %id, error = %e, "push: cannot follow the task");
                 }
+            }
+        }
+    }
+
+    /// Tells the configs of tasks a restart failed (their work did not survive) so: the
+    /// task's final state, like any other.
+    pub(crate) async fn notify_lost(&self, ids: Vec<String>) {
+        if !self.push.enabled() {
+            return;
+        }
+        for id in ids {
+            if let Some((task, _)) = self.tasks.inspect_any(&id) {
+                self.push
+                    .shared
+                    .notify(&id, &StreamItem::Task(task.clone()), &task)
+                    .await;
             }
         }
     }

@@ -331,9 +331,9 @@ impl Tasks {
 
     /// Takes in the tasks a durable store held. A task that was unfinished lost its work
     /// with the process that ran it: it is marked failed, saying so, and written back.
-    /// Returns how many were failed so.
-    pub(crate) fn restore(&self, rows: Vec<TaskRow>) -> Result<usize, StoreError> {
-        let mut failed = 0;
+    /// Returns the ids of those failed so.
+    pub(crate) fn restore(&self, rows: Vec<TaskRow>) -> Result<Vec<String>, StoreError> {
+        let mut failed = Vec::new();
         for row in rows {
             self.seq
                 .fetch_max(row.seq + 1, std::sync::atomic::Ordering::Relaxed);
@@ -344,7 +344,7 @@ impl Tasks {
                 let note = Message::agent_text(LOST_WORK.to_string())
                     .placed(Some(&task.id), &task.context_id);
                 task.set_status(TaskStatus::now(TaskState::Failed, Some(note)));
-                failed += 1;
+                failed.push(task.id.clone());
             }
             match unfinished {
                 true => self.store.insert(stored),

@@ -988,3 +988,64 @@ async fn wait_for_state_as(gw: &TestGateway, key: &str, task: &str, state: &str)
     }
     panic!("task {task} never reached {state}");
 }
+
+/// Configs are kept in the durable store; a task a crash failed tells its configs so.
+#[tokio::test]
+async fn configs_survive_a_restart_and_a_task_lost_to_it_is_notified() {
+    let rx = Receiver::start("127.0.0.1", Answer::Ok).await;
+    let mut gw = crate::running::Running::start(
+        &[("echo.toml", ECHO)],
+        "default_agent = \"echo\"\n[store]\nkind = \"sqlite\"\ndata_dir = \"data\"\n[push]\nenabled = true\nallow_http = true\nallow = [\"127.0.0.1\"]\n",
+        "info",
+    );
+    let task = gw
+        .send_task(
+            "/delay 30 x",
+            json!({"returnImmediately": true, "taskPushNotificationConfig": {"id": "kept", "url": rx.url}}),
+        )
+        .await;
+    let id = task["id"].as_str().unwrap().to_string();
+    rx.wait("the task as it started", |got| !got.is_empty())
+        .await;
+    // Past the commit interval: on disk.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    gw.kill_hard();
+    gw.restart();
+    let kept = gw
+        .call(
+            "/a2a",
+            "GetTaskPushNotificationConfig",
+            json!({"taskId": id, "id": "kept"}),
+        )
+        .await;
+    assert_eq!(kept["result"]["url"], rx.url, "{kept}");
+    let got = rx.wait_final().await;
+    let last = &got.last().unwrap().body;
+    assert_eq!(
+        state_of(last).as_deref(),
+        Some("TASK_STATE_FAILED"),
+        "{last}"
+    );
+    assert_eq!(last["task"]["id"], id);
+}
+
+#[test]
+fn bad_push_settings_are_load_errors() {
+    let errors = crate::helpers::load_errors(
+        &[("echo.toml", ECHO)],
+        "[push]\nenabled = true\nallow = [\"10.0.0.0/33\", \"not a host!\", \"2130706433\"]\ntimeout_secs = 0\nmax_attempts = 0\nmax_queued_per_config = 1\nrelay_url = \"ftp://x\"\n",
+    );
+    for want in [
+        "push.allow: \"10.0.0.0/33\"",
+        "push.allow: \"not a host!\"",
+        "push.allow: \"2130706433\"",
+        "push.timeout_secs must be between 1 and 300",
+        "push.max_attempts must be between 1 and 100",
+        "push.max_queued_per_config must be between 2 and 100000",
+        "push.relay_url must be an absolute http(s) URL",
+    ] {
+        assert!(errors.contains(want), "{want} not in:\n{errors}");
+    }
+    let errors = crate::helpers::load_errors(&[("echo.toml", ECHO)], "[push]\nenable = true\n");
+    assert!(errors.contains("enable"), "{errors}");
+}
