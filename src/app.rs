@@ -446,6 +446,23 @@ impl Application {
         c.enabled.then(|| c.path.clone())
     }
 
+    /// Push notifications, for the banner: where webhooks may point; None while off.
+    pub fn push_described(&self) -> Option<String> {
+        let live = self.state.live();
+        let push = &live.config.push;
+        if !self.state.service.push().enabled() {
+            return None;
+        }
+        let scheme = if push.allow_http { "http(s)" } else { "https" };
+        Some(match push.allow.is_empty() {
+            true => format!("on: {scheme} webhooks at public addresses"),
+            false => format!(
+                "on: {scheme} webhooks at public addresses and {}",
+                push.allow.join(", ")
+            ),
+        })
+    }
+
     /// The task store in use, for the banner.
     pub fn store(&self) -> &str {
         &self.state.store.described

@@ -216,6 +216,7 @@ fn serve(args: ServeArgs) -> ExitCode {
             app.metrics_port(),
             app.store(),
             console.as_deref(),
+            app.push_described().as_deref(),
         );
         app.run().await
     });
@@ -232,6 +233,7 @@ fn print_banner(
     metrics_port: Option<u16>,
     store: &str,
     console: Option<&str>,
+    push: Option<&str>,
 ) {
     use std::fmt::Write as _;
     use std::io::Write as _;
@@ -255,6 +257,12 @@ fn print_banner(
     let _ = writeln!(banner, "  task store     {store}");
     if let Some(path) = console {
         let _ = writeln!(banner, "  console        {base}{path}");
+    }
+    if let Some(push) = push {
+        let _ = writeln!(
+            banner,
+            "  push           {push}; keys {base}/.well-known/jwks.json"
+        );
     }
     let _ = writeln!(
         banner,

@@ -42,7 +42,11 @@ pub(super) async fn dispatch(
             names.fetch(agent, caller, &name).await?;
             let known = names.get(agent, caller, &name);
             p.message.task_id.clone_from(&known);
-            let send = send_request(p, Dialect::V01)?;
+            let mut send = send_request(p, Dialect::V01)?;
+            // Its notifications name the task as the client does.
+            if let Some(config) = send.push.as_mut() {
+                config.name = Some(name.clone());
+            }
             let history_length = send.history_length;
             if method == Method::SendStreamingMessage {
                 let items = service.stream(agent, caller, send).await?;

@@ -121,7 +121,8 @@ impl Push {
     }
 
     async fn configs(&self, task_id: &str) -> Result<Vec<PushConfig>, GatewayError> {
-        self.shared.configs.fetch(task_id).await?;
+        // Another replica may have changed them since they were read here.
+        self.shared.configs.refresh(task_id).await?;
         Ok(self.shared.configs_of(task_id))
     }
 }

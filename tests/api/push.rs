@@ -532,6 +532,20 @@ async fn every_method_in_every_dialect_and_binding() {
         get["result"]["pushNotificationConfig"]["token"], "legacy",
         "{get}"
     );
+    // A 0.1 send with its config beside the message: notified under the client's name.
+    let legacy = Receiver::start("127.0.0.1", Answer::Ok).await;
+    let name = format!("mine-{}", uuid::Uuid::new_v4());
+    let sent = call(&gw, "alice", None, "tasks/send",
+        json!({"id": name, "message": {"role": "user", "parts": [{"type": "text", "text": "/delay 0.2 x"}]}, "pushNotification": {"url": legacy.url}})).await;
+    assert!(sent.get("result").is_some(), "{sent}");
+    let got = legacy.wait_final().await;
+    let last = &got.last().unwrap().body;
+    assert_eq!(last["id"], name.as_str(), "{last}");
+    assert_eq!(last["status"]["state"], "completed", "{last}");
+    assert!(
+        last.get("kind").is_none(),
+        "0.1 shapes have no kind: {last}"
+    );
 
     // The gateway is still healthy after all of it.
     let health = gw.client.get(gw.url("/a2a/health")).send().await.unwrap();
@@ -1048,4 +1062,62 @@ fn bad_push_settings_are_load_errors() {
     }
     let errors = crate::helpers::load_errors(&[("echo.toml", ECHO)], "[push]\nenable = true\n");
     assert!(errors.contains("enable"), "{errors}");
+}
+
+/// With replicas on Redis, a config made through one replica for a task another runs is
+/// read, listed and deleted through any, and the task's updates reach it.
+#[tokio::test]
+async fn replicas_share_configs_and_notify_tasks_another_replica_runs() {
+    use crate::replicas::{redis_url, replicas_with, Prefix};
+    let url = redis_url();
+    let prefix = Prefix::new(url);
+    let rx = Receiver::start("127.0.0.1", Answer::Ok).await;
+    let gws = replicas_with(
+        url,
+        &prefix.prefix,
+        2,
+        "[push]\nenabled = true\nallow_http = true\nallow = [\"127.0.0.1\"]\n",
+    );
+    let (a, b) = (&gws[0], &gws[1]);
+    let task = a
+        .send_task("/delay 1 later", json!({"returnImmediately": true}))
+        .await;
+    let id = task["id"].as_str().unwrap().to_string();
+    let made = b
+        .call(
+            "/a2a",
+            "CreateTaskPushNotificationConfig",
+            json!({"taskId": id, "id": "on-b", "url": rx.url}),
+        )
+        .await;
+    assert_eq!(made["result"]["id"], "on-b", "{made}");
+    let listed = a
+        .call(
+            "/a2a",
+            "ListTaskPushNotificationConfigs",
+            json!({"taskId": id}),
+        )
+        .await;
+    assert_eq!(listed["result"]["configs"][0]["id"], "on-b", "{listed}");
+    let got = rx.wait_final().await;
+    assert_eq!(
+        state_of(&got.last().unwrap().body).as_deref(),
+        Some("TASK_STATE_COMPLETED")
+    );
+    let deleted = a
+        .call(
+            "/a2a",
+            "DeleteTaskPushNotificationConfig",
+            json!({"taskId": id, "id": "on-b"}),
+        )
+        .await;
+    assert_eq!(deleted["result"], Value::Null, "{deleted}");
+    let listed = b
+        .call(
+            "/a2a",
+            "ListTaskPushNotificationConfigs",
+            json!({"taskId": id}),
+        )
+        .await;
+    assert_eq!(listed["result"]["configs"], json!([]), "{listed}");
 }

@@ -31,7 +31,7 @@ fn answers(url: &str) -> bool {
         .is_ok()
 }
 
-fn redis_url() -> &'static str {
+pub fn redis_url() -> &'static str {
     &REDIS
         .get_or_init(|| {
             let url =
@@ -98,13 +98,13 @@ fn free_port() -> u16 {
 }
 
 /// Deletes this test's keys (and only those) when dropped.
-struct Prefix {
+pub struct Prefix {
     url: String,
-    prefix: String,
+    pub prefix: String,
 }
 
 impl Prefix {
-    fn new(url: &str) -> Prefix {
+    pub fn new(url: &str) -> Prefix {
         Prefix {
             url: url.to_string(),
             prefix: format!("a2a-test-{}:", uuid::Uuid::new_v4()),
@@ -138,7 +138,7 @@ fn replicas(url: &str, prefix: &str, n: usize) -> Vec<Running> {
     replicas_with(url, prefix, n, "")
 }
 
-fn replicas_with(url: &str, prefix: &str, n: usize, extra: &str) -> Vec<Running> {
+pub fn replicas_with(url: &str, prefix: &str, n: usize, extra: &str) -> Vec<Running> {
     let gateway = format!("{}\n{extra}\n", config(url, prefix));
     (0..n)
         .map(|_| Running::start(&[("echo.toml", ECHO)], &gateway, "info"))
