@@ -47,6 +47,10 @@ pub(crate) enum BackendError {
     /// to retry, or, when the task exists already, the task fails with this reason.
     #[error("{0}")]
     Unavailable(String),
+    /// The message holds what this agent cannot take (a part it cannot read): the
+    /// caller's error (-32602) when no task exists yet, else the task fails with it.
+    #[error("{0}")]
+    Refused(String),
     #[error("the task was closed while the agent was still producing output")]
     SinkClosed(#[from] SinkClosed),
 }
