@@ -7,6 +7,7 @@
 mod actor;
 pub(crate) mod command;
 pub(crate) mod echo;
+pub(crate) mod openai;
 pub(crate) mod remote;
 mod sink;
 
@@ -131,6 +132,10 @@ impl Agent {
             BackendSpec::Command(cfg) => {
                 Backend::Local(Arc::new(command::CommandBackend::new(cfg.clone())))
             }
+            BackendSpec::OpenAi(cfg) => Backend::Local(Arc::new(openai::OpenAiBackend::new(
+                &def.name,
+                cfg.clone(),
+            )?)),
             BackendSpec::A2a(cfg) => Backend::Remote(Arc::new(RemoteAgent::new(
                 &def.name,
                 cfg.clone(),

@@ -6,6 +6,7 @@
 
 mod agents_d;
 mod diagnostics;
+mod openai;
 mod schema;
 
 use std::path::{Path, PathBuf};
@@ -15,6 +16,7 @@ use toml::Spanned;
 
 pub use agents_d::load_agents_dir;
 pub use diagnostics::{Diagnostic, Diagnostics};
+pub use openai::{ApiKey, OpenAiConfig};
 pub use schema::{schema, SchemaOf};
 
 /// Both files as read and checked, before anything is built from them (see `setup`).
@@ -658,6 +660,8 @@ pub enum BackendSpec {
     A2a(A2aConfig),
     /// A local program, one process per task.
     Command(CommandConfig),
+    /// An OpenAI-compatible chat completions endpoint.
+    OpenAi(OpenAiConfig),
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
