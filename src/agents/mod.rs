@@ -7,6 +7,7 @@
 mod actor;
 pub(crate) mod command;
 pub(crate) mod echo;
+pub(crate) mod openai;
 pub(crate) mod remote;
 mod sink;
 
@@ -47,6 +48,10 @@ pub(crate) enum BackendError {
     /// to retry, or, when the task exists already, the task fails with this reason.
     #[error("{0}")]
     Unavailable(String),
+    /// The message holds what this agent cannot take (a part it cannot read): the
+    /// caller's error (-32602) when no task exists yet, else the task fails with it.
+    #[error("{0}")]
+    Refused(String),
     #[error("the task was closed while the agent was still producing output")]
     SinkClosed(#[from] SinkClosed),
 }
@@ -127,6 +132,10 @@ impl Agent {
             BackendSpec::Command(cfg) => {
                 Backend::Local(Arc::new(command::CommandBackend::new(cfg.clone())))
             }
+            BackendSpec::OpenAi(cfg) => Backend::Local(Arc::new(openai::OpenAiBackend::new(
+                &def.name,
+                cfg.clone(),
+            )?)),
             BackendSpec::A2a(cfg) => Backend::Remote(Arc::new(RemoteAgent::new(
                 &def.name,
                 cfg.clone(),

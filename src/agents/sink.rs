@@ -10,10 +10,10 @@ use tokio_util::sync::CancellationToken;
 use super::Immediate;
 use crate::error::GatewayError;
 use crate::protocol::model::{
-    Artifact, Message, StreamItem, Task, TaskArtifactUpdateEvent, TaskEvent, TaskState, TaskStatus,
-    TaskStatusUpdateEvent,
+    Artifact, Message, Metadata, StreamItem, Task, TaskArtifactUpdateEvent, TaskEvent, TaskState,
+    TaskStatus, TaskStatusUpdateEvent,
 };
-use crate::tasks::{Applied, Tasks};
+use crate::tasks::{Applied, Tasks, Viewer};
 
 /// The task is finished (canceled, say) or could not be stored; the backend should stop.
 #[derive(Debug, thiserror::Error)]
@@ -186,14 +186,42 @@ impl EventSink {
         state: TaskState,
         message: Option<Message>,
     ) -> Result<(), SinkClosed> {
+        self.status_noted(state, message, None).await
+    }
+
+    /// [`Self::status`], adding `metadata` to the task's own (kept) and to the event.
+    pub(crate) async fn status_noted(
+        &mut self,
+        state: TaskState,
+        message: Option<Message>,
+        metadata: Option<Metadata>,
+    ) -> Result<(), SinkClosed> {
+        if let Some(entries) = &metadata {
+            self.ensure_task().await?;
+            if self.tasks.annotate(&self.task_id, entries) != Applied::Yes {
+                return Err(SinkClosed);
+            }
+        }
         let message = message.map(|m| m.placed(Some(&self.task_id), &self.context_id));
         let event = TaskEvent::Status(TaskStatusUpdateEvent {
             task_id: self.task_id.clone(),
             context_id: self.context_id.clone(),
             status: TaskStatus::now(state, message),
-            metadata: None,
+            metadata,
         });
         self.emit(event).await
+    }
+
+    /// The caller's earlier tasks with this agent in this task's context (not this task),
+    /// at most `limit`, oldest first: a conversation's past turns.
+    pub(crate) async fn earlier_in_context(&self, limit: usize) -> Result<Vec<Task>, GatewayError> {
+        let viewer = Viewer {
+            agent: &self.agent,
+            principal: &self.owner,
+        };
+        self.tasks
+            .context_tasks(viewer, &self.context_id, &self.task_id, limit)
+            .await
     }
 
     /// Adds or extends an artifact.

@@ -197,6 +197,12 @@ fn check_agent(
             &mut |offset, msg| diags.push(at(offset, msg)),
             text,
         ),
+        BackendSpec::OpenAi(cfg) => {
+            let report: &mut dyn FnMut(usize, String) =
+                &mut |offset, msg| diags.push(at(offset, msg));
+            check_headers(&mut cfg.headers, report, text);
+            cfg.check(&agent_dir(file), report, text);
+        }
         BackendSpec::Echo(_) => {}
     }
     for modes in [&raw.default_input_modes, &raw.default_output_modes]
@@ -311,6 +317,10 @@ fn check_what_reads(
                         check_command(&mut cfg, file, &mut report, text)
                     }
                     Ok(BackendSpec::A2a(mut cfg)) => check_a2a(&mut cfg, &mut report, text),
+                    Ok(BackendSpec::OpenAi(mut cfg)) => {
+                        check_headers(&mut cfg.headers, &mut report, text);
+                        cfg.check(&agent_dir(file), &mut report, text);
+                    }
                     Ok(BackendSpec::Echo(_)) => {}
                     Err(e) => report(value.span().start, e.message().trim().to_string()),
                 }
@@ -375,7 +385,17 @@ fn check_a2a(cfg: &mut A2aConfig, report: &mut dyn FnMut(usize, String), text: &
             report(find(key), format!("backend.{key} must be at least 1"));
         }
     }
-    for (name, value) in cfg.headers.iter_mut() {
+    check_headers(&mut cfg.headers, report, text);
+}
+
+/// Checks the `headers` of a backend that calls out over HTTP and expands `${VAR}` in them.
+fn check_headers(
+    headers: &mut BTreeMap<String, String>,
+    report: &mut dyn FnMut(usize, String),
+    text: &str,
+) {
+    let find = |needle: &str| text.find(needle).unwrap_or(0);
+    for (name, value) in headers.iter_mut() {
         if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
             report(
                 find(name),
@@ -416,10 +436,7 @@ fn check_command(
         );
         return;
     };
-    let base = file
-        .parent()
-        .map(absolute)
-        .unwrap_or_else(|| PathBuf::from("."));
+    let base = agent_dir(file);
     let cwd = match &cfg.cwd {
         Some(dir) => base.join(dir),
         None => base,
@@ -505,6 +522,13 @@ fn expand_env(value: &str) -> Result<String, String> {
     }
     out.push_str(rest);
     Ok(out)
+}
+
+/// The agent file's directory, absolute: what paths in the file are relative to.
+fn agent_dir(file: &Path) -> PathBuf {
+    file.parent()
+        .map(absolute)
+        .unwrap_or_else(|| PathBuf::from("."))
 }
 
 fn is_executable(path: &Path) -> bool {

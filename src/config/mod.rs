@@ -6,6 +6,7 @@
 
 mod agents_d;
 mod diagnostics;
+mod openai;
 mod push;
 mod schema;
 
@@ -16,6 +17,7 @@ use toml::Spanned;
 
 pub use agents_d::load_agents_dir;
 pub use diagnostics::{Diagnostic, Diagnostics};
+pub use openai::{ApiKey, OpenAiConfig};
 pub use push::{AllowEntry, PushSettings};
 pub use schema::{schema, SchemaOf};
 
@@ -663,6 +665,8 @@ pub enum BackendSpec {
     A2a(A2aConfig),
     /// A local program, one process per task.
     Command(CommandConfig),
+    /// An OpenAI-compatible chat completions endpoint.
+    OpenAi(OpenAiConfig),
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]

@@ -720,9 +720,11 @@ impl Job {
                 let _ = self.tx.send(Err(err)).await;
             }
             Ok(()) | Err(BackendError::SinkClosed(_)) => {}
-            Err(BackendError::Failed(reason) | BackendError::Unavailable(reason))
-                if probe.has_task() =>
-            {
+            Err(
+                BackendError::Failed(reason)
+                | BackendError::Unavailable(reason)
+                | BackendError::Refused(reason),
+            ) if probe.has_task() => {
                 // Through a sink, so the failure is stored, published and forwarded like
                 // any other event.
                 let (mut sink, _) = self.sink(None, &cancel);
@@ -735,6 +737,9 @@ impl Job {
                     .tx
                     .send(Err(GatewayError::InvalidAgentResponse(reason)))
                     .await;
+            }
+            Err(BackendError::Refused(reason)) => {
+                let _ = self.tx.send(Err(GatewayError::InvalidParams(reason))).await;
             }
             Err(BackendError::Unavailable(reason)) => {
                 let err = GatewayError::AgentUnavailable {

@@ -7,6 +7,7 @@
 
 #[cfg(test)]
 mod conformance;
+mod conversation;
 mod memory;
 pub(crate) mod page;
 

@@ -16,6 +16,7 @@ mod layout;
 mod legacy;
 mod lifecycle;
 mod limits;
+mod openai;
 mod operations;
 mod paths;
 mod peers;
