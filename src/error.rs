@@ -439,6 +439,19 @@ fn grpc_status_name(http: u16) -> &'static str {
     }
 }
 
+/// An error and its causes, joined, for the log (reqwest's and hyper's own text leaves the
+/// cause out).
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
 #[cfg(test)]
 mod table_tests {
     use super::*;

@@ -299,7 +299,7 @@ impl Pusher {
             }
         }
         let resp = req.send().await.map_err(|e| {
-            let why = root_cause(&e);
+            let why = crate::error::error_chain(&e);
             // The policy refusing every address does not change by retrying.
             let refused = why.contains("push.allow");
             Failure {
@@ -370,14 +370,4 @@ fn jittered(backoff: Duration) -> Duration {
     let _ = ring::rand::SystemRandom::new().fill(&mut byte);
     let fraction = f64::from(u16::from_le_bytes(byte)) / f64::from(u16::MAX);
     backoff.mul_f64(0.5 + fraction / 2.0)
-}
-
-fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text = format!("{text}: {s}");
-        source = s.source();
-    }
-    text
 }

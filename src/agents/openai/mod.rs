@@ -32,6 +32,7 @@ use tokio::time::Instant;
 use super::remote::sse::{SseDecoder, SseEvent};
 use super::{AgentBackend, BackendError, EventSink, Execution, SinkClosed};
 use crate::config::OpenAiConfig;
+use crate::error::error_chain;
 use crate::protocol::model::{Artifact, Message, Metadata, Part, TaskState};
 use wire::{ProviderError, Usage};
 
@@ -317,7 +318,7 @@ impl Inner {
                 .send()
                 .await
                 .map_err(|e| {
-                    tracing::warn!(agent = %self.agent, host = self.endpoint.host_str().unwrap_or(""), error = %chain(&e.without_url()), "the model provider could not be reached");
+                    tracing::warn!(agent = %self.agent, host = self.endpoint.host_str().unwrap_or(""), error = %error_chain(&e.without_url()), "the model provider could not be reached");
                     Failure::Unreachable
                 })?;
             let status = resp.status();
@@ -443,7 +444,7 @@ impl Inner {
                     Failure::Malformed
                 })?,
                 Some(Err(e)) => {
-                    tracing::warn!(agent = %self.agent, error = %chain(&e.without_url()), "the model provider's stream broke off");
+                    tracing::warn!(agent = %self.agent, error = %error_chain(&e.without_url()), "the model provider's stream broke off");
                     return Err(Failure::BrokeOff);
                 }
                 None => break false,
@@ -503,25 +504,17 @@ impl Inner {
 /// The body, up to `cap` bytes; more is an error.
 async fn read_capped(mut resp: reqwest::Response, cap: usize) -> Result<Vec<u8>, String> {
     let mut out = Vec::new();
-    while let Some(chunk) = resp.chunk().await.map_err(|e| chain(&e.without_url()))? {
+    while let Some(chunk) = resp
+        .chunk()
+        .await
+        .map_err(|e| error_chain(&e.without_url()))?
+    {
         if out.len() + chunk.len() > cap {
             return Err(format!("the body exceeds {cap} bytes"));
         }
         out.extend_from_slice(&chunk);
     }
     Ok(out)
-}
-
-/// An error and its causes, for the log (reqwest's own text leaves the cause out).
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
 }
 
 #[cfg(test)]
