@@ -285,20 +285,10 @@ impl<V: Recorded> BoundedMap<V> {
     /// Makes another replica's entry for `key` readable here (with a shared store; else
     /// nothing to do).
     pub(crate) async fn fetch(&self, key: &str) -> Result<(), GatewayError> {
-        let Some((shared, table)) = &self.shared else {
-            return Ok(());
-        };
         if self.map.get(key).is_some() {
             return Ok(());
         }
-        let found = shared
-            .record(*table, key)
-            .await
-            .map_err(GatewayError::StoreUnavailable)?;
-        if let Some(value) = found {
-            self.map.insert(key.to_string(), V::decode(value));
-        }
-        Ok(())
+        self.refresh(key).await
     }
 
     /// Reads `key` from the shared store again, whatever is known here (another replica

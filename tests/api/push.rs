@@ -196,6 +196,11 @@ async fn call(
     req.send().await.expect("call").json().await.expect("JSON")
 }
 
+/// A 1.0 call as alice, the owner of the tests' tasks.
+async fn as_alice(gw: &TestGateway, method: &str, params: Value) -> Value {
+    call(gw, "alice", Some("1.0"), method, params).await
+}
+
 fn message(text: &str) -> Value {
     json!({"role": "ROLE_USER", "parts": [{"text": text}], "messageId": uuid::Uuid::new_v4().to_string()})
 }
@@ -206,11 +211,7 @@ fn message_v03(text: &str) -> Value {
 
 /// A task left working for `secs` (returned at once), as alice.
 async fn slow_task(gw: &TestGateway, secs: f64) -> String {
-    let r = call(
-        gw,
-        "alice",
-        Some("1.0"),
-        "SendMessage",
+    let r = as_alice(gw, "SendMessage",
         json!({"message": message(&format!("/delay {secs} done")), "configuration": {"returnImmediately": true}}),
     )
     .await;
@@ -276,10 +277,8 @@ async fn every_method_in_every_dialect_and_binding() {
     let task = slow_task(&gw, 30.0).await;
 
     // 1.0 JSON-RPC.
-    let made = call(
+    let made = as_alice(
         &gw,
-        "alice",
-        Some("1.0"),
         "CreateTaskPushNotificationConfig",
         json!({"taskId": task, "id": "one", "url": rx.url, "token": "t1"}),
     )
@@ -289,30 +288,24 @@ async fn every_method_in_every_dialect_and_binding() {
         json!({"taskId": task, "id": "one", "url": rx.url, "token": "t1"}),
         "{made}"
     );
-    let got = call(
+    let got = as_alice(
         &gw,
-        "alice",
-        Some("1.0"),
         "GetTaskPushNotificationConfig",
         json!({"taskId": task, "id": "one"}),
     )
     .await;
     assert_eq!(got["result"]["url"], rx.url);
     // Without an id the gateway names it.
-    let unnamed = call(
+    let unnamed = as_alice(
         &gw,
-        "alice",
-        Some("1.0"),
         "CreateTaskPushNotificationConfig",
         json!({"taskId": task, "url": rx.url}),
     )
     .await;
     let unnamed_id = unnamed["result"]["id"].as_str().expect("an id").to_string();
     assert!(!unnamed_id.is_empty());
-    let list = call(
+    let list = as_alice(
         &gw,
-        "alice",
-        Some("1.0"),
         "ListTaskPushNotificationConfigs",
         json!({"taskId": task}),
     )
@@ -323,39 +316,31 @@ async fn every_method_in_every_dialect_and_binding() {
         "{list}"
     );
     assert_eq!(list["result"]["nextPageToken"], "");
-    let page = call(
+    let page = as_alice(
         &gw,
-        "alice",
-        Some("1.0"),
         "ListTaskPushNotificationConfigs",
         json!({"taskId": task, "pageSize": 1}),
     )
     .await;
     assert_eq!(page["result"]["configs"].as_array().unwrap().len(), 1);
     assert_eq!(page["result"]["nextPageToken"], "1");
-    let deleted = call(
+    let deleted = as_alice(
         &gw,
-        "alice",
-        Some("1.0"),
         "DeleteTaskPushNotificationConfig",
         json!({"taskId": task, "id": unnamed_id}),
     )
     .await;
     assert_eq!(deleted["result"], Value::Null, "{deleted}");
     // Delete is idempotent; a missing config is named.
-    let again = call(
+    let again = as_alice(
         &gw,
-        "alice",
-        Some("1.0"),
         "DeleteTaskPushNotificationConfig",
         json!({"taskId": task, "id": unnamed_id}),
     )
     .await;
     assert_eq!(again["result"], Value::Null, "{again}");
-    let missing = call(
+    let missing = as_alice(
         &gw,
-        "alice",
-        Some("1.0"),
         "GetTaskPushNotificationConfig",
         json!({"taskId": task, "id": unnamed_id}),
     )
@@ -379,10 +364,8 @@ async fn every_method_in_every_dialect_and_binding() {
         .await;
         assert_eq!(r["error"]["code"], -32001, "{method}: {r}");
     }
-    let r = call(
+    let r = as_alice(
         &gw,
-        "alice",
-        Some("1.0"),
         "CreateTaskPushNotificationConfig",
         json!({"taskId": "no-such-task", "url": rx.url}),
     )
@@ -558,7 +541,7 @@ async fn updates_arrive_in_order_in_the_dialect_of_each_config() {
     let v10 = Receiver::start("127.0.0.1", Answer::Ok).await;
     let v03 = Receiver::start("127.0.0.1", Answer::Ok).await;
     // 1.0: inline in the send; 0.3: set on the task just after.
-    let r = call(&gw, "alice", Some("1.0"), "SendMessage", json!({
+    let r = as_alice(&gw, "SendMessage", json!({
         "message": message("/delay 0.5 one two three"),
         "configuration": {"returnImmediately": true, "taskPushNotificationConfig": {"url": v10.url, "token": "tok-10"}},
     })).await;
@@ -639,10 +622,8 @@ async fn a_failing_receiver_is_retried_and_a_hanging_one_slows_nothing() {
         ("hanging", &hanging.url),
         ("fine", &fine.url),
     ] {
-        let r = call(
+        let r = as_alice(
             &gw,
-            "alice",
-            Some("1.0"),
             "CreateTaskPushNotificationConfig",
             json!({"taskId": task, "id": id, "url": url}),
         )
@@ -702,16 +683,14 @@ async fn a_gateway_signed_jwt_verifies_against_the_served_jwks() {
     let rx = Receiver::start("127.0.0.1", Answer::Ok).await;
     let basic = Receiver::start("127.0.0.1", Answer::Ok).await;
     let task = slow_task(&gw, 0.2).await;
-    let r = call(
+    let r = as_alice(
         &gw,
-        "alice",
-        Some("1.0"),
         "CreateTaskPushNotificationConfig",
         json!({"taskId": task, "id": "jwt", "url": rx.url, "authentication": {"scheme": "Bearer"}}),
     )
     .await;
     assert!(r.get("result").is_some(), "{r}");
-    let r = call(&gw, "alice", Some("1.0"), "CreateTaskPushNotificationConfig",
+    let r = as_alice(&gw, "CreateTaskPushNotificationConfig",
         json!({"taskId": task, "id": "basic", "url": basic.url, "authentication": {"scheme": "Basic", "credentials": "dTpw"}})).await;
     assert!(r.get("result").is_some(), "{r}");
     let got = rx.wait_final().await;
@@ -749,10 +728,8 @@ async fn a_gateway_signed_jwt_verifies_against_the_served_jwks() {
         .iter()
         .all(|g| g.header("authorization") == Some("Basic dTpw")));
     // A scheme other than Bearer needs credentials.
-    let r = call(
+    let r = as_alice(
         &gw,
-        "alice",
-        Some("1.0"),
         "CreateTaskPushNotificationConfig",
         json!({"taskId": task, "url": rx.url, "authentication": {"scheme": "Basic"}}),
     )
@@ -850,10 +827,8 @@ async fn redirects_are_not_followed() {
     let target = Receiver::start("127.0.0.2", Answer::Ok).await;
     let redirecting = Receiver::start("127.0.0.1", Answer::Redirect(target.url.clone())).await;
     let task = slow_task(&gw, 0.1).await;
-    let r = call(
+    let r = as_alice(
         &gw,
-        "alice",
-        Some("1.0"),
         "CreateTaskPushNotificationConfig",
         json!({"taskId": task, "url": redirecting.url}),
     )
@@ -1120,4 +1095,45 @@ async fn replicas_share_configs_and_notify_tasks_another_replica_runs() {
         )
         .await;
     assert_eq!(listed["result"]["configs"], json!([]), "{listed}");
+}
+
+/// `max_per_destination` caps the deliveries in flight to one host and port, whatever
+/// the number of configs pointing there.
+#[tokio::test]
+async fn deliveries_in_flight_to_one_destination_are_capped() {
+    let gw = gateway(
+        &[("echo.toml", ECHO)],
+        "[push]\nenabled = true\nallow_http = true\nallow = [\"127.0.0.1\"]\ntimeout_secs = 60\nmax_per_destination = 2\n",
+    )
+    .await;
+    let hanging = Receiver::start("127.0.0.1", Answer::Hang).await;
+    let task = gw.send_nonblocking(D::V10, "/delay 30 x").await;
+    for i in 0..4 {
+        let r = gw
+            .call(
+                "/a2a/agents/echo",
+                D::V10,
+                "CreateTaskPushNotificationConfig",
+                json!({"taskId": task["id"], "id": format!("c{i}"), "url": format!("{}?{i}", hanging.url)}),
+            )
+            .await;
+        assert!(r.body.get("result").is_some(), "{}", r.body);
+    }
+    // Only the first config's notification is queued yet (the task has not moved), so
+    // move it: each config now has an update waiting.
+    let cancel = gw
+        .call(
+            "/a2a/agents/echo",
+            D::V10,
+            "CancelTask",
+            json!({"id": task["id"]}),
+        )
+        .await;
+    assert!(cancel.body.get("result").is_some(), "{}", cancel.body);
+    hanging
+        .wait("two deliveries in flight", |got| got.len() >= 2)
+        .await;
+    // The others wait for a slot: none arrives while the two hang.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(hanging.got().len(), 2, "{:?}", hanging.got());
 }
