@@ -23,7 +23,8 @@ pub struct SendRequest {
     pub accepted_output_modes: Vec<String>,
     pub metadata: Option<super::model::Metadata>,
     /// A push notification config given with the send, for the task it starts.
-    pub push: Option<super::push::PushConfig>,
+    /// Boxed: a send is moved through several layers, and almost none has one.
+    pub push: Option<Box<super::push::PushConfig>>,
     /// The dialect the answer goes out in: an upstream speaking it too is relayed as is.
     pub reply_dialect: super::Dialect,
 }

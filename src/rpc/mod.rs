@@ -159,7 +159,8 @@ pub(crate) async fn dispatch(
                 let call = crate::protocol::push::read_call(op, dialect, params)?;
                 crate::telemetry::note_task(&call.task_id, None);
                 let task_id = call.task_id.clone();
-                let answer = service.push_call(agent, caller, op, call, None).await?;
+                // Boxed, so that the other methods' futures do not grow to its size.
+                let answer = Box::pin(service.push_call(agent, caller, op, call, None)).await?;
                 Ok(json(render_result(
                     &id,
                     push_answer(answer, dialect, &task_id),
@@ -191,7 +192,9 @@ pub(crate) fn send_request(p: SendParams, dialect: Dialect) -> Result<SendReques
         metadata: p.metadata,
         history_length: params::history_length(config.history_length, dialect)?,
         push: match config.push_notification_config.as_ref() {
-            Some(v) if !v.is_null() => Some(crate::protocol::push::read_inline(v, dialect)?),
+            Some(v) if !v.is_null() => {
+                Some(Box::new(crate::protocol::push::read_inline(v, dialect)?))
+            }
             _ => None,
         },
         message,

@@ -82,9 +82,7 @@ pub(super) async fn dispatch(
             call.task_id = names
                 .get(agent, caller, &name)
                 .ok_or_else(|| GatewayError::TaskNotFound(name.clone()))?;
-            let answer = service
-                .push_call(agent, caller, op, call, Some(&name))
-                .await?;
+            let answer = Box::pin(service.push_call(agent, caller, op, call, Some(&name))).await?;
             Ok(json(render_result(
                 id,
                 super::push_answer(answer, Dialect::V01, &name),

@@ -16,12 +16,11 @@ mod upstream;
 use std::sync::Arc;
 
 use futures_util::future::LocalBoxFuture;
-use futures_util::StreamExt;
 
 use crate::agents::{Agent, Backend};
 use crate::auth::Principal;
 use crate::error::GatewayError;
-use crate::protocol::model::{StreamItem, Task};
+use crate::protocol::model::Task;
 use crate::protocol::ops::{ItemStream, ListTasksResponse, SendRequest, SendResult};
 use crate::protocol::params::ListQuery;
 use crate::routing::{BoundedMap, ContextIndex};
@@ -197,24 +196,12 @@ impl A2aService {
         writer: Option<TaskWriter<'_>>,
     ) -> Result<Sent, GatewayError> {
         check_send(&req)?;
-        let Some(config) = req.push.clone() else {
-            return self.ops(agent).send(agent, caller, req, writer).await;
-        };
-        // A config refused sends nothing: checked before the message goes anywhere.
-        self.push.check(&config).await?;
-        let sent = self.ops(agent).send(agent, caller, req, None).await?;
-        let task = match &sent {
-            Sent::Result(SendResult::Task(task)) => Some(task.clone()),
-            Sent::Result(SendResult::Relayed(r)) => match &r.task_id {
-                Some(id) => self.get(agent, caller, id, None).await.ok(),
-                None => None,
-            },
-            _ => None,
-        };
-        if let Some(task) = task {
-            self.push_inline(agent, caller, task, config).await;
+        match req.push.is_some() {
+            // Boxed: the push path's future would otherwise make every send's larger
+            // (and copied), push or not.
+            true => Box::pin(self.send_pushing(agent, caller, req)).await,
+            false => self.ops(agent).send(agent, caller, req, writer).await,
         }
-        Ok(sent)
     }
 
     /// `SendStreamingMessage` / `message/stream`: the task (or one Message) first, then
@@ -226,17 +213,10 @@ impl A2aService {
         req: SendRequest,
     ) -> Result<ItemStream, GatewayError> {
         check_send(&req)?;
-        let Some(config) = req.push.clone() else {
-            return self.ops(agent).stream(agent, caller, req).await;
-        };
-        self.push.check(&config).await?;
-        let mut items = self.ops(agent).stream(agent, caller, req).await?;
-        // The task is known from the stream's first item; the caller gets it unchanged.
-        let first = items.next().await;
-        if let Some(Ok(StreamItem::Task(task))) = &first {
-            self.push_inline(agent, caller, task.clone(), config).await;
+        match req.push.is_some() {
+            true => Box::pin(self.stream_pushing(agent, caller, req)).await,
+            false => self.ops(agent).stream(agent, caller, req).await,
         }
-        Ok(Box::pin(futures_util::stream::iter(first).chain(items)))
     }
 
     /// `GetTask` / `tasks/get`.

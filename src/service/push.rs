@@ -16,12 +16,12 @@ use dashmap::DashMap;
 use futures_util::StreamExt;
 use subtle::ConstantTimeEq;
 
-use super::A2aService;
+use super::{A2aService, Sent};
 use crate::agents::{Agent, RemoteAgent};
 use crate::auth::Principal;
 use crate::error::GatewayError;
 use crate::protocol::model::{StreamItem, Task, TaskEvent};
-use crate::protocol::ops::ItemStream;
+use crate::protocol::ops::{ItemStream, SendRequest, SendResult};
 use crate::protocol::push::{PushCall, PushConfig, PushOp};
 use crate::protocol::Dialect;
 use crate::push::{Authorization, Notification, Pusher, Target};
@@ -33,6 +33,9 @@ pub(crate) const RELAY_PATH: &str = "/a2a/push";
 
 /// How many tasks' configs are remembered (the least used are forgotten first).
 const CONFIGS_CAPACITY: usize = 100_000;
+
+/// Failed reads in a row after which an upstream task is no longer polled.
+const MAX_POLL_FAILURES: u32 = 30;
 
 /// Upstream tasks relayed at once; more are followed instead.
 const MAX_RELAYS: usize = 100_000;
@@ -70,7 +73,7 @@ struct Relay {
     token: String,
     remote: Arc<RemoteAgent>,
     /// The task as the notifications so far made it (0.3 and 0.1 receivers get it whole).
-    task: Mutex<Task>,
+    task: Mutex<Option<Task>>,
 }
 
 impl Push {
@@ -167,7 +170,7 @@ impl Shared {
             let Some(now) = applied(&mut task, &item) else {
                 continue;
             };
-            self.notify(&task_id, &item, &now).await;
+            self.notify(&task_id, &item, now).await;
             if item.finishes_task() {
                 break;
             }
@@ -183,13 +186,22 @@ impl Shared {
         mut task: Task,
         every: Duration,
     ) {
+        let mut failures = 0;
         loop {
             tokio::time::sleep(every).await;
             let now = match remote.get(&task_id, None).await {
-                Ok(now) => now,
-                Err(e) => {
+                Ok(now) => {
+                    failures = 0;
+                    now
+                }
+                Err(e) if failures < MAX_POLL_FAILURES => {
+                    failures += 1;
                     tracing::debug!(task = %task_id, error = %e, "push: polling the upstream task");
                     continue;
+                }
+                Err(e) => {
+                    tracing::warn!(task = %task_id, error = %e, "push: the upstream task cannot be read; no longer polled");
+                    break;
                 }
             };
             if now.status != task.status || now.artifacts != task.artifacts {
@@ -208,15 +220,15 @@ impl Shared {
     }
 }
 
-/// The task after `item`, given the task before it (None until the first task).
-fn applied(task: &mut Option<Task>, item: &StreamItem) -> Option<Task> {
+/// Applies `item` to the task (None until the first task arrives): the task after it.
+fn applied<'t>(task: &'t mut Option<Task>, item: &StreamItem) -> Option<&'t Task> {
     match (item, task.as_mut()) {
         (StreamItem::Task(t), _) => *task = Some(t.clone()),
         (StreamItem::StatusUpdate(s), Some(t)) => t.apply(&TaskEvent::Status(s.clone())),
         (StreamItem::ArtifactUpdate(a), Some(t)) => t.apply(&TaskEvent::Artifact(a.clone())),
         _ => return None,
     }
-    task.clone()
+    task.as_ref()
 }
 
 fn send(pusher: &Arc<Pusher>, task_id: &str, config: &PushConfig, item: &StreamItem, task: &Task) {
@@ -367,9 +379,56 @@ impl A2aService {
         }
     }
 
+    /// A send with a config: the config is checked before the message goes anywhere (a
+    /// refused one sends nothing), then kept for the task the send answers with.
+    pub(super) async fn send_pushing(
+        &self,
+        agent: &Arc<Agent>,
+        caller: &Principal,
+        mut req: SendRequest,
+    ) -> Result<Sent, GatewayError> {
+        let Some(config) = req.push.take() else {
+            return self.ops(agent).send(agent, caller, req, None).await;
+        };
+        self.push.check(&config).await?;
+        let sent = self.ops(agent).send(agent, caller, req, None).await?;
+        let task = match &sent {
+            Sent::Result(SendResult::Task(task)) => Some(task.clone()),
+            Sent::Result(SendResult::Relayed(r)) => match &r.task_id {
+                Some(id) => self.get(agent, caller, id, None).await.ok(),
+                None => None,
+            },
+            _ => None,
+        };
+        if let Some(task) = task {
+            self.push_inline(agent, caller, task, *config).await;
+        }
+        Ok(sent)
+    }
+
+    /// [`Self::send_pushing`] for a streamed send: the task is known from the stream's
+    /// first item, which the caller gets unchanged.
+    pub(super) async fn stream_pushing(
+        &self,
+        agent: &Arc<Agent>,
+        caller: &Principal,
+        mut req: SendRequest,
+    ) -> Result<ItemStream, GatewayError> {
+        let Some(config) = req.push.take() else {
+            return self.ops(agent).stream(agent, caller, req).await;
+        };
+        self.push.check(&config).await?;
+        let mut items = self.ops(agent).stream(agent, caller, req).await?;
+        let first = items.next().await;
+        if let Some(Ok(StreamItem::Task(task))) = &first {
+            self.push_inline(agent, caller, task.clone(), *config).await;
+        }
+        Ok(Box::pin(futures_util::stream::iter(first).chain(items)))
+    }
+
     /// Stores a config a send gave inline for the task it started (or continued), and
     /// starts notifying it. The config was checked before the send.
-    pub(crate) async fn push_inline(
+    async fn push_inline(
         &self,
         agent: &Arc<Agent>,
         caller: &Principal,
@@ -470,7 +529,7 @@ impl A2aService {
             task_id: task.id.clone(),
             token: token.clone(),
             remote: remote.clone(),
-            task: Mutex::new(task.clone()),
+            task: Mutex::new(Some(task.clone())),
         });
         self.push.shared.relays.insert(secret.clone(), relay);
         let registered = remote.register_webhook(&task.id, &url, &token).await;
@@ -504,12 +563,8 @@ impl A2aService {
         let item = relay.remote.read_pushed(body)?;
         let now = {
             let mut task = relay.task.lock().unwrap_or_else(PoisonError::into_inner);
-            let mut current = Some(task.clone());
-            match applied(&mut current, &item) {
-                Some(now) => {
-                    *task = now.clone();
-                    now
-                }
+            match applied(&mut task, &item) {
+                Some(now) => now.clone(),
                 None => return Ok(()),
             }
         };
