@@ -307,6 +307,15 @@ impl<V: Recorded> BoundedMap<V> {
         Ok(())
     }
 
+    /// [`Self::insert`], returning once a shared store holds it, where other replicas and
+    /// this one's next [`Self::refresh`] read it.
+    pub(crate) async fn insert_shared(&self, key: &str, value: V) {
+        self.insert(key, value);
+        if let (Some((journal, _)), Some(_)) = (&self.journal, &self.shared) {
+            let _ = journal.barrier().await;
+        }
+    }
+
     pub(crate) fn insert(&self, key: &str, value: V) {
         if let Some((journal, table)) = &self.journal {
             journal.record(*table, key, value.encode());

@@ -144,7 +144,11 @@ pub fn read_call(
                 Dialect::V10 => p.id.clone(),
                 _ => None,
             });
-            Some(config_of(Fields { id, ..fields }, dialect, "params")?)
+            let mut config = config_of(Fields { id, ..fields }, dialect, "params")?;
+            if config.id.is_empty() {
+                config.id.clone_from(&task_id);
+            }
+            Some(config)
         }
         _ => None,
     };
@@ -205,7 +209,10 @@ fn config_of(f: Fields, dialect: Dialect, at: &str) -> Result<PushConfig, Gatewa
             return Err(bad("id", "must be 1 to 256 characters"))
         }
         Some(id) => id,
-        None => uuid::Uuid::new_v4().to_string(),
+        None if dialect == Dialect::V10 => uuid::Uuid::new_v4().to_string(),
+        // 0.1 has one config per task, and 0.3's SDKs name an unnamed one after its task:
+        // setting another replaces it. Empty here: the caller fills in the task's id.
+        None => String::new(),
     };
     let (schemes, credentials) = match f.authentication {
         None => (Vec::new(), None),

@@ -160,6 +160,11 @@ impl Pusher {
                 continue;
             }
             let starts = !std::mem::replace(&mut state.started, true);
+            // A newer final state supersedes one still waiting (a config made again for a
+            // finished task, say): one is kept, so finals cannot pile up either.
+            if note.last {
+                state.pending.retain(|(_, n)| !n.last);
+            }
             state.pending.push_back((target, note));
             if state.pending.len() > self.settings.max_queued_per_config {
                 // The oldest update that is not the task's last goes.
@@ -299,7 +304,8 @@ impl Pusher {
             }
         }
         let resp = req.send().await.map_err(|e| {
-            let why = crate::error::error_chain(&e);
+            // Without the URL: its path or query may hold the receiver's secret.
+            let why = crate::error::error_chain(&e.without_url());
             // The policy refusing every address does not change by retrying.
             let refused = why.contains("push.allow");
             Failure {

@@ -49,16 +49,17 @@ impl Policy {
         match url.host() {
             Some(Host::Domain(name)) if !self.host_allowed(name) => {
                 let port = url.port_or_known_default().unwrap_or(443);
-                let found = lookup(name, port).await.map_err(|e| {
-                    format!("the host {name} does not resolve ({e}); nothing was sent")
-                })?;
-                for addr in found {
-                    if let Some(kind) = self.refused(addr.ip()) {
-                        return Err(format!(
-                            "the host {name} resolves to {}, a {kind} address, which push.allow does not name",
-                            addr.ip()
-                        ));
-                    }
+                let found = tokio::time::timeout(LOOKUP_TIMEOUT, lookup(name, port))
+                    .await
+                    .map_err(|_| {
+                        format!("the host {name} did not resolve in time; nothing was sent")
+                    })?
+                    .map_err(|_| format!("the host {name} does not resolve; nothing was sent"))?;
+                // The kind of address only: the caller learns nothing of the network.
+                if let Some(kind) = found.iter().find_map(|a| self.refused(a.ip())) {
+                    return Err(format!(
+                        "the host {name} resolves to a {kind} address, which push.allow does not name"
+                    ));
                 }
             }
             _ => {}
@@ -135,8 +136,9 @@ fn embedded_v4(ip: IpAddr) -> Option<Ipv4Addr> {
     match s {
         // ::a.b.c.d (deprecated "compatible" form), but not :: and ::1 themselves.
         [0, 0, 0, 0, 0, 0, _, _] if u32::from(low) > 1 => Some(low),
-        // NAT64 (64:ff9b::/96), which routes to the IPv4 address inside.
-        [0x64, 0xff9b, 0, 0, 0, 0, _, _] => Some(low),
+        // NAT64 (64:ff9b::/96, and the local-use 64:ff9b:1::/48), which route to the IPv4
+        // address inside.
+        [0x64, 0xff9b, 0, 0, 0, 0, _, _] | [0x64, 0xff9b, 1, ..] => Some(low),
         // 6to4 (2002:aabb:ccdd::/48).
         [0x2002, hi, lo, ..] => Some(Ipv4Addr::new(
             (hi >> 8) as u8,
@@ -165,6 +167,8 @@ fn non_public_v4(v4: Ipv4Addr) -> Option<&'static str> {
         _ if v4.is_loopback() => "loopback",
         _ if v4.is_unspecified() || a == 0 => "unspecified",
         (169, 254, 169) if v4.octets()[3] == 254 => "metadata",
+        // Azure's host endpoint (wire server), which serves the instance's secrets.
+        (168, 63, 129) if v4.octets()[3] == 16 => "metadata",
         _ if v4.is_link_local() => "link-local",
         _ if v4.is_private() => "private",
         // Carrier-grade NAT (100.64.0.0/10) is private to a provider.
@@ -197,6 +201,9 @@ fn non_public_v6(v6: Ipv6Addr) -> Option<&'static str> {
         _ => return None,
     })
 }
+
+/// How long a webhook's name may take to resolve when a config is made.
+const LOOKUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 
 async fn lookup(name: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
     Ok(tokio::net::lookup_host((name, port)).await?.collect())
@@ -276,6 +283,8 @@ mod tests {
             "http://[::ffff:169.254.169.254]/",
             "http://[::127.0.0.1]/",
             "http://[64:ff9b::a00:1]/",
+            "http://[64:ff9b:1::a9fe:a9fe]/",
+            "http://168.63.129.16/",
             "http://[2002:a00:1::]/",
             "http://[fe80::1]/",
             "http://[fd00:ec2::254]/",

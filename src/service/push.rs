@@ -9,7 +9,7 @@
 //!
 //! Every update goes to each config in the dialect it was made in, through [`Pusher`].
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -34,6 +34,12 @@ pub(crate) const RELAY_PATH: &str = "/a2a/push";
 /// How many tasks' configs are remembered (the least used are forgotten first).
 const CONFIGS_CAPACITY: usize = 100_000;
 
+/// Locks a task's configs change under (a task's is chosen by its id).
+const LOCK_STRIPES: usize = 64;
+
+/// How long an upstream task is polled at the most (one left waiting for input, say).
+const MAX_POLL: Duration = Duration::from_secs(24 * 3600);
+
 /// Failed reads in a row after which an upstream task is no longer polled.
 const MAX_POLL_FAILURES: u32 = 30;
 
@@ -52,6 +58,9 @@ pub(crate) struct Push {
     /// None while push is off.
     pusher: Option<Arc<Pusher>>,
     shared: Arc<Shared>,
+    /// A task's configs change under one of these (chosen by the task's id), so that two
+    /// calls at once do not each write back what the other did not see.
+    locks: Vec<tokio::sync::Mutex<()>>,
     /// The base URL upstreams reach the gateway's webhooks at.
     relay_url: Option<String>,
 }
@@ -67,13 +76,34 @@ struct Shared {
     pusher: Option<Arc<Pusher>>,
 }
 
+/// A task's entry in `watched` while its watcher is being set up: removed if the setup
+/// ends (or is dropped) without handing the task to a watcher, which removes it itself.
+struct Watching<'a> {
+    watched: &'a DashMap<String, (), ahash::RandomState>,
+    id: Option<String>,
+}
+
+impl Watching<'_> {
+    fn handed_over(&mut self) {
+        self.id = None;
+    }
+}
+
+impl Drop for Watching<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            self.watched.remove(&id);
+        }
+    }
+}
+
 /// One task whose upstream pushes to the gateway.
 struct Relay {
     task_id: String,
     token: String,
     remote: Arc<RemoteAgent>,
     /// The task as the notifications so far made it (0.3 and 0.1 receivers get it whole).
-    task: Mutex<Option<Task>>,
+    task: tokio::sync::Mutex<Option<Task>>,
 }
 
 impl Push {
@@ -86,8 +116,56 @@ impl Push {
                 pusher: pusher.clone(),
             }),
             pusher,
+            locks: (0..LOCK_STRIPES)
+                .map(|_| tokio::sync::Mutex::new(()))
+                .collect(),
             relay_url: relay_url.map(|u| u.trim_end_matches('/').to_string()),
         }
+    }
+
+    fn lock(&self, task_id: &str) -> &tokio::sync::Mutex<()> {
+        let hash = ahash::RandomState::with_seeds(1, 2, 3, 4).hash_one(task_id);
+        &self.locks[(hash % LOCK_STRIPES as u64) as usize]
+    }
+
+    /// Adds `config` to the task's (replacing one of the same id), under the task's lock;
+    /// refused past `max_configs_per_task`.
+    async fn add(&self, task_id: &str, config: &PushConfig) -> Result<(), GatewayError> {
+        let max = self.pusher()?.settings().max_configs_per_task;
+        let _changing = self.lock(task_id).lock().await;
+        let mut configs = self.configs(task_id).await?;
+        let held = configs.len();
+        match configs.iter_mut().find(|c| c.id == config.id) {
+            Some(same) => {
+                *same = config.clone();
+                // What waits for the old one goes to its old URL no more.
+                if let Some(pusher) = &self.pusher {
+                    pusher.forget(task_id, &config.id);
+                }
+            }
+            None if held >= max => {
+                return Err(GatewayError::InvalidParams(format!(
+                    "task {task_id} has the maximum of {max} push notification configs; delete one first"
+                )))
+            }
+            None => configs.push(config.clone()),
+        }
+        self.shared.keep(task_id, &configs).await;
+        Ok(())
+    }
+
+    /// Deletes the config `id` of the task, if it has one.
+    async fn remove(&self, task_id: &str, id: &str) -> Result<(), GatewayError> {
+        let _changing = self.lock(task_id).lock().await;
+        let mut configs = self.configs(task_id).await?;
+        if configs.iter().any(|c| c.id == id) {
+            configs.retain(|c| c.id != id);
+            self.shared.keep(task_id, &configs).await;
+            if let Some(pusher) = &self.pusher {
+                pusher.forget(task_id, id);
+            }
+        }
+        Ok(())
     }
 
     pub(crate) fn enabled(&self) -> bool {
@@ -123,6 +201,30 @@ impl Push {
         Ok(())
     }
 
+    /// Refuses, before a follow-up is sent, a config its task has no room for.
+    async fn check_room(
+        &self,
+        task_id: Option<&str>,
+        config: &PushConfig,
+    ) -> Result<(), GatewayError> {
+        let Some(task_id) = task_id.filter(|t| !t.is_empty()) else {
+            return Ok(());
+        };
+        let max = self.pusher()?.settings().max_configs_per_task;
+        let id = if config.id.is_empty() {
+            task_id
+        } else {
+            &config.id
+        };
+        let configs = self.configs(task_id).await?;
+        if configs.len() >= max && !configs.iter().any(|c| c.id == id) {
+            return Err(GatewayError::InvalidParams(format!(
+                "task {task_id} has the maximum of {max} push notification configs; delete one first"
+            )));
+        }
+        Ok(())
+    }
+
     async fn configs(&self, task_id: &str) -> Result<Vec<PushConfig>, GatewayError> {
         // Another replica may have changed them since they were read here.
         self.shared.configs.refresh(task_id).await?;
@@ -138,9 +240,10 @@ impl Shared {
             .unwrap_or_default()
     }
 
-    fn keep(&self, task_id: &str, configs: &[PushConfig]) {
+    /// Stores the task's configs; with a shared store, returns once it holds them.
+    async fn keep(&self, task_id: &str, configs: &[PushConfig]) {
         if let Ok(json) = serde_json::to_string(configs) {
-            self.configs.insert(task_id, json);
+            self.configs.insert_shared(task_id, json).await;
         }
     }
 
@@ -156,9 +259,16 @@ impl Shared {
         }
     }
 
-    /// Follows `items` (a subscription, starting with the task) to the task's end.
-    async fn follow(self: Arc<Self>, task_id: String, mut items: ItemStream) {
+    /// Follows `items` (a subscription, starting with the task) to the task's end; an
+    /// upstream task whose subscription ends before that is polled from there (`fallback`).
+    async fn follow(
+        self: Arc<Self>,
+        task_id: String,
+        mut items: ItemStream,
+        fallback: Option<(Arc<RemoteAgent>, Duration)>,
+    ) {
         let mut task: Option<Task> = None;
+        let mut finished = false;
         while let Some(item) = items.next().await {
             let item = match item {
                 Ok(item) => item,
@@ -172,10 +282,18 @@ impl Shared {
             };
             self.notify(&task_id, &item, now).await;
             if item.finishes_task() {
+                finished = true;
                 break;
             }
         }
-        self.watched.remove(&task_id);
+        match (finished, fallback, task) {
+            (false, Some((remote, every)), Some(task)) => {
+                Box::pin(self.poll(task_id, remote, task, every)).await;
+            }
+            _ => {
+                self.watched.remove(&task_id);
+            }
+        }
     }
 
     /// Polls an upstream task that can neither stream nor push, notifying each change.
@@ -187,8 +305,13 @@ impl Shared {
         every: Duration,
     ) {
         let mut failures = 0;
+        let until = tokio::time::Instant::now() + MAX_POLL;
         loop {
             tokio::time::sleep(every).await;
+            if tokio::time::Instant::now() > until {
+                tracing::warn!(task = %task_id, "push: the upstream task has not finished in a day; no longer polled");
+                break;
+            }
             let now = match remote.get(&task_id, None).await {
                 Ok(now) => {
                     failures = 0;
@@ -312,31 +435,21 @@ impl A2aService {
         name: Option<&str>,
     ) -> Result<PushAnswer, GatewayError> {
         let push = &self.push;
-        let max = push.pusher()?.settings().max_configs_per_task;
+        push.check_enabled()?;
         let task = self.get(agent, caller, &call.task_id, Some(0)).await?;
-        let mut configs = push.configs(&call.task_id).await?;
+        if op == PushOp::Set {
+            let mut config = call
+                .config
+                .ok_or_else(|| GatewayError::InvalidParams("params: no config given".into()))?;
+            config.name = name.map(str::to_string);
+            push.check(&config).await?;
+            push.add(&call.task_id, &config).await?;
+            self.watch(agent, caller, task, &config).await;
+            return Ok(PushAnswer::Config(config));
+        }
+        let configs = push.configs(&call.task_id).await?;
         match op {
-            PushOp::Set => {
-                let mut config = call
-                    .config
-                    .ok_or_else(|| GatewayError::InvalidParams("params: no config given".into()))?;
-                config.name = name.map(str::to_string);
-                push.check(&config).await?;
-                let held = configs.len();
-                match configs.iter_mut().find(|c| c.id == config.id) {
-                    Some(same) => *same = config.clone(),
-                    None if held >= max => {
-                        return Err(GatewayError::InvalidParams(format!(
-                            "task {} has the maximum of {max} push notification configs; delete one first",
-                            call.task_id
-                        )))
-                    }
-                    None => configs.push(config.clone()),
-                }
-                push.shared.keep(&call.task_id, &configs);
-                self.watch(agent, caller, task, &config).await;
-                Ok(PushAnswer::Config(config))
-            }
+            PushOp::Set => Err(GatewayError::Internal("a set taken for a read".into())),
             PushOp::Get => {
                 let found = match &call.config_id {
                     Some(id) => configs.into_iter().find(|c| &c.id == id),
@@ -367,13 +480,7 @@ impl A2aService {
                     )
                 })?;
                 // Deleting what is not there succeeds: the config is gone either way.
-                if configs.iter().any(|c| c.id == id) {
-                    configs.retain(|c| c.id != id);
-                    push.shared.keep(&call.task_id, &configs);
-                    if let Some(pusher) = &push.pusher {
-                        pusher.forget(&call.task_id, &id);
-                    }
-                }
+                push.remove(&call.task_id, &id).await?;
                 Ok(PushAnswer::Deleted)
             }
         }
@@ -391,6 +498,9 @@ impl A2aService {
             return self.ops(agent).send(agent, caller, req, None).await;
         };
         self.push.check(&config).await?;
+        self.push
+            .check_room(req.message.task_id.as_deref(), &config)
+            .await?;
         let sent = self.ops(agent).send(agent, caller, req, None).await?;
         let task = match &sent {
             Sent::Result(SendResult::Task(task)) => Some(task.clone()),
@@ -418,6 +528,9 @@ impl A2aService {
             return self.ops(agent).stream(agent, caller, req).await;
         };
         self.push.check(&config).await?;
+        self.push
+            .check_room(req.message.task_id.as_deref(), &config)
+            .await?;
         let mut items = self.ops(agent).stream(agent, caller, req).await?;
         let first = items.next().await;
         if let Some(Ok(StreamItem::Task(task))) = &first {
@@ -433,16 +546,15 @@ impl A2aService {
         agent: &Arc<Agent>,
         caller: &Principal,
         task: Task,
-        config: PushConfig,
+        mut config: PushConfig,
     ) {
-        let push = &self.push;
-        let Ok(mut configs) = push.configs(&task.id).await else {
-            tracing::warn!(task = %task.id, "push: the store did not answer; the send's config was not kept");
+        if config.id.is_empty() {
+            config.id.clone_from(&task.id);
+        }
+        if let Err(e) = self.push.add(&task.id, &config).await {
+            tracing::warn!(task = %task.id, error = %e, "push: the send's config was not kept");
             return;
-        };
-        configs.retain(|c| c.id != config.id);
-        configs.push(config.clone());
-        push.shared.keep(&task.id, &configs);
+        }
         self.watch(agent, caller, task, &config).await;
     }
 
@@ -457,15 +569,29 @@ impl A2aService {
             return;
         }
         if push.shared.watched.insert(id.clone(), ()).is_some() {
+            // Its watcher reads the configs at each update, this one included, unless the
+            // task finished in the meantime: then the final state is sent here.
+            if let Ok(now) = self.get(agent, caller, &id, None).await {
+                if now.status.state.is_terminal() {
+                    send(pusher, &id, config, &StreamItem::Task(now.clone()), &now);
+                }
+            }
             return;
         }
+        // Until a watcher is under way, the entry goes with this call (which its caller
+        // may drop at any await).
+        let mut entry = Watching {
+            watched: &push.shared.watched,
+            id: Some(id.clone()),
+        };
         let shared = push.shared.clone();
+        let every = Duration::from_secs(pusher.settings().poll_interval_secs);
         if let Some(remote) = agent.remote().cloned() {
             // Each relay is kept until its task ends upstream; past this many, watch.
             if remote.pushes() && push.shared.relays.len() < MAX_RELAYS {
                 if let Some(base) = &push.relay_url {
                     match self.relay(&remote, base, &task).await {
-                        Ok(()) => return,
+                        Ok(()) => return entry.handed_over(),
                         Err(e) => {
                             tracing::warn!(task = %id, agent = %agent.name, error = %e, "push: the upstream did not take the gateway's webhook; watching the task instead")
                         }
@@ -474,21 +600,23 @@ impl A2aService {
             }
             if remote.streams() {
                 if let Ok(items) = self.subscribe(agent, caller, &id).await {
-                    tokio::spawn(shared.follow(id, items));
-                    return;
+                    // Upstreams may end a subscription early (at input-required, say):
+                    // polled from there.
+                    tokio::spawn(shared.follow(id, items, Some((remote, every))));
+                    return entry.handed_over();
                 }
             }
-            let every = Duration::from_secs(pusher.settings().poll_interval_secs);
             tokio::spawn(shared.poll(id, remote, task, every));
-            return;
+            return entry.handed_over();
         }
         match self.subscribe(agent, caller, &id).await {
             Ok(items) => {
-                tokio::spawn(shared.follow(id, items));
+                tokio::spawn(shared.follow(id, items, None));
+                entry.handed_over();
             }
             Err(e) => {
+                drop(entry);
                 // Finished meanwhile: what it finished as is the one notification left.
-                shared.watched.remove(&id);
                 if let Ok(now) = self.get(agent, caller, &id, None).await {
                     let item = StreamItem::Task(now.clone());
                     shared.notify(&id, &item, &now).await;
@@ -529,7 +657,7 @@ impl A2aService {
             task_id: task.id.clone(),
             token: token.clone(),
             remote: remote.clone(),
-            task: Mutex::new(Some(task.clone())),
+            task: tokio::sync::Mutex::new(Some(task.clone())),
         });
         self.push.shared.relays.insert(secret.clone(), relay);
         let registered = remote.register_webhook(&task.id, &url, &token).await;
@@ -561,14 +689,23 @@ impl A2aService {
             });
         }
         let item = relay.remote.read_pushed(body)?;
-        let now = {
-            let mut task = relay.task.lock().unwrap_or_else(PoisonError::into_inner);
-            match applied(&mut task, &item) {
-                Some(now) => now.clone(),
-                None => return Ok(()),
-            }
+        let about = match &item {
+            StreamItem::Task(t) => Some(&t.id),
+            StreamItem::StatusUpdate(s) => Some(&s.task_id),
+            StreamItem::ArtifactUpdate(a) => Some(&a.task_id),
+            StreamItem::Message(_) => None,
         };
-        shared.notify(&relay.task_id, &item, &now).await;
+        if about.is_some_and(|id| *id != relay.task_id) {
+            return Err(GatewayError::InvalidParams(
+                "the notification is about another task than this webhook's".into(),
+            ));
+        }
+        // Held while the update is queued: notifications arriving at once keep their order.
+        let mut task = relay.task.lock().await;
+        let Some(now) = applied(&mut task, &item) else {
+            return Ok(());
+        };
+        shared.notify(&relay.task_id, &item, now).await;
         if now.status.state.is_terminal() {
             shared.relays.remove(secret);
             shared.watched.remove(&relay.task_id);

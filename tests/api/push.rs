@@ -1137,3 +1137,108 @@ async fn deliveries_in_flight_to_one_destination_are_capped() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(hanging.got().len(), 2, "{:?}", hanging.got());
 }
+
+/// 0.1 has one config per task and 0.3's SDKs name an unnamed config after its task:
+/// setting again replaces it. A task's cap holds for configs given with follow-ups too.
+#[tokio::test]
+async fn unnamed_configs_replace_and_the_cap_holds_for_follow_ups() {
+    let gw = push_gateway().await;
+    let (a, b) = (
+        Receiver::start("127.0.0.1", Answer::Ok).await,
+        Receiver::start("127.0.0.1", Answer::Ok).await,
+    );
+    let name = format!("mine-{}", uuid::Uuid::new_v4());
+    let sent = call(&gw, "alice", None, "tasks/send",
+        json!({"id": name, "message": {"role": "user", "parts": [{"type": "text", "text": "/delay 30 x"}]}, "configuration": {"blocking": false}})).await;
+    assert!(sent.get("result").is_some(), "{sent}");
+    for url in [&a.url, &b.url] {
+        let set = call(
+            &gw,
+            "alice",
+            None,
+            "tasks/pushNotification/set",
+            json!({"id": name, "pushNotificationConfig": {"url": url}}),
+        )
+        .await;
+        assert!(set.get("result").is_some(), "{set}");
+    }
+    let got = call(
+        &gw,
+        "alice",
+        None,
+        "tasks/pushNotification/get",
+        json!({"id": name}),
+    )
+    .await;
+    assert_eq!(
+        got["result"]["pushNotificationConfig"]["url"],
+        b.url.as_str(),
+        "{got}"
+    );
+
+    let task = slow_task(&gw, 30.0).await;
+    for url in [&a.url, &b.url] {
+        let set = call(
+            &gw,
+            "alice",
+            None,
+            "tasks/pushNotificationConfig/set",
+            json!({"taskId": task, "pushNotificationConfig": {"url": url}}),
+        )
+        .await;
+        assert_eq!(
+            set["result"]["pushNotificationConfig"]["id"],
+            task.as_str(),
+            "{set}"
+        );
+    }
+    let list = call(
+        &gw,
+        "alice",
+        None,
+        "tasks/pushNotificationConfig/list",
+        json!({"id": task}),
+    )
+    .await;
+    assert_eq!(list["result"].as_array().map(Vec::len), Some(1), "{list}");
+
+    // Nine more fill the task's ten; a follow-up carrying an eleventh is refused before
+    // it is sent.
+    let asking = as_alice(
+        &gw,
+        "SendMessage",
+        json!({"message": message("/input name?"), "configuration": {"returnImmediately": true}}),
+    )
+    .await;
+    let asking = asking["result"]["task"]["id"].as_str().unwrap().to_string();
+    for i in 0..10 {
+        let r = as_alice(
+            &gw,
+            "CreateTaskPushNotificationConfig",
+            json!({"taskId": asking, "id": format!("c{i}"), "url": a.url}),
+        )
+        .await;
+        assert!(r.get("result").is_some(), "{r}");
+    }
+    let mut answer = message("Ada");
+    answer["taskId"] = json!(asking);
+    let r = as_alice(
+        &gw,
+        "SendMessage",
+        json!({"message": answer, "configuration": {"taskPushNotificationConfig": {"url": a.url}}}),
+    )
+    .await;
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("maximum of 10"),
+        "{r}"
+    );
+    let state = as_alice(&gw, "GetTask", json!({"id": asking})).await;
+    assert_eq!(
+        state["result"]["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+        "nothing was sent: {state}"
+    );
+}
