@@ -201,6 +201,21 @@ impl Push {
         Ok(())
     }
 
+    /// Takes a send's config out of it, checked: its destination and authentication, and
+    /// room for it when the send continues a task. A refused config sends nothing.
+    async fn take_checked(
+        &self,
+        req: &mut SendRequest,
+    ) -> Result<Option<Box<PushConfig>>, GatewayError> {
+        let Some(config) = req.push.take() else {
+            return Ok(None);
+        };
+        self.check(&config).await?;
+        self.check_room(req.message.task_id.as_deref(), &config)
+            .await?;
+        Ok(Some(config))
+    }
+
     /// Refuses, before a follow-up is sent, a config its task has no room for.
     async fn check_room(
         &self,
@@ -494,13 +509,7 @@ impl A2aService {
         caller: &Principal,
         mut req: SendRequest,
     ) -> Result<Sent, GatewayError> {
-        let Some(config) = req.push.take() else {
-            return self.ops(agent).send(agent, caller, req, None).await;
-        };
-        self.push.check(&config).await?;
-        self.push
-            .check_room(req.message.task_id.as_deref(), &config)
-            .await?;
+        let config = self.push.take_checked(&mut req).await?;
         let sent = self.ops(agent).send(agent, caller, req, None).await?;
         let task = match &sent {
             Sent::Result(SendResult::Task(task)) => Some(task.clone()),
@@ -510,7 +519,7 @@ impl A2aService {
             },
             _ => None,
         };
-        if let Some(task) = task {
+        if let (Some(task), Some(config)) = (task, config) {
             self.push_inline(agent, caller, task, *config).await;
         }
         Ok(sent)
@@ -524,16 +533,10 @@ impl A2aService {
         caller: &Principal,
         mut req: SendRequest,
     ) -> Result<ItemStream, GatewayError> {
-        let Some(config) = req.push.take() else {
-            return self.ops(agent).stream(agent, caller, req).await;
-        };
-        self.push.check(&config).await?;
-        self.push
-            .check_room(req.message.task_id.as_deref(), &config)
-            .await?;
+        let config = self.push.take_checked(&mut req).await?;
         let mut items = self.ops(agent).stream(agent, caller, req).await?;
         let first = items.next().await;
-        if let Some(Ok(StreamItem::Task(task))) = &first {
+        if let (Some(Ok(StreamItem::Task(task))), Some(config)) = (&first, config) {
             self.push_inline(agent, caller, task.clone(), *config).await;
         }
         Ok(Box::pin(futures_util::stream::iter(first).chain(items)))
