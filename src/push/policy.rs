@@ -5,13 +5,13 @@
 //! names through [`PolicyResolver`], so a name that resolved to a public address when the
 //! config was made and to 169.254.169.254 later (DNS rebinding) reaches nothing.
 
-use std::future::Future;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::pin::Pin;
 use std::sync::Arc;
 
 use url::{Host, Url};
+
+use crate::agents::remote::resolve::{admitted, for_reqwest};
 
 use crate::config::{AllowEntry, PushSettings};
 
@@ -218,30 +218,14 @@ impl reqwest::dns::Resolve for PolicyResolver {
     fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
         let policy = self.0.clone();
         let host = name.as_str().to_string();
-        let resolving = async move {
-            let found = lookup(&host, 0).await?;
-            if policy.host_allowed(&host) {
-                return Ok(found);
-            }
-            let kept: Vec<SocketAddr> = found
-                .into_iter()
-                .filter(|a| policy.refused(a.ip()).is_none())
-                .collect();
-            if kept.is_empty() {
-                return Err(io::Error::new(
-                    io::ErrorKind::PermissionDenied,
-                    format!("{host} resolves only to addresses push.allow does not name"),
-                ));
-            }
-            Ok(kept)
-        };
-        let boxed: Pin<Box<dyn Future<Output = io::Result<Vec<SocketAddr>>> + Send>> =
-            Box::pin(resolving);
-        Box::pin(async move {
-            match boxed.await {
-                Ok(addrs) => Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs),
-                Err(e) => Err(Box::new(e) as Box<dyn std::error::Error + Send + Sync>),
-            }
+        for_reqwest(async move {
+            let named = policy.host_allowed(&host);
+            admitted(
+                &host,
+                |ip| named || policy.refused(ip).is_none(),
+                "addresses push.allow does not name",
+            )
+            .await
         })
     }
 }

@@ -55,8 +55,6 @@ pub(crate) enum PushAnswer {
 }
 
 pub(crate) struct Push {
-    /// None while push is off.
-    pusher: Option<Arc<Pusher>>,
     shared: Arc<Shared>,
     /// A task's configs change under one of these (chosen by the task's id), so that two
     /// calls at once do not each write back what the other did not see.
@@ -73,6 +71,7 @@ struct Shared {
     watched: DashMap<String, (), ahash::RandomState>,
     /// The gateway's webhooks at upstreams: secret -> what arrives there is for.
     relays: DashMap<String, Arc<Relay>, ahash::RandomState>,
+    /// None while push is off.
     pusher: Option<Arc<Pusher>>,
 }
 
@@ -113,9 +112,8 @@ impl Push {
                 configs: BoundedMap::new(CONFIGS_CAPACITY, kept),
                 watched: DashMap::default(),
                 relays: DashMap::default(),
-                pusher: pusher.clone(),
+                pusher,
             }),
-            pusher,
             locks: (0..LOCK_STRIPES)
                 .map(|_| tokio::sync::Mutex::new(()))
                 .collect(),
@@ -139,7 +137,7 @@ impl Push {
             Some(same) => {
                 *same = config.clone();
                 // What waits for the old one goes to its old URL no more.
-                if let Some(pusher) = &self.pusher {
+                if let Some(pusher) = &self.shared.pusher {
                     pusher.forget(task_id, &config.id);
                 }
             }
@@ -161,7 +159,7 @@ impl Push {
         if configs.iter().any(|c| c.id == id) {
             configs.retain(|c| c.id != id);
             self.shared.keep(task_id, &configs).await;
-            if let Some(pusher) = &self.pusher {
+            if let Some(pusher) = &self.shared.pusher {
                 pusher.forget(task_id, id);
             }
         }
@@ -169,16 +167,19 @@ impl Push {
     }
 
     pub(crate) fn enabled(&self) -> bool {
-        self.pusher.is_some()
+        self.shared.pusher.is_some()
     }
 
     /// The JWKS of the key notifications are signed with, while push is on.
     pub(crate) fn jwks(&self) -> Option<serde_json::Value> {
-        self.pusher.as_ref().map(|p| p.jwks())
+        self.shared.pusher.as_ref().map(|p| p.jwks())
     }
 
     fn pusher(&self) -> Result<&Arc<Pusher>, GatewayError> {
-        self.pusher.as_ref().ok_or(GatewayError::PushNotSupported)
+        self.shared
+            .pusher
+            .as_ref()
+            .ok_or(GatewayError::PushNotSupported)
     }
 
     /// -32003 while push is off, before anything else is looked at.
@@ -565,7 +566,9 @@ impl A2aService {
     /// final state sent to `config` (the one just made) alone.
     async fn watch(&self, agent: &Arc<Agent>, caller: &Principal, task: Task, config: &PushConfig) {
         let push = &self.push;
-        let Some(pusher) = &push.pusher else { return };
+        let Some(pusher) = &push.shared.pusher else {
+            return;
+        };
         let id = task.id.clone();
         if task.status.state.is_terminal() {
             send(pusher, &id, config, &StreamItem::Task(task.clone()), &task);

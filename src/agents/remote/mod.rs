@@ -6,7 +6,7 @@
 //! remotes never collide and any task id names the agent that owns it.
 
 mod ledger;
-mod resolve;
+pub(crate) mod resolve;
 // Its decoder is re-exported for the fuzz targets (lib.rs), so its items stay `pub`.
 #[allow(unreachable_pub)]
 pub(crate) mod sse;

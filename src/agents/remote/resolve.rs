@@ -22,19 +22,45 @@ pub(crate) struct GuardedResolver {
 
 impl GuardedResolver {
     async fn resolve(self, host: String) -> io::Result<Vec<SocketAddr>> {
-        let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-        let kept: Vec<SocketAddr> = found
-            .into_iter()
-            .filter(|a| self.allow_link_local || !is_link_local_ip(a.ip()))
-            .collect();
-        if kept.is_empty() {
-            return Err(io::Error::new(
-                io::ErrorKind::PermissionDenied,
-                format!("{host} resolves only to link-local addresses, which the agent file does not name"),
-            ));
-        }
-        Ok(kept)
+        admitted(
+            &host,
+            |ip| self.allow_link_local || !is_link_local_ip(ip),
+            "link-local addresses, which the agent file does not name",
+        )
+        .await
     }
+}
+
+/// What `host` resolves to (system resolver), keeping only the addresses `admit` allows;
+/// none left is an error saying the host resolves only to `refused`.
+pub(crate) async fn admitted(
+    host: &str,
+    admit: impl Fn(IpAddr) -> bool,
+    refused: &str,
+) -> io::Result<Vec<SocketAddr>> {
+    let kept: Vec<SocketAddr> = tokio::net::lookup_host((host, 0))
+        .await?
+        .filter(|a| admit(a.ip()))
+        .collect();
+    if kept.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("{host} resolves only to {refused}"),
+        ));
+    }
+    Ok(kept)
+}
+
+/// A resolution as reqwest's resolver seam takes it.
+pub(crate) fn for_reqwest(
+    resolving: impl Future<Output = io::Result<Vec<SocketAddr>>> + Send + 'static,
+) -> reqwest::dns::Resolving {
+    Box::pin(async move {
+        match resolving.await {
+            Ok(addrs) => Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs),
+            Err(e) => Err(Box::new(e) as Box<dyn std::error::Error + Send + Sync>),
+        }
+    })
 }
 
 type Resolving = Pin<Box<dyn Future<Output = io::Result<std::vec::IntoIter<SocketAddr>>> + Send>>;
@@ -43,12 +69,7 @@ impl reqwest::dns::Resolve for GuardedResolver {
     fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
         let this = *self;
         let host = name.as_str().to_string();
-        Box::pin(async move {
-            match this.resolve(host).await {
-                Ok(addrs) => Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs),
-                Err(e) => Err(Box::new(e) as Box<dyn std::error::Error + Send + Sync>),
-            }
-        })
+        for_reqwest(this.resolve(host))
     }
 }
 
