@@ -236,6 +236,12 @@ impl TestGateway {
         format!("{}{path}", self.base)
     }
 
+    /// The `/metrics` page.
+    pub async fn metrics(&self) -> String {
+        let resp = self.client.get(self.url("/metrics")).send().await;
+        resp.expect("request").text().await.expect("metrics text")
+    }
+
     /// GET `path` and parse the JSON body.
     pub async fn get_json(&self, path: &str) -> Value {
         let resp = self

@@ -1127,15 +1127,7 @@ async fn concurrency_and_the_mailbox_apply() {
     // The mailbox holds the queued call once the metrics say so.
     let mut queued = false;
     for _ in 0..500 {
-        let metrics = gw
-            .client
-            .get(gw.url("/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let metrics = gw.metrics().await;
         if metrics.contains("a2a_mailbox_depth{agent=\"assistant\"} 1") {
             queued = true;
             break;

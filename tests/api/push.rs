@@ -658,15 +658,7 @@ async fn a_failing_receiver_is_retried_and_a_hanging_one_slows_nothing() {
 
     // The hanging one was tried (and is being retried), one notification at a time.
     assert!(!hanging.got().is_empty());
-    let metrics = gw
-        .client
-        .get(gw.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = gw.metrics().await;
     assert!(
         metrics.contains("a2a_push_notifications_total{outcome=\"retried\"}"),
         "{metrics}"
