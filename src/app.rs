@@ -24,7 +24,9 @@ pub struct Application {
     metrics_port: Option<u16>,
     server: Server,
     state: Arc<AppState>,
-    source: Option<crate::setup::Source>,
+    /// Where the configuration was read from, with the files it names: what reloads
+    /// read and watch.
+    source: Option<(crate::setup::Source, Vec<std::path::PathBuf>)>,
 }
 
 /// Wires the agents, the task store and the service from the ready parts; also returns
@@ -33,7 +35,9 @@ pub(crate) fn build_state(ready: Ready) -> std::io::Result<(AppState, Vec<String
     let gateway = &ready.settings.gateway;
     let limits = &gateway.limits;
     let metrics = Arc::new(Metrics::new(gateway.metrics.enabled));
-    let hash = crate::reload::fingerprint(gateway, &ready.settings.agents);
+    let named = ready.settings.named_files();
+    let files = crate::reload::digest(named.iter().map(std::path::PathBuf::as_path));
+    let hash = crate::reload::fingerprint(gateway, &ready.settings.agents, &files);
     let (registry, _) = crate::reload::registry(
         &ready.settings.agents,
         gateway,
@@ -42,12 +46,23 @@ pub(crate) fn build_state(ready: Ready) -> std::io::Result<(AppState, Vec<String
         &metrics,
     )
     .map_err(std::io::Error::other)?;
-    let memory = Arc::new(MemoryTaskStore::new(limits.max_tasks));
-    let tasks = Arc::new(Tasks::new(
-        memory.clone(),
-        limits.max_unfinished_tasks_per_caller,
-        metrics.clone(),
+    let stored_bytes = limits
+        .max_stored_bytes
+        .unwrap_or_else(crate::limits::default_stored_bytes);
+    let memory = Arc::new(MemoryTaskStore::new(
+        limits.max_tasks,
+        usize::try_from(stored_bytes).unwrap_or(usize::MAX),
     ));
+    let quota = crate::tasks::Quota {
+        tasks: limits.max_unfinished_tasks_per_caller,
+        bytes: usize::try_from(
+            limits
+                .max_unfinished_bytes_per_caller
+                .unwrap_or(stored_bytes / 4),
+        )
+        .unwrap_or(usize::MAX),
+    };
+    let tasks = Arc::new(Tasks::new(memory.clone(), quota, metrics.clone()));
     let base = ready
         .settings
         .gateway_file
@@ -312,7 +327,10 @@ impl Application {
             None => None,
         };
         let workers = ready.settings.gateway.server.workers;
-        let source = ready.source.clone();
+        let source = ready
+            .source
+            .clone()
+            .map(|source| (source, ready.settings.named_files()));
         let (state, lost) = build_state(ready)?;
         state.service.notify_lost(lost).await;
         start_upstreams(&state).await;
@@ -384,6 +402,9 @@ impl Application {
                 // socket closed at once, rather than when a long blocking send ends (as
                 // nginx does, 499). Clients that half-close and wait are not supported.
                 .h1_allow_half_closed(false)
+                // How long a closing connection may take: a rejected one reads what its
+                // client still sends for at most this long (see http/rejections.rs).
+                .client_disconnect_timeout(Duration::from_secs(2))
                 .local_addr(addr)
                 .finish(actix_service::map_config(app, |_| AppConfig::default()));
             let http = crate::http::tcp_with_json_rejections(http);
@@ -477,9 +498,9 @@ impl Application {
             source,
             ..
         } = self;
-        if let Some(source) = source {
+        if let Some((source, named)) = source {
             let watch = state.live().config.server.watch_config;
-            tokio::spawn(crate::reload::run(state.clone(), source, watch));
+            tokio::spawn(crate::reload::run(state.clone(), source, named, watch));
         } else {
             tracing::debug!("configuration made in memory: no reload");
         }

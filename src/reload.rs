@@ -9,7 +9,7 @@
 //! running after the grace period is stopped.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -105,11 +105,42 @@ pub(crate) struct Changes {
     pub(crate) new_remotes: Vec<Arc<crate::agents::RemoteAgent>>,
 }
 
-/// A short fingerprint of a configuration, for the `a2a_config_info` metric and the log.
-pub(crate) fn fingerprint(gateway: &GatewayConfig, agents: &[AgentDef]) -> String {
-    use sha2::{Digest, Sha256};
-    let digest = Sha256::digest(format!("{gateway:?}{agents:?}").as_bytes());
-    digest.iter().take(6).map(|b| format!("{b:02x}")).collect()
+/// A short fingerprint of a configuration, for the `a2a_config_info` metric and the log:
+/// its settings and the contents of the files it names (`files`, see [`digest`]), so a new
+/// key under the same settings is a new configuration.
+pub(crate) fn fingerprint(gateway: &GatewayConfig, agents: &[AgentDef], files: &Digest) -> String {
+    use sha2::{Digest as _, Sha256};
+    let mut hasher = Sha256::new();
+    hasher.update(format!("{gateway:?}{agents:?}").as_bytes());
+    hasher.update(files);
+    hasher
+        .finalize()
+        .iter()
+        .take(6)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// What a set of files holds: each path with its permissions and contents (or that it is
+/// missing), in the order given.
+pub(crate) type Digest = [u8; 32];
+
+pub(crate) fn digest<'a>(files: impl IntoIterator<Item = &'a Path>) -> Digest {
+    use sha2::{Digest as _, Sha256};
+    use std::os::unix::fs::PermissionsExt;
+    let mut hasher = Sha256::new();
+    for file in files {
+        hasher.update(file.as_os_str().as_encoded_bytes());
+        match (std::fs::metadata(file), std::fs::read(file)) {
+            (Ok(meta), Ok(bytes)) => {
+                hasher.update(meta.permissions().mode().to_le_bytes());
+                hasher.update((bytes.len() as u64).to_le_bytes());
+                hasher.update(&bytes);
+            }
+            _ => hasher.update(b"\0missing"),
+        }
+    }
+    hasher.finalize().into()
 }
 
 /// The live parts of `ready` over `registry`; `fingerprint` is the configuration's.
@@ -139,16 +170,31 @@ pub(crate) fn live(
 
 /// Reads the configuration again and puts it in force if it is valid. `force`: also when
 /// it reads the same (SIGHUP: a key file may have changed under the same settings).
-pub(crate) async fn reload(state: &AppState, source: &Source, why: &str, force: bool) {
+/// Returns the files the configuration now in force names, when a new one was read.
+pub(crate) async fn reload(
+    state: &AppState,
+    source: &Source,
+    why: &str,
+    force: bool,
+) -> Option<Vec<PathBuf>> {
     let loaded = {
         let source = source.clone();
         // Reading files (and key files) blocks: off the workers.
-        tokio::task::spawn_blocking(move || source.load()).await
+        tokio::task::spawn_blocking(move || {
+            source.load().map(|ready| {
+                let named = ready.settings.named_files();
+                let files = digest(named.iter().map(PathBuf::as_path));
+                (ready, named, files)
+            })
+        })
+        .await
     };
     match loaded {
-        Ok(Ok(ready)) => apply(state, ready, why, force).await,
+        Ok(Ok((ready, named, files))) => apply(state, ready, &files, why, force)
+            .await
+            .then_some(named),
         Ok(Err(diags)) => {
-            state.metrics.reload(false);
+            state.metrics.reload("invalid");
             for d in &diags.0 {
                 tracing::error!(error = %d, "reload refused; the running configuration stays");
             }
@@ -157,28 +203,37 @@ pub(crate) async fn reload(state: &AppState, source: &Source, why: &str, force: 
                 trigger = why,
                 "configuration invalid: not reloaded"
             );
+            None
         }
         Err(e) => {
-            state.metrics.reload(false);
+            state.metrics.reload("invalid");
             tracing::error!(error = %e, "reload failed");
+            None
         }
     }
 }
 
-/// Puts a valid configuration in force. `[server]` is read once, at start, and stays as
-/// it was. New upstream agents' cards and new JWKS are fetched first (in parallel, bounded
-/// by their timeouts), so no call meets an agent or a key set that is not ready.
-pub(crate) async fn apply(state: &AppState, mut ready: Ready, why: &str, force: bool) {
+/// Puts a valid configuration in force (`files`: the digest of the files it names), and
+/// says whether it did. `[server]` is read once, at start, and stays as it was. New
+/// upstream agents' cards and new JWKS are fetched first (in parallel, bounded by their
+/// timeouts), so no call meets an agent or a key set that is not ready.
+pub(crate) async fn apply(
+    state: &AppState,
+    mut ready: Ready,
+    files: &Digest,
+    why: &str,
+    force: bool,
+) -> bool {
     let old = state.live();
     if old.config.server != ready.settings.gateway.server {
         tracing::warn!("[server] changed: it takes effect at the next restart");
     }
     ready.settings.gateway.server = old.config.server.clone();
-    let hash = fingerprint(&ready.settings.gateway, &ready.settings.agents);
+    let hash = fingerprint(&ready.settings.gateway, &ready.settings.agents, files);
     if hash == old.fingerprint && !force {
-        state.metrics.reload(true);
-        tracing::debug!(trigger = why, "configuration unchanged");
-        return;
+        state.metrics.reload("unchanged");
+        tracing::debug!(trigger = why, "files changed, the configuration did not");
+        return true;
     }
     warn_about_restart_only(&old.config, &ready.settings.gateway);
     let card_changes = old.registry.card_changes().clone();
@@ -192,9 +247,9 @@ pub(crate) async fn apply(state: &AppState, mut ready: Ready, why: &str, force: 
     let (registry, changes) = match built {
         Ok(r) => r,
         Err(e) => {
-            state.metrics.reload(false);
+            state.metrics.reload("invalid");
             tracing::error!(error = %e, "reload refused; the running configuration stays");
-            return;
+            return false;
         }
     };
     let registry = Arc::new(registry);
@@ -213,7 +268,7 @@ pub(crate) async fn apply(state: &AppState, mut ready: Ready, why: &str, force: 
     .await;
     let live = live(ready, registry.clone(), state.metrics.clone(), hash.clone());
     state.live.store(Arc::new(live));
-    state.metrics.reload(true);
+    state.metrics.reload("ok");
     state.metrics.config_loaded(&hash);
     for keep_fresh in keep_cards_fresh {
         tokio::spawn(keep_fresh);
@@ -240,6 +295,7 @@ pub(crate) async fn apply(state: &AppState, mut ready: Ready, why: &str, force: 
         removed = ?changes.removed,
         "configuration reloaded"
     );
+    true
 }
 
 /// Settings read once at start: a reload that changes them says they wait for a restart.
@@ -277,12 +333,18 @@ fn warn_about_restart_only(old: &GatewayConfig, new: &GatewayConfig) {
     }
 }
 
-/// Reloads on SIGHUP and, when `watch` is on, when a watched file changes (debounced, so
-/// an editor's or kubelet's burst of writes is one reload). Runs until the gateway stops.
-pub(crate) async fn run(state: Arc<AppState>, source: Source, watch: bool) {
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<&'static str>(4);
-    let _watcher = if watch {
-        match watch_files(&source.watched(), tx.clone()) {
+/// Reloads on SIGHUP and, when `watch` is on, when a file of the configuration changes
+/// (see [`ConfigFiles`]). File events are gathered for a moment, so an editor's or
+/// kubelet's burst of writes is one reload, and files that read as they did at the last
+/// attempt are not read as a configuration again: opening or reading a file, the store
+/// writing beside it, or a broken file's repeated events cost one digest, no reload and no
+/// log line. Runs until the gateway stops.
+pub(crate) async fn run(state: Arc<AppState>, source: Source, named: Vec<PathBuf>, watch: bool) {
+    const SIGHUP: &str = "SIGHUP";
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<&'static str>(8);
+    let files = Arc::new(std::sync::RwLock::new(ConfigFiles::new(&source, named)));
+    let mut watcher = if watch {
+        match FileWatcher::start(files.clone(), tx.clone()) {
             Ok(w) => Some(w),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot watch the configuration files; SIGHUP still reloads");
@@ -299,67 +361,217 @@ pub(crate) async fn run(state: Arc<AppState>, source: Source, watch: bool) {
             return std::future::pending::<()>().await;
         };
         while hup.recv().await.is_some() {
-            let _ = tx.send("SIGHUP").await;
+            let _ = tx.send(SIGHUP).await;
         }
     };
     let reloads = async {
-        while let Some(why) = rx.recv().await {
-            reload(&state, &source, why, why == "SIGHUP").await;
+        let mut seen = files_digest(&files).await;
+        while let Some(first) = rx.recv().await {
+            let mut force = first == SIGHUP;
+            if !force {
+                tokio::time::sleep(GATHER_EVENTS).await;
+            }
+            while let Ok(more) = rx.try_recv() {
+                force |= more == SIGHUP;
+            }
+            let now = files_digest(&files).await;
+            if !force && now == seen {
+                tracing::trace!("file events, no change");
+                continue;
+            }
+            seen = now;
+            let why = if force { SIGHUP } else { "file change" };
+            if let Some(named) = reload(&state, &source, why, force).await {
+                // The lock is not held while watching: the watcher's thread takes it to
+                // read each event, and `watch` waits on that thread.
+                let watched = {
+                    let mut files = files
+                        .write()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    files.named = absolute_all(named);
+                    files.watched()
+                };
+                if let Some(w) = watcher.as_mut() {
+                    w.cover(watched);
+                }
+            }
         }
     };
     tokio::join!(hangups, reloads);
 }
 
-type Debouncer =
-    notify_debouncer_mini::Debouncer<notify_debouncer_mini::notify::RecommendedWatcher>;
+/// How long file events are gathered before the files are read.
+const GATHER_EVENTS: Duration = Duration::from_millis(300);
 
-/// Watches the gateway file's directory and the agents directory (a file replaced by
-/// rename, as editors and kubelet's ConfigMap updates do, is seen this way).
-fn watch_files(
-    paths: &[PathBuf],
-    tx: tokio::sync::mpsc::Sender<&'static str>,
-) -> Result<Debouncer, String> {
-    use notify_debouncer_mini::notify::RecursiveMode;
-    // Absolute, not canonical: a ConfigMap's files are symlinks that move on every update.
-    let watched: Vec<PathBuf> = paths
-        .iter()
-        .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone()))
-        .collect();
-    let relevant = watched.clone();
-    let mut debouncer = notify_debouncer_mini::new_debouncer(
-        Duration::from_millis(500),
-        move |events: notify_debouncer_mini::DebounceEventResult| {
-            let Ok(events) = events else { return };
-            let touches = events.iter().any(|e| {
-                relevant
-                    .iter()
-                    .any(|w| e.path.starts_with(w) || w.parent().is_some_and(|d| e.path == d))
-                    || e.path.file_name().is_some_and(|n| n == "..data")
-            });
-            if touches {
-                let _ = tx.try_send("file change");
-            }
-        },
-    )
-    .map_err(|e| e.to_string())?;
-    for path in &watched {
-        // A file is watched through its directory, which survives the file's replacement.
-        let dir = if path.is_dir() {
-            path.clone()
-        } else {
-            path.parent()
-                .map(PathBuf::from)
-                .unwrap_or_else(|| PathBuf::from("."))
+async fn files_digest(files: &Arc<std::sync::RwLock<ConfigFiles>>) -> Option<Digest> {
+    let files = files.clone();
+    tokio::task::spawn_blocking(move || {
+        files
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .digest()
+    })
+    .await
+    .ok()
+}
+
+/// The files a configuration is read from: the gateway file, the agent files (every
+/// `*.toml` directly in the agents directory) and the files they name. Paths are absolute,
+/// not canonical: a ConfigMap's files are symlinks that move on every update.
+pub(crate) struct ConfigFiles {
+    gateway: Option<PathBuf>,
+    agents_dir: PathBuf,
+    named: Vec<PathBuf>,
+}
+
+impl ConfigFiles {
+    pub(crate) fn new(source: &Source, named: Vec<PathBuf>) -> ConfigFiles {
+        let gateway = match &source.config {
+            Some(file) => Some(file.clone()),
+            None => Some(PathBuf::from("gateway.toml")).filter(|p| p.exists()),
         };
-        debouncer
-            .watcher()
-            .watch(&dir, RecursiveMode::NonRecursive)
-            .map_err(|e| format!("{}: {e}", dir.display()))?;
-        // And the file itself: a file bind-mounted into a container is written in place,
-        // which its directory inside the container does not see.
-        if path.is_file() {
-            let _ = debouncer.watcher().watch(path, RecursiveMode::NonRecursive);
+        ConfigFiles {
+            gateway: gateway.map(|p| absolute(&p)),
+            agents_dir: absolute(&source.agents_dir),
+            named: absolute_all(named),
         }
     }
-    Ok(debouncer)
+
+    /// Whether an event on `path` may change the configuration. A kubelet update swaps the
+    /// `..data` link of the mounted directory.
+    pub(crate) fn concern(&self, path: &Path) -> bool {
+        self.gateway.as_deref() == Some(path)
+            || self.named.iter().any(|f| f == path)
+            || path == self.agents_dir
+            || (path.parent() == Some(self.agents_dir.as_path())
+                && (is_agent_file(path) || path.file_name().is_some_and(|n| n == "..data")))
+            || (path.file_name().is_some_and(|n| n == "..data")
+                && self.gateway.as_deref().and_then(Path::parent) == path.parent())
+    }
+
+    /// The directories whose entries are watched (a file replaced by rename, as editors
+    /// do, is seen there), and the files watched themselves (a file bind-mounted into a
+    /// container is written in place, which its directory there does not see).
+    fn watched(&self) -> (Vec<PathBuf>, Vec<PathBuf>) {
+        let files: Vec<PathBuf> = self.gateway.iter().chain(&self.named).cloned().collect();
+        let mut dirs: Vec<PathBuf> = files
+            .iter()
+            .filter_map(|f| f.parent().map(Path::to_path_buf))
+            .collect();
+        dirs.push(self.agents_dir.clone());
+        dirs.sort();
+        dirs.dedup();
+        (dirs, files)
+    }
+
+    fn digest(&self) -> Digest {
+        let mut agent_files: Vec<PathBuf> = std::fs::read_dir(&self.agents_dir)
+            .map(|entries| {
+                entries
+                    .filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|p| is_agent_file(p))
+                    .collect()
+            })
+            .unwrap_or_default();
+        agent_files.sort();
+        let all = self.gateway.iter().chain(&agent_files).chain(&self.named);
+        digest(all.map(PathBuf::as_path))
+    }
+}
+
+fn is_agent_file(path: &Path) -> bool {
+    path.extension().is_some_and(|x| x == "toml")
+}
+
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+fn absolute_all(paths: Vec<PathBuf>) -> Vec<PathBuf> {
+    paths.iter().map(|p| absolute(p)).collect()
+}
+
+/// inotify (or the platform's watcher) over the directories and files of [`ConfigFiles`],
+/// passing on only events that change a file it holds: creates, writes, removes, renames
+/// and permission changes, never opens or reads (which the watcher reports too, and which
+/// each reload would otherwise cause itself).
+struct FileWatcher {
+    watcher: notify::RecommendedWatcher,
+    covered: std::collections::HashSet<PathBuf>,
+}
+
+impl FileWatcher {
+    fn start(
+        files: Arc<std::sync::RwLock<ConfigFiles>>,
+        tx: tokio::sync::mpsc::Sender<&'static str>,
+    ) -> Result<FileWatcher, String> {
+        let relevant = files.clone();
+        let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+            let Ok(event) = event else { return };
+            if !changes_a_file(&event.kind) {
+                return;
+            }
+            let files = relevant
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if event.paths.iter().any(|p| files.concern(p)) {
+                let _ = tx.try_send("file change");
+            }
+        })
+        .map_err(|e| e.to_string())?;
+        let mut this = FileWatcher {
+            watcher,
+            covered: Default::default(),
+        };
+        let (dirs, named) = files
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .watched();
+        for dir in &dirs {
+            use notify::Watcher;
+            this.watcher
+                .watch(dir, notify::RecursiveMode::NonRecursive)
+                .map_err(|e| format!("{}: {e}", dir.display()))?;
+            this.covered.insert(dir.clone());
+        }
+        this.cover((dirs, named));
+        Ok(this)
+    }
+
+    /// Watches the directories and files given that are not watched yet (a reload may
+    /// name new files).
+    fn cover(&mut self, (dirs, files): (Vec<PathBuf>, Vec<PathBuf>)) {
+        use notify::Watcher;
+        for path in dirs
+            .into_iter()
+            .chain(files.into_iter().filter(|f| f.is_file()))
+        {
+            if self.covered.contains(&path) {
+                continue;
+            }
+            match self
+                .watcher
+                .watch(&path, notify::RecursiveMode::NonRecursive)
+            {
+                Ok(()) => {
+                    self.covered.insert(path);
+                }
+                Err(e) => tracing::debug!(path = %path.display(), error = %e, "not watched"),
+            }
+        }
+    }
+}
+
+/// Whether an event kind may have changed what a file holds.
+fn changes_a_file(kind: &notify::EventKind) -> bool {
+    use notify::event::{AccessKind, AccessMode, EventKind};
+    match kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) => false,
+        EventKind::Any
+        | EventKind::Create(_)
+        | EventKind::Modify(_)
+        | EventKind::Remove(_)
+        | EventKind::Other => true,
+    }
 }

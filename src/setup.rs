@@ -76,18 +76,6 @@ impl Source {
             _ => Err(diags),
         }
     }
-
-    /// The paths a change to which means a reload: the gateway file (when one is read)
-    /// and the agents directory.
-    pub(crate) fn watched(&self) -> Vec<PathBuf> {
-        let mut paths = vec![self.agents_dir.clone()];
-        match &self.config {
-            Some(file) => paths.push(file.clone()),
-            None if Path::new("gateway.toml").exists() => paths.push("gateway.toml".into()),
-            None => {}
-        }
-        paths
-    }
 }
 
 /// Reads both files and builds their parts; every problem of either, or the ready parts.

@@ -482,6 +482,19 @@ fn check_command(
             }
         }
     }
+    // Arguments that name files (the script of `python3 scripts/greet.py`): a typo there
+    // would otherwise show only when a task runs.
+    for arg in cfg.command.iter().skip(1) {
+        if super::looks_like_file(arg) && !cwd.join(arg).is_file() {
+            report(
+                find(arg),
+                format!(
+                    "backend.command: argument \"{arg}\" names no file (looked for {})",
+                    cwd.join(arg).display()
+                ),
+            );
+        }
+    }
     cfg.cwd = Some(cwd);
     if cfg.timeout_secs == 0 || cfg.max_concurrent == 0 {
         report(

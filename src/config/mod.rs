@@ -31,6 +31,39 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// The files this configuration names besides the gateway file and the agent files:
+    /// secrets and keys, the push signing key, prompts, and command agents' programs and
+    /// the scripts their arguments name. A change to one of them changes the configuration.
+    pub fn named_files(&self) -> Vec<PathBuf> {
+        let auth = &self.gateway.auth;
+        let mut files: Vec<PathBuf> = auth
+            .api_keys
+            .iter()
+            .chain(&auth.bearer_tokens)
+            .filter_map(|c| c.secret_file.clone())
+            .collect();
+        for jwt in &auth.jwt {
+            files.extend(
+                [&jwt.secret_file, &jwt.public_key_file, &jwt.jwks_file]
+                    .into_iter()
+                    .flatten()
+                    .cloned(),
+            );
+        }
+        if let Some(key) = &self.gateway.push.signing_key_file {
+            let base = self.gateway_file.parent().unwrap_or(Path::new(""));
+            files.push(base.join(key));
+        }
+        for agent in &self.agents {
+            match &agent.backend {
+                BackendSpec::Command(cmd) => files.extend(cmd.named_files()),
+                BackendSpec::OpenAi(openai) => files.extend(openai.system_prompt_file.clone()),
+                BackendSpec::Echo(_) | BackendSpec::A2a(_) => {}
+            }
+        }
+        files
+    }
+
     /// `serve --auth-token`: one bearer token that covers every agent, and every agent
     /// (public ones included) then requires credentials.
     pub fn require_bearer_token(&mut self, token: &str) -> Result<(), String> {
@@ -367,10 +400,26 @@ pub struct Limits {
     /// bodies get 503 at once.
     #[serde(default = "default_body_budget")]
     pub max_buffered_body_bytes: usize,
+    /// A caller's share of `max_buffered_body_bytes` (a principal; anonymous callers per
+    /// client address): past it that caller's new bodies get 429, and nobody else's.
+    /// Default: an eighth of `max_buffered_body_bytes`.
+    #[serde(default)]
+    pub max_buffered_body_bytes_per_caller: Option<usize>,
     /// Unfinished tasks one caller (a principal; all anonymous callers are one) may hold;
     /// past it that caller's new tasks get -32052, and nobody else's.
     #[serde(default = "default_tasks_per_caller")]
     pub max_unfinished_tasks_per_caller: usize,
+    /// Bytes of tasks kept in memory (approximately: their text, data and files), beside
+    /// `max_tasks`; the oldest finished ones are evicted first, and when only unfinished
+    /// tasks are left new ones get 503 -32052. Default: a quarter of the memory the
+    /// gateway may use (its cgroup's limit, else the machine's), at least 64 MiB.
+    #[serde(default)]
+    pub max_stored_bytes: Option<u64>,
+    /// Bytes of unfinished tasks one caller (a principal; all anonymous callers are one)
+    /// may hold; past it that caller's new tasks get 429 -32052, and nobody else's.
+    /// Default: a quarter of `max_stored_bytes`.
+    #[serde(default)]
+    pub max_unfinished_bytes_per_caller: Option<u64>,
     /// A task left in input-required or auth-required this long is canceled.
     #[serde(default = "default_interrupted_ttl")]
     pub interrupted_ttl_secs: u64,
@@ -392,7 +441,10 @@ impl Default for Limits {
             body_timeout_secs: default_body_timeout(),
             body_min_bytes_per_sec: default_body_min_rate(),
             max_buffered_body_bytes: default_body_budget(),
+            max_buffered_body_bytes_per_caller: None,
             max_unfinished_tasks_per_caller: default_tasks_per_caller(),
+            max_stored_bytes: None,
+            max_unfinished_bytes_per_caller: None,
             interrupted_ttl_secs: default_interrupted_ttl(),
         }
     }
@@ -723,6 +775,40 @@ pub struct CommandConfig {
     pub max_output_bytes: usize,
 }
 
+impl CommandConfig {
+    /// The program when given by path, and the arguments that look like files (see
+    /// [`looks_like_file`]), resolved against the working directory.
+    pub(crate) fn named_files(&self) -> impl Iterator<Item = PathBuf> + '_ {
+        let cwd = self.cwd.as_deref().unwrap_or(Path::new(""));
+        let program = self
+            .command
+            .first()
+            .filter(|p| p.contains('/'))
+            .map(|p| cwd.join(p));
+        let args = self
+            .command
+            .iter()
+            .skip(1)
+            .filter(|a| looks_like_file(a))
+            .map(|a| cwd.join(a));
+        program.into_iter().chain(args)
+    }
+}
+
+/// An argument that names a file: a path with a `/` and an extension (`scripts/greet.py`,
+/// `/opt/agent/main.js`), not an option, a URL or text with spaces. These are checked
+/// when the configuration is read, and watched like the agent file.
+pub(crate) fn looks_like_file(arg: &str) -> bool {
+    arg.contains('/')
+        && !arg.starts_with('-')
+        && !arg.contains("://")
+        && !arg.contains('=')
+        && !arg.chars().any(char::is_whitespace)
+        && Path::new(arg)
+            .extension()
+            .is_some_and(|x| !x.is_empty() && x.len() <= 5)
+}
+
 fn default_command_input() -> usize {
     1024 * 1024
 }
@@ -940,6 +1026,18 @@ fn validate_gateway(
         ("limits.max_tasks", l.max_tasks),
         ("limits.agent_mailbox", l.agent_mailbox),
         ("limits.agent_max_concurrency", l.agent_max_concurrency),
+        (
+            "limits.max_buffered_body_bytes_per_caller",
+            l.max_buffered_body_bytes_per_caller.unwrap_or(1),
+        ),
+        (
+            "limits.max_stored_bytes",
+            l.max_stored_bytes.map_or(1, |n| n as usize),
+        ),
+        (
+            "limits.max_unfinished_bytes_per_caller",
+            l.max_unfinished_bytes_per_caller.map_or(1, |n| n as usize),
+        ),
     ] {
         if value == 0 {
             diags.push(Diagnostic::file(file, format!("{key} must be at least 1")));

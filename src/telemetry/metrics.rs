@@ -127,6 +127,9 @@ pub(crate) struct Metrics {
     task_transitions: IntCounterVec,
     tasks: IntGaugeVec,
     stored_tasks: IntGauge,
+    stored_bytes: IntGaugeVec,
+    store_writable: IntGauge,
+    store_outages: IntCounter,
     upstream_calls: IntCounterVec,
     upstream_duration: HistogramVec,
     upstream_healthy: IntGaugeVec,
@@ -141,6 +144,18 @@ pub(crate) struct Metrics {
     connections: IntGauge,
     /// One scrape at a time: scrape-time counters catch up by difference.
     scraping: std::sync::Mutex<()>,
+}
+
+/// What the task store reports when scraped.
+pub(crate) struct StoreGauges {
+    pub(crate) tasks: usize,
+    /// The tasks' approximate bytes, the bound on them, and the largest task's.
+    pub(crate) bytes: usize,
+    pub(crate) bytes_limit: usize,
+    pub(crate) largest_task_bytes: usize,
+    /// Whether commits go through, and how many times they stopped.
+    pub(crate) writable: bool,
+    pub(crate) outages: u64,
 }
 
 /// What one agent reports when scraped.
@@ -188,6 +203,20 @@ impl Metrics {
             .expect("valid metric");
         r.register(Box::new(stored_tasks.clone()))
             .expect("unique metric");
+        let store_writable = IntGauge::new(
+            "a2a_task_store_writable",
+            "1 while the task store's commits go through; 0 while they fail (new tasks are refused).",
+        )
+        .expect("valid metric");
+        r.register(Box::new(store_writable.clone()))
+            .expect("unique metric");
+        let store_outages = IntCounter::new(
+            "a2a_task_store_outages_total",
+            "Times the task store's commits started failing.",
+        )
+        .expect("valid metric");
+        r.register(Box::new(store_outages.clone()))
+            .expect("unique metric");
         let connections = IntGauge::new("a2a_open_connections", "Client connections open.")
             .expect("valid metric");
         r.register(Box::new(connections.clone()))
@@ -228,6 +257,14 @@ impl Metrics {
                 &["state"],
             ),
             stored_tasks,
+            stored_bytes: gauge(
+                &r,
+                "a2a_stored_task_bytes",
+                "Approximate bytes of the tasks held in memory: in all (total), the bound on them (limit), and the largest task's (largest_task).",
+                &["of"],
+            ),
+            store_writable,
+            store_outages,
             upstream_calls: counter(
                 &r,
                 "a2a_upstream_calls_total",
@@ -279,7 +316,7 @@ impl Metrics {
             reloads: counter(
                 &r,
                 "a2a_config_reloads_total",
-                "Configuration reloads, by outcome (ok, invalid).",
+                "Configuration reloads, by outcome (ok, invalid; unchanged: the files changed, the configuration did not).",
                 &["outcome"],
             ),
             push: counter(
@@ -406,10 +443,10 @@ impl Metrics {
         }
     }
 
-    pub(crate) fn reload(&self, ok: bool) {
-        self.reloads
-            .with_label_values(&[if ok { "ok" } else { "invalid" }])
-            .inc();
+    /// A reload's outcome: `ok`, `invalid`, or `unchanged` (the files changed, the
+    /// configuration they make did not).
+    pub(crate) fn reload(&self, outcome: &'static str) {
+        self.reloads.with_label_values(&[outcome]).inc();
     }
 
     /// The configuration now in force.
@@ -433,7 +470,7 @@ impl Metrics {
         &self,
         agents: impl Iterator<Item = AgentGauges<'a>>,
         tasks_by_state: &[(&str, usize)],
-        stored: usize,
+        store: &StoreGauges,
         connections: usize,
     ) -> Vec<u8> {
         flush_local();
@@ -466,7 +503,19 @@ impl Metrics {
         for (state, n) in tasks_by_state {
             self.tasks.with_label_values(&[state]).set(*n as i64);
         }
-        self.stored_tasks.set(stored as i64);
+        self.stored_tasks.set(store.tasks as i64);
+        for (of, n) in [
+            ("total", store.bytes),
+            ("limit", store.bytes_limit),
+            ("largest_task", store.largest_task_bytes),
+        ] {
+            self.stored_bytes
+                .with_label_values(&[of])
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+        self.store_writable.set(i64::from(store.writable));
+        self.store_outages
+            .inc_by(store.outages.saturating_sub(self.store_outages.get()));
         self.connections.set(connections as i64);
         let mut out = Vec::with_capacity(16 * 1024);
         // Encoding into memory fails only on a metric that could not be registered.

@@ -29,6 +29,160 @@ fn series(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
 
 const NAMED: &str = "name = \"named\"\ndescription = \"d\"\n[backend]\nkind = \"echo\"\n";
 
+/// A copy of a directory tree (the shipped agents.d/ with its scripts).
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+/// The reloads counted so far, by outcome.
+async fn reloads(gw: &Running) -> [f64; 3] {
+    let metrics = gw.metrics().await;
+    ["ok", "invalid", "unchanged"].map(|outcome| {
+        series(
+            &metrics,
+            "a2a_config_reloads_total",
+            &[&format!("outcome=\"{outcome}\"")],
+        )
+        .unwrap_or(0.0)
+    })
+}
+
+/// The shipped gateway.toml and agents.d/ (SQLite beside the gateway file, the watcher on)
+/// reload only when a file of the configuration changes: not when the store writes, not
+/// when someone reads the files, not twice for one edit, and a broken file is reported
+/// once, however often it is read or touched.
+#[tokio::test]
+async fn the_shipped_configuration_reloads_only_when_it_changes() {
+    let root = crate::helpers::repo_root();
+    let copy = tempfile::tempdir().unwrap();
+    let agents = copy.path().join("agents.d");
+    copy_tree(&root.join("agents.d"), &agents);
+    let shipped = std::fs::read_to_string(root.join("gateway.toml")).unwrap();
+    let gw = Running::start_with_agents(&agents, &shipped, "info");
+    gw.wait_for_agents(&["echo", "greet", "greeter", "shout"])
+        .await;
+    assert!(
+        gw.dir.path().join("data/gateway.db").exists(),
+        "the shipped store"
+    );
+
+    // Ten seconds of tasks written to the store while another process reads every file.
+    let files: Vec<std::path::PathBuf> = std::iter::once(gw.gateway.clone())
+        .chain(
+            std::fs::read_dir(&agents)
+                .unwrap()
+                .map(|e| e.unwrap().path()),
+        )
+        .chain(
+            std::fs::read_dir(agents.join("scripts"))
+                .unwrap()
+                .map(|e| e.unwrap().path()),
+        )
+        .filter(|p| p.is_file())
+        .collect();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut reads = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for f in &files {
+                    let status = Command::new("cat").arg(f).output().unwrap().status;
+                    assert!(status.success());
+                    reads += 1;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            reads
+        })
+    };
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut sent = 0;
+    while Instant::now() < until {
+        let r = gw
+            .call("/a2a/agents/echo", "SendMessage", message("hi"))
+            .await;
+        assert!(r.get("result").is_some(), "{r}");
+        sent += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let reads = reader.join().unwrap();
+    assert!(sent > 100 && reads > 100, "{sent} sends, {reads} reads");
+    assert_eq!(reloads(&gw).await, [0.0, 0.0, 0.0], "idle: no reload");
+
+    // One edit: exactly one reload.
+    let echo = agents.join("echo.toml");
+    let text = std::fs::read_to_string(&echo).unwrap();
+    std::fs::write(
+        &echo,
+        text.replace("description = \"", "description = \"Edited. "),
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while reloads(&gw).await[0] < 1.0 {
+        assert!(Instant::now() < deadline, "the edit was not reloaded");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(reloads(&gw).await, [1.0, 0.0, 0.0], "one edit, one reload");
+
+    // A comment changes the file, not the configuration: not a reload.
+    std::fs::write(
+        &echo,
+        format!("{}\n# a comment\n", std::fs::read_to_string(&echo).unwrap()),
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while reloads(&gw).await[2] < 1.0 {
+        assert!(Instant::now() < deadline, "the comment was not read");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(reloads(&gw).await, [1.0, 0.0, 1.0]);
+
+    // A broken file: reported once, then not again while it is read and touched.
+    let broken = agents.join("broken.toml");
+    std::fs::write(&broken, "name = \"broken\"\n[backend]\nkind = \"nope\"\n").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while reloads(&gw).await[1] < 1.0 {
+        assert!(Instant::now() < deadline, "the broken file was not read");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for _ in 0..10 {
+        let _ = std::fs::read(&broken).unwrap();
+        let status = Command::new("touch").arg(&broken).status().unwrap();
+        assert!(status.success());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(reloads(&gw).await, [1.0, 1.0, 1.0], "reported once");
+    let refused = gw
+        .log_lines()
+        .iter()
+        .filter(|l| l["fields"]["message"] == "configuration invalid: not reloaded")
+        .count();
+    assert_eq!(refused, 1, "one report");
+    // A script an agent names is part of its configuration.
+    std::fs::remove_file(&broken).unwrap();
+    let script = agents.join("scripts/shout.py");
+    let text = std::fs::read_to_string(&script).unwrap();
+    std::fs::write(&script, format!("{text}\n# edited\n")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while reloads(&gw).await[0] < 2.0 {
+        assert!(Instant::now() < deadline, "the script's edit was not seen");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test]
 async fn sighup_and_file_changes_reload_and_a_bad_file_keeps_the_running_configuration() {
     let gw = Running::start(&[("echo.toml", ECHO)], "default_agent = \"echo\"\n", "info");
