@@ -73,7 +73,8 @@ pub(super) async fn handle(
     if let Err(e) = check_content_type(&req) {
         return respond(&req, &state, early(e));
     }
-    let bytes = match read_body(&req, body, &state.bodies).await {
+    let payer = || live.caller_key(&req, &caller);
+    let bytes = match read_body(&req, body, &state.bodies, &payer).await {
         Ok(b) => b,
         Err(e) => return respond(&req, &state, early(e)),
     };
@@ -142,7 +143,11 @@ pub(super) async fn handle(
         };
         return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &e));
     }
-    if let Err(e) = state.admit(&req, &live, &caller, &agent).await {
+    let sends = matches!(
+        rpc.method,
+        Method::SendMessage | Method::SendStreamingMessage
+    );
+    if let Err(e) = state.admit(&req, &live, &caller, &agent, sends).await {
         return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &e));
     }
     // Past authorization, every answer names the agent (refusals before it do not).
@@ -188,7 +193,8 @@ pub(super) async fn unknown_endpoint(
     };
     // The body only lends its id and dialect to the answer; one that cannot be read
     // (too large, cut off) leaves them at their defaults.
-    let bytes = read_body(&req, body, &state.bodies)
+    let payer = || caller.live.address_key(&req);
+    let bytes = read_body(&req, body, &state.bodies, &payer)
         .await
         .unwrap_or_default();
     let (id, dialect) = match parse_request(&bytes, header) {

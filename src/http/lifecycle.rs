@@ -55,11 +55,12 @@ impl Lifecycle {
 /// `GET /a2a/ready`: 200 once the configuration is loaded and the listeners are up, 503
 /// before and while draining; the body says which.
 pub(super) async fn ready(state: web::Data<AppState>) -> HttpResponse {
+    let trouble = state.store.trouble();
     let (mut resp, status, reason) = match state.lifecycle.phase.load(Ordering::Acquire) {
-        READY if !state.store.up() => (
+        READY if trouble.is_some() => (
             HttpResponse::ServiceUnavailable(),
             "store_unavailable",
-            "the shared task store (Redis) does not answer",
+            trouble.unwrap_or_default(),
         ),
         READY => (HttpResponse::Ok(), "ready", "serving"),
         DRAINING => (

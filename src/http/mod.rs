@@ -66,19 +66,27 @@ impl AppState {
         self.live.load_full()
     }
 
-    /// Admits a call to `agent`: refused while a shared store cannot take what it would
-    /// change, then counted against the rate limits in force (shared ones with a shared
-    /// store; see [`Live::admit`]).
+    /// Admits a call to `agent`: refused while a shared store does not answer, and a send
+    /// (`sends`: it may start a task) while the store cannot write; then counted against
+    /// the rate limits in force (shared ones with a shared store; see [`Live::admit`]).
     pub(crate) async fn admit(
         &self,
         req: &HttpRequest,
         live: &Live,
         caller: &Principal,
         agent: &Agent,
+        sends: bool,
     ) -> Result<(), GatewayError> {
-        if !self.store.up() {
+        if let Some(shared) = &self.store.shared {
+            if !shared.health.up() {
+                return Err(GatewayError::StoreUnavailable(
+                    "the shared store does not answer".into(),
+                ));
+            }
+        }
+        if sends && !self.store.writes.writing() {
             return Err(GatewayError::StoreUnavailable(
-                "the shared store does not answer".into(),
+                "the store's commits fail".into(),
             ));
         }
         live.admit(req, caller, agent, self.store.shared.as_deref())

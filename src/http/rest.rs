@@ -139,7 +139,8 @@ async fn agent_for(
             }
             _ => e,
         })?;
-    state.admit(req, live, caller, agent).await?;
+    let sends = matches!(target, Target::Send(_));
+    state.admit(req, live, caller, agent, sends).await?;
     Ok((agent.clone(), Served::new(agent, reason)))
 }
 
@@ -165,7 +166,8 @@ async fn routed_send(
     live.admit_early(&addressed, &caller)?;
     check_version(req)?;
     check_content_type(req)?;
-    let bytes = read_body(req, body, &state.bodies).await?;
+    let payer = || live.caller_key(req, &caller);
+    let bytes = read_body(req, body, &state.bodies, &payer).await?;
     let raw: Box<RawValue> =
         serde_json::from_slice(&bytes).map_err(|e| GatewayError::Parse(e.to_string()))?;
     let params: SendParams = params::decode(Some(&raw))?;
@@ -411,7 +413,8 @@ async fn push_configs(
         let mut params = match op {
             PushOp::Set => {
                 check_content_type(&req)?;
-                let bytes = read_body(&req, body, &state.bodies).await?;
+                let payer = || state.live().caller_key(&req, &caller);
+                let bytes = read_body(&req, body, &state.bodies, &payer).await?;
                 match serde_json::from_slice(&bytes) {
                     Ok(serde_json::Value::Object(m)) => m,
                     Ok(_) => {

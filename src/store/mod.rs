@@ -109,6 +109,45 @@ pub(crate) trait Snapshots: Send + Sync + 'static {
     fn snapshot(&self, key: TaskKey) -> Option<Snapshot>;
 }
 
+/// Whether the writer's commits go through. While they fail (a full disk, a read-only
+/// file system, a shared store away) the gateway takes no new tasks, whose durability it
+/// could not keep, and says so on readiness; it takes them again once a commit succeeds.
+#[derive(Default)]
+pub(crate) struct WriteHealth {
+    failing: std::sync::atomic::AtomicBool,
+    /// Times commits started failing.
+    outages: std::sync::atomic::AtomicU64,
+}
+
+impl WriteHealth {
+    pub(crate) fn writing(&self) -> bool {
+        !self.failing.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub(crate) fn outages(&self) -> u64 {
+        self.outages.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Records a commit's outcome; logs once when commits start failing and once when
+    /// they succeed again (`quiet`: a shared store, whose own health logs it).
+    fn saw(&self, result: &Result<(), String>, changes: usize, quiet: bool) {
+        use std::sync::atomic::Ordering;
+        match result {
+            Err(e) if !self.failing.swap(true, Ordering::Relaxed) => {
+                self.outages.fetch_add(1, Ordering::Relaxed);
+                if !quiet {
+                    tracing::error!(error = %e, changes, "store: commits fail; new tasks are refused until they succeed again");
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, changes, "store: commit failed again"),
+            Ok(()) if self.failing.swap(false, Ordering::Relaxed) && !quiet => {
+                tracing::info!("store: commits succeed again; taking new tasks");
+            }
+            Ok(()) => {}
+        }
+    }
+}
+
 /// The sending half: cheap to clone, never blocks unless the writer is this many changes
 /// behind (then a request waits for the disk rather than memory growing without bound).
 #[derive(Clone)]
@@ -257,7 +296,11 @@ impl Pending {
     }
 
     fn len(&self) -> usize {
-        self.tasks.len() + self.removed.len() + self.records.len() + self.events.len()
+        self.tasks.len()
+            + self.last.len()
+            + self.removed.len()
+            + self.records.len()
+            + self.events.len()
     }
 
     /// The batch to write, with each changed task read as it is now. A task removed since
@@ -291,11 +334,15 @@ fn start(
     tasks: Arc<dyn Snapshots>,
     interval: Duration,
     shares_events: bool,
+    health: Arc<WriteHealth>,
 ) -> Result<(Journal, std::thread::JoinHandle<()>), String> {
     let (tx, rx) = mpsc::sync_channel(JOURNAL_BACKLOG);
     let writer = std::thread::Builder::new()
         .name("store-writer".into())
-        .spawn(move || write_loop(&mut *backend, &*tasks, &rx, interval))
+        .spawn(move || {
+            let quiet = shares_events;
+            write_loop(&mut *backend, &*tasks, &rx, interval, &health, quiet)
+        })
         .map_err(|e| format!("store: cannot start its writer thread: {e}"))?;
     Ok((Journal { tx, shares_events }, writer))
 }
@@ -310,6 +357,7 @@ pub(crate) struct Store {
     writer: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Redis: what replicas share.
     pub(crate) shared: Option<Arc<redis::Shared>>,
+    pub(crate) writes: Arc<WriteHealth>,
 }
 
 impl Store {
@@ -320,6 +368,7 @@ impl Store {
             retention: None,
             writer: Default::default(),
             shared: None,
+            writes: Default::default(),
         }
     }
 
@@ -330,9 +379,15 @@ impl Store {
         self.journal.as_ref().map(Journal::barrier)
     }
 
-    /// Whether the store can be reached (a shared one may be down).
-    pub(crate) fn up(&self) -> bool {
-        self.shared.as_ref().is_none_or(|s| s.health.up())
+    /// Why the store takes no changes, for readiness and the log; None when it does.
+    pub(crate) fn trouble(&self) -> Option<&'static str> {
+        if self.shared.as_ref().is_some_and(|s| !s.health.up()) {
+            Some("the shared task store (Redis) does not answer")
+        } else if !self.writes.writing() {
+            Some("the task store cannot write (a full disk?): new tasks are refused until it can")
+        } else {
+            None
+        }
     }
 
     /// Commits what is pending and closes the store, before the process exits; changes
@@ -373,11 +428,14 @@ pub(crate) fn open(
             // "./data" under "." reads "./data", not "././data".
             let dir: std::path::PathBuf = base.join(&config.data_dir).components().collect();
             let (backend, loaded) = sqlite::open(&dir, config.retention_secs)?;
-            let (journal, writer) = start(Box::new(backend), tasks, interval, false)?;
+            let writes = Arc::new(WriteHealth::default());
+            let (journal, writer) =
+                start(Box::new(backend), tasks, interval, false, writes.clone())?;
             let store = Store {
                 journal: Some(journal),
                 writer: std::sync::Mutex::new(Some(writer)),
                 shared: None,
+                writes,
                 described: format!(
                     "sqlite {} (commits every {} ms)",
                     sqlite::path_in(&dir).display(),
@@ -402,13 +460,21 @@ pub(crate) fn open(
             );
             // No interval: each batch is what arrived while the last was written, and
             // answers wait for theirs (see `Store::barrier`).
-            let (journal, writer) = start(Box::new(backend), tasks, Duration::ZERO, true)?;
+            let writes = Arc::new(WriteHealth::default());
+            let (journal, writer) = start(
+                Box::new(backend),
+                tasks,
+                Duration::ZERO,
+                true,
+                writes.clone(),
+            )?;
             let lease = Duration::from_secs(config.lease_secs.max(2));
             let shared = redis::Shared::new(client, keys, replica.clone(), health, lease);
             let store = Store {
                 journal: Some(journal),
                 writer: std::sync::Mutex::new(Some(writer)),
                 shared: Some(Arc::new(shared)),
+                writes,
                 described: format!(
                     "redis {} prefix {:?} (replica {replica})",
                     redacted(&config.url),
@@ -426,13 +492,20 @@ fn write_loop(
     tasks: &dyn Snapshots,
     rx: &Receiver<Change>,
     interval: Duration,
+    health: &WriteHealth,
+    quiet: bool,
 ) {
     let mut pending = Pending::default();
     let mut failures = 0u32;
     let mut maintained = Instant::now();
     loop {
         // Wait for the first change of a batch, then collect for one interval from it.
-        let mut open = match rx.recv_timeout(MAINTENANCE_EVERY) {
+        // A batch that failed is tried again soon, new changes or not.
+        let idle = match pending.len() {
+            0 => MAINTENANCE_EVERY,
+            _ => interval.max(Duration::from_millis(100)),
+        };
+        let mut open = match rx.recv_timeout(idle) {
             Ok(change) => {
                 pending.add(change);
                 true
@@ -456,12 +529,13 @@ fn write_loop(
         let batch = pending.batch(tasks);
         let mut written = true;
         if !batch.is_empty() {
-            match backend.commit(&batch) {
+            let committed = backend.commit(&batch);
+            health.saw(&committed, batch.len(), quiet);
+            match committed {
                 Ok(()) => failures = 0,
-                Err(e) => {
+                Err(_) => {
                     written = false;
                     failures += 1;
-                    tracing::error!(error = %e, changes = batch.len(), "store: commit failed; retrying with the next batch");
                     requeue(&mut pending, batch);
                     // Not a busy loop against a broken disk or an absent server.
                     std::thread::sleep(interval.max(Duration::from_millis(100)) * failures.min(20));

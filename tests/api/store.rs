@@ -259,3 +259,170 @@ async fn a_0_3_upstreams_task_records_and_owners_survive_a_restart() {
         .await;
     assert_eq!(own["result"]["id"], json!(ids[0]), "{own}");
 }
+
+/// A small tmpfs of its own (the tests run as root); unmounted when dropped. A machine
+/// where it cannot be mounted fails the test, saying why.
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn mount(size: &str) -> SmallDisk {
+        let dir = tempfile::tempdir().unwrap();
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .output()
+            .expect("mount");
+        assert!(
+            out.status.success(),
+            "this test fills a small tmpfs and needs to mount one (as root): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        SmallDisk { dir }
+    }
+
+    fn path(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
+    /// Fills what is left with one file; returns it.
+    fn fill(&self) -> std::path::PathBuf {
+        use std::io::Write;
+        let filler = self.path().join("filler");
+        let mut f = std::fs::File::create(&filler).unwrap();
+        let chunk = vec![0u8; 64 * 1024];
+        while f.write_all(&chunk).is_ok() {}
+        let small = vec![0u8; 512];
+        while f.write_all(&small).is_ok() {}
+        filler
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+/// A store that cannot write says so: on a full disk new tasks are refused with 503
+/// -32052 and Retry-After, readiness says `store_unavailable`, the metric and one log line
+/// tell the operator, tasks already stored stay readable; once there is room again the
+/// gateway takes tasks by itself, and after a crash every task it answered while it
+/// could write is there.
+#[tokio::test]
+async fn a_full_disk_refuses_new_tasks_until_the_store_can_write_again() {
+    let disk = SmallDisk::mount("8m");
+    let mut gw = Running::start(
+        &[("echo.toml", ECHO)],
+        &format!(
+            "default_agent = \"echo\"\n[store]\nkind = \"sqlite\"\ndata_dir = \"{}\"\n",
+            disk.path().join("data").display()
+        ),
+        "info",
+    );
+    let mut kept = Vec::new();
+    for _ in 0..5 {
+        kept.push(gw.send_task("before", json!({})).await["id"].clone());
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let filler = disk.fill();
+
+    // Large tasks until the store notices it cannot write.
+    let big = "x".repeat(200_000);
+    let mut refused = None;
+    for _ in 0..200 {
+        let r = gw
+            .post(
+                "/a2a",
+                "SendMessage",
+                json!({"message": D::V10.message(&big)}),
+                &[],
+            )
+            .await;
+        if r.status() != 200 {
+            refused = Some(r);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let refused = refused.expect("a full disk refuses new tasks");
+    assert_eq!(refused.status(), 503);
+    assert_eq!(refused.headers()["retry-after"], "1");
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["code"], -32052, "{body}");
+    assert_eq!(body["error"]["data"][0]["reason"], "TASK_STORE_UNAVAILABLE");
+    let ready = gw.client.get(gw.url("/a2a/ready")).send().await.unwrap();
+    assert_eq!(ready.status(), 503);
+    let ready: Value = ready.json().await.unwrap();
+    assert_eq!(ready["status"], "store_unavailable", "{ready}");
+    let metrics = gw.metrics().await;
+    assert!(metrics.contains("a2a_task_store_writable 0"), "{metrics}");
+    assert!(
+        metrics.contains("a2a_task_store_outages_total 1"),
+        "{metrics}"
+    );
+    // Reads are served meanwhile.
+    let read = get(&gw, kept[0].as_str().unwrap()).await;
+    assert_eq!(state(&read), "TASK_STATE_COMPLETED", "{read}");
+    // Still refused a moment later; one log line for the whole outage.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let again = gw
+        .post(
+            "/a2a",
+            "SendMessage",
+            json!({"message": D::V10.message("small")}),
+            &[],
+        )
+        .await;
+    assert_eq!(again.status(), 503);
+    let outage_lines = |gw: &Running| {
+        gw.log_lines()
+            .iter()
+            .filter(|l| {
+                l["fields"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("store: commits fail"))
+            })
+            .count()
+    };
+    assert_eq!(outage_lines(&gw), 1, "one line per outage");
+
+    // Room again: the gateway recovers by itself.
+    std::fs::remove_file(filler).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let ready = gw.client.get(gw.url("/a2a/ready")).send().await.unwrap();
+        if ready.status() == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never writable again: {}",
+            std::fs::read_to_string(&gw.log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    gw.wait_for_log("saying so", |l| {
+        l["fields"]["message"] == "store: commits succeed again; taking new tasks"
+    })
+    .await;
+    for _ in 0..5 {
+        kept.push(gw.send_task("after", json!({})).await["id"].clone());
+    }
+    let metrics = gw.metrics().await;
+    assert!(metrics.contains("a2a_task_store_writable 1"), "{metrics}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // A crash: every task answered while the store could write is there.
+    gw.kill_hard();
+    gw.restart();
+    for id in &kept {
+        let read = get(&gw, id.as_str().unwrap()).await;
+        assert_eq!(state(&read), "TASK_STATE_COMPLETED", "{id}: {read}");
+    }
+    assert_eq!(outage_lines(&gw), 1);
+}
