@@ -86,14 +86,16 @@ pub enum GatewayError {
         message: String,
         data: Option<Value>,
     },
-    #[error("The gateway is holding its maximum of {0} unfinished tasks; retry later")]
-    TaskStoreFull(usize),
-    /// The shared task store (Redis) cannot be reached; the detail goes to the log.
-    #[error("The task store is unreachable; retry later")]
+    /// The bound reached: "N unfinished tasks" or "N bytes of unfinished tasks".
+    #[error("The gateway is holding its maximum of {0}; retry later")]
+    TaskStoreFull(String),
+    /// The task store cannot take changes (a shared one does not answer, or commits
+    /// fail); the detail goes to the log.
+    #[error("The task store is unavailable; retry later")]
     StoreUnavailable(String),
     /// One caller's share of the store is full; everyone else is still served.
-    #[error("You hold the maximum of {0} unfinished tasks; finish or cancel some, or retry later")]
-    TaskQuota(usize),
+    #[error("You hold the maximum of {0}; finish or cancel some, or retry later")]
+    TaskQuota(String),
     #[error("The gateway is holding its maximum of {0} open streams; retry later")]
     StreamCapacity(usize),
     #[error("Rate limit exceeded ({scope}): retry in {retry_after} s")]
@@ -110,6 +112,10 @@ pub enum GatewayError {
     RequestTimeout(u64),
     #[error("The gateway is receiving its maximum of request bodies at once; retry later")]
     BodiesOverBudget,
+    /// One caller's share of the bytes of bodies still arriving is taken; everyone else is
+    /// still served.
+    #[error("You are sending the maximum of {0} of request bodies at once; finish those, or retry later")]
+    BodiesOverShare(String),
     /// Draining before exit: new calls are refused (with `Connection: close`), and open
     /// streams end with this as their last event, so clients reconnect or resubscribe.
     #[error(
@@ -264,6 +270,9 @@ impl GatewayError {
             GatewayError::RequestTimeout(_) => ours(REQUEST_TIMEOUT, "REQUEST_TIMEOUT", 408),
             GatewayError::BodiesOverBudget => {
                 ours(BODIES_OVER_BUDGET, "BODIES_OVER_BUDGET", 503).retry()
+            }
+            GatewayError::BodiesOverShare(_) => {
+                ours(BODIES_OVER_BUDGET, "BODIES_OVER_SHARE", 429).retry()
             }
             GatewayError::ShuttingDown => ours(SHUTTING_DOWN, "SHUTTING_DOWN", 503).retry(),
         }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use actix_web::http::header;
 use actix_web::{web, HttpRequest};
 use bytes::{Bytes, BytesMut};
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 
 use crate::config::Limits;
 use crate::error::GatewayError;
@@ -33,23 +33,39 @@ pub(super) fn check_content_type(req: &HttpRequest) -> Result<(), GatewayError> 
 }
 
 /// What a body may cost: its size, its time, and its share of the bytes held gateway-wide
-/// for bodies still arriving (so slow senders cannot hold the gateway's memory).
+/// for bodies still arriving (so slow senders cannot hold the gateway's memory), of which
+/// one caller may hold only a part (so one sender cannot hold it all).
 pub(crate) struct BodyLimits {
     max_bytes: usize,
     base_time: Duration,
     min_rate: usize,
     budget: usize,
     buffered: AtomicUsize,
+    per_caller: usize,
+    /// Bytes held per caller, in slots chosen by a keyed hash of the caller: no map to
+    /// lock, no key to allocate. Callers whose keys share a slot share its allowance,
+    /// which errs toward refusing; the random key keeps anyone from choosing a slot.
+    by_caller: Box<[AtomicUsize]>,
+    slot_of: ahash::RandomState,
 }
+
+const CALLER_SLOTS: usize = 4096;
 
 impl BodyLimits {
     pub(crate) fn new(limits: &Limits) -> BodyLimits {
+        let budget = limits.max_buffered_body_bytes;
         BodyLimits {
             max_bytes: limits.max_body_bytes,
             base_time: Duration::from_secs(limits.body_timeout_secs.max(1)),
             min_rate: limits.body_min_bytes_per_sec.max(1),
-            budget: limits.max_buffered_body_bytes,
+            budget,
             buffered: AtomicUsize::new(0),
+            per_caller: limits
+                .max_buffered_body_bytes_per_caller
+                .unwrap_or(budget / 8)
+                .max(1),
+            by_caller: (0..CALLER_SLOTS).map(|_| AtomicUsize::new(0)).collect(),
+            slot_of: ahash::RandomState::new(),
         }
     }
 
@@ -68,6 +84,11 @@ impl BodyLimits {
         held.bytes += n;
         Ok(())
     }
+
+    fn slot(&self, caller: &str) -> &AtomicUsize {
+        let i = self.slot_of.hash_one(caller) as usize % CALLER_SLOTS;
+        &self.by_caller[i]
+    }
 }
 
 /// A body's reservation, given back when the body is read (or given up).
@@ -82,13 +103,80 @@ impl Drop for Held<'_> {
     }
 }
 
+/// What a body still arriving holds of its caller's share, given back with it.
+struct CallerHeld<'a> {
+    slot: &'a AtomicUsize,
+    bytes: usize,
+    max: usize,
+}
+
+impl CallerHeld<'_> {
+    /// Counts the body's bytes up to `total`, or refuses past the caller's share.
+    fn grow_to(&mut self, total: usize) -> Result<(), GatewayError> {
+        let more = total.saturating_sub(self.bytes);
+        if more == 0 {
+            return Ok(());
+        }
+        let before = self.slot.fetch_add(more, Ordering::AcqRel);
+        if before + more > self.max {
+            self.slot.fetch_sub(more, Ordering::AcqRel);
+            return Err(GatewayError::BodiesOverShare(crate::limits::bytes_text(
+                self.max as u64,
+            )));
+        }
+        self.bytes = total;
+        Ok(())
+    }
+}
+
+impl Drop for CallerHeld<'_> {
+    fn drop(&mut self) {
+        self.slot.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
+}
+
+/// A body being read: what has arrived, and what it holds of the budgets.
+struct Reading<'a> {
+    buf: BytesMut,
+    limit: usize,
+    held: Held<'a>,
+    caller: Option<CallerHeld<'a>>,
+}
+
+impl Reading<'_> {
+    fn take(
+        &mut self,
+        chunk: Result<Bytes, actix_web::error::PayloadError>,
+    ) -> Result<(), GatewayError> {
+        let chunk = chunk
+            .map_err(|e| GatewayError::InvalidRequest(format!("could not read the body: {e}")))?;
+        let total = self.buf.len() + chunk.len();
+        if total > self.limit {
+            return Err(GatewayError::PayloadTooLarge(self.limit));
+        }
+        let more = total.saturating_sub(self.held.bytes);
+        if more > 0 {
+            self.held.limits.reserve(&mut self.held, more)?;
+        }
+        if let Some(caller) = &mut self.caller {
+            caller.grow_to(self.held.bytes)?;
+        }
+        self.buf.extend_from_slice(&chunk);
+        Ok(())
+    }
+}
+
 /// Reads the body: refused at once when its declared size is over the limit or the
 /// gateway's budget, refused as soon as it grows past either, and given up with 408 when it
 /// has not arrived within `body_timeout_secs` plus a second per `body_min_bytes_per_sec`.
+/// A body that is not all there at once counts against its caller's share (`caller`: the
+/// caller's key) from then on; one that came with its head (most do) pays for no account
+/// and no timer.
 pub(super) async fn read_body(
     req: &HttpRequest,
     mut body: web::Payload,
     limits: &BodyLimits,
+    caller: &dyn Fn() -> String,
 ) -> Result<Bytes, GatewayError> {
     let limit = limits.max_bytes;
     let declared = req
@@ -99,37 +187,41 @@ pub(super) async fn read_body(
     if declared.is_some_and(|n| n > limit) {
         return Err(GatewayError::PayloadTooLarge(limit));
     }
-    let mut held = Held { limits, bytes: 0 };
+    let mut reading = Reading {
+        buf: BytesMut::with_capacity(declared.unwrap_or(1024).min(limit)),
+        limit,
+        held: Held { limits, bytes: 0 },
+        caller: None,
+    };
     // A declared length is taken whole up front: a sender cannot start many bodies cheaply.
     if let Some(n) = declared {
-        limits.reserve(&mut held, n)?;
+        limits.reserve(&mut reading.held, n)?;
     }
-    let mut buf = BytesMut::with_capacity(declared.unwrap_or(1024).min(limit));
-    let mut take = |chunk: Result<Bytes, actix_web::error::PayloadError>,
-                    buf: &mut BytesMut|
-     -> Result<(), GatewayError> {
-        let chunk = chunk
-            .map_err(|e| GatewayError::InvalidRequest(format!("could not read the body: {e}")))?;
-        if buf.len() + chunk.len() > limit {
-            return Err(GatewayError::PayloadTooLarge(limit));
+    loop {
+        match body.next().now_or_never() {
+            Some(Some(chunk)) => reading.take(chunk)?,
+            Some(None) => return Ok(reading.buf.freeze()),
+            None => break,
         }
-        let more = (buf.len() + chunk.len()).saturating_sub(held.bytes);
-        if more > 0 {
-            limits.reserve(&mut held, more)?;
-        }
-        buf.extend_from_slice(&chunk);
-        Ok(())
+    }
+    // Still arriving.
+    let mut share = CallerHeld {
+        slot: limits.slot(&caller()),
+        bytes: 0,
+        max: limits.per_caller,
     };
+    share.grow_to(reading.held.bytes)?;
+    reading.caller = Some(share);
     let expected = declared.unwrap_or(limit);
     let deadline = limits.base_time + Duration::from_secs((expected / limits.min_rate) as u64);
     let rest = async {
         while let Some(chunk) = body.next().await {
-            take(chunk, &mut buf)?;
+            reading.take(chunk)?;
         }
         Ok(())
     };
     match tokio::time::timeout(deadline, rest).await {
-        Ok(result) => result.map(|()| buf.freeze()),
+        Ok(result) => result.map(|()| reading.buf.freeze()),
         Err(_) => Err(GatewayError::RequestTimeout(deadline.as_secs())),
     }
 }

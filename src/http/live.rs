@@ -158,6 +158,18 @@ impl Live {
         self.rates.caller_key(caller, ip)
     }
 
+    /// The key of a caller not (yet) known, by its address.
+    pub(crate) fn address_key(&self, req: &HttpRequest) -> String {
+        let xff = req
+            .headers()
+            .get("x-forwarded-for")
+            .and_then(|v| v.to_str().ok());
+        match self.rates.client_ip(req.peer_addr().map(|a| a.ip()), xff) {
+            Some(ip) => format!("anon:{ip}"),
+            None => "anon:unknown".into(),
+        }
+    }
+
     /// Counts one request against the caller's and the agent's rate; the numbers go out
     /// as `X-RateLimit-*` headers (see [`super::rate_limit_headers`]), also on a refusal.
     /// With a shared store, against allowances every replica shares.

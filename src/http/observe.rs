@@ -216,12 +216,18 @@ pub(crate) fn render_metrics(state: &AppState) -> HttpResponse {
     let live = state.live();
     let agents = live.registry.iter().map(|a| a.gauges());
     let by_state = state.service.tasks().count_by_state();
-    let body = state.metrics.render(
-        agents,
-        &by_state,
-        state.service.tasks().len(),
-        state.connections.open(),
-    );
+    let (bytes, bytes_limit, largest_task_bytes) = state.service.tasks().byte_figures();
+    let store = crate::telemetry::StoreGauges {
+        tasks: state.service.tasks().len(),
+        bytes,
+        bytes_limit,
+        largest_task_bytes,
+        writable: state.store.writes.writing(),
+        outages: state.store.writes.outages(),
+    };
+    let body = state
+        .metrics
+        .render(agents, &by_state, &store, state.connections.open());
     HttpResponse::Ok()
         .insert_header(("Cache-Control", "no-store"))
         .content_type("text/plain; version=0.0.4; charset=utf-8")

@@ -138,6 +138,46 @@ pub(crate) fn default_connection_limit() -> usize {
     (soft.saturating_sub(RESERVED_DESCRIPTORS) * 3 / 4).clamp(64, 1_000_000) as usize
 }
 
+/// Bytes of tasks kept in memory by default: a quarter of the memory the gateway may use
+/// (its cgroup's limit where one is set, as in a container, else the machine's), at least
+/// 64 MiB.
+pub(crate) fn default_stored_bytes() -> u64 {
+    (memory_available().unwrap_or(4 << 30) / 4).max(64 << 20)
+}
+
+/// A byte count as people read it: "512 bytes", "64 MiB", "1.5 GiB".
+pub(crate) fn bytes_text(n: u64) -> String {
+    const UNITS: [(&str, u64); 3] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    for (unit, size) in UNITS {
+        if n >= size {
+            let whole = n / size;
+            let tenths = (n % size) * 10 / size;
+            return match tenths {
+                0 => format!("{whole} {unit}"),
+                t => format!("{whole}.{t} {unit}"),
+            };
+        }
+    }
+    format!("{n} bytes")
+}
+
+/// The smallest of the cgroup (v2, then v1) memory limit and the machine's memory.
+fn memory_available() -> Option<u64> {
+    let read = |path: &str| std::fs::read_to_string(path).ok();
+    let cgroup = read("/sys/fs/cgroup/memory.max")
+        .or_else(|| read("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let machine = read("/proc/meminfo").and_then(|info| {
+        let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib * 1024)
+    });
+    match (cgroup, machine) {
+        (Some(c), Some(m)) => Some(c.min(m)),
+        (c, m) => c.or(m),
+    }
+}
+
 /// Raises the soft open-file limit to the hard one, as servers do; returns the new limit.
 pub(crate) fn raise_open_file_limit() -> Option<u64> {
     rlimit::increase_nofile_limit(u64::MAX).ok()

@@ -794,6 +794,114 @@ pub enum TaskEvent {
     Artifact(TaskArtifactUpdateEvent),
 }
 
+/// What a task takes in memory, roughly: the bytes of its strings and values plus a fixed
+/// cost per object. The store is bounded by it (`[limits] max_stored_bytes`); it need not
+/// be exact, only proportional, and it is cheap (no serialization).
+pub trait ApproxBytes {
+    fn approx_bytes(&self) -> usize;
+}
+
+/// What a struct, a vector's slot and an allocation's header cost besides their contents.
+const OBJECT: usize = 64;
+
+impl ApproxBytes for Part {
+    fn approx_bytes(&self) -> usize {
+        let content = match &self.content {
+            PartContent::Text(t) | PartContent::Raw(t) | PartContent::Url(t) => t.len(),
+            PartContent::Data(v) => value_bytes(v),
+        };
+        OBJECT
+            + content
+            + self.metadata.as_ref().map_or(0, map_bytes)
+            + self.filename.as_ref().map_or(0, String::len)
+            + self.media_type.as_ref().map_or(0, String::len)
+    }
+}
+
+impl ApproxBytes for Message {
+    fn approx_bytes(&self) -> usize {
+        OBJECT
+            + self.message_id.len()
+            + self.context_id.as_ref().map_or(0, String::len)
+            + self.task_id.as_ref().map_or(0, String::len)
+            + self.parts.iter().map(Part::approx_bytes).sum::<usize>()
+            + self.metadata.as_ref().map_or(0, map_bytes)
+            + strings_bytes(&self.extensions)
+            + strings_bytes(&self.reference_task_ids)
+    }
+}
+
+impl ApproxBytes for Artifact {
+    fn approx_bytes(&self) -> usize {
+        OBJECT
+            + self.artifact_id.len()
+            + self.name.as_ref().map_or(0, String::len)
+            + self.description.as_ref().map_or(0, String::len)
+            + self.parts.iter().map(Part::approx_bytes).sum::<usize>()
+            + self.metadata.as_ref().map_or(0, map_bytes)
+            + strings_bytes(&self.extensions)
+    }
+}
+
+impl ApproxBytes for Task {
+    fn approx_bytes(&self) -> usize {
+        OBJECT
+            + self.id.len()
+            + self.context_id.len()
+            + self
+                .status
+                .message
+                .as_ref()
+                .map_or(0, Message::approx_bytes)
+            + self
+                .artifacts
+                .iter()
+                .map(Artifact::approx_bytes)
+                .sum::<usize>()
+            + self
+                .history
+                .iter()
+                .map(Message::approx_bytes)
+                .sum::<usize>()
+            + self.metadata.as_ref().map_or(0, map_bytes)
+    }
+}
+
+impl ApproxBytes for TaskEvent {
+    /// What applying the event may add to its task (a replaced artifact or status is
+    /// counted as added: the estimate errs high).
+    fn approx_bytes(&self) -> usize {
+        match self {
+            TaskEvent::Status(s) => {
+                s.status.message.as_ref().map_or(0, Message::approx_bytes)
+                    + s.metadata.as_ref().map_or(0, map_bytes)
+            }
+            TaskEvent::Artifact(a) => {
+                a.artifact.approx_bytes() + a.metadata.as_ref().map_or(0, map_bytes)
+            }
+        }
+    }
+}
+
+fn strings_bytes(v: &[String]) -> usize {
+    v.iter().map(|s| OBJECT / 2 + s.len()).sum()
+}
+
+fn map_bytes(m: &Metadata) -> usize {
+    m.iter()
+        .map(|(k, v)| OBJECT / 2 + k.len() + value_bytes(v))
+        .sum()
+}
+
+fn value_bytes(v: &Value) -> usize {
+    match v {
+        Value::Null | Value::Bool(_) | Value::Number(_) => OBJECT / 4,
+        Value::String(s) => OBJECT / 2 + s.len(),
+        Value::Array(a) => OBJECT + a.iter().map(value_bytes).sum::<usize>(),
+        Value::Object(m) => OBJECT + map_bytes(m),
+    }
+}
+
 impl TaskEvent {
     /// Whether a stream closes after this event.
     pub fn ends_stream(&self) -> bool {

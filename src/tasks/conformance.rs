@@ -295,6 +295,10 @@ macro_rules! conformance {
 }
 
 const CAPACITY: usize = 8;
+const QUOTA: super::Quota = super::Quota {
+    tasks: 100,
+    bytes: usize::MAX,
+};
 
 fn metrics() -> Arc<crate::telemetry::Metrics> {
     Arc::new(crate::telemetry::Metrics::new(false))
@@ -312,8 +316,8 @@ impl Harness for Memory {
 }
 
 fn memory() -> Memory {
-    let store = Arc::new(super::MemoryTaskStore::new(CAPACITY));
-    Memory(Tasks::new(store, 100, metrics()))
+    let store = Arc::new(super::MemoryTaskStore::new(CAPACITY, usize::MAX));
+    Memory(Tasks::new(store, QUOTA, metrics()))
 }
 
 mod memory_kind {
@@ -335,10 +339,10 @@ impl Sqlite {
             commit_interval_ms: 5,
             ..Default::default()
         };
-        let memory = Arc::new(super::MemoryTaskStore::new(CAPACITY));
+        let memory = Arc::new(super::MemoryTaskStore::new(CAPACITY, usize::MAX));
         let (store, mut loaded) = crate::store::open(&config, dir.path(), memory.clone()).unwrap();
         memory.write_behind(store.journal.clone().unwrap());
-        let tasks = Tasks::new(memory, 100, metrics());
+        let tasks = Tasks::new(memory, QUOTA, metrics());
         tasks.restore(std::mem::take(&mut loaded.tasks)).unwrap();
         Sqlite {
             dir,
@@ -426,12 +430,12 @@ impl Redis {
             retention_secs: 600,
             ..Default::default()
         };
-        let memory = Arc::new(super::MemoryTaskStore::new(CAPACITY));
+        let memory = Arc::new(super::MemoryTaskStore::new(CAPACITY, usize::MAX));
         let dir = std::path::Path::new(".");
         let (store, _) = crate::store::open(&config, dir, memory.clone()).unwrap();
         let journal = store.journal.clone().unwrap();
         memory.write_behind(journal.clone());
-        let tasks = Tasks::new(memory, 100, metrics());
+        let tasks = Tasks::new(memory, QUOTA, metrics());
         tasks.share(journal, store.shared.clone().unwrap());
         let shared = store.shared.clone().unwrap();
         rt.block_on(async move {

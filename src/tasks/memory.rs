@@ -21,6 +21,9 @@ pub(crate) struct MemoryTaskStore {
     /// `tasks.len()` without visiting every shard of the map on each insert.
     count: AtomicUsize,
     capacity: usize,
+    /// The tasks' [`StoredTask::bytes`], summed, and the most they may sum to.
+    bytes: AtomicUsize,
+    byte_capacity: usize,
     /// Where changes are written behind (a durable store); None keeps them here only.
     journal: std::sync::OnceLock<Journal>,
     /// Copies of tasks other replicas run (a shared store), as last read: readable here,
@@ -32,12 +35,15 @@ pub(crate) struct MemoryTaskStore {
 const FOREIGN_COPIES: usize = 10_000;
 
 impl MemoryTaskStore {
-    pub(crate) fn new(capacity: usize) -> MemoryTaskStore {
+    /// Holds at most `capacity` tasks and `byte_capacity` bytes of them.
+    pub(crate) fn new(capacity: usize, byte_capacity: usize) -> MemoryTaskStore {
         MemoryTaskStore {
             tasks: FastMap::default(),
             finished: Mutex::new(VecDeque::new()),
             count: AtomicUsize::new(0),
             capacity: capacity.max(1),
+            bytes: AtomicUsize::new(0),
+            byte_capacity: byte_capacity.max(1),
             journal: std::sync::OnceLock::new(),
             foreign: quick_cache::sync::Cache::new(FOREIGN_COPIES),
         }
@@ -53,6 +59,7 @@ impl MemoryTaskStore {
             return false;
         };
         self.count.fetch_sub(1, Ordering::AcqRel);
+        self.bytes.fetch_sub(st.bytes, Ordering::AcqRel);
         if let Some(journal) = self.journal.get() {
             let seq = st.seq;
             journal.task_removed(st.task.id.clone(), seq, || snapshot_of(&st));
@@ -63,11 +70,12 @@ impl MemoryTaskStore {
     fn put(&self, task: StoredTask, written: bool) -> Result<(), StoreError> {
         // Checked first: an id that cannot be stored must not cost another task its place.
         let id = key(&task.task.id).ok_or_else(|| StoreError::BadId(task.task.id.clone()))?;
-        self.make_room()?;
+        self.make_room(task.bytes)?;
         let finished = task.task.status.state.is_terminal();
         match self.tasks.entry(id) {
             dashmap::Entry::Occupied(_) => return Err(StoreError::Duplicate(task.task.id)),
             dashmap::Entry::Vacant(v) => {
+                self.bytes.fetch_add(task.bytes, Ordering::AcqRel);
                 v.insert(Box::new(task));
                 self.count.fetch_add(1, Ordering::AcqRel);
             }
@@ -112,14 +120,39 @@ impl MemoryTaskStore {
             .filter(|st| st.task.id == id)
     }
 
-    fn make_room(&self) -> Result<(), StoreError> {
+    /// Evicts the oldest finished tasks until a task of `bytes` more fits, in count and
+    /// in bytes; refuses when only unfinished ones are left.
+    fn make_room(&self, bytes: usize) -> Result<(), StoreError> {
         while self.count.load(Ordering::Acquire) >= self.capacity {
             let Some(victim) = self.finished_queue().pop_front() else {
-                return Err(StoreError::Full(self.capacity));
+                return Err(StoreError::Full(format!(
+                    "{} unfinished tasks",
+                    self.capacity
+                )));
+            };
+            self.remove(&victim);
+        }
+        while self.bytes.load(Ordering::Acquire) + bytes > self.byte_capacity {
+            let Some(victim) = self.finished_queue().pop_front() else {
+                return Err(StoreError::Full(format!(
+                    "{} of unfinished tasks",
+                    crate::limits::bytes_text(self.byte_capacity as u64)
+                )));
             };
             self.remove(&victim);
         }
         Ok(())
+    }
+
+    /// After a task grew: the oldest finished tasks make room until the store is within
+    /// its bytes again, as far as they can (unfinished tasks are never evicted).
+    fn shed(&self) {
+        while self.bytes.load(Ordering::Acquire) > self.byte_capacity {
+            let Some(victim) = self.finished_queue().pop_front() else {
+                return;
+            };
+            self.remove(&victim);
+        }
     }
 }
 
@@ -172,12 +205,17 @@ impl TaskStore for MemoryTaskStore {
             return false;
         };
         let was_finished = st.task.status.state.is_terminal();
+        let bytes_before = st.bytes;
         f(&mut st);
         let key = *st.key();
         if !was_finished && st.task.status.state.is_terminal() {
             self.finished_queue().push_back(key);
         }
+        let grown = st.bytes.saturating_sub(bytes_before);
         drop(st);
+        if grown > 0 && self.bytes.fetch_add(grown, Ordering::AcqRel) + grown > self.byte_capacity {
+            self.shed();
+        }
         self.changed(key);
         true
     }
@@ -231,6 +269,15 @@ impl TaskStore for MemoryTaskStore {
 
     fn holds(&self, id: &str) -> bool {
         self.get(id).is_some()
+    }
+
+    fn byte_figures(&self) -> (usize, usize, usize) {
+        let largest = self.tasks.iter().map(|st| st.bytes).max().unwrap_or(0);
+        (
+            self.bytes.load(Ordering::Acquire),
+            self.byte_capacity,
+            largest,
+        )
     }
 
     fn count_by_state(&self) -> Vec<(TaskState, usize)> {
@@ -287,6 +334,7 @@ mod tests {
             version: 0,
             replica: None,
             cancel: None,
+            bytes: 100,
         }
     }
 
@@ -296,12 +344,12 @@ mod tests {
 
     #[test]
     fn evicts_oldest_finished_first_and_refuses_when_all_active() {
-        let store = MemoryTaskStore::new(2);
+        let store = MemoryTaskStore::new(2, usize::MAX);
         store.insert(task(DONE, TaskState::Working)).unwrap();
         store.insert(task(BUSY, TaskState::Working)).unwrap();
         assert!(matches!(
             store.insert(task(NEW, TaskState::Working)),
-            Err(StoreError::Full(2))
+            Err(StoreError::Full(_))
         ));
         store.update(DONE, &mut |st| st.task.status.state = TaskState::Completed);
         store.insert(task(NEW, TaskState::Working)).unwrap();
@@ -311,7 +359,7 @@ mod tests {
 
     #[test]
     fn ids_are_exact_and_only_uuids_are_stored() {
-        let store = MemoryTaskStore::new(2);
+        let store = MemoryTaskStore::new(2, usize::MAX);
         store.insert(task(BUSY, TaskState::Working)).unwrap();
         assert!(matches!(
             store.insert(task(BUSY, TaskState::Working)),
@@ -335,5 +383,30 @@ mod tests {
         }
         assert!(!store.read("not-a-uuid", &mut |_| {}));
         assert_eq!(store.len(), 2);
+    }
+
+    #[test]
+    fn bounded_in_bytes_evicting_finished_first_even_as_tasks_grow() {
+        // Room for three tasks of 100 bytes.
+        let store = MemoryTaskStore::new(100, 300);
+        store.insert(task(DONE, TaskState::Completed)).unwrap();
+        store.insert(task(BUSY, TaskState::Working)).unwrap();
+        store.insert(task(NEW, TaskState::Working)).unwrap();
+        assert_eq!(store.byte_figures().0, 300);
+        // A fourth takes the finished task's place.
+        const FOURTH: &str = "00000000-0000-4000-8000-000000000004";
+        store.insert(task(FOURTH, TaskState::Working)).unwrap();
+        assert!(!store.read(DONE, &mut |_| {}));
+        // Only unfinished tasks left: a fifth is refused, saying which bound.
+        const FIFTH: &str = "00000000-0000-4000-8000-000000000005";
+        match store.insert(task(FIFTH, TaskState::Working)) {
+            Err(StoreError::Full(bound)) => assert_eq!(bound, "300 bytes of unfinished tasks"),
+            other => panic!("{other:?}"),
+        }
+        // A finished task is evicted when another grows past the bound.
+        store.update(NEW, &mut |st| st.task.status.state = TaskState::Completed);
+        store.update(BUSY, &mut |st| st.bytes += 50);
+        assert!(!store.read(NEW, &mut |_| {}));
+        assert_eq!(store.byte_figures(), (250, 300, 150));
     }
 }

@@ -22,7 +22,7 @@ pub(crate) use memory::MemoryTaskStore;
 pub(crate) type FastMap<K, V> = dashmap::DashMap<K, V, ahash::RandomState>;
 
 use crate::protocol::model::{
-    Message, StreamItem, Task, TaskEvent, TaskState, TaskStatus, TaskStatusUpdateEvent,
+    ApproxBytes, Message, StreamItem, Task, TaskEvent, TaskState, TaskStatus, TaskStatusUpdateEvent,
 };
 use crate::protocol::params::ListQuery;
 use crate::store::redis::Shared;
@@ -48,21 +48,27 @@ pub(crate) struct StoredTask {
     pub(crate) replica: Option<Arc<str>>,
     /// Stops the work in progress on this task; dropped once the task finishes.
     pub(crate) cancel: Option<CancellationToken>,
+    /// What the task takes in memory, approximately ([`ApproxBytes`]); the store's byte
+    /// bound counts it.
+    pub(crate) bytes: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// Only unfinished tasks are left, and they take all the store may hold: the bound
+    /// reached, as "N unfinished tasks" or "N bytes of unfinished tasks".
     #[error("the task store is full of unfinished tasks ({0})")]
-    Full(usize),
+    Full(String),
     #[error("task {0} already exists")]
     Duplicate(String),
     #[error("invalid page token")]
     BadPageToken,
     #[error("task id {0} is not a UUID")]
     BadId(String),
-    /// The caller holds its quota of unfinished tasks.
-    #[error("the caller holds its maximum of {0} unfinished tasks")]
-    Quota(usize),
+    /// The caller holds its quota of unfinished tasks, as "N unfinished tasks" or "N
+    /// bytes of unfinished tasks".
+    #[error("the caller holds its maximum of {0}")]
+    Quota(String),
 }
 
 pub(crate) struct TaskPage {
@@ -97,11 +103,15 @@ pub(crate) trait TaskStore: Send + Sync + 'static {
     fn holds(&self, id: &str) -> bool;
     /// How many tasks are in each state (for metrics; visits every task).
     fn count_by_state(&self) -> Vec<(TaskState, usize)>;
+    /// The tasks' bytes, the bound on them, and the largest task's (for metrics; visits
+    /// every task).
+    fn byte_figures(&self) -> (usize, usize, usize);
 }
 
 impl StoredTask {
     /// A task a store held, as `replica` runs it (None: this one), with no work here.
     fn read_back(row: TaskRow, replica: Option<Arc<str>>) -> StoredTask {
+        let bytes = row.task.approx_bytes();
         StoredTask {
             task: row.task,
             agent: row.agent,
@@ -110,6 +120,7 @@ impl StoredTask {
             version: row.version,
             replica,
             cancel: None,
+            bytes,
         }
     }
 }
@@ -173,19 +184,32 @@ pub(crate) struct Tasks {
     fanout: Fanout,
     seq: std::sync::atomic::AtomicU64,
     /// Unfinished tasks per owner, so that one caller cannot fill the store for everyone.
-    unfinished: FastMap<Arc<str>, usize>,
-    quota: usize,
+    unfinished: FastMap<Arc<str>, Held>,
+    quota: Quota,
     metrics: Arc<crate::telemetry::Metrics>,
     /// With a store other replicas share: where events go for their subscribers, and
     /// where their tasks are read.
     shared: std::sync::OnceLock<(crate::store::Journal, Arc<Shared>)>,
 }
 
+/// What one owner's unfinished tasks hold.
+#[derive(Debug, Default, Clone, Copy)]
+struct Held {
+    tasks: usize,
+    bytes: usize,
+}
+
+/// What one owner may hold in unfinished tasks at once.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Quota {
+    pub(crate) tasks: usize,
+    pub(crate) bytes: usize,
+}
+
 impl Tasks {
-    /// `quota`: unfinished tasks one owner may hold at once.
     pub(crate) fn new(
         store: Arc<dyn TaskStore>,
-        quota: usize,
+        quota: Quota,
         metrics: Arc<crate::telemetry::Metrics>,
     ) -> Tasks {
         Tasks {
@@ -194,7 +218,10 @@ impl Tasks {
             fanout: Fanout::default(),
             seq: Default::default(),
             unfinished: FastMap::default(),
-            quota: quota.max(1),
+            quota: Quota {
+                tasks: quota.tasks.max(1),
+                bytes: quota.bytes.max(1),
+            },
             shared: std::sync::OnceLock::new(),
         }
     }
@@ -305,12 +332,23 @@ impl Tasks {
         cancel: Option<CancellationToken>,
     ) -> Result<(), StoreError> {
         let counted = !task.status.state.is_terminal();
+        let bytes = task.approx_bytes();
         if counted {
-            let mut held = self.unfinished.entry(owner.clone()).or_insert(0);
-            if *held >= self.quota {
-                return Err(StoreError::Quota(self.quota));
+            let mut held = self.unfinished.entry(owner.clone()).or_default();
+            if held.tasks >= self.quota.tasks {
+                return Err(StoreError::Quota(format!(
+                    "{} unfinished tasks",
+                    self.quota.tasks
+                )));
             }
-            *held += 1;
+            if held.bytes + bytes > self.quota.bytes {
+                return Err(StoreError::Quota(format!(
+                    "{} of unfinished tasks",
+                    crate::limits::bytes_text(self.quota.bytes as u64)
+                )));
+            }
+            held.tasks += 1;
+            held.bytes += bytes;
         }
         let seq = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.metrics
@@ -323,9 +361,10 @@ impl Tasks {
             version: 0,
             replica: None,
             cancel,
+            bytes,
         });
         if inserted.is_err() && counted {
-            self.finished(&owner);
+            self.finished(&owner, bytes);
         }
         inserted
     }
@@ -368,12 +407,21 @@ impl Tasks {
         }
     }
 
-    /// One of `owner`'s tasks finished: it no longer counts against the quota.
-    fn finished(&self, owner: &Arc<str>) {
+    /// One of `owner`'s tasks, of `bytes`, finished: it no longer counts against the
+    /// quota.
+    fn finished(&self, owner: &Arc<str>, bytes: usize) {
         if let Some(mut held) = self.unfinished.get_mut(owner) {
-            *held = held.saturating_sub(1);
+            held.tasks = held.tasks.saturating_sub(1);
+            held.bytes = held.bytes.saturating_sub(bytes);
         }
-        self.unfinished.remove_if(owner, |_, held| *held == 0);
+        self.unfinished.remove_if(owner, |_, held| held.tasks == 0);
+    }
+
+    /// An unfinished task of `owner`'s grew by `bytes`.
+    fn grew(&self, owner: &Arc<str>, bytes: usize) {
+        if let Some(mut held) = self.unfinished.get_mut(owner) {
+            held.bytes += bytes;
+        }
     }
 
     /// Cancels the tasks left waiting for input (or auth) longer than `ttl`, stopping
@@ -461,13 +509,17 @@ impl Tasks {
             }
             let before = st.task.status.state;
             st.task.apply(event);
+            let added = event.approx_bytes();
+            st.bytes += added;
             if st.task.status.state != before {
                 self.metrics
                     .task_entered(&st.agent, st.task.status.state.v03_name());
             }
             if st.task.status.state.is_terminal() {
                 st.cancel = None;
-                self.finished(&st.owner);
+                self.finished(&st.owner, st.bytes - added);
+            } else if added > 0 {
+                self.grew(&st.owner, added);
             }
             st.version += 1;
             version = Some(st.version);
@@ -502,6 +554,9 @@ impl Tasks {
             if !st.task.status.state.is_terminal() {
                 st.task.history.push(message.clone());
                 st.cancel = Some(cancel.clone());
+                let added = message.approx_bytes();
+                st.bytes += added;
+                self.grew(&st.owner, added);
             }
             out = Some(st.task.clone());
             if st.task.status.state.is_interrupted() {
@@ -561,6 +616,11 @@ impl Tasks {
         self.store.len()
     }
 
+    /// See [`TaskStore::byte_figures`].
+    pub(crate) fn byte_figures(&self) -> (usize, usize, usize) {
+        self.store.byte_figures()
+    }
+
     /// Tasks per state, by their 0.3 names (the metric's label values).
     pub(crate) fn count_by_state(&self) -> Vec<(&'static str, usize)> {
         self.store
@@ -574,8 +634,8 @@ impl Tasks {
 impl From<StoreError> for crate::error::GatewayError {
     fn from(e: StoreError) -> crate::error::GatewayError {
         match e {
-            StoreError::Full(n) => crate::error::GatewayError::TaskStoreFull(n),
-            StoreError::Quota(n) => crate::error::GatewayError::TaskQuota(n),
+            StoreError::Full(bound) => crate::error::GatewayError::TaskStoreFull(bound),
+            StoreError::Quota(bound) => crate::error::GatewayError::TaskQuota(bound),
             StoreError::BadPageToken => crate::error::GatewayError::InvalidParams(
                 "params.pageToken: not a token this gateway issued".into(),
             ),

@@ -10,6 +10,6 @@ mod trace;
 
 pub(crate) use call::{note, note_method, note_task, noted, observed, outgoing_trace};
 pub(crate) use metrics::{
-    flush_periodically, AgentGauges, Metrics, UpstreamCalls, UpstreamOutcome,
+    flush_periodically, AgentGauges, Metrics, StoreGauges, UpstreamCalls, UpstreamOutcome,
 };
 pub(crate) use trace::TraceParent;

@@ -167,7 +167,7 @@ async fn bodies_that_never_end_get_408_and_anonymous_ones_401_first() {
 async fn buffered_bodies_have_a_gateway_wide_budget() {
     let gw = spawn_with(
         &[("echo.toml", ECHO)],
-        "[limits]\nmax_buffered_body_bytes = 100000\nbody_timeout_secs = 30",
+        "[limits]\nmax_buffered_body_bytes = 100000\nmax_buffered_body_bytes_per_caller = 100000\nbody_timeout_secs = 30",
     )
     .await;
     let head = |len: usize| {
@@ -195,6 +195,177 @@ async fn buffered_bodies_have_a_gateway_wide_budget() {
     assert_eq!(health["bufferedBodyBytes"], 0, "given back: {health}");
     let again = gw.send(D::V10, "small").await;
     assert_eq!(again["status"]["state"], "TASK_STATE_COMPLETED");
+}
+
+/// One caller holding bodies open takes only its share of the budget: its next body is
+/// refused with 429, while a caller from another address is served, and the share comes
+/// back when its bodies are given up.
+#[tokio::test]
+async fn a_caller_holding_bodies_open_takes_only_its_share() {
+    let gw = spawn_with(
+        &[("echo.toml", ECHO)],
+        "[limits]\nmax_buffered_body_bytes = 800000\nbody_timeout_secs = 30",
+    )
+    .await;
+    // An eighth of the budget each: 100,000 bytes.
+    let head = |len: usize| {
+        format!("POST /a2a/agents/echo HTTP/1.1\r\nhost: x\r\na2a-version: 1.0\r\ncontent-length: {len}\r\n\r\n{{")
+    };
+    let mut hogs = Vec::new();
+    for _ in 0..2 {
+        let mut hog = connect_from(&gw, "127.0.0.1").await;
+        hog.write_all(head(45_000).as_bytes()).await.unwrap();
+        hogs.push(hog);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut third = connect_from(&gw, "127.0.0.1").await;
+    third.write_all(head(45_000).as_bytes()).await.unwrap();
+    let mut answer = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(5), third.read(&mut answer))
+        .await
+        .expect("answered at once")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer[..n]);
+    assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
+    assert!(answer.contains("-32062"), "{answer}");
+    assert!(answer.contains("BODIES_OVER_SHARE"), "{answer}");
+    assert!(
+        answer.to_ascii_lowercase().contains("retry-after: 1"),
+        "{answer}"
+    );
+    let health: Value = gw.get_json("/a2a/health").await;
+    assert_eq!(health["bufferedBodyBytes"], 90_000, "{health}");
+    // Another address is another caller: its slow body is taken.
+    let mut other = connect_from(&gw, "127.0.0.2").await;
+    let body = json!({"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message": D::V10.message("from elsewhere")}}).to_string();
+    let request = format!(
+        "POST /a2a/agents/echo HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\na2a-version: 1.0\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    other.write_all(request.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    other.write_all(body.as_bytes()).await.unwrap();
+    let mut served = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(5), other.read(&mut served))
+        .await
+        .unwrap()
+        .unwrap();
+    let served = String::from_utf8_lossy(&served[..n]);
+    assert!(served.starts_with("HTTP/1.1 200"), "{served}");
+    assert!(served.contains("TASK_STATE_COMPLETED"), "{served}");
+    drop(hogs);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let health: Value = gw.get_json("/a2a/health").await;
+    assert_eq!(health["bufferedBodyBytes"], 0, "given back: {health}");
+    let again = gw.send(D::V10, "small").await;
+    assert_eq!(again["status"]["state"], "TASK_STATE_COMPLETED");
+}
+
+/// The task store is bounded in bytes as well as in tasks: large finished tasks are
+/// evicted oldest first, unfinished ones past a caller's share refuse that caller's new
+/// tasks (429) and nobody else's, and when only unfinished tasks are left the store refuses
+/// new ones (503). Its bytes are in /metrics.
+#[tokio::test]
+async fn the_task_store_is_bounded_in_bytes() {
+    let gateway = format!(
+        "[limits]\nmax_stored_bytes = 3000000\nmax_unfinished_bytes_per_caller = 2000000\n\
+         [auth]\n[[auth.api_keys]]\nid = \"k\"\nsecret_sha256 = \"{}\"\n",
+        sha("key")
+    );
+    let gw = spawn_with(&[("echo.toml", ECHO)], &gateway).await;
+    let big = "x".repeat(250_000);
+    let stored = |metrics: &str, of: &str| -> u64 {
+        let line = format!("a2a_stored_task_bytes{{of=\"{of}\"}} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(line.as_str()))
+            .unwrap_or_else(|| panic!("{of} in {metrics}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    // Each echoed task holds the text twice (the message and the artifact): ~500 kB.
+    let mut ids = Vec::new();
+    for _ in 0..12 {
+        let task = gw.send(D::V10, &big).await;
+        assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{task}");
+        ids.push(task["id"].as_str().unwrap().to_string());
+    }
+    let metrics = gw.metrics().await;
+    let total = stored(&metrics, "total");
+    assert!(total <= 3_000_000, "{total}");
+    assert!(total >= 2_000_000, "{total}");
+    assert_eq!(stored(&metrics, "limit"), 3_000_000);
+    assert!(stored(&metrics, "largest_task") >= 500_000, "{metrics}");
+    assert_eq!(
+        gw.get_task(D::V10, &ids[0]).await.code(),
+        -32001,
+        "the oldest went"
+    );
+    assert!(gw.get_task(D::V10, &ids[11]).await.result()["id"].is_string());
+    // Unfinished tasks (waiting for input) count against their caller's share.
+    let ask = |key: Option<&'static str>| {
+        let body = json!({"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message": D::V10.message(&format!("/input {}", &big[..100_000]))}});
+        let mut headers = vec![("A2A-Version", "1.0")];
+        headers.extend(key.map(|k| ("X-API-Key", k)));
+        let gw = &gw;
+        async move {
+            let r = gw
+                .post_raw("/a2a/agents/echo", &headers, body.to_string())
+                .await;
+            (r.status, r.body)
+        }
+    };
+    let mut held = 0;
+    let refused = loop {
+        let (status, body) = ask(None).await;
+        if status != 200 {
+            break (status, body);
+        }
+        held += 1;
+        assert!(held < 10, "never refused");
+    };
+    assert!(held >= 2, "{held}: {}", refused.1);
+    assert_eq!(
+        (refused.0, refused.1["error"]["code"].clone()),
+        (429, json!(-32052)),
+        "{}",
+        refused.1
+    );
+    assert!(
+        refused.1["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("of unfinished tasks"),
+        "{}",
+        refused.1
+    );
+    // Another caller is served, until only unfinished tasks fill the store.
+    let (status, body) = ask(Some("key")).await;
+    assert_eq!(status, 200, "another caller is served: {body}");
+    let full = loop {
+        let (status, body) = ask(Some("key")).await;
+        if status != 200 {
+            break (status, body);
+        }
+    };
+    assert_eq!(
+        (full.0, full.1["error"]["code"].clone()),
+        (503, json!(-32052)),
+        "{}",
+        full.1
+    );
+    assert_eq!(
+        full.1["error"]["data"][0]["reason"], "TASK_STORE_FULL",
+        "{}",
+        full.1
+    );
+    let metrics = gw.metrics().await;
+    assert!(
+        stored(&metrics, "total") <= 3_000_000 + 600_000,
+        "{metrics}"
+    );
+    healthy(&gw).await;
 }
 
 #[tokio::test]
@@ -825,6 +996,10 @@ async fn http_level_rejections_have_json_bodies() {
             .map(|i| format!("x-h{i}: 1\r\n"))
             .collect::<String>()
     );
+    let huge_head = format!(
+        "GET /a2a/health HTTP/1.1\r\nhost: x\r\nx-big: {}\r\n\r\n",
+        "b".repeat(400 * 1024)
+    );
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
         (
             "bad request line",
@@ -847,6 +1022,8 @@ async fn http_level_rejections_have_json_bodies() {
             "400",
         ),
         ("too many headers", many_headers.into_bytes(), "431"),
+        // Sent whole: the answer must survive the rest of the head arriving after it.
+        ("head over 128 KiB", huge_head.into_bytes(), "431"),
         (
             "head never finished",
             b"GET /a2a/health HTTP/1.1\r\nhost: x\r\n".to_vec(),
@@ -871,6 +1048,17 @@ async fn http_level_rejections_have_json_bodies() {
         assert_eq!(body["error"]["code"].to_string(), status, "{what}: {body}");
         assert!(!body["error"]["message"].as_str().unwrap().is_empty());
     }
+    // A head under 128 KiB, the documented limit, is served.
+    let mut c = connect_from(&gw, "127.0.0.1").await;
+    let big = format!(
+        "GET /a2a/health HTTP/1.1\r\nhost: x\r\nx-big: {}\r\n\r\n",
+        "b".repeat(120 * 1024)
+    );
+    c.write_all(big.as_bytes()).await.unwrap();
+    let mut answer = vec![0u8; 4096];
+    let n = c.read(&mut answer).await.unwrap();
+    let answer = String::from_utf8_lossy(&answer[..n]);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     // A long URL that fits is routed, and its 404 does not send the URL back whole.
     let mut c = connect_from(&gw, "127.0.0.1").await;
     c.write_all(long_url.as_bytes()).await.unwrap();

@@ -293,7 +293,14 @@ mod tests {
     #[tokio::test]
     async fn past_max_waiting_the_longest_waiting_is_evicted_and_a_resume_claims_once() {
         let metrics = Arc::new(crate::telemetry::Metrics::new(false));
-        let tasks = Arc::new(Tasks::new(Arc::new(MemoryTaskStore::new(10)), 10, metrics));
+        let tasks = Arc::new(Tasks::new(
+            Arc::new(MemoryTaskStore::new(10, usize::MAX)),
+            crate::tasks::Quota {
+                tasks: 10,
+                bytes: usize::MAX,
+            },
+            metrics,
+        ));
         let parked = Arc::new(Parked::new(1));
         let cfg = config();
         // The store keys tasks by their UUIDs, as the gateway issues them.
