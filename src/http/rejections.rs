@@ -1,10 +1,16 @@
 //! JSON bodies for the rejections actix-http writes itself. Its HTTP/1 dispatcher answers a
-//! request it cannot parse (400: a bad request line, URI or header), a head past its 32 KiB
+//! request it cannot parse (400: a bad request line, URI or header), a head past its 128 KiB
 //! buffer or 96 headers (431) and a head that did not arrive within the header timeout (408)
 //! with an empty body, and offers no hook to change that. Every other answer of the gateway
 //! has a JSON body, so each connection's stream is wrapped: when a write starts with one of
 //! those three heads (an empty body and no content type, which no handler of ours writes),
 //! the same status goes out with a JSON body instead. Everything else passes through.
+//!
+//! After such an answer the dispatcher closes the connection without reading what the
+//! client is still sending (the rest of a head too large, say), and a socket closed with
+//! unread data is reset, which can destroy the answer before the client reads it. So the
+//! wrapper closes its sending side and reads the rest away first, until the client closes
+//! or the dispatcher's disconnect timeout ends it (lingering, as nginx does).
 
 use std::io;
 use std::net::SocketAddr;
@@ -50,11 +56,26 @@ pub(crate) struct JsonRejections<IO> {
     io: IO,
     /// The replacement being written, and how much of it has gone.
     pending: Option<(Vec<u8>, usize)>,
+    linger: Linger,
+}
+
+/// How a connection whose request was rejected ends.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Linger {
+    /// No rejection written: closed as usual.
+    No,
+    /// Close the sending side, then read until the client closes.
+    Shutdown,
+    Drain,
 }
 
 impl<IO> JsonRejections<IO> {
     pub(crate) fn new(io: IO) -> Self {
-        JsonRejections { io, pending: None }
+        JsonRejections {
+            io,
+            pending: None,
+            linger: Linger::No,
+        }
     }
 }
 
@@ -84,7 +105,7 @@ impl<IO: AsyncRead + Unpin> AsyncRead for JsonRejections<IO> {
     }
 }
 
-impl<IO: AsyncWrite + Unpin> AsyncWrite for JsonRejections<IO> {
+impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for JsonRejections<IO> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -96,6 +117,7 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for JsonRejections<IO> {
             // The dispatcher's head counts as written; the replacement goes out before
             // anything else is written, flushed or shut down.
             this.pending = Some((replacement, 0));
+            this.linger = Linger::Shutdown;
             let _ = this.poll_pending(cx)?;
             return Poll::Ready(Ok(head_len));
         }
@@ -111,7 +133,23 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for JsonRejections<IO> {
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         ready!(this.poll_pending(cx))?;
-        Pin::new(&mut this.io).poll_shutdown(cx)
+        if this.linger == Linger::No {
+            return Pin::new(&mut this.io).poll_shutdown(cx);
+        }
+        if this.linger == Linger::Shutdown {
+            ready!(Pin::new(&mut this.io).poll_shutdown(cx))?;
+            this.linger = Linger::Drain;
+        }
+        let mut scratch = [0u8; 8192];
+        loop {
+            let mut read = ReadBuf::new(&mut scratch);
+            match Pin::new(&mut this.io).poll_read(cx, &mut read) {
+                Poll::Ready(Ok(())) if !read.filled().is_empty() => continue,
+                // The client closed (or the connection broke): done.
+                Poll::Ready(_) => return Poll::Ready(Ok(())),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
     }
 }
 
@@ -132,7 +170,7 @@ fn replacement_for(buf: &[u8]) -> Option<(usize, Vec<u8>)> {
         ),
         b"431" => (
             431,
-            "request head too large: the request line and headers must fit in 32 KiB, with at most 96 headers",
+            "request head too large: the request line and headers must fit in 128 KiB, with at most 96 headers",
         ),
         _ => return None,
     };
