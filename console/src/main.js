@@ -2,6 +2,7 @@
 // view. Plain DOM; state lives in this module (credentials also in session storage).
 
 import { Gateway, CallError } from './client.js';
+import { safeHref } from './files.js';
 
 const $ = (id) => document.getElementById(id);
 
@@ -312,6 +313,9 @@ async function listTasks(event) {
   }
 }
 
+/** One part. A file's URL becomes a link only when that cannot run script here (see
+ * files.js): an `http(s)` URL, or a `data:` URL of a non-active type; any other URL shows
+ * as text. */
 function partView(p) {
   if (p.text !== undefined) return el('p', {}, p.text);
   if (p.data !== undefined) return el('pre', { class: 'data' }, JSON.stringify(p.data, null, 2));
@@ -320,7 +324,11 @@ function partView(p) {
     const href = `data:${p.mediaType || 'application/octet-stream'};base64,${p.raw}`;
     return el('p', {}, el('a', { href, download: name }, `Download ${name}`));
   }
-  if (p.url !== undefined) return el('p', {}, el('a', { href: p.url, download: name }, `Download ${name}`));
+  if (p.url !== undefined) {
+    const href = safeHref(p.url);
+    if (!href) return el('p', { class: 'file' }, `${name}: `, el('code', { class: 'url' }, p.url));
+    return el('p', { class: 'file' }, el('a', { href, download: name, target: '_blank', rel: 'noopener noreferrer' }, `Download ${name}`));
+  }
   return el('p', {}, JSON.stringify(p));
 }
 

@@ -5,6 +5,7 @@
 //   node test/browser.mjs --gateway http://127.0.0.1:PORT --api-key KEY \
 //     --other-origin http://127.0.0.1:P2 --disallowed-origin http://127.0.0.1:P3 \
 //     --screenshots target/console-screenshots [--chromium /usr/bin/chromium]
+import { randomUUID } from 'node:crypto';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -53,6 +54,42 @@ async function chat(p, agent, text) {
   await p.getByRole('button', { name: 'Send' }).click();
 }
 
+/** A JSON-RPC call to the gateway from outside the page (to set up tasks): its result. */
+async function rpc(path, method, params) {
+  const resp = await fetch(`${args.gateway}${path}`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', 'A2A-Version': '1.0', 'X-API-Key': args['api-key'] },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method, params }),
+  });
+  const answer = await resp.json();
+  expect(answer.result, `${method}: ${JSON.stringify(answer)}`);
+  return answer.result;
+}
+
+/** A task of echo's whose message (kept in its history) holds `parts`; its context id. */
+async function echoTask(parts, messageId = randomUUID()) {
+  const result = await rpc('/a2a/agents/echo', 'SendMessage', {
+    message: { role: 'ROLE_USER', messageId, parts: [{ text: 'files' }, ...parts] },
+  });
+  expect(result.task, `no task: ${JSON.stringify(result)}`);
+  return result.task.contextId;
+}
+
+/** Opens echo's tasks of `contextId` in the task view, and that one task's detail. */
+async function showTaskOf(p, contextId) {
+  await p.getByRole('button', { name: 'Chat with echo', exact: true }).click();
+  await p.getByLabel('Context', { exact: true }).fill(contextId);
+  await p.getByRole('button', { name: 'List tasks' }).click();
+  await p.locator('#task-count').filter({ hasText: /./ }).waitFor();
+  const count = await p.locator('#task-count').innerText();
+  expect(count === '1 task(s)', `the task list: ${count}`);
+  await p.locator('#task-rows button.link').first().click();
+  await p.locator('#task-detail .history li').first().waitFor();
+}
+
+const b64 = (text) => Buffer.from(text).toString('base64');
+const SCRIPT = 'window.__ran = (window.__ran || 0) + 1';
+
 const consoleUrl = `${args.gateway}/console`;
 const scenarios = {
   'list-agents': async () => {
@@ -79,6 +116,38 @@ const scenarios = {
     await p.locator('#task-rows tr').first().waitFor();
     await p.locator('#task-rows button.link').first().click();
     await p.locator('#task-detail .artifacts li').first().waitFor();
+    return p;
+  },
+  'file-links-cannot-run-script': async () => {
+    // File parts of a message, which the task's history keeps; an artifact's (from an
+    // upstream agent, say) are drawn by the same code.
+    const contextId = await echoTask([
+      { url: `javascript:${SCRIPT}`, filename: 'a.txt' },
+      { url: ` JaVaScRiPt:${SCRIPT}`, filename: 'b.txt' },
+      { url: `java\tscript:${SCRIPT}`, filename: 'c.txt' },
+      { url: `data:text/html,<script>${SCRIPT}</script>`, filename: 'd.html' },
+      { url: `data:image/svg+xml,<svg xmlns="http://www.w3.org/2000/svg" onload="${SCRIPT}"/>`, filename: 'e.svg' },
+      { url: `data:application/xhtml+xml;base64,${b64('<html xmlns="http://www.w3.org/1999/xhtml"/>')}`, filename: 'f.xhtml' },
+      { url: `data:text/javascript,${SCRIPT}`, filename: 'g.js' },
+      { url: 'vbscript:msgbox(1)', filename: 'h.txt' },
+      { url: '/a2a/health', filename: 'i.json' },
+      { url: 'https://files.example/report.pdf', filename: 'report.pdf' },
+      { url: `data:text/plain;base64,${b64('plain')}`, filename: 'plain.txt' },
+    ]);
+    const p = await page(consoleUrl, args['api-key']);
+    await showTaskOf(p, contextId);
+    const hrefs = await p.locator('#task-detail a').evaluateAll((as) => as.map((a) => a.getAttribute('href')));
+    expect(
+      JSON.stringify(hrefs) === JSON.stringify(['https://files.example/report.pdf', `data:text/plain;base64,${b64('plain')}`]),
+      `links: ${JSON.stringify(hrefs)}`,
+    );
+    // The others are text, and clicking them runs nothing.
+    const shown = p.locator('#task-detail code.url');
+    expect((await shown.count()) === 9, `${await shown.count()} URLs shown as text`);
+    for (const node of await shown.all()) await node.click();
+    await p.waitForTimeout(200);
+    const ran = await p.evaluate(() => window.__ran);
+    expect(ran === undefined, `a file part's URL ran script ${ran} time(s)`);
     return p;
   },
   'greet-asks-and-is-answered': async () => {
