@@ -2,6 +2,8 @@
 // upstream ones included, and are trusted no more than any other input: a link is made only
 // to what cannot run script in the console's origin, everything else is shown as text.
 
+import { fromBase64 } from './buffer.js';
+
 const TOKEN = /^[a-z0-9!#$%&'*+.^_`|~-]+\/[a-z0-9!#$%&'*+.^_`|~-]+$/;
 /** HTML, XHTML, SVG and every XML type, XSLT, scripts (javascript, ecmascript, jscript,
  * vbscript...), and multipart wrappers that may hold any of them. */
@@ -45,4 +47,19 @@ export function safeHref(url) {
   }
   if (type === '' || type.startsWith(';')) type = `text/plain${type}`;
   return isActive(type) ? null : u.href;
+}
+
+/** A raw part's bytes (base64 in the JSON), or null when they do not decode. */
+export function rawBytes(raw) {
+  try {
+    return fromBase64(raw);
+  } catch {
+    return null;
+  }
+}
+
+export function size(n) {
+  if (n < 1024) return `${n} byte${n === 1 ? '' : 's'}`;
+  if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KB`;
+  return `${(n / (1024 * 1024)).toFixed(1)} MB`;
 }

@@ -2,7 +2,7 @@
 // view. Plain DOM; state lives in this module (credentials also in session storage).
 
 import { Gateway, CallError } from './client.js';
-import { safeHref } from './files.js';
+import { rawBytes, safeHref, safeType, size } from './files.js';
 
 const $ = (id) => document.getElementById(id);
 
@@ -313,16 +313,22 @@ async function listTasks(event) {
   }
 }
 
-/** One part. A file's URL becomes a link only when that cannot run script here (see
- * files.js): an `http(s)` URL, or a `data:` URL of a non-active type; any other URL shows
- * as text. */
+/** Object URLs made for the task shown (its raw parts), released when another is shown. */
+let objectUrls = [];
+
+/** One part. A file becomes a link only when that cannot run script here (see files.js): an
+ * `http(s)` URL, a `data:` URL of a non-active type, or its raw bytes as a blob of a
+ * non-active type; any other URL shows as text. */
 function partView(p) {
   if (p.text !== undefined) return el('p', {}, p.text);
   if (p.data !== undefined) return el('pre', { class: 'data' }, JSON.stringify(p.data, null, 2));
   const name = p.filename || 'file';
   if (p.raw !== undefined) {
-    const href = `data:${p.mediaType || 'application/octet-stream'};base64,${p.raw}`;
-    return el('p', {}, el('a', { href, download: name }, `Download ${name}`));
+    const bytes = rawBytes(p.raw);
+    if (!bytes) return el('p', { class: 'file' }, `${name}: bytes that do not decode (${size(p.raw.length)} of base64)`);
+    const href = URL.createObjectURL(new Blob([bytes], { type: safeType(p.mediaType) }));
+    objectUrls.push(href);
+    return el('p', { class: 'file' }, el('a', { href, download: name }, `Download ${name}`), ` (${size(bytes.length)})`);
   }
   if (p.url !== undefined) {
     const href = safeHref(p.url);
@@ -334,6 +340,8 @@ function partView(p) {
 
 function showTask(t) {
   const detail = $('task-detail');
+  objectUrls.forEach((u) => URL.revokeObjectURL(u));
+  objectUrls = [];
   const s = stateName(t.status && t.status.state);
   detail.replaceChildren(
     el('h3', {}, `Task ${t.id}`),

@@ -6,7 +6,7 @@
 //     --other-origin http://127.0.0.1:P2 --disallowed-origin http://127.0.0.1:P3 \
 //     --screenshots target/console-screenshots [--chromium /usr/bin/chromium]
 import { randomUUID } from 'node:crypto';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { chromium } from 'playwright-core';
@@ -148,6 +148,40 @@ const scenarios = {
     await p.waitForTimeout(200);
     const ran = await p.evaluate(() => window.__ran);
     expect(ran === undefined, `a file part's URL ran script ${ran} time(s)`);
+    return p;
+  },
+  'raw-bytes-are-downloads': async () => {
+    // An artifact of raw bytes (the TCK convention of echo's), and raw parts in the history.
+    const contextId = await echoTask(
+      [
+        { raw: b64('hello, bytes'), mediaType: 'text/plain', filename: 'hello.txt' },
+        { raw: b64(`<script>${SCRIPT}</script>`), mediaType: 'text/html', filename: 'page.html' },
+      ],
+      `tck-artifact-file-${randomUUID()}`,
+    );
+    const p = await page(consoleUrl, args['api-key']);
+    await showTaskOf(p, contextId);
+    const links = p.locator('#task-detail a[href^="blob:"]');
+    expect((await links.count()) === 3, `${await links.count()} downloads`);
+    const want = [
+      ['hello.txt', 'text/plain', 'hello, bytes'],
+      ['page.html', 'application/octet-stream', `<script>${SCRIPT}</script>`],
+      ['output.txt', 'text/plain', 'Generated file content'],
+    ];
+    for (const [i, [name, type, content]] of want.entries()) {
+      const link = links.nth(i);
+      const got = await link.evaluate(async (a) => {
+        const blob = await (await fetch(a.href)).blob();
+        return [a.getAttribute('download'), blob.type, await blob.text()];
+      });
+      expect(JSON.stringify(got) === JSON.stringify([name, type, content]), `download ${i}: ${JSON.stringify(got)}`);
+      const [download] = await Promise.all([p.waitForEvent('download'), link.click()]);
+      const saved = readFileSync(await download.path(), 'utf8');
+      expect(download.suggestedFilename() === name && saved === content, `saved ${download.suggestedFilename()}: ${saved}`);
+    }
+    expect((await p.locator('#task-detail').innerText()).includes('(12 bytes)'), 'no size shown');
+    const ran = await p.evaluate(() => window.__ran);
+    expect(ran === undefined, `raw bytes ran script ${ran} time(s)`);
     return p;
   },
   'greet-asks-and-is-answered': async () => {

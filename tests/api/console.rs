@@ -1,7 +1,7 @@
 //! The browser console: served from the binary, and driven in a real browser (Debian's
 //! Chromium, headless, through playwright-core) against the shipped agents, from the
-//! gateway's own origin, from another origin CORS allows, and from one it does not; and
-//! file parts whose URLs must not become links. Screenshots go to
+//! gateway's own origin, from another origin CORS allows, and from one it does not; file
+//! parts whose URLs must not become links, and raw bytes as downloads. Screenshots go to
 //! `target/console-screenshots/`.
 
 use std::path::PathBuf;
@@ -118,7 +118,7 @@ async fn the_console_works_in_a_real_browser() {
         .expect("node");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
-        out.status.success() && stdout.contains("8 passed, 0 failed"),
+        out.status.success() && stdout.contains("9 passed, 0 failed"),
         "the console in Chromium:\n{stdout}\n{}\n(screenshots in {})",
         String::from_utf8_lossy(&out.stderr),
         shots.display()
