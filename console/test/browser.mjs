@@ -87,6 +87,17 @@ async function showTaskOf(p, contextId) {
   await p.locator('#task-detail .history li').first().waitFor();
 }
 
+/** `a2a_requests_total` by its labels, from `/metrics`. */
+async function requestCounts() {
+  const text = await (await fetch(`${args.gateway}/metrics`)).text();
+  const counts = new Map();
+  for (const line of text.split('\n')) {
+    const m = line.match(/^a2a_requests_total(\{.*\}) (\d+)$/);
+    if (m) counts.set(m[1], Number(m[2]));
+  }
+  return counts;
+}
+
 const b64 = (text) => Buffer.from(text).toString('base64');
 const SCRIPT = 'window.__ran = (window.__ran || 0) + 1';
 
@@ -116,6 +127,31 @@ const scenarios = {
     await p.locator('#task-rows tr').first().waitFor();
     await p.locator('#task-rows button.link').first().click();
     await p.locator('#task-detail .artifacts li').first().waitFor();
+    return p;
+  },
+  'opening-the-console-calls-nothing-that-fails': async () => {
+    // Which agents the credential may call is known without a call bound to fail: opening
+    // the console (with a credential, and without one) counts no error in the metrics.
+    const noNewErrors = async (before, what) => {
+      const after = await requestCounts();
+      const errors = [...after].filter(([labels, n]) => !labels.includes('outcome="ok"') && n > (before.get(labels) || 0));
+      expect(errors.length === 0, `errors counted ${what}: ${errors.map(([l, n]) => `${l} ${n}`).join(', ')}`);
+    };
+    let before = await requestCounts();
+    const keyed = await page(consoleUrl, args['api-key']);
+    await keyed.waitForFunction(() => {
+      const marks = [...document.querySelectorAll('#agents .access')];
+      return marks.length > 3 && marks.every((m) => m.dataset.access !== 'unknown');
+    });
+    await noNewErrors(before, 'opening the console with a credential');
+    const marks = await keyed.locator('#agents .access').evaluateAll((ms) => ms.map((m) => m.dataset.access));
+    expect(marks.every((m) => m === 'yes'), `access marks ${marks}`);
+    await keyed.context().close();
+    // Without one, every agent here needs a credential: the list is empty, and says so.
+    before = await requestCounts();
+    const p = await page(consoleUrl);
+    await p.locator('#status').filter({ hasText: 'open to callers without a credential' }).waitFor();
+    await noNewErrors(before, 'opening the console without a credential');
     return p;
   },
   'file-links-cannot-run-script': async () => {
