@@ -18,6 +18,9 @@ const bundled = await build({
   minify: true,
   legalComments: 'none',
   write: false,
+  // The SDK's protobuf code calls Node's Buffer (for raw bytes): src/buffer.js stands in.
+  inject: [join(here, 'src', 'buffer.js')],
+  define: { 'globalThis.Buffer': 'Buffer' },
 });
 // "</script" inside the script would end the inline element early.
 const js = bundled.outputFiles[0].text.replaceAll('</script', '<\\/script');

@@ -2,6 +2,7 @@
 // view. Plain DOM; state lives in this module (credentials also in session storage).
 
 import { Gateway, CallError } from './client.js';
+import { rawBytes, safeHref, safeType, size } from './files.js';
 
 const $ = (id) => document.getElementById(id);
 
@@ -82,9 +83,12 @@ async function loadAgents() {
     state.agents = list.agents || [];
     state.skills = card.skills || [];
     renderAgents(health.agents || {});
-    say(`${state.agents.length} agent(s) at ${state.base}`);
-    await checkCredential(g);
-    await probeAccess();
+    if (state.agents.length === 0 && !state.credential) {
+      say(`No agent at ${state.base} is open to callers without a credential: set one above.`);
+    } else {
+      say(`${state.agents.length} agent(s) at ${state.base}`);
+    }
+    markAccess(await checkCredential(g, list.defaultAgent));
   } catch (e) {
     $('agents').replaceChildren();
     say(describe(e), 'error');
@@ -130,40 +134,38 @@ function renderAgents(health) {
   $('agents').replaceChildren(...items);
 }
 
-/** Says so when the gateway refuses the credential (the agent list shows only the agents
- * a caller may see, so a wrong key shows as a short list): a read of a task that cannot
- * exist, on the shared endpoint, answers 401 then. */
-async function checkCredential(g) {
+/** Whether the gateway accepts the credential. The agent list holds only the agents the
+ * caller may call, so it answers for each agent; but a credential the gateway does not
+ * accept is served the list of a caller without one, and refused on every call. One call
+ * tells which, made only when a credential is set: a one-task page of `ListTasks` of a listed
+ * agent (the default one if listed), which succeeds for an accepted credential. (Not a read
+ * of a made-up task: each of those counted a "task not found" error in the metrics.)
+ * Returns the refusal (a 401 or 403), else null. */
+async function checkCredential(g, defaultAgent) {
+  if (!state.credential) return null;
+  const target = state.agents.find((a) => a.name === defaultAgent) || state.agents[0];
   try {
-    await g.call('/a2a', 'GetTask', { id: '00000000-0000-4000-8000-000000000000' });
+    const p = { pageSize: 1, historyLength: 0 };
+    await (target ? g.call(agentPath(target.name), 'ListTasks', p) : g.call('/a2a', 'ListTasks', p));
+    return null;
   } catch (e) {
-    if (e.status === 401 || e.status === 403) say(describe(e), 'error');
+    if (e.status !== 401 && e.status !== 403) return null;
+    say(describe(e), 'error');
+    return e;
   }
 }
 
-/** Marks each agent with whether the credential may call it: a read of a task that
- * cannot exist answers "no such task" when it may, 401/403 when it may not. */
-async function probeAccess() {
-  const g = gateway();
-  await Promise.all(
-    state.agents.map(async (a) => {
-      const node = document.querySelector(`li[data-agent="${CSS.escape(a.name)}"] .access`);
-      if (!node) return;
-      try {
-        await g.call(agentPath(a.name), 'GetTask', { id: '00000000-0000-4000-8000-000000000000' });
-        node.textContent = 'Your credential can call it.';
-        node.dataset.access = 'yes';
-      } catch (e) {
-        const denied = e.status === 401 || e.status === 403;
-        node.textContent = denied
-          ? e.status === 401
-            ? 'Needs a credential the gateway accepts.'
-            : 'Your credential does not cover this agent.'
-          : 'Your credential can call it.';
-        node.dataset.access = denied ? 'no' : 'yes';
-      }
-    }),
-  );
+/** Marks each agent with whether the credential may call it (see checkCredential). */
+function markAccess(refused) {
+  for (const node of document.querySelectorAll('#agents .access')) {
+    if (refused) {
+      node.textContent = refused.status === 401 ? 'Needs a credential the gateway accepts.' : 'Your credential does not cover this agent.';
+      node.dataset.access = 'no';
+    } else {
+      node.textContent = state.credential ? 'Your credential can call it.' : 'Open to callers without a credential.';
+      node.dataset.access = 'yes';
+    }
+  }
 }
 
 // ------------------------------------------------------------------------ chat
@@ -312,20 +314,35 @@ async function listTasks(event) {
   }
 }
 
+/** Object URLs made for the task shown (its raw parts), released when another is shown. */
+let objectUrls = [];
+
+/** One part. A file becomes a link only when that cannot run script here (see files.js): an
+ * `http(s)` URL, a `data:` URL of a non-active type, or its raw bytes as a blob of a
+ * non-active type; any other URL shows as text. */
 function partView(p) {
   if (p.text !== undefined) return el('p', {}, p.text);
   if (p.data !== undefined) return el('pre', { class: 'data' }, JSON.stringify(p.data, null, 2));
   const name = p.filename || 'file';
   if (p.raw !== undefined) {
-    const href = `data:${p.mediaType || 'application/octet-stream'};base64,${p.raw}`;
-    return el('p', {}, el('a', { href, download: name }, `Download ${name}`));
+    const bytes = rawBytes(p.raw);
+    if (!bytes) return el('p', { class: 'file' }, `${name}: bytes that do not decode (${size(p.raw.length)} of base64)`);
+    const href = URL.createObjectURL(new Blob([bytes], { type: safeType(p.mediaType) }));
+    objectUrls.push(href);
+    return el('p', { class: 'file' }, el('a', { href, download: name }, `Download ${name}`), ` (${size(bytes.length)})`);
   }
-  if (p.url !== undefined) return el('p', {}, el('a', { href: p.url, download: name }, `Download ${name}`));
+  if (p.url !== undefined) {
+    const href = safeHref(p.url);
+    if (!href) return el('p', { class: 'file' }, `${name}: `, el('code', { class: 'url' }, p.url));
+    return el('p', { class: 'file' }, el('a', { href, download: name, target: '_blank', rel: 'noopener noreferrer' }, `Download ${name}`));
+  }
   return el('p', {}, JSON.stringify(p));
 }
 
 function showTask(t) {
   const detail = $('task-detail');
+  objectUrls.forEach((u) => URL.revokeObjectURL(u));
+  objectUrls = [];
   const s = stateName(t.status && t.status.state);
   detail.replaceChildren(
     el('h3', {}, `Task ${t.id}`),

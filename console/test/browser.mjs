@@ -5,7 +5,8 @@
 //   node test/browser.mjs --gateway http://127.0.0.1:PORT --api-key KEY \
 //     --other-origin http://127.0.0.1:P2 --disallowed-origin http://127.0.0.1:P3 \
 //     --screenshots target/console-screenshots [--chromium /usr/bin/chromium]
-import { mkdirSync } from 'node:fs';
+import { randomUUID } from 'node:crypto';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { chromium } from 'playwright-core';
@@ -53,6 +54,53 @@ async function chat(p, agent, text) {
   await p.getByRole('button', { name: 'Send' }).click();
 }
 
+/** A JSON-RPC call to the gateway from outside the page (to set up tasks): its result. */
+async function rpc(path, method, params) {
+  const resp = await fetch(`${args.gateway}${path}`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', 'A2A-Version': '1.0', 'X-API-Key': args['api-key'] },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method, params }),
+  });
+  const answer = await resp.json();
+  expect(answer.result, `${method}: ${JSON.stringify(answer)}`);
+  return answer.result;
+}
+
+/** A task of echo's whose message (kept in its history) holds `parts`; its context id. */
+async function echoTask(parts, messageId = randomUUID()) {
+  const result = await rpc('/a2a/agents/echo', 'SendMessage', {
+    message: { role: 'ROLE_USER', messageId, parts: [{ text: 'files' }, ...parts] },
+  });
+  expect(result.task, `no task: ${JSON.stringify(result)}`);
+  return result.task.contextId;
+}
+
+/** Opens echo's tasks of `contextId` in the task view, and that one task's detail. */
+async function showTaskOf(p, contextId) {
+  await p.getByRole('button', { name: 'Chat with echo', exact: true }).click();
+  await p.getByLabel('Context', { exact: true }).fill(contextId);
+  await p.getByRole('button', { name: 'List tasks' }).click();
+  await p.locator('#task-count').filter({ hasText: /./ }).waitFor();
+  const count = await p.locator('#task-count').innerText();
+  expect(count === '1 task(s)', `the task list: ${count}`);
+  await p.locator('#task-rows button.link').first().click();
+  await p.locator('#task-detail .history li').first().waitFor();
+}
+
+/** `a2a_requests_total` by its labels, from `/metrics`. */
+async function requestCounts() {
+  const text = await (await fetch(`${args.gateway}/metrics`)).text();
+  const counts = new Map();
+  for (const line of text.split('\n')) {
+    const m = line.match(/^a2a_requests_total(\{.*\}) (\d+)$/);
+    if (m) counts.set(m[1], Number(m[2]));
+  }
+  return counts;
+}
+
+const b64 = (text) => Buffer.from(text).toString('base64');
+const SCRIPT = 'window.__ran = (window.__ran || 0) + 1';
+
 const consoleUrl = `${args.gateway}/console`;
 const scenarios = {
   'list-agents': async () => {
@@ -79,6 +127,97 @@ const scenarios = {
     await p.locator('#task-rows tr').first().waitFor();
     await p.locator('#task-rows button.link').first().click();
     await p.locator('#task-detail .artifacts li').first().waitFor();
+    return p;
+  },
+  'opening-the-console-calls-nothing-that-fails': async () => {
+    // Which agents the credential may call is known without a call bound to fail: opening
+    // the console (with a credential, and without one) counts no error in the metrics.
+    const noNewErrors = async (before, what) => {
+      const after = await requestCounts();
+      const errors = [...after].filter(([labels, n]) => !labels.includes('outcome="ok"') && n > (before.get(labels) || 0));
+      expect(errors.length === 0, `errors counted ${what}: ${errors.map(([l, n]) => `${l} ${n}`).join(', ')}`);
+    };
+    let before = await requestCounts();
+    const keyed = await page(consoleUrl, args['api-key']);
+    await keyed.waitForFunction(() => {
+      const marks = [...document.querySelectorAll('#agents .access')];
+      return marks.length > 3 && marks.every((m) => m.dataset.access !== 'unknown');
+    });
+    await noNewErrors(before, 'opening the console with a credential');
+    const marks = await keyed.locator('#agents .access').evaluateAll((ms) => ms.map((m) => m.dataset.access));
+    expect(marks.every((m) => m === 'yes'), `access marks ${marks}`);
+    await keyed.context().close();
+    // Without one, every agent here needs a credential: the list is empty, and says so.
+    before = await requestCounts();
+    const p = await page(consoleUrl);
+    await p.locator('#status').filter({ hasText: 'open to callers without a credential' }).waitFor();
+    await noNewErrors(before, 'opening the console without a credential');
+    return p;
+  },
+  'file-links-cannot-run-script': async () => {
+    // File parts of a message, which the task's history keeps; an artifact's (from an
+    // upstream agent, say) are drawn by the same code.
+    const contextId = await echoTask([
+      { url: `javascript:${SCRIPT}`, filename: 'a.txt' },
+      { url: ` JaVaScRiPt:${SCRIPT}`, filename: 'b.txt' },
+      { url: `java\tscript:${SCRIPT}`, filename: 'c.txt' },
+      { url: `data:text/html,<script>${SCRIPT}</script>`, filename: 'd.html' },
+      { url: `data:image/svg+xml,<svg xmlns="http://www.w3.org/2000/svg" onload="${SCRIPT}"/>`, filename: 'e.svg' },
+      { url: `data:application/xhtml+xml;base64,${b64('<html xmlns="http://www.w3.org/1999/xhtml"/>')}`, filename: 'f.xhtml' },
+      { url: `data:text/javascript,${SCRIPT}`, filename: 'g.js' },
+      { url: 'vbscript:msgbox(1)', filename: 'h.txt' },
+      { url: '/a2a/health', filename: 'i.json' },
+      { url: 'https://files.example/report.pdf', filename: 'report.pdf' },
+      { url: `data:text/plain;base64,${b64('plain')}`, filename: 'plain.txt' },
+    ]);
+    const p = await page(consoleUrl, args['api-key']);
+    await showTaskOf(p, contextId);
+    const hrefs = await p.locator('#task-detail a').evaluateAll((as) => as.map((a) => a.getAttribute('href')));
+    expect(
+      JSON.stringify(hrefs) === JSON.stringify(['https://files.example/report.pdf', `data:text/plain;base64,${b64('plain')}`]),
+      `links: ${JSON.stringify(hrefs)}`,
+    );
+    // The others are text, and clicking them runs nothing.
+    const shown = p.locator('#task-detail code.url');
+    expect((await shown.count()) === 9, `${await shown.count()} URLs shown as text`);
+    for (const node of await shown.all()) await node.click();
+    await p.waitForTimeout(200);
+    const ran = await p.evaluate(() => window.__ran);
+    expect(ran === undefined, `a file part's URL ran script ${ran} time(s)`);
+    return p;
+  },
+  'raw-bytes-are-downloads': async () => {
+    // An artifact of raw bytes (the TCK convention of echo's), and raw parts in the history.
+    const contextId = await echoTask(
+      [
+        { raw: b64('hello, bytes'), mediaType: 'text/plain', filename: 'hello.txt' },
+        { raw: b64(`<script>${SCRIPT}</script>`), mediaType: 'text/html', filename: 'page.html' },
+      ],
+      `tck-artifact-file-${randomUUID()}`,
+    );
+    const p = await page(consoleUrl, args['api-key']);
+    await showTaskOf(p, contextId);
+    const links = p.locator('#task-detail a[href^="blob:"]');
+    expect((await links.count()) === 3, `${await links.count()} downloads`);
+    const want = [
+      ['hello.txt', 'text/plain', 'hello, bytes'],
+      ['page.html', 'application/octet-stream', `<script>${SCRIPT}</script>`],
+      ['output.txt', 'text/plain', 'Generated file content'],
+    ];
+    for (const [i, [name, type, content]] of want.entries()) {
+      const link = links.nth(i);
+      const got = await link.evaluate(async (a) => {
+        const blob = await (await fetch(a.href)).blob();
+        return [a.getAttribute('download'), blob.type, await blob.text()];
+      });
+      expect(JSON.stringify(got) === JSON.stringify([name, type, content]), `download ${i}: ${JSON.stringify(got)}`);
+      const [download] = await Promise.all([p.waitForEvent('download'), link.click()]);
+      const saved = readFileSync(await download.path(), 'utf8');
+      expect(download.suggestedFilename() === name && saved === content, `saved ${download.suggestedFilename()}: ${saved}`);
+    }
+    expect((await p.locator('#task-detail').innerText()).includes('(12 bytes)'), 'no size shown');
+    const ran = await p.evaluate(() => window.__ran);
+    expect(ran === undefined, `raw bytes ran script ${ran} time(s)`);
     return p;
   },
   'greet-asks-and-is-answered': async () => {

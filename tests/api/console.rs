@@ -1,7 +1,8 @@
 //! The browser console: served from the binary, and driven in a real browser (Debian's
 //! Chromium, headless, through playwright-core) against the shipped agents, from the
-//! gateway's own origin, from another origin CORS allows, and from one it does not.
-//! Screenshots go to `target/console-screenshots/`.
+//! gateway's own origin, from another origin CORS allows, and from one it does not; file
+//! parts that must not become links, raw bytes as downloads, and no error counted for
+//! opening it. Screenshots go to `target/console-screenshots/`.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -117,10 +118,22 @@ async fn the_console_works_in_a_real_browser() {
         .expect("node");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
-        out.status.success() && stdout.contains("7 passed, 0 failed"),
+        out.status.success() && stdout.contains("10 passed, 0 failed"),
         "the console in Chromium:\n{stdout}\n{}\n(screenshots in {})",
         String::from_utf8_lossy(&out.stderr),
         shots.display()
+    );
+    // The console learns which agents a credential may call without reading made-up tasks:
+    // no "task not found" was counted, for any agent.
+    let metrics = gw.metrics().await;
+    assert!(
+        !metrics.contains("TASK_NOT_FOUND"),
+        "the console's calls counted a TASK_NOT_FOUND:\n{}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("TASK_NOT_FOUND"))
+            .collect::<Vec<_>>()
+            .join("\n")
     );
 }
 
