@@ -81,7 +81,9 @@ pub(crate) fn build_state(ready: Ready) -> std::io::Result<(AppState, Vec<String
     let rows = std::mem::take(&mut loaded.tasks);
     let restored = rows.len();
     let failed = tasks
-        .restore(rows)
+        .restore(rows, &|agent| {
+            registry.get(agent).map_or("its work", |a| a.work())
+        })
         .map_err(|e| std::io::Error::other(format!("store: {e}")))?;
     if store.journal.is_some() {
         tracing::info!(store = %store.described, tasks = restored, failed_for_lost_work = failed.len(), "store opened");
@@ -357,7 +359,11 @@ impl Application {
         if let Some(store) = shared.store.shared.clone() {
             let retention = shared.live().config.store.retention_secs;
             tokio::spawn(store.clone().keep_lease());
-            tokio::spawn(store.clone().reap_dead(crate::tasks::LOST_WORK, retention));
+            tokio::spawn(
+                store
+                    .clone()
+                    .reap_dead(crate::tasks::REPLICA_LOST, retention),
+            );
             tokio::spawn(watch_store(store));
             actix_web::rt::spawn(serve_replica_commands(Arc::downgrade(&shared)));
         }
@@ -527,7 +533,9 @@ fn bind_addr(addr: &str) -> std::io::Result<TcpListener> {
 /// "address 127.0.0.1:8080 already in use", not just "Address in use (os error 98)".
 fn bind_error(addr: &str, e: std::io::Error) -> std::io::Error {
     let what = match e.kind() {
-        std::io::ErrorKind::AddrInUse => "already in use".to_string(),
+        std::io::ErrorKind::AddrInUse => {
+            "already in use: another program (another gateway?) listens there; choose another port with --port N (or A2A_GATEWAY_PORT=N; 0 picks a free one)".to_string()
+        }
         std::io::ErrorKind::PermissionDenied => {
             "not allowed (a port below 1024 needs privileges)".to_string()
         }

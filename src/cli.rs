@@ -67,6 +67,10 @@ struct ServeArgs {
     /// Directory of the SQLite store [default: store.data_dir in gateway.toml]
     #[arg(long, env = "A2A_GATEWAY_DATA_DIR")]
     data_dir: Option<PathBuf>,
+    /// Write the gateway's process id to this file once it listens (removed when it
+    /// exits), for `kill -HUP $(cat FILE)`: a reload that signals this gateway only
+    #[arg(long, env = "A2A_GATEWAY_PID_FILE")]
+    pid_file: Option<PathBuf>,
     /// Log lines as text (colours only on a terminal) or one JSON object per line
     #[arg(
         long,
@@ -195,6 +199,7 @@ fn serve(args: ServeArgs) -> ExitCode {
     let public_url = settings.gateway.public_url().map(str::to_string);
     let agents: Vec<String> = settings.agents.iter().map(|a| a.name.clone()).collect();
     let default_agent = settings.gateway.default_agent_name().map(str::to_string);
+    let pid_file = args.pid_file.clone();
 
     let result = actix_web::rt::System::new().block_on(async move {
         // SIGHUP's default action ends the process: taken over before anything slow
@@ -209,6 +214,13 @@ fn serve(args: ServeArgs) -> ExitCode {
         };
         let base = public_url.unwrap_or_else(|| format!("http://{host}:{}", app.port()));
         let console = app.console_path();
+        let _pid_file = match pid_file.map(PidFile::write).transpose() {
+            Ok(f) => f,
+            Err(e) => {
+                eprintln!("cannot start: {e}");
+                return Err(e);
+            }
+        };
         print_banner(
             &base,
             &agents,
@@ -223,6 +235,29 @@ fn serve(args: ServeArgs) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(_) => ExitCode::FAILURE,
+    }
+}
+
+/// The file `--pid-file` names, holding this process's id while it runs.
+struct PidFile(PathBuf);
+
+impl PidFile {
+    fn write(path: PathBuf) -> std::io::Result<PidFile> {
+        std::fs::write(&path, format!("{}\n", std::process::id())).map_err(|e| {
+            std::io::Error::new(e.kind(), format!("--pid-file {}: {e}", path.display()))
+        })?;
+        Ok(PidFile(path))
+    }
+}
+
+impl Drop for PidFile {
+    fn drop(&mut self) {
+        // Only if it is still ours: another gateway may have been started on the same file.
+        let ours = std::fs::read_to_string(&self.0)
+            .is_ok_and(|s| s.trim() == std::process::id().to_string());
+        if ours {
+            let _ = std::fs::remove_file(&self.0);
+        }
     }
 }
 
@@ -254,6 +289,11 @@ fn print_banner(
         "  health         {base}/a2a/health   ready {base}/a2a/ready   metrics {metrics}"
     );
     let _ = writeln!(banner, "  agent list     {base}/a2a/agents");
+    let pid = std::process::id();
+    let _ = writeln!(
+        banner,
+        "  process        pid {pid}: kill -HUP {pid} reloads, kill -TERM {pid} drains and stops"
+    );
     let _ = writeln!(banner, "  task store     {store}");
     if let Some(path) = console {
         let _ = writeln!(banner, "  console        {base}{path}");

@@ -118,10 +118,20 @@ pub enum GatewayError {
     BodiesOverShare(String),
     /// Draining before exit: new calls are refused (with `Connection: close`), and open
     /// streams end with this as their last event, so clients reconnect or resubscribe.
+    /// `replicas`: other replicas share this one's tasks, and take the call at once.
     #[error(
-        "The gateway is shutting down; retry, or resubscribe to the task, on another instance"
+        "The gateway is shutting down; retry, or resubscribe to the task, {}",
+        after_shutdown(.replicas)
     )]
-    ShuttingDown,
+    ShuttingDown { replicas: bool },
+}
+
+/// Where a caller goes when the gateway drains.
+fn after_shutdown(replicas: &bool) -> &'static str {
+    match replicas {
+        true => "through another replica",
+        false => "once it is back",
+    }
 }
 
 /// One row of the error table: everything that says how an error goes out.
@@ -274,7 +284,7 @@ impl GatewayError {
             GatewayError::BodiesOverShare(_) => {
                 ours(BODIES_OVER_BUDGET, "BODIES_OVER_SHARE", 429).retry()
             }
-            GatewayError::ShuttingDown => ours(SHUTTING_DOWN, "SHUTTING_DOWN", 503).retry(),
+            GatewayError::ShuttingDown { .. } => ours(SHUTTING_DOWN, "SHUTTING_DOWN", 503).retry(),
         }
     }
 
@@ -319,7 +329,7 @@ impl GatewayError {
     pub fn closes_connection(&self) -> bool {
         matches!(
             self,
-            GatewayError::RequestTimeout(_) | GatewayError::ShuttingDown
+            GatewayError::RequestTimeout(_) | GatewayError::ShuttingDown { .. }
         )
     }
 

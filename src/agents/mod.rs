@@ -119,6 +119,17 @@ pub(crate) struct Agent {
 }
 
 impl Agent {
+    /// What runs for a task of this agent, as a task that lost it is told ("… and its
+    /// program did not survive").
+    pub(crate) fn work(&self) -> &'static str {
+        match &self.def.backend {
+            BackendSpec::Echo(_) => "its work",
+            BackendSpec::Command(_) => "its program",
+            BackendSpec::OpenAi(_) => "its call to the model",
+            BackendSpec::A2a(_) => "its call to the upstream agent",
+        }
+    }
+
     /// `card_changes` is counted up whenever an upstream's card changes (cards built from
     /// it are then stale).
     pub(crate) fn new(

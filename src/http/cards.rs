@@ -98,11 +98,21 @@ pub(super) async fn list_agents(req: HttpRequest, caller: Caller) -> HttpRespons
         .filter(|a| live.auth.authorize(&caller, &a.def).is_ok())
         .map(|a| {
             let path = card::agent_path(&a.def.name);
+            // An upstream agent's file may leave these to its card.
+            let from_card = |field: &str| {
+                a.remote()
+                    .and_then(|r| r.card())
+                    .and_then(|c| c[field].as_str().map(str::to_string))
+            };
+            let description = match a.def.description.as_str() {
+                "" => from_card("description").unwrap_or_default(),
+                given => given.to_string(),
+            };
             json!({
                 "name": a.def.name,
-                "description": a.def.description,
+                "description": description,
                 "version": a.def.version.clone()
-                    .or_else(|| a.remote().and_then(|r| r.card()).and_then(|c| c["version"].as_str().map(str::to_string)))
+                    .or_else(|| from_card("version"))
                     .unwrap_or_else(|| "1.0.0".into()),
                 "url": format!("{base}{path}"),
                 "cardUrl": format!("{base}{path}/card"),

@@ -93,6 +93,13 @@ impl AppState {
             .await
     }
 
+    /// The refusal while draining, and the last event of every open stream.
+    pub(crate) fn shutting_down(&self) -> GatewayError {
+        GatewayError::ShuttingDown {
+            replicas: self.store.shared.is_some(),
+        }
+    }
+
     pub(crate) fn default_keepalive(&self) -> std::time::Duration {
         self.live().default_keepalive()
     }

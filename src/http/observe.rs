@@ -14,7 +14,6 @@ use tracing::Instrument;
 
 use super::cors::Cors;
 use super::{error_response, quoted, AppState};
-use crate::error::GatewayError;
 use crate::limits::RateInfo;
 use crate::telemetry::{self, TraceParent};
 
@@ -136,7 +135,8 @@ pub(crate) async fn edge(
             %method,
             path,
             status,
-            duration_ms = seconds * 1000.0,
+            // Microseconds, as milliseconds with three decimals: no float noise in the log.
+            duration_ms = (seconds * 1e6).round() / 1e3,
             agent = call.agent.as_deref(),
             a2a.method = call.method,
             a2a.dialect = call.dialect,
@@ -183,9 +183,9 @@ async fn shared_first<B>(res: &ServiceResponse<B>) {
 /// `Retry-After` and `Connection: close`.
 fn drain_refusal(req: &ServiceRequest, state: &AppState) -> HttpResponse {
     if req.method() == actix_web::http::Method::POST && jsonrpc_path(req.path()) {
-        super::jsonrpc::refusal(req.request(), state, &GatewayError::ShuttingDown)
+        super::jsonrpc::refusal(req.request(), state, &state.shutting_down())
     } else {
-        error_response(&GatewayError::ShuttingDown)
+        error_response(&state.shutting_down())
     }
 }
 

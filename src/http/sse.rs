@@ -35,9 +35,14 @@ where
         .and_then(|(agent, method)| state.metrics.stream(agent.as_deref()?, method?));
     let mut watch = observed.map(|(first_event, open)| StreamWatch::new(first_event, open));
     let drain = state.lifecycle.drain_token();
+    let farewell = state.shutting_down();
     let items = items.take_until(drain.clone().cancelled_owned());
-    let farewell = futures_util::stream::once(async move { drain.is_cancelled() })
-        .filter_map(|drained| async move { drained.then_some(Err(GatewayError::ShuttingDown)) });
+    let farewell = futures_util::stream::once(async move { drain.is_cancelled() }).filter_map(
+        move |drained| {
+            let farewell = farewell.clone();
+            async move { drained.then_some(Err(farewell)) }
+        },
+    );
     let events = items.chain(farewell).map(move |item| {
         let _open = &slot;
         if let Some(w) = watch.as_mut() {

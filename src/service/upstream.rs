@@ -187,8 +187,12 @@ impl Operations for UpstreamOps {
             for t in &page.tasks {
                 self.owners.fetch(&t.id).await?;
             }
+            let listed = page.tasks.len();
             page.tasks
                 .retain(|t| self.owners.check(&t.id, caller).is_ok());
+            // What was not this caller's is not counted either: a page never says there
+            // are tasks it does not show.
+            page.total_size = page.total_size.saturating_sub(listed - page.tasks.len());
             Ok(page)
         })
     }

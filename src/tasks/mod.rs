@@ -28,9 +28,15 @@ use crate::protocol::params::ListQuery;
 use crate::store::redis::Shared;
 use crate::store::TaskRow;
 
-/// The status message of a task whose work a restart (or a replica's death) took away.
-pub(crate) const LOST_WORK: &str =
-    "failed: the gateway stopped while this task was running, and its work (a process or an upstream call) did not survive";
+/// The status message of a task whose work a restart took away; `work` says what it was
+/// ("its program", see `Agent::work`).
+pub(crate) fn lost_work(work: &str) -> String {
+    format!("failed: the gateway stopped while this task was running, and {work} did not survive")
+}
+
+/// The status message of a task whose replica died (a shared store's survivors say so).
+pub(crate) const REPLICA_LOST: &str =
+    "failed: the gateway replica running this task stopped, and its work did not survive";
 
 /// A task as stored: the task itself plus what the gateway needs to scope and order it.
 #[derive(Debug, Clone)]
@@ -370,9 +376,13 @@ impl Tasks {
     }
 
     /// Takes in the tasks a durable store held. A task that was unfinished lost its work
-    /// with the process that ran it: it is marked failed, saying so, and written back.
-    /// Returns the ids of those failed so.
-    pub(crate) fn restore(&self, rows: Vec<TaskRow>) -> Result<Vec<String>, StoreError> {
+    /// with the process that ran it: it is marked failed, saying so (`work_of` its agent
+    /// says what the work was), and written back. Returns the ids of those failed so.
+    pub(crate) fn restore(
+        &self,
+        rows: Vec<TaskRow>,
+        work_of: &dyn Fn(&str) -> &'static str,
+    ) -> Result<Vec<String>, StoreError> {
         let mut failed = Vec::new();
         for row in rows {
             self.seq
@@ -381,7 +391,7 @@ impl Tasks {
             let task = &mut stored.task;
             let unfinished = !task.status.state.is_terminal();
             if unfinished {
-                let note = Message::agent_text(LOST_WORK.to_string())
+                let note = Message::agent_text(lost_work(work_of(&stored.agent)))
                     .placed(Some(&task.id), &task.context_id);
                 task.set_status(TaskStatus::now(TaskState::Failed, Some(note)));
                 failed.push(task.id.clone());

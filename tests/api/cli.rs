@@ -107,7 +107,23 @@ fn serve_prints_a_banner_and_takes_settings_from_the_environment() {
         .expect("banner")
         .trim()
         .to_string();
-    let banner: Vec<String> = lines.by_ref().take(7).map(Result::unwrap).collect();
+    // Up to the last agent's line (the banner's last).
+    let mut banner = Vec::new();
+    for line in lines.by_ref().take(20) {
+        let line = line.unwrap();
+        let last = line.contains("agent echo");
+        banner.push(line);
+        if last {
+            break;
+        }
+    }
+    let pid = child.id();
+    assert!(
+        banner
+            .iter()
+            .any(|l| l.contains(&format!("pid {pid}: kill -HUP {pid} reloads"))),
+        "{banner:?}"
+    );
     assert!(
         banner
             .iter()
@@ -133,6 +149,49 @@ fn serve_prints_a_banner_and_takes_settings_from_the_environment() {
     let _ = child.wait();
     let health = health.expect("curl is available");
     assert!(String::from_utf8_lossy(&health.stdout).contains("\"status\":\"ok\""));
+}
+
+/// `--pid-file` names this gateway alone to signal: it holds the pid while the gateway
+/// runs, a SIGHUP through it reloads, and it is gone once the gateway has stopped.
+#[test]
+fn the_pid_file_signals_this_gateway_only_and_goes_with_it() {
+    let (dir, agents, _) = write_config(&[("echo.toml", ECHO)], None);
+    let pid_file = dir.path().join("run/gateway.pid");
+    std::fs::create_dir_all(pid_file.parent().unwrap()).unwrap();
+    let mut child = bin()
+        .current_dir(dir.path())
+        .args(["serve", "--port", "0", "--pid-file"])
+        .arg(&pid_file)
+        .arg("--agents-dir")
+        .arg(&agents)
+        .env("A2A_GATEWAY_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let base = base_url(&mut child);
+    let written = std::fs::read_to_string(&pid_file).unwrap();
+    assert_eq!(written.trim(), child.id().to_string());
+    let hup = Command::new("sh")
+        .arg("-c")
+        .arg(format!("kill -HUP $(cat {})", pid_file.display()))
+        .status()
+        .unwrap();
+    assert!(hup.success());
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let health = Command::new("curl")
+        .args(["-sf", &format!("{base}/a2a/health")])
+        .output()
+        .unwrap();
+    assert!(health.status.success(), "still serving after the reload");
+    let term = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    assert!(!pid_file.exists(), "removed at exit");
 }
 
 /// A gateway whose stdout nobody reads any more (`| head`, a closed pipe) keeps serving.

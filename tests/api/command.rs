@@ -102,6 +102,57 @@ async fn a_failing_program_fails_its_task_with_the_tail_of_stderr() {
     assert!(tail.len() > 2000, "the whole tail: {} bytes", tail.len());
 }
 
+/// The caller learns what failed, not where the gateway keeps its files: paths in the
+/// program's stderr are cut to their file names (the log has them whole).
+#[tokio::test]
+async fn a_failing_programs_stderr_reaches_the_caller_without_server_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("scripts/missing.py");
+    let code = format!(
+        "import sys; sys.stdin.read(); open({:?})",
+        missing.display().to_string()
+    );
+    let gw = gateway(&[(
+        "bad.toml",
+        &agent("bad", "text", &["python3", "-c", &code], ""),
+    )])
+    .await;
+    let task = send(&gw, "/a2a/agents/bad", D::V10, "hi").await;
+    assert_eq!(task["status"]["state"], "TASK_STATE_FAILED");
+    let msg = task["status"]["message"]["parts"][0]["text"]
+        .as_str()
+        .unwrap();
+    assert!(
+        msg.contains("No such file or directory: '…/missing.py'"),
+        "{msg}"
+    );
+    let server_dir = dir.path().display().to_string();
+    assert!(!msg.contains(&server_dir), "{msg}");
+}
+
+/// `check` looks for the script a command names as an argument, not only the program.
+#[test]
+fn a_missing_script_argument_is_reported_at_load_time() {
+    let err = crate::helpers::load_errors(
+        &[(
+            "x.toml",
+            &agent(
+                "x",
+                "text",
+                &["python3", "scripts/nope.py", "--flag", "a/b"],
+                "",
+            ),
+        )],
+        "",
+    );
+    assert!(
+        err.contains("x.toml:6:")
+            && err.contains("backend.command: argument \"scripts/nope.py\" names no file"),
+        "{err}"
+    );
+    assert!(!err.contains("\"a/b\""), "not a file name: {err}");
+}
+
 #[tokio::test]
 async fn jsonl_programs_walk_input_required_in_both_dialects() {
     let greet = agent("greet", "jsonl", &["python3", &script("greet.py")], "");

@@ -839,6 +839,14 @@ async fn access_log_is_one_json_line_per_request_without_secrets() {
     assert_eq!(f["task_id"], task_id);
     assert_eq!(f["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736");
     assert!(f["duration_ms"].as_f64().is_some());
+    // Milliseconds to the microsecond, without float noise.
+    for l in gw.log_lines() {
+        if let Some(ms) = l["fields"]["duration_ms"].as_f64() {
+            let written = ms.to_string();
+            let decimals = written.split_once('.').map_or(0, |(_, d)| d.len());
+            assert!(decimals <= 3, "duration_ms {written}");
+        }
+    }
     let refused = gw
         .wait_for_log("for the refusal", |l| {
             l["target"] == "a2a_gateway::access" && l["fields"]["status"] == 401

@@ -942,3 +942,58 @@ async fn listing_a_0_3_remote_shows_each_caller_its_own_tasks() {
         assert_eq!(page["result"]["totalSize"], n, "{key}: {page}");
     }
 }
+
+/// ListTasks on a 0.3 upstream answers from the gateway's record and reads each task
+/// again; a task that cannot be read again (the upstream forgot it, or is away) is listed
+/// as last seen, never dropped from a page whose totalSize counts it.
+#[tokio::test]
+async fn a_0_3_upstreams_tasks_are_listed_as_last_seen_when_they_cannot_be_read_again() {
+    let peer = fault_server("legacy03", 0).await;
+    let gw = gateway_for(&peer, "").await;
+    // The agent file gives no description: the list has the card's.
+    let card: Value = gw.get_json("/a2a/agents/up/card").await;
+    let list: Value = gw.get_json("/a2a/agents").await;
+    let up = list["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == "up")
+        .unwrap();
+    assert!(!card["description"].as_str().unwrap().is_empty(), "{card}");
+    assert_eq!(up["description"], card["description"], "{list}");
+    let task = send(&gw, D::V10, "/input which one?", json!({})).await;
+    let id = task["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        task["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+        "{task}"
+    );
+    let listed = gw.call(AGENT, D::V10, "ListTasks", json!({})).await;
+    assert_eq!(
+        listed.result()["tasks"][0]["id"],
+        json!(id),
+        "{}",
+        listed.body
+    );
+    drop(peer);
+    for params in [json!({}), json!({"historyLength": 0})] {
+        let listed = gw.call(AGENT, D::V10, "ListTasks", params.clone()).await;
+        let page = listed.result();
+        assert_eq!(page["totalSize"], 1, "{params}: {page}");
+        let tasks = page["tasks"].as_array().unwrap();
+        assert_eq!(tasks.len(), 1, "{params}: {page}");
+        assert_eq!(tasks[0]["id"], json!(id));
+        assert_eq!(tasks[0]["status"]["state"], "TASK_STATE_INPUT_REQUIRED");
+    }
+    // The official 0.3 server, restarted: it has forgotten the task, and says so.
+    let port = free_port();
+    let peer = python_agent("0.3", port).await;
+    let gw = gateway_for(&peer, "").await;
+    let task = send(&gw, D::V10, "hello", json!({})).await;
+    let id = task["id"].as_str().unwrap().to_string();
+    drop(peer);
+    let _again = python_agent("0.3", port).await;
+    let listed = gw.call(AGENT, D::V10, "ListTasks", json!({})).await;
+    let page = listed.result();
+    assert_eq!(page["totalSize"], 1, "{page}");
+    assert_eq!(page["tasks"][0]["id"], json!(id), "{page}");
+}

@@ -409,7 +409,12 @@ async fn drive(
             let msg = if stderr_tail.is_empty() {
                 format!("the agent's program failed with {code}")
             } else {
-                format!("the agent's program failed with {code}: {stderr_tail}")
+                // The log keeps the tail whole; the caller's copy names no server paths.
+                tracing::warn!(%code, stderr = %stderr_tail, "an agent's program failed");
+                format!(
+                    "the agent's program failed with {code}: {}",
+                    without_paths(&stderr_tail)
+                )
             };
             events
                 .status(TaskState::Failed, Some(Message::agent_text(msg)))
@@ -425,10 +430,45 @@ async fn drive(
     Ok(Outcome::Finished)
 }
 
+/// `text` with every absolute path (two components or more) cut to its last one, as
+/// `…/name`: a program's error messages tell the caller what failed, not where the
+/// gateway keeps its files.
+fn without_paths(text: &str) -> std::borrow::Cow<'_, str> {
+    static PATH: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(r#"(?:/[^/\s'"`:,;()\[\]<>]+){2,}"#).expect("a valid pattern")
+    });
+    PATH.replace_all(text, |m: &regex::Captures<'_>| {
+        let path = &m[0];
+        let name = path.rsplit('/').next().unwrap_or_default();
+        format!("…/{name}")
+    })
+}
+
 async fn timed_out(events: &mut EventSink, secs: u64, note: &str) -> Result<(), BackendError> {
     let msg = format!("the agent's program did not finish within {secs} s{note}");
     events
         .status(TaskState::Failed, Some(Message::agent_text(msg)))
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_paths;
+
+    #[test]
+    fn a_callers_copy_of_stderr_names_no_server_paths() {
+        let python = "python3: can't open file '/srv/gw/agents.d/scripts/nope.py': [Errno 2] No such file or directory";
+        assert_eq!(
+            without_paths(python),
+            "python3: can't open file '…/nope.py': [Errno 2] No such file or directory"
+        );
+        let trace =
+            "  File \"/usr/lib/python3/x.py\", line 3, in <module>\nValueError: a/b is not 1/2";
+        assert_eq!(
+            without_paths(trace),
+            "  File \"…/x.py\", line 3, in <module>\nValueError: a/b is not 1/2"
+        );
+        assert_eq!(without_paths("boom happened"), "boom happened");
+    }
 }
