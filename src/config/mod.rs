@@ -604,7 +604,9 @@ pub struct RuleConfig {
 #[derive(Debug, Clone, PartialEq, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RateLimitConfig {
-    /// Proxies whose `X-Forwarded-For` is believed when identifying anonymous callers.
+    /// Proxies whose `X-Forwarded-For` is believed when identifying anonymous callers:
+    /// addresses (`10.0.0.1`, `fd00::1`) or networks (`10.0.0.0/8`, `fd00::/8`), such as a
+    /// load balancer's.
     #[serde(default)]
     pub trusted_proxies: Vec<String>,
     /// By name; `default` applies to anonymous callers and credentials without a tier.

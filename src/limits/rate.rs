@@ -3,6 +3,8 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+
+use ipnet::IpNet;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
@@ -44,7 +46,8 @@ struct AgentLimit {
 pub(crate) struct RateLimits {
     tiers: HashMap<String, Tier>,
     agents: HashMap<String, AgentLimit>,
-    trusted: Vec<IpAddr>,
+    /// Networks (a single address is a /32 or /128) whose `X-Forwarded-For` is believed.
+    trusted: Vec<IpNet>,
     clock: DefaultClock,
 }
 
@@ -53,6 +56,34 @@ fn quota(rpm: u32, burst: Option<u32>) -> Result<Quota, String> {
     let burst = burst.unwrap_or((rpm.get() / 10).max(1));
     let burst = NonZeroU32::new(burst).ok_or("burst must be at least 1")?;
     Ok(Quota::per_minute(rpm).allow_burst(burst))
+}
+
+/// One `trusted_proxies` entry: an address (`10.0.0.1`, `fd00::1`) or a network in CIDR
+/// notation (`10.0.0.0/8`, `fd00::/8`; host bits are ignored: `10.1.2.3/8` is `10.0.0.0/8`).
+fn trusted_proxy(entry: &str) -> Result<IpNet, String> {
+    let text = entry.trim();
+    let Some((addr, len)) = text.split_once('/') else {
+        return text.parse::<IpAddr>().map(IpNet::from).map_err(|_| {
+            format!(
+                "\"{entry}\" is neither an IP address (10.0.0.1, fd00::1) nor a network (10.0.0.0/8, fd00::/8)"
+            )
+        });
+    };
+    let ip: IpAddr = addr.trim().parse().map_err(|_| {
+        format!("\"{entry}\": \"{addr}\" before the / is not an IP address (a network is written 10.0.0.0/8 or fd00::/8)")
+    })?;
+    let max = if ip.is_ipv4() { 32 } else { 128 };
+    let len = len
+        .trim()
+        .parse::<u8>()
+        .ok()
+        .filter(|l| *l <= max)
+        .ok_or_else(|| {
+            format!("\"{entry}\": the prefix length \"{len}\" is not a number from 0 to {max}")
+        })?;
+    IpNet::new(ip, len)
+        .map(|net| net.trunc())
+        .map_err(|e| format!("\"{entry}\": {e}"))
 }
 
 fn ceil_secs(d: Duration) -> u64 {
@@ -111,9 +142,9 @@ impl RateLimits {
         }
         let mut trusted = Vec::new();
         for p in &cfg.trusted_proxies {
-            match p.parse() {
-                Ok(ip) => trusted.push(ip),
-                Err(_) => errors.push(format!("trusted_proxies: \"{p}\" is not an IP address")),
+            match trusted_proxy(p) {
+                Ok(net) => trusted.push(net),
+                Err(e) => errors.push(format!("trusted_proxies: {e}")),
             }
         }
         if !errors.is_empty() {
@@ -140,7 +171,7 @@ impl RateLimits {
         forwarded_for: Option<&str>,
     ) -> Option<IpAddr> {
         let peer = peer?;
-        if !self.trusted.contains(&peer) {
+        if !self.is_trusted(peer) {
             return Some(peer);
         }
         let Some(xff) = forwarded_for else {
@@ -148,8 +179,19 @@ impl RateLimits {
         };
         xff.rsplit(',')
             .filter_map(|a| a.trim().parse::<IpAddr>().ok())
-            .find(|ip| !self.trusted.contains(ip))
+            .find(|ip| !self.is_trusted(*ip))
             .or(Some(peer))
+    }
+
+    /// Whether `ip` is in one of the trusted proxies' networks. An IPv4 address mapped into
+    /// IPv6 (`::ffff:10.0.0.1`, as a dual-stack socket reports IPv4 peers) is taken as the
+    /// IPv4 address it is.
+    fn is_trusted(&self, ip: IpAddr) -> bool {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
+        self.trusted.iter().any(|net| net.contains(&ip))
     }
 
     /// The key a caller is counted under: its credential, or its address when anonymous.
@@ -383,5 +425,91 @@ mod tests {
         std::thread::sleep(Duration::from_millis(20));
         limits.prune();
         assert_eq!(limits.tracked_callers(), 0);
+    }
+
+    fn trusting(proxies: &[&str]) -> Result<RateLimits, Vec<String>> {
+        let cfg = RateLimitConfig {
+            trusted_proxies: proxies.iter().map(|p| p.to_string()).collect(),
+            ..RateLimitConfig::default()
+        };
+        RateLimits::build(&cfg, &AuthConfig::default())
+    }
+
+    fn ip(s: &str) -> Option<IpAddr> {
+        Some(s.parse().unwrap())
+    }
+
+    /// Networks and single addresses both name trusted proxies: a peer inside one is
+    /// believed about who it forwards for, a peer outside is the caller itself.
+    #[test]
+    fn trusted_proxies_take_networks_and_single_addresses() {
+        let limits = trusting(&["10.0.0.0/8", "fd00::/8", "192.0.2.7", "2001:db8::1"]).unwrap();
+        let cases = [
+            // (peer, X-Forwarded-For, the caller's address)
+            ("10.1.2.3", Some("203.0.113.9"), "203.0.113.9"),
+            (
+                "10.255.255.255",
+                Some("203.0.113.9, 10.4.4.4"),
+                "203.0.113.9",
+            ),
+            ("fd12::5", Some("2001:db8::99"), "2001:db8::99"),
+            ("192.0.2.7", Some("198.51.100.1"), "198.51.100.1"),
+            ("2001:db8::1", Some("198.51.100.1"), "198.51.100.1"),
+            // A dual-stack socket's view of an IPv4 proxy.
+            ("::ffff:10.9.9.9", Some("198.51.100.2"), "198.51.100.2"),
+            // Outside every trusted network: the header is the caller's own claim.
+            ("11.0.0.1", Some("203.0.113.9"), "11.0.0.1"),
+            ("192.0.2.8", Some("203.0.113.9"), "192.0.2.8"),
+            ("fe00::1", Some("203.0.113.9"), "fe00::1"),
+            // Only trusted hops forwarded: the nearest proxy is the caller.
+            ("10.0.0.1", Some("10.0.0.2"), "10.0.0.1"),
+            ("10.0.0.1", None, "10.0.0.1"),
+        ];
+        for (peer, xff, want) in cases {
+            assert_eq!(
+                limits.client_ip(ip(peer), xff),
+                ip(want),
+                "peer {peer}, X-Forwarded-For {xff:?}"
+            );
+        }
+        // Host bits of a network are ignored; surrounding spaces too.
+        let limits = trusting(&[" 10.1.2.3/8 ", "127.0.0.1/32"]).unwrap();
+        assert_eq!(
+            limits.client_ip(ip("10.200.0.1"), Some("203.0.113.9")),
+            ip("203.0.113.9")
+        );
+        assert_eq!(
+            limits.client_ip(ip("127.0.0.2"), Some("203.0.113.9")),
+            ip("127.0.0.2"),
+            "a /32 is that one address"
+        );
+    }
+
+    #[test]
+    fn junk_in_trusted_proxies_is_refused_precisely() {
+        let errors = trusting(&[
+            "proxy.internal",
+            "10.0.0.0/33",
+            "fd00::/129",
+            "10.0.0/8",
+            "10.0.0.0/",
+            "10.0.0.0/eight",
+            "",
+            "10.0.0.1",
+        ])
+        .err()
+        .expect("junk is refused");
+        assert_eq!(
+            errors,
+            [
+                "trusted_proxies: \"proxy.internal\" is neither an IP address (10.0.0.1, fd00::1) nor a network (10.0.0.0/8, fd00::/8)",
+                "trusted_proxies: \"10.0.0.0/33\": the prefix length \"33\" is not a number from 0 to 32",
+                "trusted_proxies: \"fd00::/129\": the prefix length \"129\" is not a number from 0 to 128",
+                "trusted_proxies: \"10.0.0/8\": \"10.0.0\" before the / is not an IP address (a network is written 10.0.0.0/8 or fd00::/8)",
+                "trusted_proxies: \"10.0.0.0/\": the prefix length \"\" is not a number from 0 to 32",
+                "trusted_proxies: \"10.0.0.0/eight\": the prefix length \"eight\" is not a number from 0 to 32",
+                "trusted_proxies: \"\" is neither an IP address (10.0.0.1, fd00::1) nor a network (10.0.0.0/8, fd00::/8)",
+            ]
+        );
     }
 }

@@ -2,8 +2,9 @@
 //! the binary. Its defaults (port, from `a2a-gateway schema gateway`) and its endpoints
 //! (health, ready, metrics, checked live) are handed to scripts/deploy-check.sh, which
 //! validates everything offline (kubernetes-validate, strict) and runs `a2a-gateway check`
-//! on every configuration deploy/ ships. Where a container engine is present, the image is
-//! also built and must turn healthy.
+//! on every configuration deploy/ ships. Copies of deploy/ broken on purpose (more than one
+//! gateway on a store they do not share, nginx retrying sends) must be refused. Where a
+//! container engine is present, the image is also built and must turn healthy.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
@@ -368,4 +369,205 @@ async fn container_image_builds_and_turns_healthy() {
         "the gateway's exit status after SIGTERM (took {:?})",
         started.elapsed()
     );
+}
+
+/// A copy of the repository to break: `deploy/` copied, every other top-level entry a
+/// symbolic link to the real one (the check reads gateway.toml, agents.d/, src/, ... too).
+fn repository_copy() -> tempfile::TempDir {
+    fn copy_dir(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            let target = to.join(entry.file_name());
+            if entry.file_type().unwrap().is_dir() {
+                copy_dir(&entry.path(), &target);
+            } else {
+                std::fs::copy(entry.path(), &target).unwrap();
+            }
+        }
+    }
+    let root = repo_root();
+    let dir = tempfile::tempdir().expect("temp dir");
+    for entry in std::fs::read_dir(root).unwrap() {
+        let name = entry.unwrap().file_name();
+        if name == "deploy" || name == ".git" || name == "target" {
+            continue;
+        }
+        std::os::unix::fs::symlink(root.join(&name), dir.path().join(&name)).unwrap();
+    }
+    copy_dir(&root.join("deploy"), &dir.path().join("deploy"));
+    dir
+}
+
+/// Replaces `from` by `to` in `file` of the copy; `from` must be there.
+fn edit(copy: &Path, file: &str, from: &str, to: &str) {
+    let path = copy.join(file);
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains(from), "{file} holds no {from:?}");
+    std::fs::write(&path, text.replacen(from, to, 1)).unwrap();
+}
+
+/// scripts/deploy-check.sh on a copy: whether it passed, and its whole output.
+fn deploy_check_on(copy: &Path) -> (bool, String) {
+    let root = repo_root();
+    let out = Command::new("bash")
+        .arg(root.join("scripts/deploy-check.sh"))
+        .args([
+            "8080",
+            HEALTH,
+            READY,
+            METRICS,
+            "--gateway-bin",
+            bin_path(),
+            "--root",
+        ])
+        .arg(copy)
+        .current_dir(copy)
+        .output()
+        .expect("run bash scripts/deploy-check.sh");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (
+        out.status.success() && text.contains("deploy-check: all checks passed"),
+        text,
+    )
+}
+
+type Breakage = fn(&Path);
+
+/// The check refuses manifests and compose files that let more than one gateway run on a
+/// store they do not share, and an nginx that would run a send twice. Each case breaks a
+/// copy of deploy/ one way; the copy as it is passes.
+#[test]
+fn the_deploy_check_refuses_replicas_that_do_not_share_their_store() {
+    let unshared = "each replica would keep tasks of its own, and a caller whose next call \
+                    reaches another replica gets \"task not found\"";
+    let cases: Vec<(&str, Breakage, String)> = vec![
+        ("the copy as it is", |_| {}, String::new()),
+        (
+            "an HPA over the SQLite StatefulSet",
+            |copy| {
+                let hpa =
+                    std::fs::read_to_string(copy.join("deploy/kubernetes/replicated/hpa.yaml"))
+                        .unwrap()
+                        .replace("kind: Deployment", "kind: StatefulSet");
+                std::fs::write(copy.join("deploy/kubernetes/single/hpa.yaml"), hpa).unwrap();
+                edit(
+                    copy,
+                    "deploy/kubernetes/single/kustomization.yaml",
+                    "  - statefulset.yaml\n",
+                    "  - statefulset.yaml\n  - hpa.yaml\n",
+                );
+            },
+            format!(
+                "deploy/kubernetes/single: up to 10 gateway replicas (StatefulSet/a2a-gateway \
+                 replicas: 1; HorizontalPodAutoscaler/a2a-gateway maxReplicas: 10) with [store] \
+                 kind = \"sqlite\": {unshared}"
+            ),
+        ),
+        (
+            "two replicas of the SQLite StatefulSet",
+            |copy| {
+                edit(
+                    copy,
+                    "deploy/kubernetes/single/statefulset.yaml",
+                    "\n  replicas: 1\n",
+                    "\n  replicas: 2\n",
+                )
+            },
+            format!(
+                "deploy/kubernetes/single: up to 2 gateway replicas (StatefulSet/a2a-gateway \
+                 replicas: 2) with [store] kind = \"sqlite\": {unshared}"
+            ),
+        ),
+        (
+            "the replicated variant on SQLite",
+            |copy| {
+                edit(
+                    copy,
+                    "deploy/kubernetes/replicated/config.yaml",
+                    "    kind = \"redis\"\n",
+                    "    kind = \"sqlite\"\n",
+                )
+            },
+            format!(
+                "deploy/kubernetes/replicated: up to 10 gateway replicas (Deployment/a2a-gateway \
+                 replicas: 2; HorizontalPodAutoscaler/a2a-gateway maxReplicas: 10) with [store] \
+                 kind = \"sqlite\": {unshared}"
+            ),
+        ),
+        (
+            "the compose replicas on memory",
+            |copy| {
+                edit(
+                    copy,
+                    "deploy/compose/replicas.toml",
+                    "\nkind = \"redis\"\n",
+                    "\nkind = \"memory\"\n",
+                )
+            },
+            format!(
+                "deploy/compose.replicas.yaml (service gateway-1, gateway-2, gateway-3: \
+                 deploy/compose/replicas.toml): up to 3 gateway replicas (service gateway-1; \
+                 service gateway-2; service gateway-3) with [store] kind = \"memory\": {unshared}"
+            ),
+        ),
+        (
+            "two replicas of compose.yaml's gateway",
+            |copy| {
+                edit(
+                    copy,
+                    "deploy/compose.yaml",
+                    "\n  gateway:\n",
+                    "\n  gateway:\n    deploy:\n      replicas: 2\n",
+                )
+            },
+            format!(
+                "deploy/compose.yaml (service gateway: deploy/compose/gateway.toml): up to 2 \
+                 gateway replicas (service gateway deploy.replicas: 2) with [store] kind = \
+                 \"memory\": {unshared}"
+            ),
+        ),
+        (
+            "nginx passing sent POSTs on",
+            |copy| {
+                edit(
+                    copy,
+                    "deploy/compose/nginx.conf",
+                    "proxy_next_upstream error http_503;",
+                    "proxy_next_upstream error http_503 non_idempotent;",
+                )
+            },
+            "deploy/compose/nginx.conf: proxy_next_upstream error http_503 non_idempotent;: \
+             non_idempotent passes a POST that reached a replica on to the next one"
+                .to_string(),
+        ),
+    ];
+    let results: Vec<(bool, String)> = std::thread::scope(|scope| {
+        let runs: Vec<_> = cases
+            .iter()
+            .map(|(_, breakage, _)| {
+                scope.spawn(move || {
+                    let copy = repository_copy();
+                    breakage(copy.path());
+                    deploy_check_on(copy.path())
+                })
+            })
+            .collect();
+        runs.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    for ((what, _, want), (passed, output)) in cases.iter().zip(&results) {
+        if want.is_empty() {
+            assert!(passed, "{what}: the check fails:\n{output}");
+            continue;
+        }
+        assert!(!passed, "{what}: the check passes:\n{output}");
+        assert!(
+            output.contains(want.as_str()),
+            "{what}: the check fails, but not saying\n  {want}\n{output}"
+        );
+    }
 }

@@ -2,6 +2,7 @@
 //! One test binary, because each extra binary costs a link step.
 
 mod auth;
+mod balancer;
 mod cards;
 mod cli;
 mod command;

@@ -3,28 +3,41 @@
 with each other and with the gateway's own defaults.
 
     check_deploy.py --port 8080 --health-path /a2a/health --ready-path /a2a/ready \\
-        --metrics-path /metrics [--gateway-bin PATH] [--live-port N]
+        --metrics-path /metrics [--gateway-bin PATH] [--live-port N] [--root DIR]
 
 Run through scripts/deploy-check.sh, which installs kubernetes-validate and PyYAML.
 
-- Kubernetes (deploy/kubernetes): kustomization.yaml lists every manifest and only existing
-  ones; each object validates against the Kubernetes JSON schemas bundled with
-  kubernetes-validate (strict: unknown fields fail), offline; selectors, ports, probes,
-  Prometheus annotations, the Secret reference, the volumes and mount paths, the args'
-  config paths, the security context and the grace period agree; the ConfigMaps hold the
-  repository's gateway.toml (host 0.0.0.0) and agents.d/ files byte for byte.
+- Kubernetes (deploy/kubernetes): each directory's kustomization.yaml lists every manifest
+  there and only existing ones; each object validates against the Kubernetes JSON schemas
+  bundled with kubernetes-validate (strict: unknown fields fail), offline. Then each variant
+  (a kustomization no other one includes: single/, replicated/), as kustomize renders it
+  (and `kubectl kustomize` where installed): selectors, ports, probes, Prometheus
+  annotations, the Secret reference, the volumes and mount paths, the args' config paths,
+  the security context and the grace period agree; the ConfigMaps (or Secret) hold the
+  repository's gateway.toml (host 0.0.0.0; [rate_limits] and a Redis [store] may differ)
+  and agents.d/ files byte for byte; trusted_proxies is set. More than one replica (the
+  workload's, or an HPA's maxReplicas) needs a store they share (Redis, at a Service of the
+  manifests in front of one Redis the gateway's pods may reach); SQLite needs its data
+  directory on a PersistentVolumeClaim, and a workload that never runs two pods at once.
 - Dockerfile: EXPOSE, HEALTHCHECK (run here against stub servers: 200 on the ready path
   passes; 503, a wrong path or a closed port fail), CMD paths against COPY destinations,
   the non-root user; nothing it COPYs is excluded by .dockerignore.
 - compose.yaml: services, port mapping, mounted files, upstream agent files pointing at
   compose services on the ports they listen on, the Prometheus scrape target and path; and
   `docker compose config -q` when the compose plugin is installed.
+- compose.replicas.yaml: the replicas share one Redis, nginx's upstream is every replica,
+  unbuffered, never passing a send that reached one replica on to another
+  (non_idempotent), and the replicas trust nginx's network for X-Forwarded-For.
+- Both compose files: more than one gateway (services, or deploy.replicas) needs a store
+  they share.
 - systemd unit: ExecStart paths, reload by SIGHUP, stop by SIGTERM within TimeoutStopSec,
   the sandbox; `systemd-analyze verify` when installed.
 - With --gateway-bin: `a2a-gateway check` accepts the image's, the compose and the
   Kubernetes configuration (materialised as the kubelet projects it); every flag and
   A2A_GATEWAY_* variable used is one the binary knows; the schema's server.port default is
   --port. With --live-port: the Dockerfile HEALTHCHECK passes against a running gateway.
+  With --root: the repository to check is DIR (a modified copy, say) rather than the one
+  holding this script.
 
 Prints what was checked and every problem found, precisely; exit status 1 on any problem.
 """
@@ -32,6 +45,7 @@ Prints what was checked and every problem found, precisely; exit status 1 on any
 from __future__ import annotations
 
 import argparse
+import base64
 import http.server
 import importlib.metadata
 import ipaddress
@@ -56,13 +70,22 @@ try:
 except ImportError as e:  # pragma: no cover - the venv script installs them
     sys.exit(f'check_deploy: ERROR: {e}; run it through scripts/deploy-check.sh')
 
-ROOT = Path(__file__).resolve().parents[2]
-DEPLOY = ROOT / 'deploy'
-K8S = DEPLOY / 'kubernetes'
-DOCKERFILE = DEPLOY / 'Dockerfile'
-COMPOSE = DEPLOY / 'compose.yaml'
-UNIT = DEPLOY / 'systemd' / 'a2a-gateway.service'
-DOCKERIGNORE = ROOT / '.dockerignore'
+
+
+def set_root(root: Path) -> None:
+    """The repository whose deploy/ (and gateway.toml, agents.d/, ...) is checked."""
+    global ROOT, DEPLOY, K8S, DOCKERFILE, COMPOSE, REPLICAS, UNIT, DOCKERIGNORE
+    ROOT = root.resolve()
+    DEPLOY = ROOT / 'deploy'
+    K8S = DEPLOY / 'kubernetes'
+    DOCKERFILE = DEPLOY / 'Dockerfile'
+    COMPOSE = DEPLOY / 'compose.yaml'
+    REPLICAS = DEPLOY / 'compose.replicas.yaml'
+    UNIT = DEPLOY / 'systemd' / 'a2a-gateway.service'
+    DOCKERIGNORE = ROOT / '.dockerignore'
+
+
+set_root(Path(__file__).resolve().parents[2])
 
 # Kubernetes versions validated against: an older one still widely run, and the newest the
 # installed kubernetes-validate bundles (appended at run time).
@@ -617,37 +640,76 @@ def k8s_versions() -> list[str]:
     return out
 
 
-def load_kustomization(r: Report) -> list[Path]:
-    path = K8S / 'kustomization.yaml'
-    if not r.expect(path.is_file(), path, 'missing'):
-        return []
-    try:
-        k = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        r.fail(path, f'not valid YAML: {e}')
-        return []
-    r.expect(k.get('apiVersion') == 'kustomize.config.k8s.io/v1beta1', path,
-             f'apiVersion must be kustomize.config.k8s.io/v1beta1, got {k.get("apiVersion")!r}')
-    r.expect(k.get('kind') == 'Kustomization', path,
-             f'kind must be Kustomization, got {k.get("kind")!r}')
-    listed = k.get('resources') or []
-    files = []
-    for name in listed:
-        p = K8S / name
-        if r.expect(p.is_file(), path, f'resources lists {name}, which does not exist'):
-            files.append(p)
-    dupes = {n for n in listed if listed.count(n) > 1}
-    r.expect(not dupes, path, f'resources lists {sorted(dupes)} more than once')
-    present = {p.name for p in K8S.iterdir()
-               if p.suffix in ('.yaml', '.yml') and p.name != 'kustomization.yaml'}
-    missing = sorted(present - set(listed))
-    r.expect(not missing, path, f'{missing} not listed in resources (kubectl apply -k would '
-             'leave them out)')
-    return files
+def kustomize_tree(r: Report) -> dict[Path, list[Path]]:
+    """Every kustomization under deploy/kubernetes: its directory -> what its `resources`
+    lists (manifest files, and directories of other kustomizations, its bases). Checks that
+    each is a Kustomization this check can read, that every resource exists and is listed
+    once, and that every manifest is listed by the kustomization of its own directory."""
+    trees: dict[Path, list[Path]] = {}
+    if not r.expect(K8S.is_dir(), K8S, 'missing'):
+        return trees
+    for path in sorted(K8S.rglob('kustomization.yaml')):
+        try:
+            k = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as e:
+            r.fail(path, f'not valid YAML: {e}')
+            continue
+        r.expect(k.get('apiVersion') == 'kustomize.config.k8s.io/v1beta1', path,
+                 f'apiVersion must be kustomize.config.k8s.io/v1beta1, got '
+                 f'{k.get("apiVersion")!r}')
+        r.expect(k.get('kind') == 'Kustomization', path,
+                 f'kind must be Kustomization, got {k.get("kind")!r}')
+        unread = sorted(set(k) - {'apiVersion', 'kind', 'resources'})
+        r.expect(not unread, path, f'{unread}: this check reads `resources` only, so what '
+                 'it validates would not be what kubectl applies (extend '
+                 'tests/deploy/check_deploy.py first)')
+        listed = k.get('resources') or []
+        dupes = sorted({n for n in listed if listed.count(n) > 1})
+        r.expect(not dupes, path, f'resources lists {dupes} more than once')
+        entries = []
+        for name in listed:
+            target = path.parent / name
+            if target.is_dir():
+                if r.expect((target / 'kustomization.yaml').is_file(), path,
+                            f'resources lists {name}, a directory without a kustomization.yaml'):
+                    entries.append(target.resolve())
+            elif r.expect(target.is_file(), path, f'resources lists {name}, which does not '
+                          'exist'):
+                entries.append(target.resolve())
+        trees[path.parent.resolve()] = entries
+    r.expect(bool(trees), K8S, 'holds no kustomization.yaml')
+    for f in sorted(K8S.rglob('*')):
+        if f.suffix not in ('.yaml', '.yml') or f.name == 'kustomization.yaml':
+            continue
+        listing = trees.get(f.parent.resolve())
+        if r.expect(listing is not None, f, 'no kustomization.yaml in its directory lists it'):
+            r.expect(f.resolve() in listing, f.parent / 'kustomization.yaml',
+                     f'{f.name} is not listed in resources (kubectl apply -k would leave it '
+                     'out)')
+    return trees
 
 
-def validate_k8s(files: list[Path], versions: list[str], r: Report) -> list[tuple[dict, Path]]:
-    objs = []
+def kustomize_variants(trees: dict[Path, list[Path]]) -> list[Path]:
+    """The kustomizations no other one includes: what an operator applies."""
+    included = {e for entries in trees.values() for e in entries}
+    return sorted(d for d in trees if d not in included)
+
+
+def kustomize_files(d: Path, trees: dict[Path, list[Path]], r: Report,
+                    seen: tuple[Path, ...] = ()) -> list[Path]:
+    """The manifest files a kustomization renders, its bases' first, as kustomize does."""
+    if d in seen:
+        r.fail(d / 'kustomization.yaml', 'includes itself (through '
+               f'{" -> ".join(rel(s) for s in seen)})')
+        return []
+    out = []
+    for entry in trees.get(d, []):
+        out += kustomize_files(entry, trees, r, seen + (d,)) if entry.is_dir() else [entry]
+    return out
+
+
+def validate_k8s(files: list[Path], versions: list[str], r: Report) -> dict[Path, list[dict]]:
+    objs: dict[Path, list[dict]] = {}
     for f in files:
         try:
             docs = [d for d in yaml.safe_load_all(f.read_text()) if d is not None]
@@ -667,7 +729,7 @@ def validate_k8s(files: list[Path], versions: list[str], r: Report) -> list[tupl
                     r.fail(f, f'{name}: {e.message}')
                 except Exception as e:  # noqa: BLE001 - anything else is a failure too
                     r.fail(f, f'{name}: validation error for Kubernetes {v}: {e!r}')
-            objs.append((doc, f))
+        objs[f] = docs
     return objs
 
 
@@ -681,29 +743,51 @@ def probe_target(probe: dict | None) -> tuple[str | None, object]:
     return http.get('path'), http.get('port')
 
 
-def materialise_agents_volume(cm: dict, volume: dict, dest: Path) -> None:
-    """Writes a ConfigMap volume as the kubelet projects it (items, modes)."""
-    data = cm.get('data') or {}
-    default_mode = volume.get('defaultMode', 0o644)
-    items = volume.get('items')
-    pairs = ([(i['key'], i['path'], i.get('mode', default_mode)) for i in items]
+def source_data(obj: dict) -> dict[str, str]:
+    """The files a ConfigMap or Secret holds, as text."""
+    if obj.get('kind') == 'Secret':
+        out = {k: base64.b64decode(v).decode() for k, v in (obj.get('data') or {}).items()}
+        out.update(obj.get('stringData') or {})
+        return out
+    return dict(obj.get('data') or {})
+
+
+def volume_source(volume: dict) -> tuple[str, str, dict] | None:
+    """(kind, name, spec) of a ConfigMap or Secret volume."""
+    if 'configMap' in volume:
+        return 'ConfigMap', volume['configMap'].get('name'), volume['configMap']
+    if 'secret' in volume:
+        return 'Secret', volume['secret'].get('secretName'), volume['secret']
+    return None
+
+
+def projection(spec: dict, data: dict[str, str]) -> list[tuple[str, str, int]]:
+    """(path, text, mode) of each file a ConfigMap or Secret volume projects."""
+    default_mode = spec.get('defaultMode', 0o644)
+    items = spec.get('items')
+    pairs = ([(i['path'], i['key'], i.get('mode', default_mode)) for i in items]
              if items else [(k, k, default_mode) for k in data])
-    for key, path, mode in pairs:
+    return [(path, data.get(key, ''), mode) for path, key, mode in pairs]
+
+
+def materialise(files: list[tuple[str, str, int]], dest: Path) -> None:
+    """Writes a volume's files as the kubelet projects them (paths, modes)."""
+    for path, text, mode in files:
         target = dest / path
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(data[key])
+        target.write_text(text)
         target.chmod(mode)
 
 
-def check_kustomize_render(objs: list[tuple[dict, Path]], r: Report) -> None:
+def check_kustomize_render(d: Path, objs: list[tuple[dict, Path]], r: Report) -> None:
     """`kubectl kustomize` (offline) renders exactly the objects validated here."""
     kubectl = shutil.which('kubectl')
     if not kubectl:
-        r.skipped('kubernetes: `kubectl kustomize` NOT run (kubectl not installed)')
+        r.skipped(f'{rel(d)}: `kubectl kustomize` NOT run (kubectl not installed)')
         return
-    where = rel(K8S / 'kustomization.yaml')
+    where = rel(d / 'kustomization.yaml')
     try:
-        res = subprocess.run([kubectl, 'kustomize', str(K8S)], capture_output=True, text=True,
+        res = subprocess.run([kubectl, 'kustomize', str(d)], capture_output=True, text=True,
                              timeout=60)
     except subprocess.TimeoutExpired:
         r.fail(where, '`kubectl kustomize` hung (> 60 s)')
@@ -716,21 +800,69 @@ def check_kustomize_render(objs: list[tuple[dict, Path]], r: Report) -> None:
     validated = sorted((d.get('kind'), d.get('metadata', {}).get('name')) for d, _ in objs)
     if r.expect(rendered == validated, where, f'`kubectl kustomize` renders {rendered}, but '
                 f'the files hold {validated}'):
-        r.ok(f'kubernetes: `kubectl kustomize` renders the same {len(rendered)} objects')
+        r.ok(f'{rel(d)}: `kubectl kustomize` renders the same {len(rendered)} objects')
+
+
+def trusted_networks(cfg: dict | None, where: str, r: Report, behind: str) -> list:
+    """[rate_limits] trusted_proxies as networks; each must be an address or a network, and
+    there must be some: behind a load balancer, without them every anonymous caller shares
+    the balancer's one allowance."""
+    proxies = ((cfg or {}).get('rate_limits') or {}).get('trusted_proxies') or []
+    r.expect(bool(proxies), where, f'[rate_limits] trusted_proxies is not set: every call '
+             f'comes through {behind}, so every anonymous caller would share its one rate '
+             'allowance; name its network')
+    nets = []
+    for p in proxies:
+        try:
+            nets.append(ipaddress.ip_network(str(p).strip(), strict=False))
+        except ValueError:
+            r.fail(where, f'[rate_limits] trusted_proxies: {p!r} is neither an address nor a '
+                   'network (10.0.0.0/8, fd00::/8)')
+    return nets
+
+
+def unshared_replicas(count: int, why: list[str], store: dict, where: str, r: Report) -> None:
+    """More than one gateway may run: they must share one store."""
+    kind = store.get('kind', 'memory')
+    r.expect(count <= 1 or kind == 'redis', where,
+             f'up to {count} gateway replicas ({"; ".join(why)}) with [store] kind = '
+             f'"{kind}": each replica would keep tasks of its own, and a caller whose next '
+             'call reaches another replica gets "task not found". Share one store ([store] '
+             'kind = "redis", docs/store.md) or run one replica')
 
 
 def check_k8s(a, r: Report, docker: dict, ctx: dict) -> None:
     versions = k8s_versions()
     since = r.mark()
-    files = load_kustomization(r)
-    objs = validate_k8s(files, versions, r)
+    trees = kustomize_tree(r)
+    files = sorted({f for entries in trees.values() for f in entries if f.is_file()})
+    docs = validate_k8s(files, versions, r)
     kv = importlib.metadata.version('kubernetes-validate')
-    r.ok(f'kubernetes: kustomization.yaml lists every manifest; {len(objs)} objects in '
-         f'{len(files)} files validated against Kubernetes {", ".join(versions)} '
+    count = sum(len(d) for d in docs.values())
+    r.ok(f'kubernetes: every manifest is listed in its directory\'s kustomization.yaml; {count} '
+         f'objects in {len(files)} files validated against Kubernetes {", ".join(versions)} '
          f'(kubernetes-validate {kv}, strict, offline schemas)', since)
-    check_kustomize_render(objs, r)
-    since = r.mark()
+    variants = kustomize_variants(trees)
+    readme = DEPLOY / 'README.md'
+    readme_text = readme.read_text() if readme.is_file() else ''
+    ctx['k8s_layouts'] = []
+    for d in variants:
+        r.expect(f'kubectl apply -k {rel(d)}' in readme_text, readme,
+                 f'does not say how to apply {rel(d)} (`kubectl apply -k {rel(d)}`) nor '
+                 'when to choose it')
+        objs = [(doc, f) for f in kustomize_files(d, trees, r) for doc in docs.get(f, [])]
+        names = [(doc.get('kind'), doc.get('metadata', {}).get('name')) for doc, _ in objs]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        r.expect(not dupes, d / 'kustomization.yaml', f'renders {dupes} more than once')
+        check_kustomize_render(d, objs, r)
+        check_k8s_variant(a, r, docker, ctx, d, objs)
 
+
+def check_k8s_variant(a, r: Report, docker: dict, ctx: dict, variant: Path,
+                      objs: list[tuple[dict, Path]]) -> None:
+    """One variant as kustomize renders it: the gateway's workload and everything it uses."""
+    label = rel(variant)
+    since = r.mark()
     by_kind: dict[str, list[tuple[dict, Path]]] = {}
     for doc, f in objs:
         by_kind.setdefault(doc.get('kind'), []).append((doc, f))
@@ -738,72 +870,28 @@ def check_k8s(a, r: Report, docker: dict, ctx: dict) -> None:
         r.expect(ns is None, f, f'{doc.get("kind")}/{doc["metadata"].get("name")} sets '
                  f'namespace {ns!r}; leave it to `kubectl apply -n` / kustomize')
 
-    def one(kind: str, name: str | None = None):
-        found = [(d, f) for d, f in by_kind.get(kind, [])
-                 if name is None or d['metadata'].get('name') == name]
-        r.expect(len(found) == 1, 'deploy/kubernetes',
-                 f'expected one {kind}{" " + name if name else ""}, found {len(found)}')
-        return found[0] if len(found) == 1 else (None, None)
+    def named(kind: str, name: str) -> list[tuple[dict, Path]]:
+        return [(d, f) for d, f in by_kind.get(kind, []) if d['metadata'].get('name') == name]
 
-    dep, dep_f = one('Deployment', 'a2a-gateway')
-    svc, svc_f = one('Service')
-    pdb, pdb_f = one('PodDisruptionBudget')
-    hpa, hpa_f = one('HorizontalPodAutoscaler')
-    secret, secret_f = one('Secret', 'a2a-gateway-credentials')
-    cm_cfg, cm_f = one('ConfigMap', 'a2a-gateway-config')
-    cm_agents, _ = one('ConfigMap', 'a2a-gateway-agents')
-    configmaps = {d['metadata']['name']: d for d, _ in by_kind.get('ConfigMap', [])}
-    secrets = {d['metadata']['name']: d for d, _ in by_kind.get('Secret', [])}
-    if dep is None:
+    workloads = named('Deployment', 'a2a-gateway') + named('StatefulSet', 'a2a-gateway')
+    if not r.expect(len(workloads) == 1, label, 'expected one Deployment or StatefulSet named '
+                    f'a2a-gateway, found {len(workloads)}'):
         return
-
-    # ConfigMap contents against the repository's files.
-    for name, cm in configmaps.items():
-        for key in (cm.get('data') or {}):
-            r.expect(bool(CONFIGMAP_KEY.match(key)), cm_f, f'ConfigMap {name}: key {key!r} '
-                     'is not a valid ConfigMap key')
-    cm_gateway = None
-    if cm_cfg is not None:
-        text = (cm_cfg.get('data') or {}).get('gateway.toml')
-        if r.expect(text is not None, cm_f, 'ConfigMap a2a-gateway-config has no gateway.toml'):
-            cm_gateway = read_toml(cm_f, r, text)
-    repo_gateway = read_toml(ROOT / 'gateway.toml', r)
-    if cm_gateway is not None and repo_gateway is not None:
-        r.expect(cm_gateway.get('server', {}).get('host') == '0.0.0.0', cm_f,
-                 'gateway.toml in a2a-gateway-config must set [server] host = "0.0.0.0"')
-        port = cm_gateway.get('server', {}).get('port', a.port)
-        r.expect(port == a.port, cm_f, f'gateway.toml in a2a-gateway-config sets port {port}, '
-                 f'but the manifests use {a.port}')
-        expected = json.loads(json.dumps(repo_gateway))
-        expected.setdefault('server', {})['host'] = '0.0.0.0'
-        diff = toml_diff(expected, cm_gateway)
-        r.expect(not diff, cm_f, 'gateway.toml in a2a-gateway-config differs from the '
-                 'repository\'s gateway.toml (beyond [server] host = "0.0.0.0"): '
-                 + '; '.join(diff))
-    agent_names: set[str] = set()
-    if cm_agents is not None:
-        data = cm_agents.get('data') or {}
-        repo_agents = ROOT / 'agents.d'
-        repo_files = {p.name: p for p in repo_agents.glob('*.toml')}
-        repo_scripts = {p.name: p for p in (repo_agents / 'scripts').glob('*') if p.is_file()}
-        for name, p in {**repo_files, **repo_scripts}.items():
-            if not r.expect(name in data, cm_f, f'ConfigMap a2a-gateway-agents lacks {name} '
-                            f'(agents.d/{rel(p).split("agents.d/", 1)[1]})'):
-                continue
-            r.expect(data[name].encode() == p.read_bytes(), cm_f,
-                     f'ConfigMap a2a-gateway-agents: {name} is not a byte-for-byte copy of '
-                     f'{rel(p)}')
-        for key, text in data.items():
-            if key.endswith('.toml'):
-                parsed = read_toml(cm_f, r, text)
-                if parsed is not None and 'name' in parsed:
-                    agent_names.add(parsed['name'])
-            elif key not in repo_scripts:
-                r.fail(cm_f, f'ConfigMap a2a-gateway-agents: {key} is neither an agent file '
-                       'nor a script of agents.d/scripts/')
-        if cm_gateway is not None:
-            gateway_agent_refs(cm_gateway, agent_names, rel(cm_f) + ' (gateway.toml)', r)
-    grace = shutdown_grace(cm_gateway, a.shutdown_grace_secs)
+    dep, dep_f = workloads[0]
+    kind = dep['kind']
+    services = {d['metadata']['name']: (d, f) for d, f in by_kind.get('Service', [])}
+    svc, svc_f = services.get('a2a-gateway', (None, None))
+    r.expect(svc is not None, label, 'no Service a2a-gateway')
+    pdbs = by_kind.get('PodDisruptionBudget', [])
+    hpas = by_kind.get('HorizontalPodAutoscaler', [])
+    secret, secret_f = (named('Secret', 'a2a-gateway-credentials') or [(None, None)])[0]
+    r.expect(secret is not None, label, 'no Secret a2a-gateway-credentials')
+    sources = {(d['kind'], d['metadata']['name']): (d, f)
+               for k in ('ConfigMap', 'Secret') for d, f in by_kind.get(k, [])}
+    for (k, name), (obj, f) in sources.items():
+        for key in source_data(obj):
+            r.expect(bool(CONFIGMAP_KEY.match(key)), f, f'{k} {name}: key {key!r} is not a '
+                     'valid key')
 
     # The pod.
     spec = dep['spec']
@@ -839,17 +927,6 @@ def check_k8s(a, r: Report, docker: dict, ctx: dict) -> None:
                  f'startupProbe GETs {got!r}, expected {a.health_path} or {a.ready_path}')
         port_ok(port, 'startupProbe')
 
-    ann = tmpl['metadata'].get('annotations', {})
-    r.expect(ann.get('prometheus.io/scrape') == 'true', where,
-             'pod annotation prometheus.io/scrape must be "true"')
-    mport = metrics_port(cm_gateway, a.port, rel(cm_f) + ' (gateway.toml)', r)
-    r.expect(ann.get('prometheus.io/port') == str(mport), where,
-             f'pod annotation prometheus.io/port is {ann.get("prometheus.io/port")!r}, '
-             f'expected "{mport}"')
-    r.expect(ann.get('prometheus.io/path') == a.metrics_path, where,
-             f'pod annotation prometheus.io/path is {ann.get("prometheus.io/path")!r}, '
-             f'expected {a.metrics_path}')
-
     # Security.
     psc, csc = pod.get('securityContext', {}), c.get('securityContext', {})
 
@@ -867,9 +944,6 @@ def check_k8s(a, r: Report, docker: dict, ctx: dict) -> None:
              'capabilities.drop must include ALL')
     r.expect((sc('seccompProfile') or {}).get('type') == 'RuntimeDefault', where,
              'seccompProfile.type must be RuntimeDefault')
-    tgp = pod.get('terminationGracePeriodSeconds', 30)
-    r.expect(tgp > grace, where, f'terminationGracePeriodSeconds {tgp} leaves no room for the '
-             f'gateway\'s drain (shutdown_grace_secs {grace:g})')
     res = c.get('resources', {})
     r.expect(bool(res.get('requests')) and bool(res.get('limits')), where,
              'resources needs requests and limits')
@@ -891,114 +965,207 @@ def check_k8s(a, r: Report, docker: dict, ctx: dict) -> None:
                    if 'secretKeyRef' in e.get('valueFrom', {})]
     r.expect(bool(secret_refs), where, 'no credential comes from a Secret (secretKeyRef)')
     for n, ref in secret_refs:
-        s = secrets.get(ref.get('name'))
+        s = sources.get(('Secret', ref.get('name')))
         if r.expect(s is not None, where, f'env {n} refers to Secret {ref.get("name")!r}, '
                     'which the manifests do not define'):
-            keys = set(s.get('stringData') or {}) | set(s.get('data') or {})
-            r.expect(ref.get('key') in keys, secret_f,
+            r.expect(ref.get('key') in source_data(s[0]), s[1],
                      f'Secret {ref.get("name")} has no key {ref.get("key")!r} (env {n})')
         r.expect(ref.get('optional') is True, where, f'env {n}: secretKeyRef must be '
                  'optional: true (the gateway starts without it)')
 
     mounts = {m['mountPath'].rstrip('/'): m for m in c.get('volumeMounts', [])}
     volumes = {v['name']: v for v in pod.get('volumes', [])}
+    claims = {t['metadata']['name'] for t in spec.get('volumeClaimTemplates', [])} \
+        if kind == 'StatefulSet' else set()
     for m in mounts.values():
-        r.expect(m['name'] in volumes, where, f'volumeMount {m["name"]} has no volume')
-        if 'configMap' in volumes.get(m['name'], {}):
+        r.expect(m['name'] in volumes or m['name'] in claims, where,
+                 f'volumeMount {m["name"]} has no volume')
+        if volume_source(volumes.get(m['name'], {})):
             r.expect('subPath' not in m, where, f'volumeMount {m["name"]} uses subPath: its '
-                     'files would never update on a ConfigMap change')
+                     'files would never update on a change of the ConfigMap or Secret')
     for v in volumes.values():
-        if 'configMap' in v:
-            r.expect(v['configMap'].get('name') in configmaps, where,
-                     f'volume {v["name"]} refers to ConfigMap {v["configMap"].get("name")!r}, '
-                     'which the manifests do not define')
+        src = volume_source(v)
+        if src:
+            r.expect((src[0], src[1]) in sources, where, f'volume {v["name"]} refers to '
+                     f'{src[0]} {src[1]!r}, which the manifests do not define')
 
     def volume_at(path: str):
         m = mounts.get(path.rstrip('/'))
         return volumes.get(m['name']) if m else None
 
+    # gateway.toml, from a ConfigMap or (when it holds a secret, such as the Redis URL) a
+    # Secret, mounted as a directory.
     cfg = flags.get('--config')
-    k8s_layout = None
-    cfg_volume = None
+    cfg_files = None
+    cfg_text, cfg_where = None, label
     if cfg:
         d, base = str(PurePosixPath(cfg).parent), PurePosixPath(cfg).name
         v = volume_at(d)
-        if r.expect(v is not None and 'configMap' in v, where, f'--config {cfg}: no ConfigMap '
-                    f'volume is mounted at {d}'):
-            cfg_volume = v
-            cm = configmaps.get(v['configMap']['name'], {})
-            items = v['configMap'].get('items')
-            projected = ({i['path'] for i in items} if items else set(cm.get('data') or {}))
-            r.expect(base in projected, where, f'--config {cfg}: ConfigMap '
-                     f'{v["configMap"]["name"]} does not project {base} there '
-                     f'(it projects {sorted(projected)})')
+        src = volume_source(v or {})
+        if r.expect(src is not None, where, f'--config {cfg}: no ConfigMap or Secret volume is '
+                    f'mounted at {d}') and (src[0], src[1]) in sources:
+            obj, obj_f = sources[(src[0], src[1])]
+            cfg_files = projection(src[2], source_data(obj))
+            projected = {p: t for p, t, _ in cfg_files}
+            cfg_where = f'{rel(obj_f)} ({src[0]} {src[1]}, gateway.toml)'
+            if r.expect(base in projected, where, f'--config {cfg}: {src[0]} {src[1]} does not '
+                        f'project {base} there (it projects {sorted(projected)})'):
+                cfg_text = projected[base]
+    gateway = read_toml(Path(cfg_where), r, cfg_text) if cfg_text is not None else None
+    repo_gateway = read_toml(ROOT / 'gateway.toml', r)
+    store = (gateway or {}).get('store') or {}
+    store_kind = store.get('kind', 'memory')
+    if gateway is not None and repo_gateway is not None:
+        r.expect(gateway.get('server', {}).get('host') == '0.0.0.0', cfg_where,
+                 '[server] host must be "0.0.0.0"')
+        port = gateway.get('server', {}).get('port', a.port)
+        r.expect(port == a.port, cfg_where, f'sets port {port}, but the manifests use {a.port}')
+        # Beyond host, a variant may set [rate_limits] (its load balancer) and a store every
+        # replica shares; the rest is the repository's gateway.toml.
+        expected = json.loads(json.dumps(repo_gateway))
+        expected.setdefault('server', {})['host'] = '0.0.0.0'
+        got = json.loads(json.dumps(gateway))
+        for key in ('rate_limits',) + (('store',) if store_kind == 'redis' else ()):
+            expected.pop(key, None)
+            got.pop(key, None)
+        diff = toml_diff(expected, got)
+        r.expect(not diff, cfg_where, 'differs from the repository\'s gateway.toml (beyond '
+                 '[server] host = "0.0.0.0", [rate_limits] and a Redis [store]): '
+                 + '; '.join(diff))
+        trusted_networks(gateway, cfg_where, r, 'the cluster\'s load balancer')
+    grace = shutdown_grace(gateway, a.shutdown_grace_secs)
+    tgp = pod.get('terminationGracePeriodSeconds', 30)
+    r.expect(tgp > grace, where, f'terminationGracePeriodSeconds {tgp} leaves no room for the '
+             f'gateway\'s drain (shutdown_grace_secs {grace:g})')
+
+    ann = tmpl['metadata'].get('annotations', {})
+    r.expect(ann.get('prometheus.io/scrape') == 'true', where,
+             'pod annotation prometheus.io/scrape must be "true"')
+    mport = metrics_port(gateway, a.port, cfg_where, r)
+    r.expect(ann.get('prometheus.io/port') == str(mport), where,
+             f'pod annotation prometheus.io/port is {ann.get("prometheus.io/port")!r}, '
+             f'expected "{mport}"')
+    r.expect(ann.get('prometheus.io/path') == a.metrics_path, where,
+             f'pod annotation prometheus.io/path is {ann.get("prometheus.io/path")!r}, '
+             f'expected {a.metrics_path}')
+
+    # agents.d/: the repository's files, byte for byte.
     agents_dir = flags.get('--agents-dir')
+    agents_files = None
+    agent_names: set[str] = set()
     if agents_dir:
         v = volume_at(agents_dir)
-        if r.expect(v is not None and 'configMap' in v, where, f'--agents-dir {agents_dir}: '
-                    'no ConfigMap volume is mounted there'):
-            cm = configmaps.get(v['configMap']['name'], {})
+        src = volume_source(v or {})
+        if r.expect(src is not None and src[0] == 'ConfigMap', where, f'--agents-dir '
+                    f'{agents_dir}: no ConfigMap volume is mounted there') \
+                and ('ConfigMap', src[1]) in sources:
+            cm, cm_f = sources[('ConfigMap', src[1])]
             data = cm.get('data') or {}
-            items = v['configMap'].get('items')
+            repo_agents = ROOT / 'agents.d'
+            repo_files = {p.name: p for p in repo_agents.glob('*.toml')}
+            repo_scripts = {p.name: p for p in (repo_agents / 'scripts').glob('*') if p.is_file()}
+            for name, p in {**repo_files, **repo_scripts}.items():
+                if not r.expect(name in data, cm_f, f'ConfigMap {src[1]} lacks {name} '
+                                f'(agents.d/{rel(p).split("agents.d/", 1)[1]})'):
+                    continue
+                r.expect(data[name].encode() == p.read_bytes(), cm_f,
+                         f'ConfigMap {src[1]}: {name} is not a byte-for-byte copy of {rel(p)}')
+            for key, text in data.items():
+                if key.endswith('.toml'):
+                    parsed = read_toml(cm_f, r, text)
+                    if parsed is not None and 'name' in parsed:
+                        agent_names.add(parsed['name'])
+                elif key not in repo_scripts:
+                    r.fail(cm_f, f'ConfigMap {src[1]}: {key} is neither an agent file nor a '
+                           'script of agents.d/scripts/')
+            items = src[2].get('items')
             if items:
                 keys = [i['key'] for i in items]
                 r.expect(sorted(keys) == sorted(data), where,
                          f'volume {v["name"]} items project {sorted(keys)} of ConfigMap '
-                         f'{v["configMap"]["name"]}, which holds {sorted(data)}: a key left '
-                         'out of items is not mounted')
+                         f'{src[1]}, which holds {sorted(data)}: a key left out of items is '
+                         'not mounted')
                 for i in items:
                     repo = ROOT / 'agents.d' / i['path']
                     if repo.is_file():
                         want = 0o755 if repo.stat().st_mode & stat.S_IXUSR else 0o644
-                        got = i.get('mode', v['configMap'].get('defaultMode', 0o644))
+                        got = i.get('mode', src[2].get('defaultMode', 0o644))
                         r.expect(got == want, where, f'{i["path"]} is projected with mode '
                                  f'{got:o}, the repository\'s agents.d/{i["path"]} has {want:o}')
                     else:
                         r.fail(where, f'{i["path"]} projected into {agents_dir} has no '
                                'counterpart in the repository\'s agents.d/')
-            if cfg_volume is not None:
-                k8s_layout = (cfg, agents_dir,
-                              configmaps.get(cfg_volume['configMap']['name'], {}), cm,
-                              cfg_volume['configMap'], v['configMap'])
-    ctx['k8s_layout'] = k8s_layout
+            agents_files = projection(src[2], data)
+    if gateway is not None and agent_names:
+        gateway_agent_refs(gateway, agent_names, cfg_where, r)
+    if cfg and agents_dir and cfg_files is not None and agents_files is not None:
+        ctx['k8s_layouts'].append((label, cfg, agents_dir, cfg_files, agents_files))
+    else:
+        r.fail(label, 'its configuration cannot be run through `a2a-gateway check`: the '
+               'volumes or mounts of --config / --agents-dir are broken (see above)')
+
+    # How many gateways may run, and whether they share their store.
+    targeting = []
+    for h, f in hpas:
+        ref = h['spec'].get('scaleTargetRef', {})
+        if r.expect((ref.get('apiVersion'), ref.get('kind'), ref.get('name')) ==
+                    ('apps/v1', kind, dep['metadata']['name']), rel(f),
+                    f'scaleTargetRef {ref} is not the {kind} {dep["metadata"]["name"]}'):
+            targeting.append(h)
+    most = max([replicas] + [h['spec'].get('maxReplicas', 1) for h in targeting])
+    why = [f'{kind}/{dep["metadata"]["name"]} replicas: {replicas}'] + [
+        f'HorizontalPodAutoscaler/{h["metadata"]["name"]} maxReplicas: {h["spec"].get("maxReplicas")}'
+        for h in targeting]
+    if gateway is not None:
+        unshared_replicas(most, why, store, label, r)
+    data_dir = None
+    if store_kind == 'sqlite':
+        data_dir = env.get('A2A_GATEWAY_DATA_DIR', {}).get('value')
+        if data_dir is None and cfg:
+            data_dir = str(PurePosixPath(cfg).parent / str(store.get('data_dir', './data')))
+        m = mounts.get(os.path.normpath(data_dir).rstrip('/')) if data_dir else None
+        persistent = m is not None and (m['name'] in claims or 'persistentVolumeClaim'
+                                        in volumes.get(m['name'], {}))
+        r.expect(persistent, where, f'[store] kind = "sqlite" keeps its database in '
+                 f'{data_dir}, which is not on a PersistentVolumeClaim (volumeClaimTemplates '
+                 'or a persistentVolumeClaim volume): the tasks would go with the pod')
+        r.expect(kind == 'StatefulSet' or spec.get('strategy', {}).get('type') == 'Recreate',
+                 where, 'a Deployment\'s rolling update starts the new pod beside the old one, '
+                 'which holds the SQLite database: use a StatefulSet, or strategy Recreate')
+    if store_kind == 'redis':
+        check_k8s_redis(store, services, by_kind, labels, cfg_where, r)
 
     # Service, PDB, HPA.
     if svc is not None:
         w = rel(svc_f)
         r.expect(svc['spec'].get('type', 'ClusterIP') == 'ClusterIP', w, 'type must be ClusterIP')
         r.expect(selector_matches(svc['spec'].get('selector'), labels), w,
-                 'the selector does not match the Deployment\'s pod labels')
+                 f'the selector does not match the {kind}\'s pod labels')
         sports = svc['spec'].get('ports', [])
         r.expect(any(p.get('port') == 80 for p in sports), w, 'no port 80')
         for p in sports:
             tp = p.get('targetPort', p.get('port'))
             r.expect(tp in ('http', a.port), w, f'port {p.get("port")} targets {tp!r}; '
                      f'expected the container port "http" ({a.port})')
-        if replicas > 1 or hpa is not None:
-            r.expect(svc['spec'].get('sessionAffinity') == 'ClientIP', w,
-                     'with several replicas, sessionAffinity must be ClientIP: tasks live in '
-                     'one replica\'s memory')
-    if pdb is not None:
+    fewest = min([replicas] + [h['spec'].get('minReplicas', 1) for h in targeting])
+    for pdb, pdb_f in pdbs:
         w = rel(pdb_f)
         r.expect(selector_matches(pdb['spec'].get('selector'), labels), w,
-                 'the selector does not match the Deployment\'s pod labels')
+                 f'the selector does not match the {kind}\'s pod labels')
         r.expect(pdb['spec'].get('minAvailable') == 1, w, 'minAvailable must be 1')
-        r.expect(replicas > pdb['spec'].get('minAvailable', 0), w,
-                 f'minAvailable {pdb["spec"].get("minAvailable")} with {replicas} replicas '
+        r.expect(fewest > pdb['spec'].get('minAvailable', 0), w,
+                 f'minAvailable {pdb["spec"].get("minAvailable")} with {fewest} replica(s) '
                  'blocks every node drain')
-    if hpa is not None:
-        w = rel(hpa_f)
-        ref = hpa['spec'].get('scaleTargetRef', {})
-        r.expect((ref.get('apiVersion'), ref.get('kind'), ref.get('name')) ==
-                 ('apps/v1', 'Deployment', dep['metadata']['name']), w,
-                 f'scaleTargetRef {ref} is not the Deployment {dep["metadata"]["name"]}')
+    for hpa in targeting:
+        w = label
         lo, hi = hpa['spec'].get('minReplicas', 1), hpa['spec'].get('maxReplicas')
-        r.expect((lo, hi) == (2, 10), w, f'replicas {lo}..{hi}, expected 2..10')
-        r.expect(lo <= replicas <= hi, w, f'the Deployment\'s {replicas} replicas are outside '
-                 f'{lo}..{hi}')
+        r.expect((lo, hi) == (2, 10), w, f'HorizontalPodAutoscaler replicas {lo}..{hi}, '
+                 'expected 2..10 (deploy/README.md)')
+        r.expect(lo <= replicas <= hi, w, f'the {kind}\'s {replicas} replicas are outside the '
+                 f'HorizontalPodAutoscaler\'s {lo}..{hi}')
         cpu = [m for m in hpa['spec'].get('metrics', [])
                if m.get('type') == 'Resource' and m['resource'].get('name') == 'cpu']
-        if r.expect(bool(cpu), w, 'no CPU metric'):
+        if r.expect(bool(cpu), w, 'the HorizontalPodAutoscaler has no CPU metric'):
             util = cpu[0]['resource'].get('target', {}).get('averageUtilization')
             r.expect(util == 70, w, f'CPU target {util}%, expected 70%')
             r.expect('cpu' in res.get('requests', {}), where,
@@ -1008,10 +1175,62 @@ def check_k8s(a, r: Report, docker: dict, ctx: dict) -> None:
     if docker.get('agents_dir') and agents_dir:
         r.expect(agents_dir == docker['agents_dir'], where,
                  f'--agents-dir {agents_dir} differs from the image\'s {docker["agents_dir"]}')
-    r.ok(f'kubernetes: probes {a.health_path} / {a.ready_path} on port http ({a.port}), '
-         f'Service 80 -> http, Prometheus annotations ({a.metrics_path}), --config/--agents-dir '
-         'on ConfigMap directory mounts, ConfigMaps match the repository\'s gateway.toml and '
-         'agents.d/', since)
+    store_text = {'redis': f'Redis at {store.get("url")}', 'sqlite': f'SQLite in {data_dir} on '
+                  'a PersistentVolumeClaim'}.get(store_kind, store_kind)
+    r.ok(f'{label}: {kind} of {replicas}{f" to {most}" if most != replicas else ""} '
+         f'replica(s), store {store_text}; probes {a.health_path} / {a.ready_path} on port '
+         f'http ({a.port}), Service 80 -> http, Prometheus annotations ({a.metrics_path}), '
+         '--config/--agents-dir on directory mounts matching the repository\'s gateway.toml '
+         'and agents.d/, trusted_proxies set', since)
+
+
+def check_k8s_redis(store: dict, services: dict, by_kind: dict, gateway_labels: dict,
+                    where: str, r: Report) -> None:
+    """A Redis URL naming an in-cluster host: a Service of the manifests, on its port,
+    in front of a Redis the gateway's pods may reach."""
+    url = urlsplit(str(store.get('url', 'redis://127.0.0.1:6379')))
+    host, port = url.hostname or '', url.port or 6379
+    if host in ('localhost', '127.0.0.1', '::1'):
+        r.fail(where, f'[store] url {store.get("url")} is the pod itself: no Redis runs there')
+        return
+    if '.' in host and host not in services:
+        return  # a Redis outside the manifests (a managed one): nothing here to compare
+    if not r.expect(host in services, where, f'[store] url {store.get("url")} names host '
+                    f'{host!r}, which is no Service of the manifests ({sorted(services)})'):
+        return
+    svc, svc_f = services[host]
+    sports = {p.get('port'): p for p in svc['spec'].get('ports', [])}
+    r.expect(port in sports, svc_f, f'Service {host} has no port {port} ([store] url '
+             f'{store.get("url")})')
+    pods = [(d, f) for k in ('Deployment', 'StatefulSet') for d, f in by_kind.get(k, [])
+            if selector_matches(svc['spec'].get('selector'),
+                                d['spec']['template']['metadata'].get('labels', {}))]
+    if not r.expect(len(pods) == 1, svc_f, f'Service {host} selects {len(pods)} workloads; '
+                    'expected the one Redis'):
+        return
+    redis, redis_f = pods[0]
+    rlabels = redis['spec']['template']['metadata'].get('labels', {})
+    containers = redis['spec']['template']['spec'].get('containers', [])
+    r.expect(any(str(c.get('image', '')).startswith('redis:') for c in containers), redis_f,
+             f'{redis["kind"]}/{redis["metadata"]["name"]} behind Service {host} runs no redis '
+             'image')
+    r.expect(redis['spec'].get('replicas', 1) == 1, redis_f, 'one Redis pod: several would '
+             'each be a separate store')
+    target = sports.get(port, {}).get('targetPort', port)
+    cports = {p.get('name'): p.get('containerPort') for c in containers
+              for p in c.get('ports', [])}
+    r.expect(target in cports or target in cports.values(), svc_f,
+             f'Service {host} port {port} targets {target!r}, which the Redis container does '
+             f'not expose ({cports})')
+    for pol, pol_f in by_kind.get('NetworkPolicy', []):
+        ps = pol['spec']
+        if not selector_matches(ps.get('podSelector'), rlabels) or \
+                'Ingress' not in ps.get('policyTypes', ['Ingress']):
+            continue
+        allowed = any(selector_matches(peer.get('podSelector'), gateway_labels)
+                      for rule in ps.get('ingress', []) for peer in rule.get('from', []))
+        r.expect(allowed, pol_f, f'NetworkPolicy {pol["metadata"]["name"]} keeps the '
+                 'gateway\'s pods from Redis')
 
 
 # ---------------------------------------------------------------------------- compose
@@ -1061,7 +1280,76 @@ def as_argv(command) -> list[str]:
     return shlex.split(command) if isinstance(command, str) else [str(x) for x in command]
 
 
-REPLICAS = DEPLOY / 'compose.replicas.yaml'
+def compose_gateways(path: Path, doc: dict) -> dict[str, dict]:
+    """The services of a compose file that run the gateway: built from deploy/Dockerfile, or
+    from an a2a-gateway image."""
+    out = {}
+    for name, svc in ((doc or {}).get('services') or {}).items():
+        svc = svc or {}
+        b = svc.get('build')
+        dockerfile = None
+        if isinstance(b, dict):
+            dockerfile = (path.parent / b.get('context', '.') / b.get('dockerfile', 'Dockerfile'))
+        elif isinstance(b, str):
+            dockerfile = path.parent / b / 'Dockerfile'
+        image = str(svc.get('image', '')).split('@')[0].rsplit(':', 1)[0].rsplit('/', 1)[-1]
+        if (dockerfile is not None and dockerfile.resolve() == DOCKERFILE.resolve()) \
+                or image == 'a2a-gateway':
+            out[name] = svc
+    return out
+
+
+def compose_gateway_config(path: Path, svc: dict, docker: dict) -> Path | None:
+    """The gateway.toml a compose service runs: the file mounted at its --config, or the
+    image's own (the repository's gateway.toml)."""
+    quiet = Report()  # the service's own checks report its command and mounts
+    argv = as_argv(svc.get('command'))
+    flags = serve_paths(argv, '', quiet) if argv else (docker.get('flags') or {})
+    cfg = flags.get('--config')
+    mounts = {t.rstrip('/'): src for src, t, _ in compose_volumes(svc.get('volumes'), '', quiet)}
+    if cfg and cfg.rstrip('/') in mounts:
+        return (path.parent / mounts[cfg.rstrip('/')]).resolve()
+    if cfg and cfg == docker.get('config'):
+        return ROOT / 'gateway.toml'
+    return None
+
+
+def check_compose_sharing(path: Path, a, r: Report, docker: dict) -> None:
+    """More than one gateway in a compose file (services, or deploy.replicas) must share one
+    store: each with a store of its own would keep tasks the others cannot find."""
+    where = rel(path)
+    since = r.mark()
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        r.fail(where, f'cannot read: {e}')
+        return
+    gateways = compose_gateways(path, doc)
+    total, why, stores = 0, [], {}
+    for name, svc in gateways.items():
+        n = (svc.get('deploy') or {}).get('replicas', svc.get('scale', 1))
+        n = n if isinstance(n, int) else 1
+        total += n
+        why.append(f'service {name}' + (f' deploy.replicas: {n}' if n != 1 else ''))
+        cfg = compose_gateway_config(path, svc, docker)
+        if r.expect(cfg is not None and cfg.is_file(), where, f'service {name}: cannot tell '
+                    'which gateway.toml it runs (nothing is mounted at its --config)'):
+            stores[name] = (cfg, (read_toml(cfg, r) or {}).get('store') or {})
+    if total > 1:
+        by_file: dict[Path, list[str]] = {}
+        for name, (cfg, _) in stores.items():
+            by_file.setdefault(cfg, []).append(name)
+        for cfg, names in by_file.items():
+            unshared_replicas(total, why, stores[names[0]][1],
+                              f'{where} (service {", ".join(names)}: {rel(cfg)})', r)
+        shared = {(s.get('url', 'redis://127.0.0.1:6379'), s.get('key_prefix', 'a2a:'))
+                  for _, s in stores.values() if s.get('kind') == 'redis'}
+        r.expect(len(shared) <= 1, where, f'the gateway replicas use different Redis stores '
+                 f'(url, key_prefix) {sorted(shared)}: each would keep tasks the others '
+                 'cannot find')
+    kinds = sorted({s.get('kind', 'memory') for _, s in stores.values()})
+    r.ok(f'{where}: {total} gateway(s) ({", ".join(why) or "none"}), store '
+         f'{"/".join(kinds) or "?"}{": shared" if total > 1 else ""}', since)
 
 
 def check_replicas_compose(a, r: Report, docker: dict, ctx: dict) -> None:
@@ -1080,9 +1368,10 @@ def check_replicas_compose(a, r: Report, docker: dict, ctx: dict) -> None:
         r.expect(name in services, where, f'no service {name}')
     cfg = read_toml(DEPLOY / 'compose' / 'replicas.toml', r)
     store = (cfg or {}).get('store') or {}
-    r.expect(store.get('kind') == 'redis', where, 'replicas.toml: [store] kind must be "redis"')
-    r.expect(str(store.get('url', '')).startswith('redis://redis:'), where,
-             f'replicas.toml: store.url {store.get("url")!r} does not name the redis service')
+    # (That it is shared, [store] kind = "redis", is check_compose_sharing's.)
+    if store.get('kind') == 'redis':
+        r.expect(str(store.get('url', '')).startswith('redis://redis:'), where,
+                 f'replicas.toml: store.url {store.get("url")!r} does not name the redis service')
     for name in gateways:
         gw = services[name]
         b = gw.get('build') or {}
@@ -1111,8 +1400,38 @@ def check_replicas_compose(a, r: Report, docker: dict, ctx: dict) -> None:
     r.expect(upstream == {(n, str(port)) for n in gateways}, where,
              f'nginx.conf upstream {sorted(upstream)} is not every replica on port {port}')
     r.expect('proxy_buffering off' in conf, where, 'nginx.conf must not buffer (SSE streams)')
+    conf_where = f'{rel(DEPLOY / conf_src)}' if conf_src else where
+    for line in re.findall(r'^\s*proxy_next_upstream\s[^;]*;', conf, re.M):
+        r.expect('non_idempotent' not in line, conf_where, f'{line.strip()}: non_idempotent '
+                 'passes a POST that reached a replica on to the next one when that replica '
+                 'fails, so a send whose replica died after starting its task runs a second '
+                 'time on another')
+    # nginx's address, as the replicas see it: a subnet of the compose network they share,
+    # which trusted_proxies must cover.
+    nets = trusted_networks(cfg, rel(DEPLOY / 'compose' / 'replicas.toml'), r,
+                            'nginx (compose.replicas.yaml)')
+    networks = nginx.get('networks') or ['default']
+    names = list(networks) if isinstance(networks, (list, dict)) else ['default']
+    subnets = []
+    for net in names:
+        ipam = (((doc or {}).get('networks') or {}).get(net) or {}).get('ipam') or {}
+        subnets += [c.get('subnet') for c in ipam.get('config') or [] if c.get('subnet')]
+    if r.expect(bool(subnets), where, f'nginx\'s network ({", ".join(names)}) has no fixed '
+                'subnet (networks.<name>.ipam.config.subnet), so trusted_proxies cannot name '
+                'it'):
+        for sub in subnets:
+            try:
+                subnet = ipaddress.ip_network(sub, strict=False)
+            except ValueError:
+                r.fail(where, f'network subnet {sub!r} is not a network')
+                continue
+            r.expect(any(subnet.version == n.version and subnet.subnet_of(n) for n in nets),
+                     rel(DEPLOY / 'compose' / 'replicas.toml'), f'[rate_limits] '
+                     f'trusted_proxies {[str(n) for n in nets]} does not cover nginx\'s network '
+                     f'{subnet}: every anonymous caller would share nginx\'s one allowance')
     r.ok(f'{where}: {len(gateways)} replicas with [store] kind = "redis" at the redis service, '
-         'nginx upstream over all of them, unbuffered', since)
+         'nginx upstream over all of them, unbuffered, no retry of a sent POST, trusted_proxies '
+         'covering nginx\'s network', since)
 
 
 def check_compose(a, r: Report, docker: dict, ignore: DockerIgnore, ctx: dict) -> None:
@@ -1496,20 +1815,15 @@ def check_with_binary(a, r: Report, ctx: dict) -> None:
           DEPLOY / 'compose' / 'agents.d', DEPLOY / 'compose')
     check('deploy/compose.replicas.yaml (the image\'s agents.d/)',
           DEPLOY / 'compose' / 'replicas.toml', ROOT / 'agents.d', DEPLOY / 'compose')
-    layout = ctx.get('k8s_layout')
-    if layout:
-        cfg, agents_dir, cm_cfg, cm_agents, vol_cfg, vol_agents = layout
+    # Each Kubernetes variant's configuration as the kubelet projects it.
+    for label, cfg, agents_dir, cfg_files, agents_files in ctx.get('k8s_layouts', []):
         with tempfile.TemporaryDirectory() as tmp:
             base = Path(tmp)
             cfg_dir = base / PurePosixPath(cfg).parent.relative_to('/')
             agents_path = base / PurePosixPath(agents_dir).relative_to('/')
-            materialise_agents_volume(cm_cfg, vol_cfg, cfg_dir)
-            materialise_agents_volume(cm_agents, vol_agents, agents_path)
-            check('deploy/kubernetes ConfigMaps as mounted',
-                  cfg_dir / PurePosixPath(cfg).name, agents_path, base)
-    else:
-        r.fail('deploy/kubernetes', 'the ConfigMaps were not run through `a2a-gateway check`: '
-               'their volumes or mounts are broken (see above)')
+            materialise(cfg_files, cfg_dir)
+            materialise(agents_files, agents_path)
+            check(f'{label} as mounted', cfg_dir / PurePosixPath(cfg).name, agents_path, base)
 
 
 # ---------------------------------------------------------------------------- main
@@ -1526,7 +1840,11 @@ def main() -> int:
                    'configuration and compare flags, variables and defaults with it')
     p.add_argument('--live-port', type=int, help='a running gateway on 127.0.0.1: the '
                    'Dockerfile HEALTHCHECK must pass against it')
+    p.add_argument('--root', help='the repository to check (default: the one holding this '
+                   'script)')
     a = p.parse_args()
+    if a.root:
+        set_root(Path(a.root))
     for name in ('health_path', 'ready_path', 'metrics_path'):
         if not getattr(a, name).startswith('/'):
             p.error(f'--{name.replace("_", "-")} must start with /')
@@ -1545,6 +1863,8 @@ def main() -> int:
     check_k8s(a, r, docker, ctx)
     check_compose(a, r, docker, ignore, ctx)
     check_replicas_compose(a, r, docker, ctx)
+    for path in (COMPOSE, REPLICAS):
+        check_compose_sharing(path, a, r, docker)
     check_systemd(a, r, docker, ctx)
     if a.gateway_bin:
         check_with_binary(a, r, ctx)
