@@ -230,7 +230,7 @@ impl TaskStore for MemoryTaskStore {
                 page::admits(query, &t.context_id, t.status.state, t.status.timestamp)
             })
             .map(|st| {
-                let key = page::sort_key(st.task.status.timestamp, st.seq);
+                let key = page::sort_key(st.task.status.timestamp, st.seq, &st.task.id);
                 (key, st.task.id.clone())
             })
             .collect();

@@ -315,7 +315,12 @@ impl Tasks {
                 let t = &e.task;
                 page::admits(query, &t.context_id, t.status.state, t.status.timestamp)
             })
-            .map(|e| (page::sort_key(e.task.status.timestamp, e.seq), e.task))
+            .map(|e| {
+                (
+                    page::sort_key(e.task.status.timestamp, e.seq, &e.task.id),
+                    e.task,
+                )
+            })
             .collect();
         Some(
             page::page(matching, query)

@@ -205,7 +205,7 @@ impl Ledger {
             .values()
             .filter(|r| *r.owner == *principal)
             .filter(|r| page::admits(query, &r.context_id, r.state, r.timestamp))
-            .map(|r| (page::sort_key(r.timestamp, r.seq), r.clone()))
+            .map(|r| (page::sort_key(r.timestamp, r.seq, &r.id), r.clone()))
             .collect();
         page::page(matching, query)
     }
