@@ -450,6 +450,22 @@ impl Default for Limits {
     }
 }
 
+/// A byte count as people read it: "512 bytes", "64 MiB", "1.5 GiB".
+pub(crate) fn bytes_text(n: u64) -> String {
+    const UNITS: [(&str, u64); 3] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    for (unit, size) in UNITS {
+        if n >= size {
+            let whole = n / size;
+            let tenths = (n % size) * 10 / size;
+            return match tenths {
+                0 => format!("{whole} {unit}"),
+                t => format!("{whole}.{t} {unit}"),
+            };
+        }
+    }
+    format!("{n} bytes")
+}
+
 fn default_header_timeout() -> u64 {
     10
 }

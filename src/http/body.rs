@@ -120,7 +120,7 @@ impl CallerHeld<'_> {
         let before = self.slot.fetch_add(more, Ordering::AcqRel);
         if before + more > self.max {
             self.slot.fetch_sub(more, Ordering::AcqRel);
-            return Err(GatewayError::BodiesOverShare(crate::limits::bytes_text(
+            return Err(GatewayError::BodiesOverShare(crate::config::bytes_text(
                 self.max as u64,
             )));
         }

@@ -145,22 +145,6 @@ pub(crate) fn default_stored_bytes() -> u64 {
     (memory_available().unwrap_or(4 << 30) / 4).max(64 << 20)
 }
 
-/// A byte count as people read it: "512 bytes", "64 MiB", "1.5 GiB".
-pub(crate) fn bytes_text(n: u64) -> String {
-    const UNITS: [(&str, u64); 3] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
-    for (unit, size) in UNITS {
-        if n >= size {
-            let whole = n / size;
-            let tenths = (n % size) * 10 / size;
-            return match tenths {
-                0 => format!("{whole} {unit}"),
-                t => format!("{whole}.{t} {unit}"),
-            };
-        }
-    }
-    format!("{n} bytes")
-}
-
 /// The smallest of the cgroup (v2, then v1) memory limit and the machine's memory.
 fn memory_available() -> Option<u64> {
     let read = |path: &str| std::fs::read_to_string(path).ok();

@@ -136,7 +136,7 @@ impl MemoryTaskStore {
             let Some(victim) = self.finished_queue().pop_front() else {
                 return Err(StoreError::Full(format!(
                     "{} of unfinished tasks",
-                    crate::limits::bytes_text(self.byte_capacity as u64)
+                    crate::config::bytes_text(self.byte_capacity as u64)
                 )));
             };
             self.remove(&victim);

@@ -355,7 +355,7 @@ impl Tasks {
             if held.bytes + bytes > self.quota.bytes {
                 return Err(StoreError::Quota(format!(
                     "{} of unfinished tasks",
-                    crate::limits::bytes_text(self.quota.bytes as u64)
+                    crate::config::bytes_text(self.quota.bytes as u64)
                 )));
             }
             held.tasks += 1;
