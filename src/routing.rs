@@ -177,7 +177,7 @@ impl Stampable for SendResult {
         match self {
             SendResult::Task(t) => served.stamp(&mut t.metadata),
             SendResult::Message(m) => served.stamp(&mut m.metadata),
-            SendResult::Relayed(r) => served.stamp(&mut r.object.metadata),
+            SendResult::Relayed(r) => served.stamp(&mut r.stamp),
         }
     }
 }

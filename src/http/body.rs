@@ -85,8 +85,8 @@ impl BodyLimits {
         Ok(())
     }
 
-    fn slot(&self, caller: &str) -> &AtomicUsize {
-        let i = self.slot_of.hash_one(caller) as usize % CALLER_SLOTS;
+    fn slot(&self, caller: &dyn Fn(&ahash::RandomState) -> u64) -> &AtomicUsize {
+        let i = caller(&self.slot_of) as usize % CALLER_SLOTS;
         &self.by_caller[i]
     }
 }
@@ -169,14 +169,14 @@ impl Reading<'_> {
 /// Reads the body: refused at once when its declared size is over the limit or the
 /// gateway's budget, refused as soon as it grows past either, and given up with 408 when it
 /// has not arrived within `body_timeout_secs` plus a second per `body_min_bytes_per_sec`.
-/// A body that is not all there at once counts against its caller's share (`caller`: the
-/// caller's key) from then on; one that came with its head (most do) pays for no account
-/// and no timer.
+/// A body that is not all there at once counts against its caller's share (`caller`
+/// hashes the caller with the hasher it is given) from then on; one that came with its
+/// head (most do) pays for no account and no timer.
 pub(super) async fn read_body(
     req: &HttpRequest,
     mut body: web::Payload,
     limits: &BodyLimits,
-    caller: &dyn Fn() -> String,
+    caller: &dyn Fn(&ahash::RandomState) -> u64,
 ) -> Result<Bytes, GatewayError> {
     let limit = limits.max_bytes;
     let declared = req
@@ -206,7 +206,7 @@ pub(super) async fn read_body(
     }
     // Still arriving.
     let mut share = CallerHeld {
-        slot: limits.slot(&caller()),
+        slot: limits.slot(caller),
         bytes: 0,
         max: limits.per_caller,
     };

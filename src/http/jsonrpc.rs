@@ -73,7 +73,7 @@ pub(super) async fn handle(
     if let Err(e) = check_content_type(&req) {
         return respond(&req, &state, early(e));
     }
-    let payer = || live.caller_key(&req, &caller);
+    let payer = |h: &ahash::RandomState| live.caller_hash(&req, Some(&caller), h);
     let bytes = match read_body(&req, body, &state.bodies, &payer).await {
         Ok(b) => b,
         Err(e) => return respond(&req, &state, early(e)),
@@ -108,7 +108,13 @@ pub(super) async fn handle(
             return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &err));
         }
         Addressed::Shared => {
-            if let Err(e) = state.router.hydrate(rpc.params, &caller).await {
+            // Only with a shared store is there anything to read first (boxed then, so
+            // every request's future does not carry it).
+            let hydrated = match state.store.shared.is_some() {
+                true => Box::pin(state.router.hydrate(rpc.params, &caller)).await,
+                false => Ok(()),
+            };
+            if let Err(e) = hydrated {
                 return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &e));
             }
             match state
@@ -193,7 +199,7 @@ pub(super) async fn unknown_endpoint(
     };
     // The body only lends its id and dialect to the answer; one that cannot be read
     // (too large, cut off) leaves them at their defaults.
-    let payer = || caller.live.address_key(&req);
+    let payer = |h: &ahash::RandomState| caller.live.caller_hash(&req, None, h);
     let bytes = read_body(&req, body, &state.bodies, &payer)
         .await
         .unwrap_or_default();

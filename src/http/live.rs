@@ -158,37 +158,61 @@ impl Live {
         self.rates.caller_key(caller, ip)
     }
 
-    /// The key of a caller not (yet) known, by its address.
-    pub(crate) fn address_key(&self, req: &HttpRequest) -> String {
-        let xff = req
-            .headers()
-            .get("x-forwarded-for")
-            .and_then(|v| v.to_str().ok());
-        match self.rates.client_ip(req.peer_addr().map(|a| a.ip()), xff) {
-            Some(ip) => format!("anon:{ip}"),
-            None => "anon:unknown".into(),
+    /// The caller as [`Self::caller_key`] counts it, hashed by `hasher` without making
+    /// the key: its credential, or its address when anonymous (or not known yet: `None`).
+    pub(crate) fn caller_hash(
+        &self,
+        req: &HttpRequest,
+        caller: Option<&Principal>,
+        hasher: &ahash::RandomState,
+    ) -> u64 {
+        match caller {
+            Some(c) if !c.anonymous => hasher.hash_one(&*c.id),
+            _ => {
+                let xff = req
+                    .headers()
+                    .get("x-forwarded-for")
+                    .and_then(|v| v.to_str().ok());
+                hasher.hash_one(self.rates.client_ip(req.peer_addr().map(|a| a.ip()), xff))
+            }
         }
     }
 
     /// Counts one request against the caller's and the agent's rate; the numbers go out
     /// as `X-RateLimit-*` headers (see [`super::rate_limit_headers`]), also on a refusal.
-    /// With a shared store, against allowances every replica shares.
-    pub(crate) async fn admit(
+    pub(crate) fn admit(
         &self,
         req: &HttpRequest,
         caller: &Principal,
         agent: &Agent,
-        shared: Option<&Shared>,
     ) -> Result<(), GatewayError> {
         let key = || self.caller_key(req, caller);
-        let counted = match shared {
-            Some(shared) if self.rates.active() => {
-                self.rates
-                    .check_shared(shared, caller, key, &agent.def.name)
-                    .await
-            }
-            _ => self.rates.check(caller, key, &agent.def.name),
-        };
+        let counted = self.rates.check(caller, key, &agent.def.name);
+        self.counted(req, agent, counted)
+    }
+
+    /// [`Self::admit`] against allowances every replica shares.
+    pub(crate) async fn admit_shared(
+        &self,
+        req: &HttpRequest,
+        caller: &Principal,
+        agent: &Agent,
+        shared: &Shared,
+    ) -> Result<(), GatewayError> {
+        let key = || self.caller_key(req, caller);
+        let counted = self
+            .rates
+            .check_shared(shared, caller, key, &agent.def.name)
+            .await;
+        self.counted(req, agent, counted)
+    }
+
+    fn counted(
+        &self,
+        req: &HttpRequest,
+        agent: &Agent,
+        counted: Result<Option<crate::limits::RateInfo>, (GatewayError, crate::limits::RateInfo)>,
+    ) -> Result<(), GatewayError> {
         match counted {
             Ok(info) => {
                 if let Some(info) = info {

@@ -89,8 +89,14 @@ impl AppState {
                 "the store's commits fail".into(),
             ));
         }
-        live.admit(req, caller, agent, self.store.shared.as_deref())
-            .await
+        // Boxed, and only then: the shared count's future would make every request's
+        // larger (and it is copied whole wherever a request's future moves).
+        match self.store.shared.as_deref() {
+            Some(shared) if live.rates.active() => {
+                Box::pin(live.admit_shared(req, caller, agent, shared)).await
+            }
+            _ => live.admit(req, caller, agent),
+        }
     }
 
     /// The refusal while draining, and the last event of every open stream.
@@ -138,7 +144,7 @@ impl AppState {
         let key = live.caller_key(req, caller);
         let max = live.rates.max_streams(caller);
         match &self.store.shared {
-            Some(shared) => self.streams.try_open_shared(shared, &key, max).await,
+            Some(shared) => Box::pin(self.streams.try_open_shared(shared, &key, max)).await,
             None => self.streams.try_open_for(&key, max),
         }
     }

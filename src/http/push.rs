@@ -39,7 +39,7 @@ pub(super) async fn relay(
         .get(TOKEN_HEADER)
         .and_then(|v| v.to_str().ok());
     let outcome = async {
-        let payer = || state.live().address_key(&req);
+        let payer = |h: &ahash::RandomState| state.live().caller_hash(&req, None, h);
         let bytes = read_body(&req, body, &state.bodies, &payer).await?;
         state.service.push_arrived(&secret, token, &bytes).await
     }

@@ -166,7 +166,7 @@ async fn routed_send(
     live.admit_early(&addressed, &caller)?;
     check_version(req)?;
     check_content_type(req)?;
-    let payer = || live.caller_key(req, &caller);
+    let payer = |h: &ahash::RandomState| live.caller_hash(req, Some(&caller), h);
     let bytes = read_body(req, body, &state.bodies, &payer).await?;
     let raw: Box<RawValue> =
         serde_json::from_slice(&bytes).map_err(|e| GatewayError::Parse(e.to_string()))?;
@@ -413,7 +413,8 @@ async fn push_configs(
         let mut params = match op {
             PushOp::Set => {
                 check_content_type(&req)?;
-                let payer = || state.live().caller_key(&req, &caller);
+                let payer =
+                    |h: &ahash::RandomState| state.live().caller_hash(&req, Some(&caller), h);
                 let bytes = read_body(&req, body, &state.bodies, &payer).await?;
                 match serde_json::from_slice(&bytes) {
                     Ok(serde_json::Value::Object(m)) => m,

@@ -77,13 +77,20 @@ pub(crate) async fn dispatch(
     } = req;
     let send_params = || decoded.map_or_else(|| params::decode(params), |p| Ok(*p));
     let outcome: Result<RpcReply, GatewayError> = async {
+        // The 0.1 paths are boxed: their futures would make every call's larger.
         if dialect == Dialect::V01 {
-            return v01::dispatch(service, agent, caller, &id, method, params, served).await;
+            return Box::pin(v01::dispatch(
+                service, agent, caller, &id, method, params, served,
+            ))
+            .await;
         }
-        if let Some((p, task_id)) =
-            legacy_task(service, agent, caller, dialect, method, params).await?
-        {
-            return v01::task_call(service, agent, caller, &id, method, p, &task_id, served).await;
+        if legacy_task_method(dialect, method) {
+            if let Some((p, task_id)) =
+                Box::pin(legacy_task(service, agent, caller, params)).await?
+            {
+                let call = v01::task_call(service, agent, caller, &id, method, p, &task_id, served);
+                return Box::pin(call).await;
+            }
         }
         match method {
             Method::SendMessage => {
@@ -208,21 +215,21 @@ async fn legacy_task(
     service: &A2aService,
     agent: &Agent,
     caller: &Principal,
-    dialect: Dialect,
-    method: Method,
     params: Option<&serde_json::value::RawValue>,
 ) -> Result<Option<(TaskIdParams, String)>, GatewayError> {
-    let task_method = matches!(
-        method,
-        Method::GetTask | Method::CancelTask | Method::SubscribeToTask
-    );
-    if dialect != Dialect::V03 || !task_method {
-        return Ok(None);
-    }
     let p: TaskIdParams = params::decode(params)?;
     let names = service.legacy_names();
     names.fetch(agent, caller, &p.id).await?;
     Ok(names.get(agent, caller, &p.id).map(|task_id| (p, task_id)))
+}
+
+/// Whether a call may be a task call of a 0.1 client (see [`legacy_task`]).
+fn legacy_task_method(dialect: Dialect, method: Method) -> bool {
+    dialect == Dialect::V03
+        && matches!(
+            method,
+            Method::GetTask | Method::CancelTask | Method::SubscribeToTask
+        )
 }
 
 /// A push call's answer in `dialect`'s shape.
@@ -265,6 +272,13 @@ fn ok(
     result: SendResult,
 ) -> Result<RpcReply, GatewayError> {
     let result = served.stamped(result);
+    if let (SendResult::Relayed(r), Dialect::V10 | Dialect::V03) = (&result, dialect) {
+        // The upstream's bytes, copied with the gateway's few changes made.
+        return r
+            .answer(id, dialect)
+            .map(json)
+            .map_err(|e| GatewayError::Internal(format!("serializing result: {e}")));
+    }
     Ok(json(match dialect {
         Dialect::V10 => render_result(id, &result)?,
         Dialect::V03 => render_result(id, V03(&result))?,

@@ -55,6 +55,20 @@ impl Operations for LocalOps {
         req: SendRequest,
         writer: Option<TaskWriter<'a>>,
     ) -> LocalBoxFuture<'a, Result<Sent, GatewayError>> {
+        // A message for no task another replica runs is sent from here: settled at once
+        // when its backend can, else launched, and only then is there something to await
+        // (a future built for every send, with the replica paths in it, was copied whole).
+        if !self.may_continue_elsewhere(&req.message) {
+            let started = backend_of(agent)
+                .and_then(|backend| self.start_local(agent, caller, backend, req, writer));
+            return match started {
+                Ok(Local::Settled(sent)) => Box::pin(std::future::ready(Ok(sent))),
+                Ok(Local::Launched(launched)) => {
+                    Box::pin(self.settle_launched(agent, caller, launched))
+                }
+                Err(e) => Box::pin(std::future::ready(Err(e))),
+            };
+        }
         Box::pin(async move {
             let backend = backend_of(agent)?;
             let mut req = req;
@@ -74,7 +88,10 @@ impl Operations for LocalOps {
                 }
                 Err(message) => req.message = message,
             }
-            self.send_local(agent, caller, backend, req, writer).await
+            match self.start_local(agent, caller, backend, req, writer)? {
+                Local::Settled(sent) => Ok(sent),
+                Local::Launched(launched) => self.settle_launched(agent, caller, launched).await,
+            }
         })
     }
 
@@ -232,26 +249,57 @@ impl LocalOps {
         }))
     }
 
-    async fn send_local(
+    /// Whether the message may continue a task another replica runs (only with a shared
+    /// store, for a task id this replica does not hold).
+    fn may_continue_elsewhere(&self, message: &Message) -> bool {
+        self.forward.is_some()
+            && message
+                .task_id
+                .as_deref()
+                .is_some_and(|id| !id.is_empty() && !self.tasks.holds(id))
+    }
+
+    /// Sends a message to this replica's backend: answered at once where it can be, else
+    /// launched on the agent's actor.
+    fn start_local(
         &self,
         agent: &Arc<Agent>,
         caller: &Principal,
         backend: &Arc<dyn AgentBackend>,
         req: SendRequest,
         writer: Option<TaskWriter<'_>>,
-    ) -> Result<Sent, GatewayError> {
-        let blocking = req.blocking;
+    ) -> Result<Local, GatewayError> {
         let history_length = req.history_length;
         let prepared = self.prepare(agent, caller, req.message)?;
         let answer_now = self.answer_now(agent, caller, backend, prepared, history_length, writer);
         let prepared = match answer_now? {
-            Ok(answer) => return Ok(answer),
+            Ok(answer) => return Ok(Local::Settled(answer)),
             Err(later) => later,
         };
-        let Started {
-            task_id,
-            mut updates,
-        } = self.launch(agent, caller, backend, prepared, false)?;
+        let started = self.launch(agent, caller, backend, prepared, false)?;
+        Ok(Local::Launched(Launched {
+            started,
+            blocking: req.blocking,
+            history_length,
+        }))
+    }
+
+    /// What a launched send answers: the task once it ends or needs input (blocking), or
+    /// as soon as it is stored.
+    async fn settle_launched(
+        &self,
+        agent: &Arc<Agent>,
+        caller: &Principal,
+        launched: Launched,
+    ) -> Result<Sent, GatewayError> {
+        let Launched {
+            started: Started {
+                task_id,
+                mut updates,
+            },
+            blocking,
+            history_length,
+        } = launched;
         let mut saw_task = false;
         while let Some(update) = updates.recv().await {
             let ends_stream = match update? {
@@ -557,6 +605,20 @@ struct Prepared {
 struct Started {
     task_id: String,
     updates: mpsc::Receiver<Result<Update, GatewayError>>,
+}
+
+/// A send to this replica's backend, started.
+// Settled is the common case: boxing its answer would cost an allocation per send.
+#[allow(clippy::large_enum_variant)]
+enum Local {
+    Settled(Sent),
+    Launched(Launched),
+}
+
+struct Launched {
+    started: Started,
+    blocking: bool,
+    history_length: Option<usize>,
 }
 
 /// `futures::StreamExt::chain` under a name that reads well at the call site.
