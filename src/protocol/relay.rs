@@ -2,140 +2,21 @@
 //!
 //! Re-encoding such an answer through the canonical model costs a full parse and a full
 //! render per call, and drops every field the model does not know (an extension's, say).
-//! Instead the answer stays as the upstream wrote it and only what the gateway must change
-//! is opened: the top-level fields of the task or message, its status message and history
-//! (to namespace task ids and trim the history), and its metadata (to say who served it).
+//! Instead the answer is kept as the upstream wrote it, read once to find what the gateway
+//! must change (the task ids of the task, its status message and its history; the history
+//! to trim; the metadata to add its note to), and written out as copies of the upstream's
+//! bytes with those few places replaced. Nothing else is parsed into values, escaped or
+//! rendered again.
 
-use serde::de::{DeserializeOwned, MapAccess, Visitor};
-use serde::ser::{Error as _, SerializeMap};
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::borrow::Cow;
+use std::ops::Range;
+
+use serde::ser::Error as _;
+use serde::{Serialize, Serializer};
 use serde_json::value::RawValue;
 
-use super::model::Metadata;
+use super::model::{Metadata, TaskState, TaskStatus};
 use super::Dialect;
-
-/// A JSON object whose fields are kept as written, except `metadata`, which is parsed so
-/// that it can be added to.
-#[derive(Debug, Clone, Default)]
-pub struct RawObject {
-    fields: Vec<(String, Box<RawValue>)>,
-    pub metadata: Option<Metadata>,
-}
-
-impl RawObject {
-    fn position(&self, key: &str) -> Option<usize> {
-        self.fields.iter().position(|(k, _)| k == key)
-    }
-
-    /// A field read as `T`: `None` when absent or null, an error when it is not a `T`.
-    pub fn get<T: DeserializeOwned>(&self, key: &str) -> serde_json::Result<Option<T>> {
-        match self.position(key) {
-            Some(i) => serde_json::from_str(self.fields[i].1.get()),
-            None => Ok(None),
-        }
-    }
-
-    /// A field that must be there, as `T`.
-    fn require<T: DeserializeOwned>(&self, key: &'static str) -> Result<T, RelayError> {
-        self.get(key)
-            .ok()
-            .flatten()
-            .ok_or(RelayError::MissingField(key))
-    }
-
-    /// Refuses spellings the relay would not rewrite (the model reads snake_case too, so
-    /// such an answer is left to the conversion path).
-    fn refuse(&self, keys: &[&'static str]) -> Result<(), RelayError> {
-        match keys.iter().find(|k| self.position(k).is_some()) {
-            Some(k) => Err(RelayError::Spelling(k)),
-            None => Ok(()),
-        }
-    }
-
-    /// Replaces (or adds) a field.
-    pub fn set<T: Serialize + ?Sized>(&mut self, key: &str, value: &T) -> serde_json::Result<()> {
-        let raw = serde_json::value::to_raw_value(value)?;
-        match self.position(key) {
-            Some(i) => self.fields[i].1 = raw,
-            None => self.fields.push((key.to_string(), raw)),
-        }
-        Ok(())
-    }
-
-    /// Applies `edit` to the object in field `key`, if there is one; `edit` says whether it
-    /// changed anything, and only then is the field written again.
-    pub fn edit_object(
-        &mut self,
-        key: &str,
-        edit: impl FnOnce(&mut RawObject) -> Result<bool, RelayError>,
-    ) -> Result<bool, RelayError> {
-        let Some(mut inner) = self.get::<RawObject>(key)? else {
-            return Ok(false);
-        };
-        if !edit(&mut inner)? {
-            return Ok(false);
-        }
-        self.set(key, &inner)?;
-        Ok(true)
-    }
-}
-
-impl PartialEq for RawObject {
-    fn eq(&self, other: &Self) -> bool {
-        self.metadata == other.metadata
-            && self.fields.len() == other.fields.len()
-            && self
-                .fields
-                .iter()
-                .zip(&other.fields)
-                .all(|((ka, va), (kb, vb))| ka == kb && va.get() == vb.get())
-    }
-}
-
-impl<'de> Deserialize<'de> for RawObject {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct ObjectVisitor;
-        impl<'de> Visitor<'de> for ObjectVisitor {
-            type Value = RawObject;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawObject, A::Error> {
-                let mut object = RawObject::default();
-                while let Some(key) = map.next_key::<String>()? {
-                    // Parsers disagree on which of two equal keys wins; the relay would
-                    // rewrite one and let the other through.
-                    if object.position(&key).is_some()
-                        || (key == "metadata" && object.metadata.is_some())
-                    {
-                        return Err(serde::de::Error::custom(format!("duplicate key {key}")));
-                    }
-                    if key == "metadata" {
-                        object.metadata = map.next_value()?;
-                    } else {
-                        let value: Box<RawValue> = map.next_value()?;
-                        object.fields.push((key, value));
-                    }
-                }
-                Ok(object)
-            }
-        }
-        d.deserialize_map(ObjectVisitor)
-    }
-}
-
-impl Serialize for RawObject {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut map = s.serialize_map(None)?;
-        for (k, v) in &self.fields {
-            map.serialize_entry(k, v)?;
-        }
-        if let Some(m) = &self.metadata {
-            map.serialize_entry("metadata", m)?;
-        }
-        map.end()
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RelayedKind {
@@ -148,12 +29,18 @@ pub enum RelayedKind {
 pub struct Relayed {
     pub dialect: Dialect,
     pub kind: RelayedKind,
-    pub object: RawObject,
+    /// The upstream's bytes; `object` is where the task or message is in them.
+    body: Vec<u8>,
+    object: Range<usize>,
+    found: Found,
+    /// Changes to `body` made by [`Relayed::rewrite`]: ordered, not overlapping.
+    edits: Vec<(Range<usize>, String)>,
+    /// Entries the gateway adds to the object's metadata as it is written (its note), over
+    /// any of the object's own under the same keys.
+    pub stamp: Option<Metadata>,
     /// The task's (namespaced) id and its context, for the gateway's own records.
     pub task_id: Option<String>,
     pub context_id: Option<String>,
-    /// Whether the task's status carries a message (with ids to rewrite).
-    status_message: bool,
 }
 
 /// Why a result cannot be relayed as it is.
@@ -169,104 +56,107 @@ pub enum RelayError {
     Malformed(#[from] serde_json::Error),
 }
 
-/// A 1.0 send result: the task or the message, wrapped.
-#[derive(Deserialize)]
-pub struct Wrapped {
-    task: Option<RawObject>,
-    message: Option<RawObject>,
+/// What the read found where, as byte ranges into the body.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Found {
+    /// The task's `id` value and what it says.
+    id: Option<(Range<usize>, String)>,
+    status: Option<StatusFound>,
+    /// Each message of the `history`.
+    history: Option<Vec<MessageFound>>,
+    /// The object's own `metadata` value.
+    metadata: Option<Range<usize>>,
+    /// A relayed message's own ids.
+    message: MessageFound,
+    /// Whether the object has any field (a stamp is then added after a comma).
+    fields: bool,
 }
 
-/// What the relay checks of a task's status without opening it further.
-#[derive(Deserialize)]
-struct StatusProbe {
-    #[allow(dead_code)] // read to check it is a string
-    state: String,
-    message: Option<serde::de::IgnoredAny>,
-}
-
-/// A task's status without its message.
-#[derive(Deserialize)]
-struct BareStatus {
-    state: crate::protocol::model::TaskState,
-    #[serde(default)]
+#[derive(Debug, Clone, Default, PartialEq)]
+struct StatusFound {
+    state: Option<TaskState>,
     timestamp: Option<String>,
+    message: Option<MessageFound>,
+}
+
+/// Where a message names tasks: its `taskId` and `referenceTaskIds` values, with what they
+/// say; and the message itself (found only in a history, for trimming).
+#[derive(Debug, Clone, Default, PartialEq)]
+struct MessageFound {
+    whole: Option<Range<usize>>,
+    task_id: Option<(Range<usize>, String)>,
+    references: Option<(Range<usize>, Vec<String>)>,
 }
 
 impl Relayed {
-    /// The task's status without its message (None for a message, or one that does not
-    /// read). Read again on request: most relayed results never need it.
-    pub fn status(&self) -> Option<crate::protocol::model::TaskStatus> {
-        if self.kind != RelayedKind::Task {
-            return None;
-        }
-        let bare: BareStatus = self.object.get("status").ok()??;
-        Some(crate::protocol::model::TaskStatus {
-            state: bare.state,
-            message: None,
-            timestamp: bare
-                .timestamp
-                .as_deref()
-                .and_then(crate::protocol::model::parse_timestamp),
-        })
-    }
-
     /// Opens a send result: 1.0 wraps it (`{"task":{…}}`), 0.3 tags it (`"kind":"task"`).
-    /// The gateway reads results along with their envelope (`from_wrapped`/`from_tagged`).
+    /// The gateway reads results along with their envelope ([`Relayed::from_response`]).
     #[cfg(any(test, feature = "fuzzing"))]
     pub fn read(dialect: Dialect, result: &RawValue) -> Result<Relayed, RelayError> {
-        match dialect {
-            Dialect::V10 => Relayed::from_wrapped(serde_json::from_str(result.get())?),
-            Dialect::V03 | Dialect::V01 => {
-                Relayed::from_tagged(serde_json::from_str(result.get())?)
-            }
+        let body = result.get().as_bytes().to_vec();
+        let read = read_result(result.get(), dialect, false)?.ok_or(RelayError::NoTaskOrMessage)?;
+        Relayed::checked(dialect, body, read)
+    }
+
+    /// The result of a JSON-RPC response body (`{"jsonrpc":"2.0","id":…,"result":…}`) when
+    /// it has one of the relay's shapes in `dialect`; `None` for anything else (an error
+    /// among them), which the conversion path then reads.
+    pub fn from_response(dialect: Dialect, body: &[u8]) -> Option<Relayed> {
+        if dialect == Dialect::V01 {
+            return None;
         }
+        let text = std::str::from_utf8(body).ok()?;
+        let read = read_result(text, dialect, true).ok()??;
+        Relayed::checked(dialect, body.to_vec(), read).ok()
     }
 
-    /// A 1.0 result, already read (for instance along with its JSON-RPC envelope).
-    pub fn from_wrapped(w: Wrapped) -> Result<Relayed, RelayError> {
-        match w {
-            Wrapped { task: Some(t), .. } => Relayed::checked(Dialect::V10, RelayedKind::Task, t),
-            Wrapped {
-                message: Some(m), ..
-            } => Relayed::checked(Dialect::V10, RelayedKind::Message, m),
-            _ => Err(RelayError::NoTaskOrMessage),
-        }
-    }
-
-    /// A 0.3 result, already read.
-    pub fn from_tagged(object: RawObject) -> Result<Relayed, RelayError> {
-        let kind = match object.get::<String>("kind")?.as_deref() {
-            Some("task") => RelayedKind::Task,
-            Some("message") => RelayedKind::Message,
-            _ => return Err(RelayError::NoTaskOrMessage),
-        };
-        Relayed::checked(Dialect::V03, kind, object)
-    }
-
-    fn checked(
-        dialect: Dialect,
-        kind: RelayedKind,
-        object: RawObject,
-    ) -> Result<Relayed, RelayError> {
-        object.refuse(&["context_id", "task_id", "reference_task_ids"])?;
+    fn checked(dialect: Dialect, body: Vec<u8>, read: ReadObject) -> Result<Relayed, RelayError> {
+        let ReadObject {
+            kind,
+            range,
+            found,
+            context_id,
+        } = read;
         let mut relayed = Relayed {
             dialect,
             kind,
+            body,
+            object: range,
             task_id: None,
-            context_id: None,
-            status_message: false,
-            object,
+            context_id,
+            found,
+            edits: Vec::new(),
+            stamp: None,
         };
-        let object = &relayed.object;
         if kind == RelayedKind::Task {
-            relayed.task_id = Some(object.require("id")?);
-            relayed.context_id = Some(object.require("contextId")?);
-            let status: StatusProbe = object.require("status")?;
-            relayed.status_message = status.message.is_some();
-        } else {
-            relayed.context_id = object.get("contextId")?;
+            let Some((_, id)) = &relayed.found.id else {
+                return Err(RelayError::MissingField("id"));
+            };
+            relayed.task_id = Some(id.clone());
+            if relayed.context_id.is_none() {
+                return Err(RelayError::MissingField("contextId"));
+            }
+            if relayed.found.status.is_none() {
+                return Err(RelayError::MissingField("status"));
+            }
         }
         Ok(relayed)
+    }
+
+    /// The task's status without its message (None for a message).
+    pub fn status(&self) -> Option<TaskStatus> {
+        if self.kind != RelayedKind::Task {
+            return None;
+        }
+        let status = self.found.status.as_ref()?;
+        Some(TaskStatus {
+            state: status.state?,
+            message: None,
+            timestamp: status
+                .timestamp
+                .as_deref()
+                .and_then(super::model::parse_timestamp),
+        })
     }
 
     /// Rewrites every task id the result carries with `map` (the task's own id, and the
@@ -277,55 +167,138 @@ impl Relayed {
         map: &dyn Fn(&str) -> String,
         history_length: Option<usize>,
     ) -> Result<(), RelayError> {
+        let mut edits = Vec::new();
+        let found = &self.found;
         match self.kind {
-            RelayedKind::Message => rewrite_message(&mut self.object, map).map(drop),
+            RelayedKind::Message => message_edits(&found.message, map, &mut edits)?,
             RelayedKind::Task => {
-                if let Some(id) = &self.task_id {
+                if let Some((at, id)) = &found.id {
                     let id = map(id);
-                    self.object.set("id", &id)?;
+                    edits.push((at.clone(), serde_json::to_string(&id)?));
                     self.task_id = Some(id);
                 }
-                if self.status_message {
-                    self.object.edit_object("status", |status| {
-                        status.edit_object("message", |m| rewrite_message(m, map))
-                    })?;
+                if let Some(m) = found.status.as_ref().and_then(|s| s.message.as_ref()) {
+                    message_edits(m, map, &mut edits)?;
                 }
-                if let Some(mut history) = self.object.get::<Vec<RawObject>>("history")? {
-                    let before = history.len();
-                    if let Some(n) = history_length {
-                        history.drain(..before.saturating_sub(n));
+                if let Some(messages) = &found.history {
+                    let drop = history_length.map_or(0, |n| messages.len().saturating_sub(n));
+                    let (gone, kept) = messages.split_at(drop);
+                    let whole = |m: Option<&MessageFound>| m.and_then(|m| m.whole.clone());
+                    // The older messages go: from the first up to the first one kept (with
+                    // the comma between), or to the end of the last when none is kept.
+                    if let Some(first) = whole(gone.first()) {
+                        let end = match whole(kept.first()) {
+                            Some(next) => next.start,
+                            None => whole(gone.last()).map_or(first.end, |last| last.end),
+                        };
+                        edits.push((first.start..end, String::new()));
                     }
-                    let mut changed = history.len() != before;
-                    for m in &mut history {
-                        changed |= rewrite_message(m, map)?;
-                    }
-                    if changed {
-                        self.object.set("history", &history)?;
+                    for m in kept {
+                        message_edits(m, map, &mut edits)?;
                     }
                 }
+            }
+        }
+        edits.sort_by_key(|(at, _)| at.start);
+        self.edits = edits;
+        Ok(())
+    }
+
+    /// The object as the caller gets it: the upstream's bytes with the edits made and the
+    /// stamp in its metadata.
+    fn write_object(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        let stamp = self.metadata_edit()?;
+        let mut at = self.object.start;
+        let edits = self.edits.iter().map(|(r, s)| (r, s.as_str()));
+        let mut edits: Vec<(&Range<usize>, &str)> = edits.collect();
+        if let Some((r, s)) = &stamp {
+            let i = edits.partition_point(|(e, _)| e.start <= r.start);
+            edits.insert(i, (r, s.as_str()));
+        }
+        for (range, text) in edits {
+            out.extend_from_slice(&self.body[at..range.start]);
+            out.extend_from_slice(text.as_bytes());
+            at = range.end;
+        }
+        out.extend_from_slice(&self.body[at..self.object.end]);
+        Ok(())
+    }
+
+    /// Where and how the stamp goes into the object's metadata, if there is one.
+    fn metadata_edit(&self) -> serde_json::Result<Option<(Range<usize>, String)>> {
+        let Some(stamp) = self.stamp.as_ref().filter(|s| !s.is_empty()) else {
+            return Ok(None);
+        };
+        let entries = || -> serde_json::Result<String> {
+            let object = serde_json::to_string(stamp)?;
+            Ok(object[1..object.len() - 1].to_string())
+        };
+        let own = self
+            .found
+            .metadata
+            .as_ref()
+            .map(|r| (r, &self.body[r.clone()]));
+        Ok(Some(match own {
+            // None of the stamp's keys in it: the stamp's entries go first.
+            Some((r, raw)) if raw.first() == Some(&b'{') && !mentions(raw, stamp) => {
+                let empty = raw[1..].iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'}');
+                let comma = if empty { "" } else { "," };
+                (r.start + 1..r.start + 1, format!("{}{comma}", entries()?))
+            }
+            // Its entries under the stamp's keys are replaced: read and written again.
+            Some((r, raw)) if raw.first() == Some(&b'{') => {
+                let mut own: Metadata = serde_json::from_slice(raw)?;
+                own.extend(stamp.clone());
+                (r.clone(), serde_json::to_string(&own)?)
+            }
+            Some((r, _)) => (r.clone(), serde_json::to_string(stamp)?),
+            None => {
+                let end = self.object.end - 1;
+                let comma = if self.found.fields { "," } else { "" };
+                (
+                    end..end,
+                    format!("{comma}\"metadata\":{}", serde_json::to_string(stamp)?),
+                )
+            }
+        }))
+    }
+
+    /// `{"jsonrpc":"2.0","id":…,"result":…}` with this result, written straight into
+    /// bytes, for a caller speaking `dialect` (which must be the relayed one).
+    pub fn answer(
+        &self,
+        id: &super::jsonrpc::RpcId,
+        dialect: Dialect,
+    ) -> serde_json::Result<Vec<u8>> {
+        if dialect != self.dialect {
+            return Err(<serde_json::Error as serde::ser::Error>::custom(
+                "a relayed result rendered in the other dialect",
+            ));
+        }
+        let mut out = Vec::with_capacity(self.body.len() + 128);
+        out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+        serde_json::to_writer(&mut out, id)?;
+        out.extend_from_slice(b",\"result\":");
+        self.write_result(&mut out)?;
+        out.push(b'}');
+        Ok(out)
+    }
+
+    fn write_result(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        match self.dialect {
+            Dialect::V03 | Dialect::V01 => self.write_object(out),
+            Dialect::V10 => {
+                out.extend_from_slice(match self.kind {
+                    RelayedKind::Task => b"{\"task\":",
+                    RelayedKind::Message => b"{\"message\":",
+                });
+                self.write_object(out)?;
+                out.push(b'}');
                 Ok(())
             }
         }
     }
-}
 
-/// Whether the message named any task (and so was rewritten).
-fn rewrite_message(m: &mut RawObject, map: &dyn Fn(&str) -> String) -> Result<bool, RelayError> {
-    m.refuse(&["task_id", "reference_task_ids", "context_id"])?;
-    let mut changed = false;
-    if let Some(t) = m.get::<String>("taskId")? {
-        m.set("taskId", &map(&t))?;
-        changed = true;
-    }
-    if let Some(refs) = m.get::<Vec<String>>("referenceTaskIds")? {
-        let refs: Vec<String> = refs.iter().map(|r| map(r)).collect();
-        m.set("referenceTaskIds", &refs)?;
-        changed = true;
-    }
-    Ok(changed)
-}
-
-impl Relayed {
     /// Writes the result for a caller speaking `dialect`, which must be the relayed one.
     pub fn serialize_as<S: Serializer>(&self, dialect: Dialect, s: S) -> Result<S::Ok, S::Error> {
         if dialect != self.dialect {
@@ -333,18 +306,527 @@ impl Relayed {
                 "a relayed result rendered in the other dialect",
             ));
         }
-        match dialect {
-            Dialect::V03 | Dialect::V01 => self.object.serialize(s),
-            Dialect::V10 => {
-                let mut map = s.serialize_map(Some(1))?;
-                let key = match self.kind {
-                    RelayedKind::Task => "task",
-                    RelayedKind::Message => "message",
-                };
-                map.serialize_entry(key, &self.object)?;
-                map.end()
+        let mut out = Vec::with_capacity(self.body.len() + 64);
+        self.write_result(&mut out).map_err(S::Error::custom)?;
+        let text = String::from_utf8(out).map_err(S::Error::custom)?;
+        RawValue::from_string(text)
+            .map_err(S::Error::custom)?
+            .serialize(s)
+    }
+}
+
+/// Whether raw metadata names any key of `stamp` (written plainly; an escaped spelling of
+/// the same key would be missed, so the check errs toward reading it whole).
+fn mentions(raw: &[u8], stamp: &Metadata) -> bool {
+    raw.contains(&b'\\')
+        || stamp.keys().any(|k| {
+            let quoted = format!("\"{k}\"");
+            raw.windows(quoted.len()).any(|w| w == quoted.as_bytes())
+        })
+}
+
+fn message_edits(
+    m: &MessageFound,
+    map: &dyn Fn(&str) -> String,
+    edits: &mut Vec<(Range<usize>, String)>,
+) -> serde_json::Result<()> {
+    if let Some((at, id)) = &m.task_id {
+        edits.push((at.clone(), serde_json::to_string(&map(id))?));
+    }
+    if let Some((at, refs)) = &m.references {
+        let refs: Vec<String> = refs.iter().map(|r| map(r)).collect();
+        edits.push((at.clone(), serde_json::to_string(&refs)?));
+    }
+    Ok(())
+}
+
+/// A task or message object as read.
+struct ReadObject {
+    kind: RelayedKind,
+    range: Range<usize>,
+    found: Found,
+    context_id: Option<String>,
+}
+
+/// Reads a JSON-RPC response's result (`None` when it has an error, or no result), or a
+/// bare result (`envelope` false), in `dialect`'s shape.
+///
+/// Written by hand rather than with serde: the relay needs where a dozen values are, not
+/// the values, and serde's visitors over the answer cost the relay more than all the rest
+/// of its work (22k instructions for a 480-byte task). This reader validates what it
+/// skips as strictly as serde_json (the grammar, control characters in strings, nesting
+/// up to 128), and hands strings with escapes to serde_json to decode.
+fn read_result(
+    text: &str,
+    dialect: Dialect,
+    envelope: bool,
+) -> Result<Option<ReadObject>, ReadError> {
+    let mut r = Reader::new(text);
+    let read = if envelope {
+        let mut result = None;
+        let mut error = false;
+        r.object(0, |r, key| {
+            match &*key {
+                "result" if result.is_some() => return Err(ReadError::Invalid),
+                "result" => result = Some(read_bare(r, dialect)?),
+                "error" => {
+                    error = true;
+                    r.skip(1)?;
+                }
+                _ => {
+                    r.skip(1)?;
+                }
+            }
+            Ok(())
+        })?;
+        result.filter(|_| !error)
+    } else {
+        Some(read_bare(r.by_ref(), dialect)?)
+    };
+    r.end()?;
+    Ok(read)
+}
+
+/// A send result: `{"task":{…}}` or `{"message":{…}}` in 1.0, the object itself (tagged
+/// with `kind`) in 0.3.
+fn read_bare(r: &mut Reader<'_>, dialect: Dialect) -> Result<ReadObject, ReadError> {
+    if dialect != Dialect::V10 {
+        let (range, found, fields) = read_object(r, 1, false)?;
+        let kind = match fields.kind.as_deref() {
+            Some("task") => RelayedKind::Task,
+            Some("message") => RelayedKind::Message,
+            _ => return Err(ReadError::Relay(RelayError::NoTaskOrMessage)),
+        };
+        return Ok(ReadObject {
+            kind,
+            range,
+            found,
+            context_id: fields.context_id,
+        });
+    }
+    let mut read: Option<ReadObject> = None;
+    r.object(1, |r, key| {
+        let kind = match &*key {
+            "task" => RelayedKind::Task,
+            "message" => RelayedKind::Message,
+            _ => return r.skip(2).map(drop),
+        };
+        // A task wins over a message, as the model reads a 1.0 result; null is no value.
+        if r.null()? || read.as_ref().is_some_and(|o| o.kind == RelayedKind::Task) {
+            return r.skip(2).map(drop);
+        }
+        let (range, found, fields) = read_object(r, 2, false)?;
+        read = Some(ReadObject {
+            kind,
+            range,
+            found,
+            context_id: fields.context_id,
+        });
+        Ok(())
+    })?;
+    read.ok_or(ReadError::Relay(RelayError::NoTaskOrMessage))
+}
+
+/// Fields of the object read for the gateway's records.
+#[derive(Default)]
+struct Fields {
+    kind: Option<String>,
+    context_id: Option<String>,
+}
+
+/// Reads a task's or a result message's fields into [`Found`], or only where a message
+/// (of a status or a history) names tasks (`message_only`).
+fn read_object(
+    r: &mut Reader<'_>,
+    depth: usize,
+    message_only: bool,
+) -> Result<(Range<usize>, Found, Fields), ReadError> {
+    let mut found = Found::default();
+    let mut fields = Fields::default();
+    let start = r.at_value()?;
+    r.object(depth, |r, key| {
+        found.fields = true;
+        match &*key {
+            "taskId" => found.message.task_id = r.opt_string()?,
+            "referenceTaskIds" => found.message.references = r.opt_strings(depth + 1)?,
+            "context_id" | "task_id" | "reference_task_ids" => {
+                return Err(ReadError::Relay(RelayError::Spelling(spelling(&key))));
+            }
+            _ if message_only => r.skip(depth + 1).map(drop)?,
+            "id" => {
+                let id = r.opt_string()?;
+                found.id = Some(id.ok_or(ReadError::Relay(RelayError::MissingField("id")))?);
+            }
+            "contextId" => fields.context_id = r.opt_string()?.map(|(_, c)| c),
+            "kind" => fields.kind = r.opt_string()?.map(|(_, k)| k),
+            "status" => found.status = Some(read_status(r, depth + 1)?),
+            "history" => found.history = read_history(r, depth + 1)?,
+            "metadata" => {
+                // An object (the stamp goes in) or null (the stamp replaces it).
+                if !(r.peek() == Some(b'{') || r.peek() == Some(b'n')) {
+                    return Err(ReadError::Invalid);
+                }
+                found.metadata = Some(r.skip(depth + 1)?);
+            }
+            _ => r.skip(depth + 1).map(drop)?,
+        }
+        Ok(())
+    })?;
+    Ok((start..r.at, found, fields))
+}
+
+fn read_status(r: &mut Reader<'_>, depth: usize) -> Result<StatusFound, ReadError> {
+    let mut status = StatusFound::default();
+    let mut state = false;
+    r.object(depth, |r, key| {
+        match &*key {
+            "state" => {
+                // A string whatever it says; one the model does not read is relayed as
+                // written, and only not recorded.
+                let (_, text) = r.opt_string()?.ok_or(ReadError::Invalid)?;
+                status.state = TaskState::parse_lenient(&text);
+                state = true;
+            }
+            "timestamp" if r.peek() == Some(b'"') => {
+                status.timestamp = r.opt_string()?.map(|(_, t)| t);
+            }
+            "message" if !r.null()? => {
+                let (whole, found, _) = read_object(r, depth + 1, true)?;
+                status.message = Some(MessageFound {
+                    whole: Some(whole),
+                    ..found.message
+                });
+            }
+            _ => r.skip(depth + 1).map(drop)?,
+        }
+        Ok(())
+    })?;
+    match state {
+        true => Ok(status),
+        false => Err(ReadError::Relay(RelayError::MissingField("status"))),
+    }
+}
+
+fn read_history(r: &mut Reader<'_>, depth: usize) -> Result<Option<Vec<MessageFound>>, ReadError> {
+    if r.null()? {
+        r.skip(depth)?;
+        return Ok(None);
+    }
+    let mut messages = Vec::new();
+    r.array(depth, |r| {
+        let (whole, found, _) = read_object(r, depth + 1, true)?;
+        messages.push(MessageFound {
+            whole: Some(whole),
+            ..found.message
+        });
+        Ok(())
+    })?;
+    Ok(Some(messages))
+}
+
+/// Why the reader stopped.
+#[derive(Debug)]
+enum ReadError {
+    /// Not JSON, or not the shape the relay reads.
+    Invalid,
+    Relay(RelayError),
+}
+
+impl From<serde_json::Error> for ReadError {
+    fn from(_: serde_json::Error) -> ReadError {
+        ReadError::Invalid
+    }
+}
+
+impl From<ReadError> for RelayError {
+    fn from(e: ReadError) -> RelayError {
+        match e {
+            ReadError::Relay(e) => e,
+            ReadError::Invalid => {
+                RelayError::Malformed(<serde_json::Error as serde::de::Error>::custom(
+                    "not JSON, or not a result the relay reads",
+                ))
             }
         }
+    }
+}
+
+/// A value read, with where it is (None: null).
+type Located<T> = Option<(Range<usize>, T)>;
+
+/// The most values nest, as serde_json allows.
+const MAX_DEPTH: usize = 128;
+
+/// A cursor over JSON text that finds where values are, checking them as it goes.
+struct Reader<'a> {
+    /// Valid UTF-8 (a `str`'s), read as bytes; a range between two quotes is a `str`.
+    str: &'a str,
+    text: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn new(text: &'a str) -> Reader<'a> {
+        Reader {
+            str: text,
+            text: text.as_bytes(),
+            at: 0,
+        }
+    }
+
+    /// The text at `range`, which starts and ends at an ASCII byte of it.
+    fn slice(&self, range: Range<usize>) -> Result<&'a str, ReadError> {
+        self.str.get(range).ok_or(ReadError::Invalid)
+    }
+
+    fn by_ref(&mut self) -> &mut Self {
+        self
+    }
+
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.text.get(self.at) {
+            self.at += 1;
+        }
+    }
+
+    fn peek(&mut self) -> Option<u8> {
+        self.ws();
+        self.text.get(self.at).copied()
+    }
+
+    /// Where the next value starts.
+    fn at_value(&mut self) -> Result<usize, ReadError> {
+        self.peek().ok_or(ReadError::Invalid)?;
+        Ok(self.at)
+    }
+
+    fn eat(&mut self, b: u8) -> Result<(), ReadError> {
+        match self.peek() {
+            Some(c) if c == b => {
+                self.at += 1;
+                Ok(())
+            }
+            _ => Err(ReadError::Invalid),
+        }
+    }
+
+    /// Whether the next value is `null` (not consumed).
+    fn null(&mut self) -> Result<bool, ReadError> {
+        Ok(self.peek() == Some(b'n'))
+    }
+
+    /// Nothing but whitespace is left.
+    fn end(&mut self) -> Result<(), ReadError> {
+        match self.peek() {
+            None => Ok(()),
+            Some(_) => Err(ReadError::Invalid),
+        }
+    }
+
+    /// Skips one value (checking it); where it was.
+    fn skip(&mut self, depth: usize) -> Result<Range<usize>, ReadError> {
+        if depth > MAX_DEPTH {
+            return Err(ReadError::Invalid);
+        }
+        let start = self.at_value()?;
+        match self.text[start] {
+            b'"' => {
+                self.string()?;
+            }
+            b'{' => self.object(depth, |r, _| r.skip(depth + 1).map(drop))?,
+            b'[' => self.array(depth, |r| r.skip(depth + 1).map(drop))?,
+            b't' => self.literal(b"true")?,
+            b'f' => self.literal(b"false")?,
+            b'n' => self.literal(b"null")?,
+            _ => self.number()?,
+        }
+        Ok(start..self.at)
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Result<(), ReadError> {
+        match self.text[self.at..].starts_with(word) {
+            true => {
+                self.at += word.len();
+                Ok(())
+            }
+            false => Err(ReadError::Invalid),
+        }
+    }
+
+    /// `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`
+    fn number(&mut self) -> Result<(), ReadError> {
+        let digits = |r: &mut Reader<'_>| {
+            let from = r.at;
+            while r.text.get(r.at).is_some_and(u8::is_ascii_digit) {
+                r.at += 1;
+            }
+            match r.at > from {
+                true => Ok(()),
+                false => Err(ReadError::Invalid),
+            }
+        };
+        if self.text.get(self.at) == Some(&b'-') {
+            self.at += 1;
+        }
+        match self.text.get(self.at) {
+            Some(b'0') => self.at += 1,
+            Some(b'1'..=b'9') => digits(self)?,
+            _ => return Err(ReadError::Invalid),
+        }
+        if self.text.get(self.at) == Some(&b'.') {
+            self.at += 1;
+            digits(self)?;
+        }
+        if let Some(b'e' | b'E') = self.text.get(self.at) {
+            self.at += 1;
+            if let Some(b'+' | b'-') = self.text.get(self.at) {
+                self.at += 1;
+            }
+            digits(self)?;
+        }
+        Ok(())
+    }
+
+    /// A string: its range (quotes included) and whether it has escapes.
+    fn string(&mut self) -> Result<(Range<usize>, bool), ReadError> {
+        let start = self.at;
+        self.eat(b'"')?;
+        let mut escaped = false;
+        loop {
+            match self.text.get(self.at) {
+                Some(b'"') => {
+                    self.at += 1;
+                    break;
+                }
+                Some(b'\\') => {
+                    escaped = true;
+                    self.at += 2;
+                }
+                Some(0..=0x1f) | None => return Err(ReadError::Invalid),
+                Some(_) => self.at += 1,
+            }
+        }
+        let range = start..self.at;
+        // Escapes are checked (and decoded, where wanted) by serde_json, as written: a
+        // lone surrogate (`"\ud800"`) is JSON, and is relayed.
+        if escaped {
+            serde_json::from_str::<&RawValue>(self.slice(range.clone())?)?;
+        }
+        Ok((range, escaped))
+    }
+
+    /// The string at this range, decoded.
+    fn decoded(&self, range: Range<usize>, escaped: bool) -> Result<String, ReadError> {
+        let raw = self.slice(range)?;
+        match escaped {
+            false => Ok(raw[1..raw.len() - 1].to_string()),
+            true => Ok(serde_json::from_str(raw)?),
+        }
+    }
+
+    /// A string or null: where it is and what it says.
+    fn opt_string(&mut self) -> Result<Located<String>, ReadError> {
+        match self.peek() {
+            Some(b'n') => self.literal(b"null").map(|()| None),
+            Some(b'"') => {
+                let (range, escaped) = self.string()?;
+                let text = self.decoded(range.clone(), escaped)?;
+                Ok(Some((range, text)))
+            }
+            _ => Err(ReadError::Invalid),
+        }
+    }
+
+    /// A list of strings, or null.
+    fn opt_strings(&mut self, depth: usize) -> Result<Located<Vec<String>>, ReadError> {
+        if self.null()? {
+            self.literal(b"null")?;
+            return Ok(None);
+        }
+        let start = self.at_value()?;
+        let mut all = Vec::new();
+        self.array(depth, |r| {
+            let (_, s) = r.opt_string()?.ok_or(ReadError::Invalid)?;
+            all.push(s);
+            Ok(())
+        })?;
+        Ok(Some((start..self.at, all)))
+    }
+
+    /// An object: `member` is given each key (decoded) and must read its value. Keys are
+    /// unique: parsers disagree on which of two equal keys wins, and the relay would
+    /// rewrite one and let the other through.
+    fn object(
+        &mut self,
+        depth: usize,
+        mut member: impl FnMut(&mut Self, Cow<'a, str>) -> Result<(), ReadError>,
+    ) -> Result<(), ReadError> {
+        if depth > MAX_DEPTH {
+            return Err(ReadError::Invalid);
+        }
+        self.eat(b'{')?;
+        let mut seen: Vec<Cow<'a, str>> = Vec::new();
+        if self.peek() == Some(b'}') {
+            self.at += 1;
+            return Ok(());
+        }
+        loop {
+            self.ws();
+            let (range, escaped) = self.string()?;
+            let key: Cow<'a, str> = match escaped {
+                false => Cow::Borrowed(self.slice(range.start + 1..range.end - 1)?),
+                true => Cow::Owned(self.decoded(range, true)?),
+            };
+            if seen.contains(&key) {
+                return Err(ReadError::Invalid);
+            }
+            self.eat(b':')?;
+            seen.push(key.clone());
+            member(self, key)?;
+            match self.peek() {
+                Some(b',') => self.at += 1,
+                Some(b'}') => {
+                    self.at += 1;
+                    return Ok(());
+                }
+                _ => return Err(ReadError::Invalid),
+            }
+        }
+    }
+
+    /// An array: `element` must read each value.
+    fn array(
+        &mut self,
+        depth: usize,
+        mut element: impl FnMut(&mut Self) -> Result<(), ReadError>,
+    ) -> Result<(), ReadError> {
+        if depth > MAX_DEPTH {
+            return Err(ReadError::Invalid);
+        }
+        self.eat(b'[')?;
+        if self.peek() == Some(b']') {
+            self.at += 1;
+            return Ok(());
+        }
+        loop {
+            element(self)?;
+            match self.peek() {
+                Some(b',') => self.at += 1,
+                Some(b']') => {
+                    self.at += 1;
+                    return Ok(());
+                }
+                _ => return Err(ReadError::Invalid),
+            }
+        }
+    }
+}
+
+fn spelling(key: &str) -> &'static str {
+    match key {
+        "context_id" => "context_id",
+        "task_id" => "task_id",
+        _ => "reference_task_ids",
     }
 }
 
@@ -355,6 +837,13 @@ mod tests {
 
     fn raw(v: serde_json::Value) -> Box<RawValue> {
         serde_json::value::to_raw_value(&v).unwrap()
+    }
+
+    fn written(r: &Relayed, dialect: Dialect) -> serde_json::Value {
+        let mut out = Vec::new();
+        r.serialize_as(dialect, &mut serde_json::Serializer::new(&mut out))
+            .unwrap();
+        serde_json::from_slice(&out).unwrap()
     }
 
     #[test]
@@ -371,16 +860,11 @@ mod tests {
         }}));
         let mut r = Relayed::read(Dialect::V10, &result).unwrap();
         r.rewrite(&|id| format!("agent.{id}"), Some(1)).unwrap();
-        r.object
-            .metadata
+        r.stamp
             .get_or_insert_with(Metadata::new)
             .insert("gateway/agent".into(), json!("agent"));
-        let mut out = Vec::new();
-        r.serialize_as(Dialect::V10, &mut serde_json::Serializer::new(&mut out))
-            .unwrap();
-        let out: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(
-            out,
+            written(&r, Dialect::V10),
             json!({"task": {
                 "id": "agent.t1", "contextId": "c1", "x-extension": {"keep": [1, 2]},
                 "status": {"state": "TASK_STATE_COMPLETED",
@@ -391,16 +875,71 @@ mod tests {
         );
         assert_eq!(r.task_id.as_deref(), Some("agent.t1"));
         assert_eq!(r.context_id.as_deref(), Some("c1"));
+        let status = r.status().unwrap();
+        assert_eq!(status.state, TaskState::Completed);
+        // The whole answer, as the caller gets it, with the caller's id.
+        let id = crate::protocol::jsonrpc::RpcId::Value(json!(7));
+        let answer: serde_json::Value =
+            serde_json::from_slice(&r.answer(&id, Dialect::V10).unwrap()).unwrap();
+        assert_eq!(answer["id"], 7);
+        assert_eq!(answer["result"], written(&r, Dialect::V10));
+    }
+
+    #[test]
+    fn the_stamp_goes_into_whatever_metadata_the_object_has() {
+        let stamp = || {
+            let mut m = Metadata::new();
+            m.insert("gateway/agent".into(), json!("a"));
+            m.insert("gateway/route".into(), json!("r"));
+            m
+        };
+        let base = json!({"id": "t", "contextId": "c", "status": {"state": "TASK_STATE_WORKING"}});
+        for (metadata, want) in [
+            (None, json!({"gateway/agent": "a", "gateway/route": "r"})),
+            (
+                Some(json!({})),
+                json!({"gateway/agent": "a", "gateway/route": "r"}),
+            ),
+            (
+                Some(json!(null)),
+                json!({"gateway/agent": "a", "gateway/route": "r"}),
+            ),
+            (
+                Some(json!({"gateway/agent": "theirs", "x": 1})),
+                json!({"gateway/agent": "a", "gateway/route": "r", "x": 1}),
+            ),
+            (
+                Some(json!({"x": [1]})),
+                json!({"gateway/agent": "a", "gateway/route": "r", "x": [1]}),
+            ),
+        ] {
+            let mut task = base.clone();
+            if let Some(m) = metadata.clone() {
+                task["metadata"] = m;
+            }
+            let mut r = Relayed::read(Dialect::V10, &raw(json!({ "task": task }))).unwrap();
+            r.rewrite(&|id| id.into(), None).unwrap();
+            r.stamp = Some(stamp());
+            assert_eq!(
+                written(&r, Dialect::V10)["task"]["metadata"],
+                want,
+                "{metadata:?}"
+            );
+        }
     }
 
     #[test]
     fn a_0_3_message_is_tagged_and_malformed_results_are_refused() {
-        let m = raw(json!({"kind": "message", "messageId": "m", "contextId": "c", "parts": []}));
-        let r = Relayed::read(Dialect::V03, &m).unwrap();
+        let m = raw(
+            json!({"kind": "message", "messageId": "m", "contextId": "c", "taskId": "t", "parts": []}),
+        );
+        let mut r = Relayed::read(Dialect::V03, &m).unwrap();
         assert_eq!(
             (r.kind, r.context_id.as_deref()),
             (RelayedKind::Message, Some("c"))
         );
+        r.rewrite(&|id| format!("up.{id}"), None).unwrap();
+        assert_eq!(written(&r, Dialect::V03)["taskId"], "up.t");
         assert!(r
             .serialize_as(Dialect::V10, serde_json::value::Serializer)
             .is_err());
@@ -438,18 +977,29 @@ mod tests {
                 json!({"id": "t", "contextId": "c", "status": {"state": "working"}}),
             ),
             (Dialect::V10, json!([1, 2])),
+            (
+                Dialect::V10,
+                with(json!({"history": [{"messageId": "1", "taskId": "t"}, 5]})),
+            ),
+            (
+                Dialect::V10,
+                with(json!({"history": [{"messageId": "1", "taskId": 5}]})),
+            ),
+            (
+                Dialect::V10,
+                with(json!({"history": [{"messageId": "1", "task_id": "t"}]})),
+            ),
+            (
+                Dialect::V10,
+                with(json!({"status": {"state": "x", "message": "not an object"}})),
+            ),
         ] {
-            assert!(Relayed::read(dialect, &raw(bad.clone())).is_err(), "{bad}");
-        }
-        // Present but not what the relay rewrites: refused, so the caller never gets an id
-        // the gateway did not namespace.
-        for bad in [
-            with(json!({"history": [{"messageId": "1", "taskId": "t"}, 5]})),
-            with(json!({"history": [{"messageId": "1", "taskId": 5}]})),
-            with(json!({"history": [{"messageId": "1", "task_id": "t"}]})),
-            with(json!({"status": {"state": "x", "message": "not an object"}})),
-        ] {
-            assert!(rewritten(bad.clone()).is_err(), "{bad}");
+            assert!(
+                Relayed::read(dialect, &raw(bad.clone()))
+                    .and_then(|mut r| r.rewrite(&|i| i.into(), Some(1)))
+                    .is_err(),
+                "{bad}"
+            );
         }
         let duplicate = RawValue::from_string(
             r#"{"task": {"id": "t", "id": "u", "contextId": "c", "status": {"state": "x"}}}"#
@@ -457,5 +1007,87 @@ mod tests {
         )
         .unwrap();
         assert!(Relayed::read(Dialect::V10, &duplicate).is_err());
+    }
+
+    #[test]
+    fn a_response_with_an_error_or_another_shape_is_not_relayed() {
+        let ok = br#"{"jsonrpc":"2.0","id":"up-1","result":{"task":{"id":"t","contextId":"c","status":{"state":"TASK_STATE_COMPLETED"}}}}"#;
+        assert!(Relayed::from_response(Dialect::V10, ok).is_some());
+        assert!(Relayed::from_response(Dialect::V03, ok).is_none());
+        let error = br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32001,"message":"no"}}"#;
+        assert!(Relayed::from_response(Dialect::V10, error).is_none());
+        assert!(Relayed::from_response(Dialect::V10, b"{\"result\":").is_none());
+    }
+
+    #[test]
+    fn history_trimmed_to_nothing_and_escaped_ids_stay_valid() {
+        let result = raw(json!({"task": {
+            "id": "t\"1", "contextId": "c", "status": {"state": "TASK_STATE_COMPLETED"},
+            "history": [{"messageId": "1", "taskId": "t\"1", "parts": []}]
+        }}));
+        let mut r = Relayed::read(Dialect::V10, &result).unwrap();
+        r.rewrite(&|id| format!("up.{id}"), Some(0)).unwrap();
+        let task = written(&r, Dialect::V10)["task"].clone();
+        assert_eq!(task["id"], "up.t\"1");
+        assert_eq!(task["history"], json!([]));
+    }
+
+    /// What the reader skips it checks as serde_json does: a value in an extension field
+    /// is accepted exactly when serde_json accepts it.
+    #[test]
+    fn what_is_skipped_is_checked_as_serde_json_checks_it() {
+        let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        let values = [
+            "0",
+            "-0",
+            "01",
+            "1.",
+            "1.5",
+            ".5",
+            "1e",
+            "1e+",
+            "1E-7",
+            "-",
+            "1e400",
+            "tru",
+            "true",
+            "null",
+            "nul",
+            "\"\"",
+            "\"a\\\"b\"",
+            "\"\\u0041\"",
+            "\"\\ud800\"",
+            "\"\\ud83d\\ude00\"",
+            "\"\\x\"",
+            "\"tab\there\"",
+            "[1,]",
+            "[,1]",
+            "{\"a\":1,}",
+            "{\"a\" 1}",
+            "{1:2}",
+            "[]",
+            "{}",
+            " [ 1 , { \"b\" : [ ] } ] ",
+            "\"é\"",
+            "[1 2]",
+        ];
+        let deep_ok = deep(100);
+        let deep_bad = deep(200);
+        for value in values
+            .iter()
+            .copied()
+            .chain([deep_ok.as_str(), deep_bad.as_str()])
+        {
+            let text = format!(
+                r#"{{"task":{{"id":"t","contextId":"c","status":{{"state":"TASK_STATE_WORKING"}},"x":{value}}}}}"#
+            );
+            // As written: a number past f64's range is JSON too.
+            // Nesting is bounded as serde_json bounds it for values (its raw values are
+            // not): past 128 levels the relay refuses, and so does the conversion path.
+            let serde_ok =
+                serde_json::from_str::<&RawValue>(&text).is_ok() && value != deep_bad.as_str();
+            let ours = read_result(&text, Dialect::V10, false).is_ok();
+            assert_eq!(ours, serde_ok, "{value}");
+        }
     }
 }

@@ -274,20 +274,7 @@ pub(super) fn read_response<'a>(agent: &str, body: &'a [u8]) -> Result<&'a RawVa
 /// A send result to relay as it is, when it has one of the relay's shapes in `dialect`;
 /// `None` for anything else (errors included), which the conversion path then reads.
 pub(super) fn read_relayed(dialect: Dialect, body: &[u8]) -> Option<Relayed> {
-    fn result<R: serde::de::DeserializeOwned>(body: &[u8]) -> Option<R> {
-        match serde_json::from_slice::<Response<R>>(body).ok()? {
-            Response {
-                result: Some(r),
-                error: None,
-            } => Some(r),
-            _ => None,
-        }
-    }
-    match dialect {
-        Dialect::V10 => Relayed::from_wrapped(result(body)?).ok(),
-        Dialect::V03 => Relayed::from_tagged(result(body)?).ok(),
-        Dialect::V01 => None,
-    }
+    Relayed::from_response(dialect, body)
 }
 
 #[derive(Deserialize)]
