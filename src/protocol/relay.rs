@@ -75,7 +75,8 @@ struct Found {
 #[derive(Debug, Clone, Default, PartialEq)]
 struct StatusFound {
     state: Option<TaskState>,
-    timestamp: Option<String>,
+    /// Where the time is, and whether it has escapes.
+    timestamp: Option<(Range<usize>, bool)>,
     message: Option<MessageFound>,
 }
 
@@ -149,13 +150,14 @@ impl Relayed {
             return None;
         }
         let status = self.found.status.as_ref()?;
+        let timestamp = status.timestamp.clone().and_then(|(at, _)| {
+            let raw = std::str::from_utf8(&self.body[at]).ok()?;
+            serde_json::from_str::<String>(raw).ok()
+        });
         Some(TaskStatus {
             state: status.state?,
             message: None,
-            timestamp: status
-                .timestamp
-                .as_deref()
-                .and_then(super::model::parse_timestamp),
+            timestamp: timestamp.as_deref().and_then(super::model::parse_timestamp),
         })
     }
 
@@ -207,32 +209,41 @@ impl Relayed {
     /// The object as the caller gets it: the upstream's bytes with the edits made and the
     /// stamp in its metadata.
     fn write_object(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
-        let stamp = self.metadata_edit()?;
+        let stamp = self.stamp_at()?;
         let mut at = self.object.start;
-        let edits = self.edits.iter().map(|(r, s)| (r, s.as_str()));
-        let mut edits: Vec<(&Range<usize>, &str)> = edits.collect();
-        if let Some((r, s)) = &stamp {
-            let i = edits.partition_point(|(e, _)| e.start <= r.start);
-            edits.insert(i, (r, s.as_str()));
-        }
-        for (range, text) in edits {
-            out.extend_from_slice(&self.body[at..range.start]);
+        let mut stamped = false;
+        for (range, text) in &self.edits {
+            if let Some((r, how)) = stamp
+                .as_ref()
+                .filter(|(r, _)| !stamped && r.start <= range.start)
+            {
+                self.copy_to(out, &mut at, r);
+                self.write_stamp(out, *how)?;
+                stamped = true;
+            }
+            self.copy_to(out, &mut at, range);
             out.extend_from_slice(text.as_bytes());
-            at = range.end;
+        }
+        if let Some((r, how)) = stamp.as_ref().filter(|_| !stamped) {
+            self.copy_to(out, &mut at, r);
+            self.write_stamp(out, *how)?;
         }
         out.extend_from_slice(&self.body[at..self.object.end]);
         Ok(())
     }
 
-    /// Where and how the stamp goes into the object's metadata, if there is one.
-    fn metadata_edit(&self) -> serde_json::Result<Option<(Range<usize>, String)>> {
-        let Some(stamp) = self.stamp.as_ref().filter(|s| !s.is_empty()) else {
+    /// Copies the body from `at` to the start of `range`, and goes on from its end.
+    fn copy_to(&self, out: &mut Vec<u8>, at: &mut usize, range: &Range<usize>) {
+        out.extend_from_slice(&self.body[*at..range.start]);
+        *at = range.end;
+    }
+
+    /// Where the stamp goes into the object's metadata, and how; None without a stamp.
+    fn stamp_at(&self) -> serde_json::Result<Option<(Range<usize>, StampHow)>> {
+        if self.stamp.as_ref().is_none_or(Metadata::is_empty) {
             return Ok(None);
-        };
-        let entries = || -> serde_json::Result<String> {
-            let object = serde_json::to_string(stamp)?;
-            Ok(object[1..object.len() - 1].to_string())
-        };
+        }
+        let stamp = self.stamp.as_ref();
         let own = self
             .found
             .metadata
@@ -240,27 +251,71 @@ impl Relayed {
             .map(|r| (r, &self.body[r.clone()]));
         Ok(Some(match own {
             // None of the stamp's keys in it: the stamp's entries go first.
-            Some((r, raw)) if raw.first() == Some(&b'{') && !mentions(raw, stamp) => {
+            Some((r, raw))
+                if raw.first() == Some(&b'{') && !stamp.is_some_and(|s| mentions(raw, s)) =>
+            {
                 let empty = raw[1..].iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'}');
-                let comma = if empty { "" } else { "," };
-                (r.start + 1..r.start + 1, format!("{}{comma}", entries()?))
-            }
-            // Its entries under the stamp's keys are replaced: read and written again.
-            Some((r, raw)) if raw.first() == Some(&b'{') => {
-                let mut own: Metadata = serde_json::from_slice(raw)?;
-                own.extend(stamp.clone());
-                (r.clone(), serde_json::to_string(&own)?)
-            }
-            Some((r, _)) => (r.clone(), serde_json::to_string(stamp)?),
-            None => {
-                let end = self.object.end - 1;
-                let comma = if self.found.fields { "," } else { "" };
                 (
-                    end..end,
-                    format!("{comma}\"metadata\":{}", serde_json::to_string(stamp)?),
+                    r.start + 1..r.start + 1,
+                    StampHow::Entries { comma: !empty },
                 )
             }
+            // Its entries under the stamp's keys are replaced: read and written again.
+            Some((r, raw)) if raw.first() == Some(&b'{') => (r.clone(), StampHow::Merged),
+            Some((r, _)) => (r.clone(), StampHow::Object { field: false }),
+            None => {
+                let end = self.object.end - 1;
+                match self.found.fields {
+                    true => (end..end, StampHow::FieldAfterComma),
+                    false => (end..end, StampHow::Object { field: true }),
+                }
+            }
         }))
+    }
+
+    fn write_stamp(&self, out: &mut Vec<u8>, how: StampHow) -> serde_json::Result<()> {
+        let Some(stamp) = &self.stamp else {
+            return Ok(());
+        };
+        let entries = |out: &mut Vec<u8>| -> serde_json::Result<()> {
+            for (i, (key, value)) in stamp.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                serde_json::to_writer(&mut *out, key)?;
+                out.push(b':');
+                serde_json::to_writer(&mut *out, value)?;
+            }
+            Ok(())
+        };
+        match how {
+            StampHow::Entries { comma } => {
+                entries(out)?;
+                if comma {
+                    out.push(b',');
+                }
+            }
+            StampHow::Merged => {
+                let r = self.found.metadata.clone().unwrap_or_default();
+                let mut own: Metadata = serde_json::from_slice(&self.body[r])?;
+                own.extend(stamp.clone());
+                serde_json::to_writer(&mut *out, &own)?;
+            }
+            StampHow::Object { field } => {
+                if field {
+                    out.extend_from_slice(b"\"metadata\":");
+                }
+                out.push(b'{');
+                entries(out)?;
+                out.push(b'}');
+            }
+            StampHow::FieldAfterComma => {
+                out.extend_from_slice(b",\"metadata\":{");
+                entries(out)?;
+                out.push(b'}');
+            }
+        }
+        Ok(())
     }
 
     /// `{"jsonrpc":"2.0","id":…,"result":…}` with this result, written straight into
@@ -313,6 +368,21 @@ impl Relayed {
             .map_err(S::Error::custom)?
             .serialize(s)
     }
+}
+
+/// How the stamp goes into the object.
+#[derive(Clone, Copy)]
+enum StampHow {
+    /// Its entries, at the start of the object's own metadata (then a comma if that has
+    /// entries).
+    Entries { comma: bool },
+    /// The own metadata read, the stamp's entries put over it, and written again.
+    Merged,
+    /// A metadata object of its own, in place of a null (or as a field, `field`, of an
+    /// object that has no other).
+    Object { field: bool },
+    /// `,"metadata":{…}` at the end of the object.
+    FieldAfterComma,
 }
 
 /// Whether raw metadata names any key of `stamp` (written plainly; an escaped spelling of
@@ -483,13 +553,18 @@ fn read_status(r: &mut Reader<'_>, depth: usize) -> Result<StatusFound, ReadErro
             "state" => {
                 // A string whatever it says; one the model does not read is relayed as
                 // written, and only not recorded.
-                let (_, text) = r.opt_string()?.ok_or(ReadError::Invalid)?;
-                status.state = TaskState::parse_lenient(&text);
+                if r.peek() != Some(b'"') {
+                    return Err(ReadError::Invalid);
+                }
+                let (at, escaped) = r.string()?;
+                status.state = match escaped {
+                    false => TaskState::parse_lenient(r.slice(at.start + 1..at.end - 1)?),
+                    true => TaskState::parse_lenient(&r.decoded(at, true)?),
+                };
                 state = true;
             }
-            "timestamp" if r.peek() == Some(b'"') => {
-                status.timestamp = r.opt_string()?.map(|(_, t)| t);
-            }
+            // Read when it is asked for (ListTasks on 0.3 upstreams).
+            "timestamp" if r.peek() == Some(b'"') => status.timestamp = Some(r.string()?),
             "message" if !r.null()? => {
                 let (whole, found, _) = read_object(r, depth + 1, true)?;
                 status.message = Some(MessageFound {
@@ -551,6 +626,17 @@ impl From<ReadError> for RelayError {
     }
 }
 
+/// Whether any of these eight bytes ends or escapes a string, or may not be in one (a
+/// control character).
+fn special(word: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    // Exact per word: some byte of `v` is below `n` (n <= 128).
+    let below = |v: u64, n: u64| v.wrapping_sub(n * ONES) & !v & HIGHS != 0;
+    let has = |v: u64, b: u8| below(v ^ (u64::from(b) * ONES), 1);
+    below(word, 0x20) || has(word, b'"') || has(word, b'\\')
+}
+
 /// A value read, with where it is (None: null).
 type Located<T> = Option<(Range<usize>, T)>;
 
@@ -563,6 +649,8 @@ struct Reader<'a> {
     str: &'a str,
     text: &'a [u8],
     at: usize,
+    /// The keys of the objects being read, innermost last (one buffer for all of them).
+    keys: Vec<Cow<'a, str>>,
 }
 
 impl<'a> Reader<'a> {
@@ -571,6 +659,7 @@ impl<'a> Reader<'a> {
             str: text,
             text: text.as_bytes(),
             at: 0,
+            keys: Vec::with_capacity(32),
         }
     }
 
@@ -693,6 +782,14 @@ impl<'a> Reader<'a> {
         self.eat(b'"')?;
         let mut escaped = false;
         loop {
+            // Eight bytes at a time past the ones that need no look.
+            while let Some(word) = self.text.get(self.at..self.at + 8) {
+                let word = u64::from_le_bytes(word.try_into().unwrap_or_default());
+                if special(word) {
+                    break;
+                }
+                self.at += 8;
+            }
             match self.text.get(self.at) {
                 Some(b'"') => {
                     self.at += 1;
@@ -765,11 +862,21 @@ impl<'a> Reader<'a> {
             return Err(ReadError::Invalid);
         }
         self.eat(b'{')?;
-        let mut seen: Vec<Cow<'a, str>> = Vec::new();
         if self.peek() == Some(b'}') {
             self.at += 1;
             return Ok(());
         }
+        let mark = self.keys.len();
+        let read = self.members(mark, &mut member);
+        self.keys.truncate(mark);
+        read
+    }
+
+    fn members(
+        &mut self,
+        mark: usize,
+        member: &mut impl FnMut(&mut Self, Cow<'a, str>) -> Result<(), ReadError>,
+    ) -> Result<(), ReadError> {
         loop {
             self.ws();
             let (range, escaped) = self.string()?;
@@ -777,11 +884,11 @@ impl<'a> Reader<'a> {
                 false => Cow::Borrowed(self.slice(range.start + 1..range.end - 1)?),
                 true => Cow::Owned(self.decoded(range, true)?),
             };
-            if seen.contains(&key) {
+            if self.keys[mark..].contains(&key) {
                 return Err(ReadError::Invalid);
             }
             self.eat(b':')?;
-            seen.push(key.clone());
+            self.keys.push(key.clone());
             member(self, key)?;
             match self.peek() {
                 Some(b',') => self.at += 1,

@@ -556,9 +556,14 @@ impl RemoteAgent {
         history_length: Option<usize>,
     ) -> Option<SendResult> {
         let mut relayed = wire::read_relayed(dialect, body)?;
-        relayed
-            .rewrite(&|id| format!("{}.{id}", self.name), history_length)
-            .ok()?;
+        let namespaced = |id: &str| {
+            let mut out = String::with_capacity(self.name.len() + 1 + id.len());
+            out.push_str(&self.name);
+            out.push('.');
+            out.push_str(id);
+            out
+        };
+        relayed.rewrite(&namespaced, history_length).ok()?;
         Some(SendResult::Relayed(relayed))
     }
 

@@ -142,6 +142,14 @@ impl Transport {
         *req.uri_mut() = uri.clone();
         let h = req.headers_mut();
         h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        // Host, as hyper's client would write it, but without `format!` per call.
+        if let Some(host) = uri
+            .authority()
+            .filter(|a| !a.as_str().contains('@'))
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+        {
+            h.insert(http::header::HOST, host);
+        }
         if let Some((name, value)) = extra {
             h.insert(name, value);
         }
