@@ -626,15 +626,15 @@ impl From<ReadError> for RelayError {
     }
 }
 
-/// Whether any of these eight bytes ends or escapes a string, or may not be in one (a
-/// control character).
-fn special(word: u64) -> bool {
+/// The bytes of these eight (little-endian) that end or escape a string, or may not be
+/// in one (a control character), as their high bits. The lowest one set is exact (a
+/// borrow can only mark bytes above it).
+fn special(word: u64) -> u64 {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
-    // Exact per word: some byte of `v` is below `n` (n <= 128).
-    let below = |v: u64, n: u64| v.wrapping_sub(n * ONES) & !v & HIGHS != 0;
-    let has = |v: u64, b: u8| below(v ^ (u64::from(b) * ONES), 1);
-    below(word, 0x20) || has(word, b'"') || has(word, b'\\')
+    let below = |v: u64, n: u64| v.wrapping_sub(n * ONES) & !v & HIGHS;
+    let equal = |v: u64, b: u8| below(v ^ (u64::from(b) * ONES), 1);
+    below(word, 0x20) | equal(word, b'"') | equal(word, b'\\')
 }
 
 /// A value read, with where it is (None: null).
@@ -782,10 +782,11 @@ impl<'a> Reader<'a> {
         self.eat(b'"')?;
         let mut escaped = false;
         loop {
-            // Eight bytes at a time past the ones that need no look.
+            // Eight bytes at a time, to the first that needs a look.
             while let Some(word) = self.text.get(self.at..self.at + 8) {
-                let word = u64::from_le_bytes(word.try_into().unwrap_or_default());
-                if special(word) {
+                let found = special(u64::from_le_bytes(word.try_into().unwrap_or_default()));
+                if found != 0 {
+                    self.at += (found.trailing_zeros() / 8) as usize;
                     break;
                 }
                 self.at += 8;
@@ -1195,6 +1196,28 @@ mod tests {
                 serde_json::from_str::<&RawValue>(&text).is_ok() && value != deep_bad.as_str();
             let ours = read_result(&text, Dialect::V10, false).is_ok();
             assert_eq!(ours, serde_ok, "{value}");
+        }
+    }
+
+    #[test]
+    fn the_first_special_byte_of_a_word_is_found_exactly() {
+        for text in [
+            "abcdefgh",
+            "ab\"defgh",
+            "a\\cdefg\"",
+            "abcdefg\n",
+            "\u{1}bcdefgh",
+            "\u{e9}\"cdefg",
+            "\"\"\"\"\"\"\"\"",
+        ] {
+            let bytes = text.as_bytes();
+            let word = u64::from_le_bytes(bytes[..8].try_into().unwrap());
+            let want = bytes[..8]
+                .iter()
+                .position(|&b| b < 0x20 || b == b'"' || b == b'\\');
+            let found = special(word);
+            let got = (found != 0).then(|| (found.trailing_zeros() / 8) as usize);
+            assert_eq!(got, want, "{text:?}");
         }
     }
 }

@@ -31,6 +31,51 @@ pub fn task_answer(
     Ok(w.0)
 }
 
+/// The 1.0 `SendMessage` (or `SendStreamingMessage`) request an upstream gets, as serde
+/// writes it: `{"jsonrpc":"2.0","id":…,"method":…,"params":{"message":…,
+/// "configuration":{…},"metadata":…}}`, configuration fields only when set.
+pub fn send_request(
+    id: u64,
+    streaming: bool,
+    message: &Message,
+    accepted_output_modes: &[String],
+    history_length: Option<usize>,
+    return_immediately: bool,
+    metadata: Option<&Metadata>,
+) -> serde_json::Result<Vec<u8>> {
+    let mut w = Writer(Vec::with_capacity(RESULT_CAPACITY));
+    w.raw(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    w.raw(id.to_string().as_bytes());
+    w.raw(match streaming {
+        true => b",\"method\":\"SendStreamingMessage\",\"params\":{\"message\":",
+        false => b",\"method\":\"SendMessage\",\"params\":{\"message\":",
+    });
+    w.message(message)?;
+    w.raw(b",\"configuration\":{");
+    let mut first = true;
+    let mut field = |w: &mut Writer, key: &[u8]| {
+        if !std::mem::take(&mut first) {
+            w.0.push(b',');
+        }
+        w.raw(key);
+    };
+    if !accepted_output_modes.is_empty() {
+        field(&mut w, b"\"acceptedOutputModes\":");
+        w.serde(accepted_output_modes)?;
+    }
+    if let Some(n) = history_length {
+        field(&mut w, b"\"historyLength\":");
+        w.raw(n.to_string().as_bytes());
+    }
+    if return_immediately {
+        field(&mut w, b"\"returnImmediately\":true");
+    }
+    w.0.push(b'}');
+    w.metadata(metadata)?;
+    w.raw(b"}}");
+    Ok(w.0)
+}
+
 /// Whether JSON needs any of these bytes escaped (a control character, `"` or `\`), eight
 /// bytes at a time.
 fn needs_escape(bytes: &[u8]) -> bool {

@@ -25,6 +25,8 @@ pub(super) struct Envelope<'a, P: Serialize> {
     pub(crate) params: P,
 }
 
+/// The 1.0 configuration as serde writes it: the reference the direct writer is held to.
+#[cfg(test)]
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct ConfigV10<'a> {
@@ -74,24 +76,17 @@ pub(super) fn send_body(
     let history_length = upstream_history(req.history_length, dialect);
     let metadata = req.metadata.as_ref();
     let out = match dialect {
-        Dialect::V10 => serde_json::to_vec(&Envelope {
-            jsonrpc: "2.0",
+        // Written directly (the bytes serde writes, as a test holds it to): this request
+        // is built on every upstream call.
+        Dialect::V10 => crate::protocol::write::send_request(
             id,
-            method: if streaming {
-                "SendStreamingMessage"
-            } else {
-                "SendMessage"
-            },
-            params: SendParamsOut {
-                message,
-                configuration: ConfigV10 {
-                    accepted_output_modes: &req.accepted_output_modes,
-                    history_length,
-                    return_immediately: !req.blocking,
-                },
-                metadata,
-            },
-        }),
+            streaming,
+            message,
+            &req.accepted_output_modes,
+            history_length,
+            !req.blocking,
+            metadata,
+        ),
         Dialect::V03 | Dialect::V01 => serde_json::to_vec(&Envelope {
             jsonrpc: "2.0",
             id,
@@ -362,4 +357,75 @@ pub(super) struct ListResult {
 pub(super) fn read_list(agent: &str, raw: &RawValue) -> Result<ListResult, GatewayError> {
     serde_json::from_str(raw.get())
         .map_err(|e| invalid(agent, format!("sent a malformed task list: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::model::{Part, PartContent, Role};
+
+    /// The 1.0 request written directly is the one serde writes, byte for byte.
+    #[test]
+    fn the_written_send_request_is_what_serde_writes() {
+        let mut message = Message::agent_text("hello \"there\"\n");
+        message.role = Role::User;
+        message.context_id = Some("c".into());
+        message.parts.push(Part {
+            content: PartContent::Data(serde_json::json!({"a": [1, "b"]})),
+            metadata: None,
+            filename: Some("f.json".into()),
+            media_type: Some("application/json".into()),
+        });
+        let mut metadata = Metadata::new();
+        metadata.insert("k".into(), serde_json::json!({"x": 1}));
+        let mut req = SendRequest {
+            message: Message::default(),
+            blocking: true,
+            accepted_output_modes: Vec::new(),
+            metadata: None,
+            history_length: None,
+            push: None,
+            reply_dialect: Dialect::V10,
+        };
+        for (modes, history, blocking, md, streaming) in [
+            (vec![], None, true, None, false),
+            (
+                vec!["text/plain".to_string()],
+                Some(3),
+                false,
+                Some(metadata.clone()),
+                true,
+            ),
+            (vec![], Some(0), false, None, false),
+        ] {
+            req.accepted_output_modes = modes;
+            req.history_length = history;
+            req.blocking = blocking;
+            req.metadata = md;
+            let serde = serde_json::to_vec(&Envelope {
+                jsonrpc: "2.0",
+                id: 42,
+                method: if streaming {
+                    "SendStreamingMessage"
+                } else {
+                    "SendMessage"
+                },
+                params: SendParamsOut {
+                    message: &message,
+                    configuration: ConfigV10 {
+                        accepted_output_modes: &req.accepted_output_modes,
+                        history_length: req.history_length,
+                        return_immediately: !req.blocking,
+                    },
+                    metadata: req.metadata.as_ref(),
+                },
+            })
+            .unwrap();
+            let written = send_body(Dialect::V10, streaming, 42, &req, &message).unwrap();
+            assert_eq!(
+                String::from_utf8(written).unwrap(),
+                String::from_utf8(serde).unwrap()
+            );
+        }
+    }
 }
