@@ -44,7 +44,9 @@ pub enum SendResult {
     Task(Task),
     Message(Message),
     /// An upstream's answer, already in the caller's dialect (see [`Relayed`]).
-    Relayed(Relayed),
+    /// Boxed: the largest answer by far, which would make every send's answer as large
+    /// (and copied as often).
+    Relayed(Box<Relayed>),
 }
 
 impl Serialize for SendResult {

@@ -564,7 +564,7 @@ impl RemoteAgent {
             out
         };
         relayed.rewrite(&namespaced, history_length).ok()?;
-        Some(SendResult::Relayed(relayed))
+        Some(SendResult::Relayed(Box::new(relayed)))
     }
 
     pub(crate) async fn stream(
