@@ -375,11 +375,9 @@ impl Application {
             App::new()
                 .app_data(state.clone())
                 .configure(|cfg| routes(cfg, metrics_here, console.as_deref()))
-                // Before routing: `/a2a/agents/echo/` is `/a2a/agents/echo` on every route.
-                .wrap(crate::http::TrimTrailingSlash)
-                // Registered last, so it runs first: drain, CORS preflights (before auth and
-                // any limit), then every answer's headers, metrics and access-log line.
-                .wrap(actix_web::middleware::from_fn(crate::http::edge))
+                // The one middleware: the trailing slash, drain, CORS preflights (before
+                // auth and any limit), then every answer's headers, metrics and log line.
+                .wrap(crate::http::Edge)
         };
         // actix-web's HttpServer serves the same App; it is built here by hand only to put
         // the connection gate (limits and the first-byte deadline) in front of HTTP.

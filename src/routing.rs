@@ -380,7 +380,7 @@ impl ContextIndex {
         let mut id = String::with_capacity(agent.len() + 37);
         id.push_str(agent);
         id.push('.');
-        id.push_str(&crate::protocol::model::new_id());
+        crate::protocol::model::push_new_id(&mut id);
         id
     }
 

@@ -36,8 +36,7 @@ pub(crate) use body::BodyLimits;
 pub(crate) use card_cache::CardCache;
 pub(crate) use lifecycle::Lifecycle;
 pub(crate) use live::{Live, LiveRef};
-pub(crate) use normalize::TrimTrailingSlash;
-pub(crate) use observe::{edge, render_metrics};
+pub(crate) use observe::{render_metrics, Edge};
 pub(crate) use rejections::tcp_with_json_rejections;
 
 /// Shared by every worker; built once. What a reload changes is in [`Live`], swapped whole.

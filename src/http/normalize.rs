@@ -4,56 +4,13 @@
 //!
 //! Written here rather than with actix's `NormalizePath` because that one runs a regex
 //! over every path (to merge `//`), which the hot path would pay on every request; this one
-//! looks at the last byte and passes everything else through without boxing a future.
+//! looks at the last byte. The edge service (`observe.rs`) applies it before routing.
 
-use std::future::{ready, Ready};
-
-use actix_web::dev::{forward_ready, Service, ServiceRequest, ServiceResponse, Transform};
 use actix_web::http::uri::{PathAndQuery, Uri};
-
-pub(crate) struct TrimTrailingSlash;
-
-impl<S, B> Transform<S, ServiceRequest> for TrimTrailingSlash
-where
-    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error>,
-{
-    type Response = ServiceResponse<B>;
-    type Error = actix_web::Error;
-    type Transform = TrimTrailingSlashService<S>;
-    type InitError = ();
-    type Future = Ready<Result<Self::Transform, Self::InitError>>;
-
-    fn new_transform(&self, service: S) -> Self::Future {
-        ready(Ok(TrimTrailingSlashService { service }))
-    }
-}
-
-pub(crate) struct TrimTrailingSlashService<S> {
-    service: S,
-}
-
-impl<S, B> Service<ServiceRequest> for TrimTrailingSlashService<S>
-where
-    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error>,
-{
-    type Response = ServiceResponse<B>;
-    type Error = actix_web::Error;
-    type Future = S::Future;
-
-    forward_ready!(service);
-
-    fn call(&self, mut req: ServiceRequest) -> Self::Future {
-        if let Some(uri) = without_trailing_slash(req.uri()) {
-            req.match_info_mut().get_mut().update(&uri);
-            req.head_mut().uri = uri;
-        }
-        self.service.call(req)
-    }
-}
 
 /// The URI with one trailing slash less, or None when the path has none to lose (`/` keeps
 /// its slash).
-fn without_trailing_slash(uri: &Uri) -> Option<Uri> {
+pub(super) fn without_trailing_slash(uri: &Uri) -> Option<Uri> {
     let path = uri.path();
     if path.len() < 2 || !path.ends_with('/') {
         return None;

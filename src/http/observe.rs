@@ -2,15 +2,17 @@
 //! caller's trace context to the layers below, then writes the access-log line and moves
 //! the request metrics from what the layers noted (see [`crate::telemetry::Call`]).
 
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{ready, Context, Poll};
 use std::time::Instant;
 
 use actix_web::body::{EitherBody, MessageBody};
-use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::dev::{forward_ready, Service, ServiceRequest, ServiceResponse, Transform};
 use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
-use actix_web::middleware::Next;
 use actix_web::HttpMessage;
 use actix_web::{web, HttpResponse};
-use tracing::Instrument;
 
 use super::cors::Cors;
 use super::{error_response, quoted, AppState};
@@ -39,71 +41,226 @@ fn trace_context(req: &ServiceRequest) -> Option<(TraceParent, Option<String>)> 
     Some((parent, state))
 }
 
-/// The one middleware in front of every route: drain refusals, CORS (preflights answered
-/// here), the trace context and the per-request note, then the rate-limit headers, CORS
-/// headers, the metrics and the access-log line on the way out. One layer rather than
-/// several: each `from_fn` layer boxes a future per request.
-pub(crate) async fn edge(
-    req: ServiceRequest,
-    next: Next<impl MessageBody + 'static>,
-) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
-    let start = Instant::now();
-    let Some(state) = req.app_data::<web::Data<AppState>>() else {
-        return next
-            .call(req)
-            .await
-            .map(ServiceResponse::map_into_left_body);
-    };
-    let draining = state.lifecycle.draining();
-    // Whether answers wait for a shared store (read now: the state is not at hand later).
-    let shared = state.store.shared.is_some();
-    let (cors, rated) = {
-        let live = state.live.load();
-        (Cors::check(&live.config.cors, &req), live.rates.active())
-    };
-    let cors = match cors {
-        Cors::Preflight(resp) => return Ok(req.into_response(resp).map_into_right_body()),
-        other => other,
-    };
-    if draining && !is_probe(req.path()) {
-        let mut resp = drain_refusal(&req, state);
-        cors.decorate(resp.headers_mut());
-        return Ok(req.into_response(resp).map_into_right_body());
+/// The one middleware in front of every route: one trailing slash trimmed from the path,
+/// drain refusals, CORS (preflights answered here), the trace context and the per-request
+/// note, then the rate-limit headers, CORS headers, the metrics and the access-log line on
+/// the way out. Written as a service of its own with a named future, rather than with
+/// `from_fn` (which boxes a future per request, and the inner service's again) and a layer
+/// per concern (each a service call and a future per request).
+pub(crate) struct Edge;
+
+impl<S, B> Transform<S, ServiceRequest> for Edge
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error> + 'static,
+    B: MessageBody + 'static,
+{
+    type Response = ServiceResponse<EitherBody<B>>;
+    type Error = actix_web::Error;
+    type Transform = EdgeService<S>;
+    type InitError = ();
+    type Future = std::future::Ready<Result<EdgeService<S>, ()>>;
+
+    fn new_transform(&self, service: S) -> Self::Future {
+        std::future::ready(Ok(EdgeService { service }))
     }
-    let logged = tracing::enabled!(target: ACCESS, tracing::Level::INFO);
-    let head = logged.then(|| (req.method().clone(), quoted(req.path())));
-    let trace = trace_context(&req);
-    let trace_id = trace
-        .as_ref()
-        .filter(|_| logged)
-        .map(|(t, _)| t.trace_id().to_string());
-    // The request's span, when the access log is on: what is logged while the request is
-    // handled says which call it belongs to. (Without it, no span is entered per poll.)
-    let handled = telemetry::observed(trace, next.call(req));
-    let (span, (res, call)) = if logged {
-        let span = tracing::info_span!(
-            "request",
-            a2a.method = tracing::field::Empty,
-            task_id = tracing::field::Empty,
-            context_id = tracing::field::Empty,
-        );
-        (span.clone(), handled.instrument(span).await)
-    } else {
-        (tracing::Span::none(), handled.await)
-    };
-    let mut res = match res {
-        Ok(res) => res,
-        Err(e) => {
-            if let Some((method, path)) = head {
-                let status = e.as_response_error().status_code().as_u16();
-                tracing::info!(target: ACCESS, %method, path, status, "request");
-            }
-            return Err(e);
+}
+
+pub(crate) struct EdgeService<S> {
+    service: S,
+}
+
+/// What the way out needs of the way in.
+struct Watch {
+    start: Instant,
+    scope: Rc<telemetry::Scope>,
+    cors: Cors,
+    rated: bool,
+    /// Whether answers wait for a shared store.
+    shared: bool,
+    /// The access log's: the request's method and path, its trace id, and its span.
+    head: Option<(actix_web::http::Method, String)>,
+    trace_id: Option<String>,
+    span: tracing::Span,
+}
+
+impl<S, B> Service<ServiceRequest> for EdgeService<S>
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error> + 'static,
+    B: MessageBody + 'static,
+{
+    type Response = ServiceResponse<EitherBody<B>>;
+    type Error = actix_web::Error;
+    type Future = EdgeFuture<S::Future, B>;
+
+    forward_ready!(service);
+
+    fn call(&self, mut req: ServiceRequest) -> Self::Future {
+        // Before routing: `/a2a/agents/echo/` is `/a2a/agents/echo` on every route.
+        if let Some(uri) = super::normalize::without_trailing_slash(req.uri()) {
+            req.match_info_mut().get_mut().update(&uri);
+            req.head_mut().uri = uri;
         }
-    };
-    if shared {
-        shared_first(&res).await;
+        let start = Instant::now();
+        let Some(state) = req.app_data::<web::Data<AppState>>().cloned() else {
+            let (inner, scope) = telemetry::observed(None, self.service.call(req));
+            return EdgeFuture::Running {
+                inner,
+                watch: Some(Watch {
+                    start,
+                    scope,
+                    cors: Cors::Off,
+                    rated: false,
+                    shared: false,
+                    head: None,
+                    trace_id: None,
+                    span: tracing::Span::none(),
+                }),
+            };
+        };
+        let (cors, rated) = {
+            let live = state.live.load();
+            (Cors::check(&live.config.cors, &req), live.rates.active())
+        };
+        let cors = match cors {
+            Cors::Preflight(resp) => return EdgeFuture::answered(req.into_response(resp)),
+            other => other,
+        };
+        if state.lifecycle.draining() && !is_probe(req.path()) {
+            let mut resp = drain_refusal(&req, &state);
+            cors.decorate(resp.headers_mut());
+            return EdgeFuture::answered(req.into_response(resp));
+        }
+        let logged = tracing::enabled!(target: ACCESS, tracing::Level::INFO);
+        let head = logged.then(|| (req.method().clone(), quoted(req.path())));
+        let trace = trace_context(&req);
+        let trace_id = trace
+            .as_ref()
+            .filter(|_| logged)
+            .map(|(t, _)| t.trace_id().to_string());
+        // The request's span, when the access log is on: what is logged while the request
+        // is handled says which call it belongs to. (Without it, no span is entered.)
+        let span = match logged {
+            true => tracing::info_span!(
+                "request",
+                a2a.method = tracing::field::Empty,
+                task_id = tracing::field::Empty,
+                context_id = tracing::field::Empty,
+            ),
+            false => tracing::Span::none(),
+        };
+        let inner = {
+            let _inside = span.enter();
+            self.service.call(req)
+        };
+        let (inner, scope) = telemetry::observed(trace, inner);
+        EdgeFuture::Running {
+            inner,
+            watch: Some(Watch {
+                start,
+                scope,
+                cors,
+                rated,
+                shared: state.store.shared.is_some(),
+                head,
+                trace_id,
+                span,
+            }),
+        }
     }
+}
+
+type Answer<B> = Result<ServiceResponse<EitherBody<B>>, actix_web::Error>;
+
+pin_project_lite::pin_project! {
+    /// A request through the edge: answered at once (a preflight, a refusal while
+    /// draining), running, or waiting for a shared store to take its changes.
+    #[project = EdgeProj]
+    pub(crate) enum EdgeFuture<F, B> {
+        Answered { answer: Option<ServiceResponse<EitherBody<B>>> },
+        Running {
+            #[pin]
+            inner: telemetry::Observed<F>,
+            watch: Option<Watch>,
+        },
+        Finishing { future: futures_util::future::LocalBoxFuture<'static, Answer<B>> },
+    }
+}
+
+impl<F, B> EdgeFuture<F, B> {
+    fn answered(resp: ServiceResponse) -> Self {
+        EdgeFuture::Answered {
+            answer: Some(resp.map_into_right_body()),
+        }
+    }
+}
+
+impl<F, B> Future for EdgeFuture<F, B>
+where
+    F: Future<Output = Result<ServiceResponse<B>, actix_web::Error>>,
+    B: MessageBody + 'static,
+{
+    type Output = Answer<B>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Answer<B>> {
+        match self.as_mut().project() {
+            EdgeProj::Answered { answer } => match answer.take() {
+                Some(resp) => Poll::Ready(Ok(resp)),
+                None => Poll::Ready(Err(actix_web::error::ErrorInternalServerError(
+                    "polled after it answered",
+                ))),
+            },
+            EdgeProj::Finishing { future } => future.as_mut().poll(cx),
+            EdgeProj::Running { inner, watch } => {
+                let res = {
+                    let _inside = watch.as_ref().map(|w| w.span.enter());
+                    ready!(inner.poll(cx))
+                };
+                let Some(watch) = watch.take() else {
+                    return Poll::Ready(Err(actix_web::error::ErrorInternalServerError(
+                        "polled after it answered",
+                    )));
+                };
+                let res = match res {
+                    Ok(res) => res,
+                    Err(e) => {
+                        if let Some((method, path)) = &watch.head {
+                            let status = e.as_response_error().status_code().as_u16();
+                            tracing::info!(target: ACCESS, %method, path, status, "request");
+                        }
+                        return Poll::Ready(Err(e));
+                    }
+                };
+                if watch.shared && res.request().method() == actix_web::http::Method::POST {
+                    // Only with a shared store is there something to wait for: boxed then.
+                    let future = Box::pin(async move {
+                        shared_first(&res).await;
+                        Ok(finish(res, watch))
+                    });
+                    self.set(EdgeFuture::Finishing { future });
+                    return self.poll(cx);
+                }
+                Poll::Ready(Ok(finish(res, watch)))
+            }
+        }
+    }
+}
+
+/// The way out: rate-limit and CORS headers, the metrics, the access-log line.
+fn finish<B: MessageBody + 'static>(
+    mut res: ServiceResponse<B>,
+    watch: Watch,
+) -> ServiceResponse<EitherBody<B>> {
+    let Watch {
+        start,
+        scope,
+        cors,
+        rated,
+        head,
+        trace_id,
+        span,
+        ..
+    } = watch;
+    let call = scope.take();
     let _inside = span.enter();
     let seconds = start.elapsed().as_secs_f64();
     if rated {
@@ -150,7 +307,7 @@ pub(crate) async fn edge(
             "request"
         );
     }
-    Ok(res.map_into_left_body())
+    res.map_into_left_body()
 }
 
 /// With a shared store, an answer leaves once what its call changed is where every replica

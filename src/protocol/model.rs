@@ -564,10 +564,28 @@ pub(crate) fn rfc3339_millis(t: &DateTime<Utc>) -> Option<[u8; 24]> {
 
 /// A fresh random id, spelled the usual way (lowercase, hyphenated).
 pub fn new_id() -> String {
-    uuid::Uuid::new_v4()
-        .hyphenated()
-        .encode_lower(&mut uuid::Uuid::encode_buffer())
-        .to_owned()
+    let mut id = String::with_capacity(36);
+    push_new_id(&mut id);
+    id
+}
+
+/// Appends a fresh random id to `out`, as [`new_id`] spells it (written here rather than
+/// through uuid's formatter, which showed in profiles of every send).
+pub fn push_new_id(out: &mut String) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let bytes = uuid::Uuid::new_v4().into_bytes();
+    let mut text = [0u8; 36];
+    let mut at = 0;
+    for (i, b) in bytes.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            text[at] = b'-';
+            at += 1;
+        }
+        text[at] = HEX[usize::from(b >> 4)];
+        text[at + 1] = HEX[usize::from(b & 0xf)];
+        at += 2;
+    }
+    out.push_str(std::str::from_utf8(&text).unwrap_or_default());
 }
 
 /// ISO 8601, with or without a zone (no zone means UTC, as the reference advises).
@@ -1133,5 +1151,16 @@ mod tests {
         assert_eq!(t.clone().trimmed(Some(2), true).history[0].message_id, "1");
         assert!(t.clone().trimmed(Some(0), false).history.is_empty());
         assert_eq!(t.clone().trimmed(None, true), t.view(None, true));
+    }
+}
+
+#[cfg(test)]
+mod id_tests {
+    #[test]
+    fn new_ids_are_lowercase_hyphenated_version_4_uuids() {
+        let id = super::new_id();
+        let parsed = uuid::Uuid::try_parse(&id).unwrap();
+        assert_eq!(parsed.get_version_num(), 4);
+        assert_eq!(parsed.hyphenated().to_string(), id);
     }
 }

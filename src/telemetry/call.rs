@@ -5,6 +5,7 @@
 
 use std::cell::RefCell;
 use std::future::Future;
+use std::rc::Rc;
 use std::sync::Arc;
 
 use super::TraceParent;
@@ -24,34 +25,39 @@ pub(crate) struct Call {
     pub(crate) context_id: Option<String>,
 }
 
-struct Scope {
+pub(crate) struct Scope {
     call: RefCell<Call>,
     trace: Option<(TraceParent, Option<String>)>,
 }
 
 tokio::task_local! {
-    // Boxed: a task-local is swapped in and out of its slot on every poll, and the note is
-    // a few hundred bytes.
-    static CURRENT: Box<Scope>;
+    // Behind an `Rc`: a task-local is swapped in and out of its slot on every poll, and
+    // the note is a few hundred bytes; the request's own handle reads the note at the end.
+    static CURRENT: Rc<Scope>;
 }
 
+/// A request's handling (`F`), run with a note of its own and the caller's trace context.
+pub(crate) type Observed<F> = tokio::task::futures::TaskLocalFuture<Rc<Scope>, F>;
+
 /// Runs `f` (a request's handling) with an empty note and the caller's trace context
-/// (`traceparent` and `tracestate`); returns its output and what was noted.
-pub(crate) async fn observed<F: Future>(
+/// (`traceparent` and `tracestate`); the note is read from the scope returned once `f`
+/// is done ([`Scope::take`]).
+pub(crate) fn observed<F: Future>(
     trace: Option<(TraceParent, Option<String>)>,
     f: F,
-) -> (F::Output, Call) {
-    let scope = Box::new(Scope {
+) -> (Observed<F>, Rc<Scope>) {
+    let scope = Rc::new(Scope {
         call: RefCell::default(),
         trace,
     });
-    CURRENT
-        .scope(scope, async move {
-            let out = f.await;
-            let call = CURRENT.with(|s| s.call.take());
-            (out, call)
-        })
-        .await
+    (CURRENT.scope(scope.clone(), f), scope)
+}
+
+impl Scope {
+    /// What was noted.
+    pub(crate) fn take(&self) -> Call {
+        self.call.take()
+    }
 }
 
 /// Adds to the current request's note.

@@ -8,7 +8,9 @@ mod call;
 mod metrics;
 mod trace;
 
-pub(crate) use call::{note, note_method, note_task, noted, observed, outgoing_trace};
+pub(crate) use call::{
+    note, note_method, note_task, noted, observed, outgoing_trace, Observed, Scope,
+};
 pub(crate) use metrics::{
     flush_periodically, AgentGauges, Metrics, StoreGauges, UpstreamCalls, UpstreamOutcome,
 };
