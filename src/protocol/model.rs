@@ -569,23 +569,10 @@ pub fn new_id() -> String {
     id
 }
 
-/// Appends a fresh random id to `out`, as [`new_id`] spells it (written here rather than
-/// through uuid's formatter, which showed in profiles of every send).
+/// Appends a fresh random id to `out`, as [`new_id`] spells it.
 pub fn push_new_id(out: &mut String) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let bytes = uuid::Uuid::new_v4().into_bytes();
-    let mut text = [0u8; 36];
-    let mut at = 0;
-    for (i, b) in bytes.iter().enumerate() {
-        if matches!(i, 4 | 6 | 8 | 10) {
-            text[at] = b'-';
-            at += 1;
-        }
-        text[at] = HEX[usize::from(b >> 4)];
-        text[at + 1] = HEX[usize::from(b & 0xf)];
-        at += 2;
-    }
-    out.push_str(std::str::from_utf8(&text).unwrap_or_default());
+    let mut buf = uuid::Uuid::encode_buffer();
+    out.push_str(uuid::Uuid::new_v4().hyphenated().encode_lower(&mut buf));
 }
 
 /// ISO 8601, with or without a zone (no zone means UTC, as the reference advises).
