@@ -153,14 +153,15 @@ fi
 
 if [ -n "$CHECK" ]; then
     failed=0
+    allowed=$(awk -v t="$TOLERANCE" 'BEGIN { print t * 100 }')
     while IFS='=' read -r key value; do
-        key=$(echo "$key" | tr -d ' '); value=$(echo "$value" | tr -d ' _')
-        [ -n "${FIGURES[$key]:-}" ] || continue
+        key=$(echo "$key" | tr -d ' '); value=$(echo "$value" | sed 's/#.*//' | tr -d ' _')
+        [ -n "${FIGURES[$key]:-}" ] || { echo "budget: $key was not measured" >&2; failed=1; continue; }
         if awk -v got="${FIGURES[$key]}" -v budget="$value" -v tol="$TOLERANCE" 'BEGIN { exit !(got > budget * (1 + tol)) }'; then
-            echo "over budget: $key ${FIGURES[$key]} instructions per request, budget $value (+$(awk -v t="$TOLERANCE" 'BEGIN { print t * 100 }')% allowed)" >&2
+            echo "over budget: $key ${FIGURES[$key]} instructions per request, budget $value (+$allowed% allowed)" >&2
             failed=1
         else
-            echo "within budget: $key ${FIGURES[$key]} <= $value"
+            echo "within budget: $key ${FIGURES[$key]} (budget $value, +$allowed% allowed)"
         fi
     done < <(sed -n '/^\[budget\]/,/^\[/p' "$CHECK" | grep -E '^[a-z_]+ *= *[0-9_]+')
     exit "$failed"
