@@ -177,8 +177,14 @@ impl TaskState {
 
     /// Accepts 1.0 names, 0.3 kebab names, the 0.3 REST `CANCELLED` spelling and proto numbers.
     pub fn parse_lenient(token: &str) -> Option<TaskState> {
-        if let Ok(n) = token.parse::<i64>() {
-            return Self::from_number(n);
+        // The 1.0 names, as almost every peer writes them, first.
+        if let Some(state) = Self::from_v10_name(token) {
+            return Some(state);
+        }
+        if token.starts_with(|c: char| c.is_ascii_digit() || c == '-') {
+            if let Ok(n) = token.parse::<i64>() {
+                return Self::from_number(n);
+            }
         }
         let bare = strip_prefix_ignore_case(token, "task_state_");
         // '-' and '_' are interchangeable: "input-required" and "INPUT_REQUIRED".
@@ -204,6 +210,21 @@ impl TaskState {
         .into_iter()
         .find(|(name, _)| same(name))
         .map(|(_, state)| state)
+    }
+
+    fn from_v10_name(token: &str) -> Option<TaskState> {
+        Some(match token {
+            "TASK_STATE_COMPLETED" => TaskState::Completed,
+            "TASK_STATE_WORKING" => TaskState::Working,
+            "TASK_STATE_SUBMITTED" => TaskState::Submitted,
+            "TASK_STATE_INPUT_REQUIRED" => TaskState::InputRequired,
+            "TASK_STATE_FAILED" => TaskState::Failed,
+            "TASK_STATE_CANCELED" => TaskState::Canceled,
+            "TASK_STATE_REJECTED" => TaskState::Rejected,
+            "TASK_STATE_AUTH_REQUIRED" => TaskState::AuthRequired,
+            "TASK_STATE_UNSPECIFIED" => TaskState::Unspecified,
+            _ => return None,
+        })
     }
 
     fn from_number(n: i64) -> Option<TaskState> {
@@ -1149,5 +1170,36 @@ mod id_tests {
         let parsed = uuid::Uuid::try_parse(&id).unwrap();
         assert_eq!(parsed.get_version_num(), 4);
         assert_eq!(parsed.hyphenated().to_string(), id);
+    }
+}
+
+#[cfg(test)]
+mod state_name_tests {
+    use super::TaskState;
+
+    #[test]
+    fn every_state_reads_back_from_its_1_0_and_0_3_names() {
+        for state in [
+            TaskState::Unspecified,
+            TaskState::Submitted,
+            TaskState::Working,
+            TaskState::Completed,
+            TaskState::Failed,
+            TaskState::Canceled,
+            TaskState::InputRequired,
+            TaskState::Rejected,
+            TaskState::AuthRequired,
+        ] {
+            assert_eq!(TaskState::parse_lenient(state.v10_name()), Some(state));
+            if state != TaskState::Unspecified {
+                assert_eq!(TaskState::parse_lenient(state.v03_name()), Some(state));
+            }
+        }
+        assert_eq!(TaskState::parse_lenient("3"), Some(TaskState::Completed));
+        assert_eq!(TaskState::parse_lenient("-1"), None);
+        assert_eq!(
+            TaskState::parse_lenient("CANCELLED"),
+            Some(TaskState::Canceled)
+        );
     }
 }

@@ -722,7 +722,7 @@ impl<'a> Reader<'a> {
             b'"' => {
                 self.string()?;
             }
-            b'{' => self.object(depth, |r, _| r.skip(depth + 1).map(drop))?,
+            b'{' => self.object_with(depth, false, |r, _| r.skip(depth + 1).map(drop))?,
             b'[' => self.array(depth, |r| r.skip(depth + 1).map(drop))?,
             b't' => self.literal(b"true")?,
             b'f' => self.literal(b"false")?,
@@ -857,6 +857,18 @@ impl<'a> Reader<'a> {
     fn object(
         &mut self,
         depth: usize,
+        member: impl FnMut(&mut Self, Cow<'a, str>) -> Result<(), ReadError>,
+    ) -> Result<(), ReadError> {
+        self.object_with(depth, true, member)
+    }
+
+    /// [`Self::object`], checking that its keys are unique only when `unique` (an object
+    /// passed on whole needs no check: its reader decides, as it would reading the
+    /// upstream).
+    fn object_with(
+        &mut self,
+        depth: usize,
+        unique: bool,
         mut member: impl FnMut(&mut Self, Cow<'a, str>) -> Result<(), ReadError>,
     ) -> Result<(), ReadError> {
         if depth > MAX_DEPTH {
@@ -868,7 +880,7 @@ impl<'a> Reader<'a> {
             return Ok(());
         }
         let mark = self.keys.len();
-        let read = self.members(mark, &mut member);
+        let read = self.members(mark, unique, &mut member);
         self.keys.truncate(mark);
         read
     }
@@ -876,6 +888,7 @@ impl<'a> Reader<'a> {
     fn members(
         &mut self,
         mark: usize,
+        unique: bool,
         member: &mut impl FnMut(&mut Self, Cow<'a, str>) -> Result<(), ReadError>,
     ) -> Result<(), ReadError> {
         loop {
@@ -885,11 +898,13 @@ impl<'a> Reader<'a> {
                 false => Cow::Borrowed(self.slice(range.start + 1..range.end - 1)?),
                 true => Cow::Owned(self.decoded(range, true)?),
             };
-            if self.keys[mark..].contains(&key) {
-                return Err(ReadError::Invalid);
+            if unique {
+                if self.keys[mark..].contains(&key) {
+                    return Err(ReadError::Invalid);
+                }
+                self.keys.push(key.clone());
             }
             self.eat(b':')?;
-            self.keys.push(key.clone());
             member(self, key)?;
             match self.peek() {
                 Some(b',') => self.at += 1,
