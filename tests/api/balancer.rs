@@ -34,20 +34,10 @@ use crate::running::Running;
 fn nginx_bin() -> &'static str {
     static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     PATH.get_or_init(|| {
-        let out = Command::new("bash")
-            .arg(repo_root().join("tests/deploy/nginx-env.sh"))
-            .output()
-            .expect("running tests/deploy/nginx-env.sh");
-        assert!(
-            out.status.success(),
-            "tests/deploy/nginx-env.sh could not provide nginx for the load balancer tests:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .last()
-            .unwrap_or_default()
-            .to_string()
+        crate::helpers::provided_by(
+            "tests/deploy/nginx-env.sh",
+            "provide nginx for the load balancer tests",
+        )
     })
 }
 

@@ -15,20 +15,7 @@ use crate::running::Running;
 fn browser() -> &'static str {
     static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     PATH.get_or_init(|| {
-        let out = Command::new("bash")
-            .arg(repo_root().join("scripts/console-env.sh"))
-            .output()
-            .expect("running scripts/console-env.sh");
-        assert!(
-            out.status.success(),
-            "scripts/console-env.sh could not set up the browser tests:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .last()
-            .unwrap_or_default()
-            .to_string()
+        crate::helpers::provided_by("scripts/console-env.sh", "set up the browser tests")
     })
 }
 

@@ -449,3 +449,23 @@ pub fn sha(s: &str) -> String {
 pub fn rpc(method: &str, params: Value) -> String {
     json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string()
 }
+
+/// Runs a set-up script of the repository (`scripts/console-env.sh`, say), which installs
+/// what a test needs where it is missing and prints a path as its last line; fails the test
+/// loudly, naming `what`, when it cannot.
+pub fn provided_by(script: &str, what: &str) -> String {
+    let out = std::process::Command::new("bash")
+        .arg(repo_root().join(script))
+        .output()
+        .unwrap_or_else(|e| panic!("running {script}: {e}"));
+    assert!(
+        out.status.success(),
+        "{script} could not {what}:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .to_string()
+}
