@@ -812,6 +812,51 @@ async fn destinations_outside_the_policy_are_refused_and_nothing_is_sent() {
     assert!(rx.got().is_empty(), "nothing may be sent: {:?}", rx.got());
 }
 
+/// A receiver registered before it exists (its name does not resolve yet) is accepted, in a
+/// config and inline; deliveries to it fail and are retried like any unreachable receiver.
+#[tokio::test]
+async fn a_receiver_whose_name_does_not_resolve_yet_is_accepted_and_retried() {
+    let gw = push_gateway().await;
+    let url = "https://receiver-not-deployed-yet.invalid/webhook";
+    let task = slow_task(&gw, 0.3).await;
+    let r = as_alice(
+        &gw,
+        "CreateTaskPushNotificationConfig",
+        json!({"taskId": task, "id": "later", "url": url}),
+    )
+    .await;
+    assert_eq!(r["result"]["url"], url, "{r}");
+    let r = as_alice(
+        &gw,
+        "SendMessage",
+        json!({"message": message("hi"), "configuration": {"taskPushNotificationConfig": {"url": url}}}),
+    )
+    .await;
+    assert!(r["result"]["task"]["id"].is_string(), "{r}");
+    let listed = as_alice(
+        &gw,
+        "ListTaskPushNotificationConfigs",
+        json!({"taskId": task}),
+    )
+    .await;
+    assert_eq!(listed["result"]["configs"][0]["url"], url, "{listed}");
+    // Deliveries are tried, fail to resolve, and are retried; the gateway stays healthy.
+    let mut metrics = String::new();
+    for _ in 0..100 {
+        metrics = gw.metrics().await;
+        if metrics.contains("a2a_push_notifications_total{outcome=\"retried\"}") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        metrics.contains("a2a_push_notifications_total{outcome=\"retried\"}"),
+        "{metrics}"
+    );
+    let done = wait_for_state_as(&gw, "alice", &task, "TASK_STATE_COMPLETED").await;
+    assert_eq!(done["status"]["state"], "TASK_STATE_COMPLETED");
+}
+
 #[tokio::test]
 async fn redirects_are_not_followed() {
     let gw = push_gateway().await;
