@@ -97,7 +97,7 @@ pub struct TaskIdParams {
 pub struct ListTasksParams {
     #[serde(default, alias = "context_id")]
     pub context_id: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "state_filter")]
     pub status: Option<TaskState>,
     #[serde(default, alias = "page_size")]
     pub page_size: Option<i64>,
@@ -109,6 +109,36 @@ pub struct ListTasksParams {
     pub status_timestamp_after: Option<String>,
     #[serde(default, alias = "include_artifacts")]
     pub include_artifacts: Option<bool>,
+}
+
+/// The `status` filter of `ListTasks`, read as the official servers read it: an unset enum
+/// as clients write it (`UNRECOGNIZED` from @a2a-js/sdk, the unspecified value, `null`) or a
+/// spelling no state has means no filter. Only a value that is not an enum at all (an
+/// object, a list, a boolean) is an error.
+fn state_filter<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<TaskState>, D::Error> {
+    struct Filter;
+    impl serde::de::Visitor<'_> for Filter {
+        type Value = Option<TaskState>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a task state (e.g. \"TASK_STATE_WORKING\")")
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(TaskState::parse_lenient(v))
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {
+            Ok(TaskState::parse_lenient(&v.to_string()))
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
+            Ok(TaskState::parse_lenient(&v.to_string()))
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+    }
+    d.deserialize_any(Filter)
 }
 
 pub const DEFAULT_PAGE_SIZE: usize = 50;
@@ -206,6 +236,36 @@ mod tests {
         assert!(err.to_string().contains("params.message.parts[0]"), "{err}");
         let err = decode::<SendParams>(Some(&raw("{}"))).unwrap_err();
         assert!(err.to_string().contains("missing field `message`"), "{err}");
+    }
+
+    #[test]
+    fn an_unset_or_unknown_status_filter_is_no_filter() {
+        let status = |json: &str| {
+            decode::<ListTasksParams>(Some(&raw(json)))
+                .map(|p| p.check().map(|q| q.state).ok())
+                .ok()
+        };
+        for unset in [
+            r#"{"status":"UNRECOGNIZED"}"#,
+            r#"{"status":"TASK_STATE_UNSPECIFIED"}"#,
+            r#"{"status":0}"#,
+            r#"{"status":-1}"#,
+            r#"{"status":null}"#,
+            r#"{"status":"no-such-state"}"#,
+            r#"{}"#,
+        ] {
+            assert_eq!(status(unset), Some(Some(None)), "{unset}");
+        }
+        assert_eq!(
+            status(r#"{"status":"working"}"#),
+            Some(Some(Some(TaskState::Working)))
+        );
+        assert_eq!(
+            status(r#"{"status":6}"#),
+            Some(Some(Some(TaskState::InputRequired)))
+        );
+        assert_eq!(status(r#"{"status":{"state":"working"}}"#), None);
+        assert_eq!(status(r#"{"status":true}"#), None);
     }
 
     #[test]
