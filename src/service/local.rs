@@ -111,9 +111,8 @@ impl Operations for LocalOps {
                 Err(message) => message,
             };
             let prepared = self.prepare(agent, caller, message)?;
-            let continuing = prepared.continuing.is_some();
             let Started { updates, .. } = self.launch(agent, caller, backend, prepared, true)?;
-            Ok(until_stream_ends(updates, continuing))
+            Ok(until_stream_ends(updates))
         })
     }
 
@@ -630,10 +629,7 @@ trait ChainItems: Stream + Sized {
 impl<S: Stream> ChainItems for S {}
 
 fn terminal_task_error(id: &str, state: TaskState) -> GatewayError {
-    GatewayError::UnsupportedOperation(format!(
-        "task {id} is already {}; start a new task (it may list this one in referenceTaskIds)",
-        state.v03_name()
-    ))
+    state.already_ended(id)
 }
 
 fn not_cancelable(id: &str, state: TaskState) -> GatewayError {
@@ -643,30 +639,23 @@ fn not_cancelable(id: &str, state: TaskState) -> GatewayError {
     }
 }
 
-/// Ends the caller's stream after the item that closes it, or after an error. A follow-up's
-/// stream opens with the task as it was before the follow-up (input-required, say): that
-/// snapshot does not end the stream.
-fn until_stream_ends(
-    updates: mpsc::Receiver<Result<Update, GatewayError>>,
-    continuing: bool,
-) -> ItemStream {
-    Box::pin(stream::unfold(
-        Some((updates, continuing)),
-        |state| async move {
-            let (mut rx, opening) = state?;
-            loop {
-                let item = match rx.recv().await? {
-                    Ok(Update::Item(item)) => Ok(*item),
-                    // A relaying sink sends no bare progress; nothing to show if one came.
-                    Ok(Update::Progress { .. }) => continue,
-                    Err(e) => Err(e),
-                };
-                let snapshot = opening && matches!(&item, Ok(StreamItem::Task(_)));
-                let more = matches!(&item, Ok(i) if snapshot || !i.ends_stream());
-                return Some((item, more.then_some((rx, false))));
-            }
-        },
-    ))
+/// Ends the caller's stream after the item that closes it, or after an error. (A
+/// follow-up's stream opens with its task already working again: see
+/// `Tasks::continue_with`.)
+fn until_stream_ends(updates: mpsc::Receiver<Result<Update, GatewayError>>) -> ItemStream {
+    Box::pin(stream::unfold(Some(updates), |rx| async move {
+        let mut rx = rx?;
+        loop {
+            let item = match rx.recv().await? {
+                Ok(Update::Item(item)) => Ok(*item),
+                // A relaying sink sends no bare progress; nothing to show if one came.
+                Ok(Update::Progress { .. }) => continue,
+                Err(e) => Err(e),
+            };
+            let more = matches!(&item, Ok(i) if !i.ends_stream());
+            return Some((item, more.then_some(rx)));
+        }
+    }))
 }
 
 /// One message's work for a backend, run by the agent's actor when its turn comes.

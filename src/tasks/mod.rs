@@ -554,7 +554,7 @@ impl Tasks {
     }
 
     /// Adds a follow-up message to an unfinished task and hands it the work's cancel
-    /// token; returns the task as the message found it (finished ones unchanged). A task
+    /// token; returns the task with the message taken in (finished ones unchanged). A task
     /// that was waiting for this answer is working again from here on, and its
     /// subscribers are told so.
     pub(crate) fn continue_with(
@@ -573,7 +573,6 @@ impl Tasks {
                 st.bytes += added;
                 self.grew(&st.owner, added);
             }
-            out = Some(st.task.clone());
             if st.task.status.state.is_interrupted() {
                 let event = TaskEvent::Status(TaskStatusUpdateEvent {
                     task_id: st.task.id.clone(),
@@ -587,6 +586,9 @@ impl Tasks {
                     .publish(id, || StreamItem::from(event.clone()), false);
                 working = Some((st.version, event));
             }
+            // Taken after the answer moved the task on: a streamed follow-up opens with
+            // this snapshot, and a client reading its state must not see the question again.
+            out = Some(st.task.clone());
         });
         if let Some((version, event)) = working {
             self.share_event(id, Some(version), &event);

@@ -447,3 +447,57 @@ async fn a_stream_ends_with_the_cancel_that_came_from_elsewhere() {
         assert_eq!(last["status"]["state"], d.state("canceled"), "{d:?}");
     }
 }
+
+/// The states a streamed answer to an `input-required` task goes through, on `path` in
+/// dialect `d`: the question is asked with a blocking send, answered with a streaming one.
+pub(crate) async fn states_of_a_streamed_answer(
+    gw: &crate::helpers::TestGateway,
+    path: &str,
+    d: D,
+) -> Vec<String> {
+    let r = gw
+        .call(
+            path,
+            d,
+            d.send(),
+            json!({"message": d.message("/input your name?")}),
+        )
+        .await;
+    let task = d.task_of(r.result());
+    assert_eq!(task["status"]["state"], d.state("input-required"), "{task}");
+    let mut answer = d.message("Ada");
+    answer["taskId"] = task["id"].clone();
+    answer["contextId"] = task["contextId"].clone();
+    let events = gw
+        .sse(path, d, d.stream(), json!({"message": answer}))
+        .await;
+    events
+        .iter()
+        .map(|e| inner(d, &e.data["result"]))
+        .filter_map(|i| i["status"]["state"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// A streamed answer to a question opens with the task working again, not still asking:
+/// a client that reads the first event as the task's state must not ask twice.
+#[tokio::test]
+async fn a_streamed_answer_opens_with_the_task_working() {
+    let gw = spawn().await;
+    for d in [D::V03, D::V10] {
+        let states = states_of_a_streamed_answer(&gw, "/a2a/agents/echo", d).await;
+        assert_eq!(
+            states.first(),
+            Some(&d.state("working")),
+            "{d:?}: {states:?}"
+        );
+        assert_eq!(
+            states.last(),
+            Some(&d.state("completed")),
+            "{d:?}: {states:?}"
+        );
+        assert!(
+            !states.contains(&d.state("input-required")),
+            "{d:?}: {states:?}"
+        );
+    }
+}
