@@ -47,7 +47,7 @@ impl Serialize for Role {
 }
 
 impl Role {
-    fn from_name(name: &str) -> Option<Role> {
+    pub(crate) fn from_name(name: &str) -> Option<Role> {
         let bare = strip_prefix_ignore_case(name, "role_");
         [
             ("user", Role::User),
@@ -145,6 +145,15 @@ impl TaskState {
 
     pub fn ends_stream(self) -> bool {
         self.is_terminal() || self.is_interrupted()
+    }
+
+    /// The error for a subscription or a message to task `id`, which has already ended in
+    /// this state.
+    pub(crate) fn already_ended(self, id: &str) -> crate::error::GatewayError {
+        crate::error::GatewayError::UnsupportedOperation(format!(
+            "task {id} is already {}; start a new task (it may list this one in referenceTaskIds)",
+            self.v03_name()
+        ))
     }
 
     pub fn v10_name(self) -> &'static str {

@@ -28,6 +28,13 @@ pub fn python() -> PathBuf {
     repo_root().join("target/interop/venv/bin/python")
 }
 
+/// A venv's python with a2a-sdk 0.3.x (its own: 0.3.x and 1.x are one package name).
+pub fn sdk03_python() -> PathBuf {
+    static READY: OnceLock<()> = OnceLock::new();
+    READY.get_or_init(|| setup("scripts/sdk03-venv.sh"));
+    repo_root().join("target/sdk03/venv/bin/python")
+}
+
 /// `node`, with `@a2a-js/sdk` installed under tests/interop/js.
 pub fn node() -> PathBuf {
     static READY: OnceLock<()> = OnceLock::new();

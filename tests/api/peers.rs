@@ -90,6 +90,18 @@ pub async fn python_agent_with(dialects: &str, extra: &[&str]) -> Peer {
     start(python(), &args, 0).await
 }
 
+/// An agent on the official SDK's last 0.3 release (a2a-sdk 0.3.x), which refuses
+/// subscriptions to tasks waiting for input.
+pub async fn sdk03_agent() -> Peer {
+    let script = repo_root().join("tests/interop/sdk03_agent.py");
+    start(
+        crate::interop::sdk03_python(),
+        &[script.to_str().unwrap()],
+        0,
+    )
+    .await
+}
+
 /// The JavaScript SDK echo agent.
 pub async fn js_agent(dialects: &str) -> Peer {
     let script = repo_root().join("tests/interop/js/echo_agent.mjs");

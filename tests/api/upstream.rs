@@ -7,7 +7,9 @@ use futures_util::StreamExt;
 use serde_json::{json, Value};
 
 use crate::helpers::{inner, kind, parse_sse, rpc, spawn_with, text_of, TestGateway, D, ECHO};
-use crate::peers::{fault_server, free_port, js_agent, python_agent, upstream_agent, Peer};
+use crate::peers::{
+    fault_server, free_port, js_agent, python_agent, sdk03_agent, upstream_agent, Peer,
+};
 
 const AGENT: &str = "/a2a/agents/up";
 
@@ -996,4 +998,111 @@ async fn a_0_3_upstreams_tasks_are_listed_as_last_seen_when_they_cannot_be_read_
     let page = listed.result();
     assert_eq!(page["totalSize"], 1, "{page}");
     assert_eq!(page["tasks"][0]["id"], json!(id), "{page}");
+}
+
+/// A streamed answer to an upstream's question never shows the question again: the first
+/// state the caller reads is working, from the SDK 1.x in both dialects and from a2a-sdk
+/// 0.3.x (which opens such a stream with a status update rather than the task).
+#[tokio::test]
+async fn a_streamed_answer_through_an_upstream_opens_with_the_task_working() {
+    for dialects in ["1.0", "0.3", "a2a-sdk 0.3.x"] {
+        let peer = match dialects {
+            "a2a-sdk 0.3.x" => sdk03_agent().await,
+            _ => python_agent(dialects, 0).await,
+        };
+        let gw = gateway_for(&peer, "").await;
+        for d in [D::V03, D::V10] {
+            let states = crate::streaming::states_of_a_streamed_answer(&gw, AGENT, d).await;
+            let label = format!("python {dialects} upstream, {d:?} client: {states:?}");
+            assert_eq!(states.first(), Some(&d.state("working")), "{label}");
+            assert_eq!(states.last(), Some(&d.state("completed")), "{label}");
+            assert!(!states.contains(&d.state("input-required")), "{label}");
+        }
+    }
+}
+
+/// Subscriptions to an upstream task waiting for input: a server that refuses them (the
+/// official SDK's 0.3 server answers "task not found" when no producer runs for the task,
+/// though tasks/get finds it) is made up for by the gateway, which follows the task itself.
+/// Two subscribers, one per client dialect, see the task first, stay open while the task
+/// waits, and end with it once another connection answers.
+#[tokio::test]
+async fn subscriptions_to_a_task_waiting_for_input_hold_whatever_the_upstream_allows() {
+    for dialects in ["a2a-sdk 0.3.x", "1.0"] {
+        let peer = match dialects {
+            "1.0" => python_agent(dialects, 0).await,
+            _ => sdk03_agent().await,
+        };
+        let gw = gateway_for(&peer, "").await;
+        let task = send(&gw, D::V10, "/input your name?", json!({})).await;
+        assert_eq!(
+            task["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+            "{task}"
+        );
+        let id = task["id"].as_str().unwrap().to_string();
+        let watchers: Vec<_> = [D::V10, D::V03]
+            .into_iter()
+            .map(|d| {
+                let body =
+                    json!({"jsonrpc": "2.0", "id": 1, "method": d.subscribe(), "params": {"id": id}});
+                let mut req = gw
+                    .client
+                    .post(gw.url(AGENT))
+                    .header("content-type", "application/json");
+                if let Some(v) = d.header() {
+                    req = req.header("A2A-Version", v);
+                }
+                let req = req.body(body.to_string());
+                (
+                    d,
+                    tokio::spawn(async move {
+                        let resp = req.send().await.unwrap();
+                        (resp.status(), resp.text().await.unwrap())
+                    }),
+                )
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        for (d, w) in &watchers {
+            assert!(
+                !w.is_finished(),
+                "{dialects} upstream, {d:?}: the subscription waits"
+            );
+        }
+        let mut answer = D::V10.message("Ada");
+        answer["taskId"] = json!(id);
+        let done = gw
+            .call(AGENT, D::V10, D::V10.send(), json!({"message": answer}))
+            .await;
+        assert_eq!(
+            D::V10.task_of(done.result())["status"]["state"],
+            "TASK_STATE_COMPLETED"
+        );
+        for (d, w) in watchers {
+            let label = format!("{dialects} upstream, {d:?} subscriber");
+            let (status, body) = tokio::time::timeout(Duration::from_secs(15), w)
+                .await
+                .unwrap_or_else(|_| panic!("{label}: the subscription ends with the task"))
+                .unwrap();
+            assert_eq!(status, 200, "{label}: {body}");
+            let items: Vec<Value> = parse_sse(&body)
+                .iter()
+                .map(|e| e.data["result"].clone())
+                .collect();
+            assert!(!items.is_empty(), "{label}: {body}");
+            assert_eq!(kind(d, &items[0]), "task", "{label}: {body}");
+            assert_eq!(inner(d, &items[0])["id"], json!(id), "{label}");
+            let last = inner(d, items.last().unwrap());
+            assert_eq!(
+                last["status"]["state"],
+                json!(d.state("completed")),
+                "{label}: {body}"
+            );
+        }
+        // A finished task is refused as every subscription to one is.
+        let r = gw
+            .call(AGENT, D::V10, "SubscribeToTask", json!({"id": id}))
+            .await;
+        assert_eq!(r.code(), -32004, "{}", r.body);
+    }
 }

@@ -645,7 +645,21 @@ impl RemoteAgent {
         )?;
         let (me, id) = (self.clone(), id.to_string());
         self.started(async move {
-            let mut relay = me.open_stream(&up, body, StreamEnd::Terminal).await?;
+            let mut relay = match me.open_stream(&up, body, StreamEnd::Terminal).await {
+                Ok(relay) => relay,
+                Err(refused) if refuses_subscriptions(&refused) => {
+                    // Some servers (a2a-sdk 0.3) answer "task not found" for a task no
+                    // producer runs for, such as one waiting for input, though tasks/get
+                    // finds it: then the gateway follows the task itself.
+                    let task = me.get(&id, None).await.map_err(|_| refused)?;
+                    if task.status.state.is_terminal() {
+                        return Err(task.status.state.already_ended(&id));
+                    }
+                    tracing::debug!(agent = %me.name, task = %id, "the upstream refused a subscription; following the task by polling");
+                    return Ok(Relay::following(me.clone(), task));
+                }
+                Err(e) => return Err(e),
+            };
             // 1.0 opens a subscription with the task itself; a 0.3 upstream's resubscribe
             // may not send it, so it is fetched.
             if !matches!(relay.first(), Some(StreamItem::Task(_))) {
@@ -854,6 +868,19 @@ impl RemoteAgent {
         }
         self.counted(Relay::open(self.clone(), end, resp.bytes_stream().boxed()).await)
     }
+}
+
+/// An upstream's refusal of a subscription that `GetTask` may show to be wrong: task not
+/// found, unsupported operation, no such method, or invalid params (a2a-sdk 0.3.x's answer
+/// for a finished task, which the spec answers as unsupported).
+fn refuses_subscriptions(e: &GatewayError) -> bool {
+    matches!(
+        e,
+        GatewayError::Upstream {
+            code: -32001 | -32004 | -32601 | -32602,
+            ..
+        }
+    )
 }
 
 fn is_card_url(url: &str) -> bool {

@@ -78,6 +78,26 @@ impl Relay {
         }
     }
 
+    /// A subscription the upstream refused although the task is unfinished (servers
+    /// with no producer running for a task waiting for input): `task` first, then what
+    /// polling finds, until the task ends.
+    pub(super) fn following(agent: Arc<RemoteAgent>, task: Task) -> Relay {
+        let mut relay = Relay {
+            agent,
+            end: StreamEnd::Terminal,
+            body: stream::empty().boxed(),
+            decoder: SseDecoder::default(),
+            pending: VecDeque::new(),
+            ready: VecDeque::new(),
+            task: None,
+            shown: Shown::default(),
+            polling: true,
+            done: false,
+        };
+        relay.put_first(StreamItem::Task(task));
+        relay
+    }
+
     pub(super) fn first(&self) -> Option<&StreamItem> {
         self.ready.front()
     }
