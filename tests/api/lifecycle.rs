@@ -297,6 +297,17 @@ async fn list_tasks_filters_and_pages_newest_first() {
         "",
         "always present, empty on the last page"
     );
+    // An unset enum as clients write it, or a spelling no state has, is no filter (as the
+    // official servers read it).
+    for unset in [
+        json!("UNRECOGNIZED"),
+        json!("TASK_STATE_BOGUS"),
+        json!(0),
+        json!(null),
+    ] {
+        let all = list(json!({"contextId": ctx, "status": unset})).await;
+        assert_eq!(all.result()["totalSize"], 5, "{unset}: {}", all.body);
+    }
     let no_history = list(json!({"contextId": ctx, "historyLength": 0})).await;
     assert!(no_history.result()["tasks"][0].get("history").is_none());
 
@@ -310,7 +321,7 @@ async fn list_tasks_filters_and_pages_newest_first() {
             json!({"statusTimestampAfter": "yesterday"}),
             "params.statusTimestampAfter",
         ),
-        (json!({"status": "TASK_STATE_BOGUS"}), "params.status"),
+        (json!({"status": {"state": "working"}}), "params.status"),
     ] {
         let r = list(params.clone()).await;
         assert_eq!(r.code(), -32602, "{params}: {}", r.body);

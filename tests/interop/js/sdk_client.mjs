@@ -39,7 +39,7 @@ import {
 
 const TIMEOUT_MS = 10_000; // for every call
 const EXPECTED_TRANSPORT = { '1.0': 'JsonRpcTransport', '0.3': 'LegacyJsonRpcTransport' };
-const CHECKS = ['card', 'send', 'stream', 'message', 'input-required', 'get', 'cancel'];
+const CHECKS = ['card', 'send', 'stream', 'message', 'input-required', 'get', 'cancel', 'list'];
 const S = TaskState;
 const legacyCompat = { enabled: true };
 
@@ -224,6 +224,29 @@ class Checks {
     const task = await this.getTask(this.sentTask.id);
     expect(task.id === this.sentTask.id, `got task ${task.id}`);
     expect(task.status?.state === S.TASK_STATE_COMPLETED, `state ${stateName(task.status?.state)}`);
+  }
+
+  /**
+   * ListTasks with no filters, as the SDK writes it: over JSON-RPC its generated
+   * encoder sends an unset status as `"status": "UNRECOGNIZED"` (REST sends no query).
+   * 0.3 has no ListTasks; the SDK refuses it before sending anything.
+   */
+  async check_list() {
+    const client = await this.client();
+    if (this.dialect === '0.3') {
+      let refused = false;
+      try {
+        await withTimeout((signal) => client.listTasks({}, { signal }));
+      } catch {
+        refused = true;
+      }
+      expect(refused, 'a 0.3 client listed tasks');
+      return;
+    }
+    const page = await withTimeout((signal) => client.listTasks({}, { signal }));
+    expect(Array.isArray(page.tasks) && page.tasks.length >= 1, `tasks ${JSON.stringify(page.tasks)}`);
+    expect(this.sentTask === undefined || page.tasks.some((t) => t.id === this.sentTask.id),
+      `the sent task ${this.sentTask?.id} is not listed`);
   }
 
   async check_cancel() {
