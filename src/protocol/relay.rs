@@ -7,6 +7,14 @@
 //! to trim; the metadata to add its note to), and written out as copies of the upstream's
 //! bytes with those few places replaced. Nothing else is parsed into values, escaped or
 //! rendered again.
+//!
+//! What is relayed must be as valid as what is rendered. The same read checks the values
+//! strict clients choke on: a status timestamp without a zone (repaired to RFC 3339 in
+//! UTC, as the model reads it), a state or role spelled for the other dialect (repaired
+//! to this one's), and required fields (a message's `messageId`, `role` and `parts`, an
+//! artifact's `artifactId` and `parts`, 0.3's `kind`). What cannot be repaired in place
+//! (an unknown state, a missing field) sends the answer down the conversion path, which
+//! reads it as `GetTask` would.
 
 use std::borrow::Cow;
 use std::ops::Range;
@@ -35,6 +43,8 @@ pub struct Relayed {
     found: Found,
     /// Changes to `body` made by [`Relayed::rewrite`]: ordered, not overlapping.
     edits: Vec<(Range<usize>, String)>,
+    /// Values the read found invalid, with what replaces them (see the module's notes).
+    repairs: Vec<(Range<usize>, String)>,
     /// Entries the gateway adds to the object's metadata as it is written (its note), over
     /// any of the object's own under the same keys.
     pub stamp: Option<Metadata>,
@@ -54,6 +64,9 @@ pub enum RelayError {
     Spelling(&'static str),
     #[error("sent a malformed result: {0}")]
     Malformed(#[from] serde_json::Error),
+    /// Something the relay cannot repair in place; the conversion path reads it.
+    #[error("sent a result the relay cannot pass on as written: {0}")]
+    NotAsWritten(&'static str),
 }
 
 /// What the read found where, as byte ranges into the body.
@@ -75,6 +88,8 @@ struct Found {
 #[derive(Debug, Clone, Default, PartialEq)]
 struct StatusFound {
     state: Option<TaskState>,
+    /// Where the state's string is, and whether it has escapes.
+    state_at: Option<(Range<usize>, bool)>,
     /// Where the time is, and whether it has escapes.
     timestamp: Option<(Range<usize>, bool)>,
     message: Option<MessageFound>,
@@ -87,6 +102,12 @@ struct MessageFound {
     whole: Option<Range<usize>>,
     task_id: Option<(Range<usize>, String)>,
     references: Option<(Range<usize>, Vec<String>)>,
+    /// Where the role's string is and whether it has escapes (None: no role).
+    role: Option<(Range<usize>, bool)>,
+    /// Which required fields it has: `messageId` (a string), `parts` (a list), `kind`.
+    message_id: bool,
+    parts: bool,
+    kind: bool,
 }
 
 impl Relayed {
@@ -127,8 +148,11 @@ impl Relayed {
             context_id,
             found,
             edits: Vec::new(),
+            repairs: Vec::new(),
             stamp: None,
         };
+        relayed.repairs = relayed.repairs()?;
+        relayed.edits = relayed.repairs.clone();
         if kind == RelayedKind::Task {
             let Some((_, id)) = &relayed.found.id else {
                 return Err(RelayError::MissingField("id"));
@@ -142,6 +166,116 @@ impl Relayed {
             }
         }
         Ok(relayed)
+    }
+
+    /// What must change for the answer to be valid in its dialect, or why it cannot be
+    /// relayed as written.
+    fn repairs(&self) -> Result<Vec<(Range<usize>, String)>, RelayError> {
+        let mut repairs = Vec::new();
+        let found = &self.found;
+        match self.kind {
+            RelayedKind::Message => self.repair_message(&found.message, &mut repairs)?,
+            RelayedKind::Task => {
+                if let Some(status) = &found.status {
+                    self.repair_state(status, &mut repairs)?;
+                    self.repair_timestamp(status, &mut repairs)?;
+                }
+                let status_message = found.status.as_ref().and_then(|s| s.message.as_ref());
+                for m in status_message
+                    .into_iter()
+                    .chain(found.history.iter().flatten())
+                {
+                    self.repair_message(m, &mut repairs)?;
+                }
+            }
+        }
+        Ok(repairs)
+    }
+
+    fn text(&self, (at, escaped): &(Range<usize>, bool)) -> Result<Cow<'_, str>, RelayError> {
+        let raw = std::str::from_utf8(&self.body[at.clone()])
+            .map_err(|_| RelayError::NotAsWritten("a string that is not UTF-8"))?;
+        Ok(match escaped {
+            false => Cow::Borrowed(&raw[1..raw.len() - 1]),
+            true => Cow::Owned(serde_json::from_str(raw)?),
+        })
+    }
+
+    /// A state spelled as this dialect spells it; another dialect's spelling is repaired,
+    /// one no dialect has is not relayed.
+    fn repair_state(
+        &self,
+        status: &StatusFound,
+        repairs: &mut Vec<(Range<usize>, String)>,
+    ) -> Result<(), RelayError> {
+        let (Some(state), Some(at)) = (status.state, &status.state_at) else {
+            return Err(RelayError::NotAsWritten("a task state no dialect has"));
+        };
+        let name = match self.dialect {
+            Dialect::V10 => state.v10_name(),
+            Dialect::V03 | Dialect::V01 => state.v03_name(),
+        };
+        if at.1 || self.text(at)? != name {
+            repairs.push((at.0.clone(), format!("\"{name}\"")));
+        }
+        Ok(())
+    }
+
+    /// A status timestamp is RFC 3339 with a zone; one without (`2026-11-25T13:56:08.99`,
+    /// as some Python servers write) is read as UTC, as the model reads it.
+    fn repair_timestamp(
+        &self,
+        status: &StatusFound,
+        repairs: &mut Vec<(Range<usize>, String)>,
+    ) -> Result<(), RelayError> {
+        let Some(at) = &status.timestamp else {
+            return Ok(());
+        };
+        let text = self.text(at)?;
+        if !at.1 && is_rfc3339(&text) {
+            return Ok(());
+        }
+        let time = super::model::parse_timestamp(&text)
+            .ok_or(RelayError::NotAsWritten("a timestamp that is not one"))?;
+        repairs.push((
+            at.0.clone(),
+            format!("\"{}\"", super::model::format_timestamp(&time)),
+        ));
+        Ok(())
+    }
+
+    fn repair_message(
+        &self,
+        m: &MessageFound,
+        repairs: &mut Vec<(Range<usize>, String)>,
+    ) -> Result<(), RelayError> {
+        if !(m.message_id && m.parts) || (self.dialect != Dialect::V10 && !m.kind) {
+            return Err(RelayError::NotAsWritten(
+                "a message without its required fields",
+            ));
+        }
+        let Some(at) = &m.role else {
+            return Err(RelayError::NotAsWritten("a message without a role"));
+        };
+        let text = self.text(at)?;
+        let role = super::model::Role::from_name(&text)
+            .ok_or(RelayError::NotAsWritten("a role no dialect has"))?;
+        let name = match self.dialect {
+            Dialect::V10 => role.v10_name(),
+            Dialect::V03 | Dialect::V01 => role.v03_name(),
+        };
+        if at.1 || text != name {
+            repairs.push((at.0.clone(), format!("\"{name}\"")));
+        }
+        Ok(())
+    }
+
+    /// The task's state (None for a message).
+    pub fn state(&self) -> Option<TaskState> {
+        match self.kind {
+            RelayedKind::Task => self.found.status.as_ref()?.state,
+            RelayedKind::Message => None,
+        }
     }
 
     /// The task's status without its message (None for a message).
@@ -170,6 +304,7 @@ impl Relayed {
         history_length: Option<usize>,
     ) -> Result<(), RelayError> {
         let mut edits = Vec::new();
+        let mut removed = None;
         let found = &self.found;
         match self.kind {
             RelayedKind::Message => message_edits(&found.message, map, &mut edits)?,
@@ -194,6 +329,7 @@ impl Relayed {
                             None => whole(gone.last()).map_or(first.end, |last| last.end),
                         };
                         edits.push((first.start..end, String::new()));
+                        removed = Some(first.start..end);
                     }
                     for m in kept {
                         message_edits(m, map, &mut edits)?;
@@ -201,6 +337,17 @@ impl Relayed {
                 }
             }
         }
+        // Repairs inside the messages trimmed away go with them.
+        edits.extend(
+            self.repairs
+                .iter()
+                .filter(|(at, _)| {
+                    removed
+                        .as_ref()
+                        .is_none_or(|gone| at.start < gone.start || at.end > gone.end)
+                })
+                .cloned(),
+        );
         edits.sort_by_key(|(at, _)| at.start);
         self.edits = edits;
         Ok(())
@@ -522,13 +669,30 @@ fn read_object(
             "context_id" | "task_id" | "reference_task_ids" => {
                 return Err(ReadError::Relay(RelayError::Spelling(spelling(&key))));
             }
+            "role" if r.peek() == Some(b'"') => found.message.role = Some(r.string()?),
+            "messageId" if r.peek() == Some(b'"') => {
+                r.string()?;
+                found.message.message_id = true;
+            }
+            "parts" if r.peek() == Some(b'[') => {
+                r.skip(depth + 1)?;
+                found.message.parts = true;
+            }
+            "kind" if message_only => {
+                r.skip(depth + 1)?;
+                found.message.kind = true;
+            }
             _ if message_only => r.skip(depth + 1).map(drop)?,
             "id" => {
                 let id = r.opt_string()?;
                 found.id = Some(id.ok_or(ReadError::Relay(RelayError::MissingField("id")))?);
             }
             "contextId" => fields.context_id = r.opt_string()?.map(|(_, c)| c),
-            "kind" => fields.kind = r.opt_string()?.map(|(_, k)| k),
+            "kind" => {
+                fields.kind = r.opt_string()?.map(|(_, k)| k);
+                found.message.kind = true;
+            }
+            "artifacts" => read_artifacts(r, depth + 1)?,
             "status" => found.status = Some(read_status(r, depth + 1)?),
             "history" => found.history = read_history(r, depth + 1)?,
             "metadata" => {
@@ -559,12 +723,19 @@ fn read_status(r: &mut Reader<'_>, depth: usize) -> Result<StatusFound, ReadErro
                 let (at, escaped) = r.string()?;
                 status.state = match escaped {
                     false => TaskState::parse_lenient(r.slice(at.start + 1..at.end - 1)?),
-                    true => TaskState::parse_lenient(&r.decoded(at, true)?),
+                    true => TaskState::parse_lenient(&r.decoded(at.clone(), true)?),
                 };
+                status.state_at = Some((at, escaped));
                 state = true;
             }
-            // Read when it is asked for (ListTasks on 0.3 upstreams).
+            // Checked (see the module's notes), and read when asked for (ListTasks on 0.3
+            // upstreams). Only a string or null is a timestamp.
             "timestamp" if r.peek() == Some(b'"') => status.timestamp = Some(r.string()?),
+            "timestamp" if !r.null()? => {
+                return Err(ReadError::Relay(RelayError::NotAsWritten(
+                    "a timestamp that is not a string",
+                )))
+            }
             "message" if !r.null()? => {
                 let (whole, found, _) = read_object(r, depth + 1, true)?;
                 status.message = Some(MessageFound {
@@ -597,6 +768,80 @@ fn read_history(r: &mut Reader<'_>, depth: usize) -> Result<Option<Vec<MessageFo
         Ok(())
     })?;
     Ok(Some(messages))
+}
+
+/// A task's artifacts, each with its required `artifactId` (a string) and `parts` (a
+/// list); null is none.
+fn read_artifacts(r: &mut Reader<'_>, depth: usize) -> Result<(), ReadError> {
+    if r.null()? {
+        return r.skip(depth).map(drop);
+    }
+    r.array(depth, |r| {
+        let (mut id, mut parts) = (false, false);
+        // Passed on whole: its reader decides between two equal keys, as it would reading
+        // the upstream (either way it has the field).
+        r.object_with(depth + 1, false, |r, key| {
+            match &*key {
+                "artifactId" if r.peek() == Some(b'"') => id = true,
+                "parts" if r.peek() == Some(b'[') => parts = true,
+                _ => {}
+            }
+            r.skip(depth + 2).map(drop)
+        })?;
+        match id && parts {
+            true => Ok(()),
+            false => Err(ReadError::Relay(RelayError::NotAsWritten(
+                "an artifact without its artifactId or parts",
+            ))),
+        }
+    })
+}
+
+/// `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)`, the form every SDK's parser takes (the
+/// fields in their ranges; the day is not checked against the month).
+fn is_rfc3339(s: &str) -> bool {
+    let b = s.as_bytes();
+    let num = |at: usize, len: usize, max: u32| {
+        b.get(at..at + len).is_some_and(|d| {
+            d.iter().all(u8::is_ascii_digit)
+                && d.iter().fold(0, |n, &c| n * 10 + u32::from(c - b'0')) <= max
+        })
+    };
+    let is = |at: usize, c: &[u8]| b.get(at).is_some_and(|x| c.contains(x));
+    let fields = num(0, 4, 9999)
+        && is(4, b"-")
+        && num(5, 2, 12)
+        && is(7, b"-")
+        && num(8, 2, 31)
+        && is(10, b"Tt")
+        && num(11, 2, 23)
+        && is(13, b":")
+        && num(14, 2, 59)
+        && is(16, b":")
+        && num(17, 2, 60)
+        && b[5..7] != *b"00"
+        && b[8..10] != *b"00";
+    if !fields {
+        return false;
+    }
+    let mut at = 19;
+    if is(at, b".") {
+        let digits = b[at + 1..]
+            .iter()
+            .take_while(|c| c.is_ascii_digit())
+            .count();
+        if digits == 0 {
+            return false;
+        }
+        at += 1 + digits;
+    }
+    match b.get(at) {
+        Some(b'Z' | b'z') => at + 1 == b.len(),
+        Some(b'+' | b'-') => {
+            at + 6 == b.len() && num(at + 1, 2, 23) && is(at + 3, b":") && num(at + 4, 2, 59)
+        }
+        _ => false,
+    }
 }
 
 /// Why the reader stopped.
@@ -976,8 +1221,8 @@ mod tests {
             "status": {"state": "TASK_STATE_COMPLETED",
                        "message": {"messageId": "a", "taskId": "t1", "role": "ROLE_AGENT", "parts": []}},
             "history": [
-                {"messageId": "1", "taskId": "t1", "referenceTaskIds": ["t0"], "parts": []},
-                {"messageId": "2", "taskId": "t1", "parts": []}
+                {"messageId": "1", "taskId": "t1", "referenceTaskIds": ["t0"], "role": "ROLE_USER", "parts": []},
+                {"messageId": "2", "taskId": "t1", "role": "ROLE_USER", "parts": []}
             ],
             "metadata": {"upstream": true}
         }}));
@@ -992,7 +1237,7 @@ mod tests {
                 "id": "agent.t1", "contextId": "c1", "x-extension": {"keep": [1, 2]},
                 "status": {"state": "TASK_STATE_COMPLETED",
                            "message": {"messageId": "a", "taskId": "agent.t1", "role": "ROLE_AGENT", "parts": []}},
-                "history": [{"messageId": "2", "taskId": "agent.t1", "parts": []}],
+                "history": [{"messageId": "2", "taskId": "agent.t1", "role": "ROLE_USER", "parts": []}],
                 "metadata": {"upstream": true, "gateway/agent": "agent"}
             }})
         );
@@ -1054,7 +1299,7 @@ mod tests {
     #[test]
     fn a_0_3_message_is_tagged_and_malformed_results_are_refused() {
         let m = raw(
-            json!({"kind": "message", "messageId": "m", "contextId": "c", "taskId": "t", "parts": []}),
+            json!({"kind": "message", "messageId": "m", "contextId": "c", "taskId": "t", "role": "agent", "parts": []}),
         );
         let mut r = Relayed::read(Dialect::V03, &m).unwrap();
         assert_eq!(
@@ -1146,13 +1391,141 @@ mod tests {
     fn history_trimmed_to_nothing_and_escaped_ids_stay_valid() {
         let result = raw(json!({"task": {
             "id": "t\"1", "contextId": "c", "status": {"state": "TASK_STATE_COMPLETED"},
-            "history": [{"messageId": "1", "taskId": "t\"1", "parts": []}]
+            "history": [{"messageId": "1", "taskId": "t\"1", "role": "ROLE_USER", "parts": []}]
         }}));
         let mut r = Relayed::read(Dialect::V10, &result).unwrap();
         r.rewrite(&|id| format!("up.{id}"), Some(0)).unwrap();
         let task = written(&r, Dialect::V10)["task"].clone();
         assert_eq!(task["id"], "up.t\"1");
         assert_eq!(task["history"], json!([]));
+    }
+
+    /// What strict clients refuse is repaired in place (a timestamp without a zone, the
+    /// other dialect's spellings) or left to the conversion path (what cannot be).
+    #[test]
+    fn relayed_answers_are_valid_in_their_dialect() {
+        let task = |state: &str, timestamp: serde_json::Value, role: &str| {
+            json!({"id": "t", "contextId": "c",
+                   "status": {"state": state, "timestamp": timestamp,
+                              "message": {"kind": "message", "messageId": "m", "role": role, "parts": []}},
+                   "history": [{"kind": "message", "messageId": "h", "role": role, "parts": [{"kind": "text", "text": "x"}]}],
+                   "artifacts": [{"artifactId": "a", "parts": []}]})
+        };
+        let relayed = |dialect: Dialect, task: serde_json::Value| {
+            let wrapped = match dialect {
+                Dialect::V10 => json!({ "task": task }),
+                _ => {
+                    let mut t = task;
+                    t["kind"] = json!("task");
+                    t
+                }
+            };
+            Relayed::read(dialect, &raw(wrapped)).map(|mut r| {
+                r.rewrite(&|i| i.into(), None).unwrap();
+                let out = written(&r, dialect);
+                match dialect {
+                    Dialect::V10 => out["task"].clone(),
+                    _ => out,
+                }
+            })
+        };
+        // Valid as written: nothing changes (an offset and nanoseconds are RFC 3339).
+        for at in [
+            "2026-11-25T13:56:08.999342123+01:00",
+            "2026-11-25T13:56:08Z",
+        ] {
+            let t = task("TASK_STATE_WORKING", json!(at), "ROLE_AGENT");
+            assert_eq!(relayed(Dialect::V10, t.clone()).unwrap(), t);
+        }
+        // A zone-less timestamp is read as UTC; the other dialect's spellings are
+        // repaired, in both directions.
+        let t = relayed(
+            Dialect::V10,
+            task("completed", json!("2026-11-25T13:56:08.999342"), "agent"),
+        )
+        .unwrap();
+        assert_eq!(t["status"]["timestamp"], "2026-11-25T13:56:08.999Z");
+        assert_eq!(t["status"]["state"], "TASK_STATE_COMPLETED");
+        assert_eq!(t["status"]["message"]["role"], "ROLE_AGENT");
+        assert_eq!(t["history"][0]["role"], "ROLE_AGENT");
+        assert_eq!(t["history"][0]["parts"][0]["text"], "x");
+        let t = relayed(
+            Dialect::V03,
+            task(
+                "TASK_STATE_INPUT_REQUIRED",
+                json!("2026-11-25 13:56:08"),
+                "ROLE_USER",
+            ),
+        );
+        // (A space for the T is not a timestamp the model reads either.)
+        assert!(t.is_err());
+        let t = relayed(
+            Dialect::V03,
+            task(
+                "TASK_STATE_INPUT_REQUIRED",
+                json!("2026-11-25T13:56:08"),
+                "ROLE_USER",
+            ),
+        )
+        .unwrap();
+        assert_eq!(t["status"]["state"], "input-required");
+        assert_eq!(t["status"]["timestamp"], "2026-11-25T13:56:08.000Z");
+        assert_eq!(t["history"][0]["role"], "user");
+        // A trimmed message's repair goes with it.
+        let mut r = Relayed::read(
+            Dialect::V10,
+            &raw(json!({"task": task("TASK_STATE_WORKING", json!(null), "agent")})),
+        )
+        .unwrap();
+        r.rewrite(&|i| i.into(), Some(0)).unwrap();
+        assert_eq!(written(&r, Dialect::V10)["task"]["history"], json!([]));
+        // What cannot be repaired in place goes to the conversion path.
+        for (why, t) in [
+            (
+                "unknown state",
+                task("TASK_STATE_PONDERING", json!(null), "agent"),
+            ),
+            ("unknown role", task("working", json!(null), "robot")),
+            ("not a time", task("working", json!("yesterday"), "agent")),
+            ("a number", task("working", json!(1764078968), "agent")),
+            ("no parts", {
+                let mut t = task("working", json!(null), "agent");
+                t["history"][0].as_object_mut().unwrap().remove("parts");
+                t
+            }),
+            ("no messageId", {
+                let mut t = task("working", json!(null), "agent");
+                t["status"]["message"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("messageId");
+                t
+            }),
+            ("no artifactId", {
+                let mut t = task("working", json!(null), "agent");
+                t["artifacts"][0]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("artifactId");
+                t
+            }),
+        ] {
+            assert!(relayed(Dialect::V10, t).is_err(), "{why}");
+        }
+        // 0.3 messages need their kind.
+        let mut t = task("working", json!(null), "agent");
+        t["history"][0].as_object_mut().unwrap().remove("kind");
+        assert!(relayed(Dialect::V10, t.clone()).is_ok());
+        assert!(relayed(Dialect::V03, t).is_err());
+        for at in [
+            "2026-13-01T00:00:00Z",
+            "2026-11-25T24:00:00Z",
+            "2026-11-25T13:56:08.Z",
+            "2026-11-25T13:56:08+0100",
+            "2026-11-25",
+        ] {
+            assert!(!is_rfc3339(at), "{at}");
+        }
     }
 
     /// What the reader skips it checks as serde_json does: a value in an extension field
