@@ -7,7 +7,7 @@
 //! first event is returned as an error, so the caller gets a plain JSON-RPC error rather
 //! than a stream holding one.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,6 +41,8 @@ pub(super) struct Relay {
     task: Option<(String, String)>,
     /// What a subscriber has been shown, so that following by polling picks up there.
     shown: Shown,
+    /// The artifact ids the caller has been shown a start of (see `convert`).
+    artifacts: HashSet<String>,
     /// The upstream ended a subscription before the task ended: follow it with tasks/get.
     polling: bool,
     done: bool,
@@ -62,6 +64,7 @@ impl Relay {
             ready: VecDeque::new(),
             task: None,
             shown: Shown::default(),
+            artifacts: HashSet::new(),
             polling: false,
             done: false,
         };
@@ -91,6 +94,7 @@ impl Relay {
             ready: VecDeque::new(),
             task: None,
             shown: Shown::default(),
+            artifacts: HashSet::new(),
             polling: true,
             done: false,
         };
@@ -194,11 +198,31 @@ impl Relay {
             GatewayError::InvalidAgentResponse(format!("agent {name} sent an empty stream event"))
         })?;
         self.agent.outward_item(&mut item);
+        // Some upstreams mark an artifact's first chunk `append` (and repeat it whole,
+        // not appended, as the last): a client cannot append to an artifact it does not
+        // have, so the first chunk of an id starts it.
+        if let StreamItem::ArtifactUpdate(a) = &mut item {
+            if a.append && !self.artifacts.contains(&a.artifact.artifact_id) {
+                a.append = false;
+            }
+        }
         self.note(&item);
         Ok(item)
     }
 
     fn note(&mut self, item: &StreamItem) {
+        match item {
+            StreamItem::Task(t) => {
+                let ids = t.artifacts.iter().map(|a| a.artifact_id.clone());
+                self.artifacts.extend(ids);
+            }
+            StreamItem::ArtifactUpdate(a) => {
+                if !self.artifacts.contains(&a.artifact.artifact_id) {
+                    self.artifacts.insert(a.artifact.artifact_id.clone());
+                }
+            }
+            StreamItem::StatusUpdate(_) | StreamItem::Message(_) => {}
+        }
         if self.task.is_none() {
             self.task = match item {
                 StreamItem::Task(t) => Some((t.id.clone(), t.context_id.clone())),
