@@ -30,7 +30,7 @@ use self::wire::TaskOp;
 use super::AgentHealth;
 use crate::config::A2aConfig;
 use crate::error::GatewayError;
-use crate::protocol::model::{Message, StreamEnd, StreamItem, Task};
+use crate::protocol::model::{Message, StreamEnd, StreamItem, Task, TaskState};
 use crate::protocol::ops::SendResult;
 use crate::protocol::ops::{ItemStream, ListTasksResponse, SendRequest};
 use crate::protocol::params::ListQuery;
@@ -98,6 +98,9 @@ pub(crate) struct RemoteAgent {
     /// Call counters, when metrics are on.
     calls: Option<UpstreamCalls>,
 }
+
+/// The longest pause between two reads of a task a blocking send waits for.
+const POLL_INTERVAL_MAX: Duration = Duration::from_millis(500);
 
 /// How long a caller's stream waits for the upstream's first event before it starts (and
 /// its keep-alives with it): errors come back as plain JSON-RPC answers until then.
@@ -522,6 +525,54 @@ impl RemoteAgent {
     }
 
     pub(crate) async fn send(&self, req: &SendRequest) -> Result<SendResult, GatewayError> {
+        let sent = self.send_once(req).await?;
+        match (&sent, req.blocking) {
+            (SendResult::Relayed(r), true) => match r.state() {
+                Some(state) if !state.ends_stream() => {
+                    let id = r.task_id.clone().unwrap_or_default();
+                    self.until_settled(id, req.history_length).await
+                }
+                _ => Ok(sent),
+            },
+            (SendResult::Task(t), true) if !t.status.state.ends_stream() => {
+                let id = t.id.clone();
+                self.until_settled(id, req.history_length).await
+            }
+            _ => Ok(sent),
+        }
+    }
+
+    /// A blocking send the upstream answered before the task settled (fasta2a answers
+    /// every send at once, `submitted`): the caller asked to wait, so the gateway does,
+    /// reading the task until it ends or asks for input, within `timeout_secs`.
+    async fn until_settled(
+        &self,
+        id: String,
+        history_length: Option<usize>,
+    ) -> Result<SendResult, GatewayError> {
+        let deadline = Duration::from_secs(self.config.timeout_secs);
+        let follow = async {
+            let mut pause = Duration::from_millis(20);
+            loop {
+                tokio::time::sleep(pause).await;
+                let task = self.get(&id, history_length).await?;
+                if task.status.state.ends_stream() {
+                    return Ok(SendResult::Task(task));
+                }
+                pause = (pause * 2).min(POLL_INTERVAL_MAX);
+            }
+        };
+        tokio::time::timeout(deadline, follow)
+            .await
+            .unwrap_or_else(|_| {
+                Err(GatewayError::UpstreamTimeout {
+                    agent: self.name.to_string(),
+                    secs: self.config.timeout_secs,
+                })
+            })
+    }
+
+    async fn send_once(&self, req: &SendRequest) -> Result<SendResult, GatewayError> {
         let up = self.upstream()?;
         let message = self.inward_message(&req.message)?;
         let body = wire::send_body(up.dialect, false, self.request_id(), req, &message)?;
@@ -614,8 +665,18 @@ impl RemoteAgent {
         self.task_call(TaskOp::Get, id, history_length).await
     }
 
+    /// A cancel the upstream answers with the task finished otherwise (fasta2a answers so
+    /// for a task that had already ended) did not cancel it: the spec's not-cancelable.
     pub(crate) async fn cancel(&self, id: &str) -> Result<Task, GatewayError> {
-        self.task_call(TaskOp::Cancel, id, None).await
+        let task = self.task_call(TaskOp::Cancel, id, None).await?;
+        match task.status.state {
+            TaskState::Canceled => Ok(task),
+            state if state.is_terminal() => Err(GatewayError::TaskNotCancelable {
+                id: id.to_string(),
+                state: state.v03_name(),
+            }),
+            _ => Ok(task),
+        }
     }
 
     async fn task_call(
@@ -660,6 +721,13 @@ impl RemoteAgent {
                 }
                 Err(e) => return Err(e),
             };
+            // A finished task has nothing to subscribe to, whatever the upstream sends
+            // (fasta2a: the task, then the end).
+            if let Some(StreamItem::Task(t)) = relay.first() {
+                if t.status.state.is_terminal() {
+                    return Err(t.status.state.already_ended(&id));
+                }
+            }
             // 1.0 opens a subscription with the task itself; a 0.3 upstream's resubscribe
             // may not send it, so it is fetched.
             if !matches!(relay.first(), Some(StreamItem::Task(_))) {
