@@ -39,12 +39,12 @@ Behaviour (text = the user message's text parts joined with ""):
 import argparse
 import asyncio
 import logging
-import os
 import re
-import socket
 import uuid
 
 import uvicorn
+
+from listening import bind, serve
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -243,29 +243,6 @@ def build_app(base_url: str, dialects: tuple[str, ...] = DIALECTS,
     else:
         routes = create_agent_card_routes(card) + rpc_routes
     return Starlette(routes=routes)
-
-
-def bind(host: str, port: int) -> socket.socket:
-    """A bound (not yet listening) TCP socket, so --port 0 is resolved before
-    the card, which carries the port, is built."""
-    family = socket.AF_INET6 if ':' in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.set_inheritable(True)
-    return sock
-
-
-async def serve(server: uvicorn.Server, sock: socket.socket, ready_file: str | None) -> None:
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started and not task.done():
-        await asyncio.sleep(0.02)
-    if server.started and ready_file:
-        tmp = f'{ready_file}.{os.getpid()}.tmp'
-        with open(tmp, 'w') as f:
-            f.write(f'{sock.getsockname()[1]}\n')
-        os.replace(tmp, ready_file)
-    await task
 
 
 def main() -> None:

@@ -21,10 +21,10 @@ once the server accepts connections, written atomically.
 import argparse
 import asyncio
 import logging
-import os
-import socket
 
 import uvicorn
+
+from listening import bind, serve
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.apps import A2AStarletteApplication
 from a2a.server.events import EventQueue
@@ -75,26 +75,6 @@ def card(base_url: str) -> AgentCard:
         capabilities=AgentCapabilities(streaming=True),
         skills=[AgentSkill(id='echo', name='Echo', description='Echoes text', tags=['echo'])],
     )
-
-
-def bind(host: str, port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.set_inheritable(True)
-    return sock
-
-
-async def serve(server: uvicorn.Server, sock: socket.socket, ready_file: str | None) -> None:
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started and not task.done():
-        await asyncio.sleep(0.02)
-    if server.started and ready_file:
-        tmp = f'{ready_file}.{os.getpid()}.tmp'
-        with open(tmp, 'w') as f:
-            f.write(f'{sock.getsockname()[1]}\n')
-        os.replace(tmp, ready_file)
-    await task
 
 
 def main() -> None:
