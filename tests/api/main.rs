@@ -28,4 +28,5 @@ mod routing;
 mod running;
 mod store;
 mod streaming;
+mod thirdparty;
 mod upstream;

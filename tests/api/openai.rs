@@ -698,7 +698,7 @@ async fn history_is_bounded_in_messages_and_tokens_newest_kept() {
 }
 
 /// Reads a streamed call's events as they come, until `until` says stop.
-async fn read_events_until(
+pub(crate) async fn read_events_until(
     resp: &mut (impl futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin),
     buf: &mut String,
     until: impl Fn(&[crate::helpers::Sse]) -> bool,

@@ -52,7 +52,8 @@ async fn start(program: PathBuf, args: &[&str], port: u16) -> Peer {
         port: 0,
         _dir: dir,
     };
-    for _ in 0..300 {
+    // A minute: LiteLLM's proxy takes 12-18 s to import on two cores.
+    for _ in 0..1200 {
         if let Ok(text) = std::fs::read_to_string(&ready) {
             if let Ok(port) = text.trim().parse() {
                 peer.port = port;
@@ -100,6 +101,24 @@ pub async fn sdk03_agent() -> Peer {
         0,
     )
     .await
+}
+
+/// pydantic-ai's A2A server (fasta2a) in front of a FunctionModel: a third-party upstream.
+pub async fn fasta2a_agent() -> Peer {
+    let script = repo_root().join("tests/interop/fasta2a_agent.py");
+    start(
+        crate::interop::thirdparty_python(),
+        &[script.to_str().unwrap()],
+        0,
+    )
+    .await
+}
+
+/// LiteLLM's proxy with mock models (`mock-gpt`, `mock-gpt-slow`), keyed `master_key`.
+pub async fn litellm_proxy(master_key: &str) -> Peer {
+    let script = repo_root().join("tests/interop/litellm_proxy.py");
+    let args = [script.to_str().unwrap(), "--master-key", master_key];
+    start(crate::interop::thirdparty_python(), &args, 0).await
 }
 
 /// The JavaScript SDK echo agent.
