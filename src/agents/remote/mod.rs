@@ -526,50 +526,55 @@ impl RemoteAgent {
 
     pub(crate) async fn send(&self, req: &SendRequest) -> Result<SendResult, GatewayError> {
         let sent = self.send_once(req).await?;
-        match (&sent, req.blocking) {
-            (SendResult::Relayed(r), true) => match r.state() {
-                Some(state) if !state.ends_stream() => {
-                    let id = r.task_id.clone().unwrap_or_default();
-                    self.until_settled(id, req.history_length).await
-                }
-                _ => Ok(sent),
-            },
-            (SendResult::Task(t), true) if !t.status.state.ends_stream() => {
-                let id = t.id.clone();
-                self.until_settled(id, req.history_length).await
-            }
-            _ => Ok(sent),
+        if !req.blocking {
+            return Ok(sent);
+        }
+        let unsettled = match &sent {
+            SendResult::Relayed(r) => r
+                .state()
+                .filter(|s| !s.ends_stream())
+                .and_then(|_| r.task_id.clone()),
+            SendResult::Task(t) if !t.status.state.ends_stream() => Some(t.id.clone()),
+            _ => None,
+        };
+        match unsettled {
+            Some(id) => Ok(self.until_settled(&id, req.history_length, sent).await),
+            None => Ok(sent),
         }
     }
 
     /// A blocking send the upstream answered before the task settled (fasta2a answers
     /// every send at once, `submitted`): the caller asked to wait, so the gateway does,
-    /// reading the task until it ends or asks for input, within `timeout_secs`.
+    /// reading the task until it ends or asks for input. Past `timeout_secs`, or when the
+    /// task cannot be read, the caller gets the task as last seen, as a blocking send
+    /// whose upstream gave up waiting would.
     async fn until_settled(
         &self,
-        id: String,
+        id: &str,
         history_length: Option<usize>,
-    ) -> Result<SendResult, GatewayError> {
-        let deadline = Duration::from_secs(self.config.timeout_secs);
-        let follow = async {
-            let mut pause = Duration::from_millis(20);
-            loop {
-                tokio::time::sleep(pause).await;
-                let task = self.get(&id, history_length).await?;
-                if task.status.state.ends_stream() {
-                    return Ok(SendResult::Task(task));
+        sent: SendResult,
+    ) -> SendResult {
+        let until = tokio::time::Instant::now() + Duration::from_secs(self.config.timeout_secs);
+        let mut pause = Duration::from_millis(20);
+        let mut last = sent;
+        while tokio::time::Instant::now() + pause < until {
+            tokio::time::sleep(pause).await;
+            match self.get(id, history_length).await {
+                Ok(task) => {
+                    let settled = task.status.state.ends_stream();
+                    last = SendResult::Task(task);
+                    if settled {
+                        break;
+                    }
                 }
-                pause = (pause * 2).min(POLL_INTERVAL_MAX);
+                Err(e) => {
+                    tracing::debug!(agent = %self.name, task = %id, error = %e, "a blocking send's task could not be read; answered as last seen");
+                    break;
+                }
             }
-        };
-        tokio::time::timeout(deadline, follow)
-            .await
-            .unwrap_or_else(|_| {
-                Err(GatewayError::UpstreamTimeout {
-                    agent: self.name.to_string(),
-                    secs: self.config.timeout_secs,
-                })
-            })
+            pause = (pause * 2).min(POLL_INTERVAL_MAX);
+        }
+        last
     }
 
     async fn send_once(&self, req: &SendRequest) -> Result<SendResult, GatewayError> {
