@@ -64,7 +64,7 @@ pub async fn run_client_at(gw: &TestGateway, agent: &str, sdk: &str, dialect: &s
 }
 
 /// [`run_client_at`] with the card at `card_path` and extra client flags.
-async fn run_sdk_client(
+pub(crate) async fn run_sdk_client(
     gw: &TestGateway,
     card_path: &str,
     agent: &str,

@@ -146,6 +146,19 @@ async fn pydantic_ai_fasta2a_upstream_in_both_dialects() {
         let r = gw.call(UP, d, d.subscribe(), json!({"id": id})).await;
         assert_eq!(r.code(), -32004, "{d:?}: {}", r.body);
     }
+    // The official SDK's client, in both dialects, reads every answer (its protobuf reader
+    // refuses the zone-less timestamps fasta2a writes) and sees the repairs.
+    for dialect in ["1.0", "0.3"] {
+        crate::interop::run_sdk_client(
+            &gw,
+            "/a2a/agents/up/card",
+            "up",
+            "python",
+            dialect,
+            &["--peer", "fasta2a"],
+        )
+        .await;
+    }
     // fasta2a has no ListTasks: its refusal is passed on.
     let r = gw.call(UP, D::V10, "ListTasks", json!({})).await;
     assert_eq!(r.code(), -32004, "{}", r.body);
@@ -233,32 +246,36 @@ async fn litellm_proxy_as_the_model_provider() {
     let last = inner(D::V10, events.last().unwrap());
     assert_eq!(last["status"]["state"], "TASK_STATE_COMPLETED", "{last}");
 
-    // A follow-up in the same context: the model is given the earlier turns (its answer
-    // is fixed, so what is checked is that the conversation goes on in one context).
-    let first = gw
-        .call(
-            "/a2a/agents/llm",
-            D::V10,
-            "SendMessage",
-            json!({"message": D::V10.message("my name is Ada")}),
-        )
-        .await;
-    let context = D::V10.task_of(first.result())["contextId"].clone();
+    // A follow-up in the same context carries the earlier turns: LiteLLM counts the
+    // prompt it was given (its streamed usage), and the follow-up's holds the first turn,
+    // the model's answer and the new question.
+    let prompt_tokens = |events: &[Value]| {
+        let last = inner(D::V10, events.last().unwrap());
+        assert_eq!(last["status"]["state"], "TASK_STATE_COMPLETED", "{last}");
+        last["metadata"]["usage"]["prompt_tokens"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("usage: {last}"))
+    };
+    let first = stream(&gw, "/a2a/agents/llm", D::V10, "my name is Ada").await;
+    let context = inner(D::V10, &first[0])["contextId"].clone();
     let mut next = D::V10.message("what is my name?");
     next["contextId"] = context.clone();
-    let second = gw
-        .call(
+    let second: Vec<Value> = gw
+        .sse(
             "/a2a/agents/llm",
             D::V10,
-            "SendMessage",
+            "SendStreamingMessage",
             json!({"message": next}),
         )
-        .await;
-    let second = D::V10.task_of(second.result());
-    assert_eq!(second["contextId"], context);
-    assert_eq!(
-        second["status"]["state"], "TASK_STATE_COMPLETED",
-        "{second}"
+        .await
+        .into_iter()
+        .map(|e| e.data["result"].clone())
+        .collect();
+    assert_eq!(inner(D::V10, &second[0])["contextId"], context);
+    let (alone, with_history) = (prompt_tokens(&first), prompt_tokens(&second));
+    assert!(
+        with_history > alone + 10,
+        "the follow-up's prompt ({with_history} tokens) holds the earlier turns (the first: {alone})"
     );
 
     // A key LiteLLM does not know (it answers 400 "No connected db.") and a model it does

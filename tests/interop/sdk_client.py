@@ -6,6 +6,9 @@ The card is resolved with the SDK's A2ACardResolver and the client is built by
 the SDK's ClientFactory; every A2A call goes through the SDK transports.
 --dialect 0.3 keeps only the card's 0.3 interfaces, so the factory picks its
 0.3 compat transport (the factory always prefers a 1.0 interface otherwise).
+--peer fasta2a runs the checks for pydantic-ai's A2A server behind the gateway
+(tests/interop/fasta2a_agent.py: answers "echo: <text>", streams /chunks, cannot
+continue or cancel a task) instead of those for an echo agent.
 Prints "PASS name" / "FAIL name: details" per check; exit 0 only if all pass.
 """
 
@@ -23,6 +26,7 @@ from a2a.types import (
     CancelTaskRequest,
     GetTaskRequest,
     Message,
+    SubscribeToTaskRequest,
     Part,
     Role,
     SendMessageRequest,
@@ -189,8 +193,68 @@ class Checks:
         expect(again.status.state == S.TASK_STATE_CANCELED, f'get-after-cancel state {state_name(again.status.state)}')
 
 
+class Fasta2aChecks(Checks):
+    """pydantic-ai's A2A server through the gateway: every answer the SDK parses (its
+    protobuf reader refuses a timestamp without a zone, which fasta2a writes)."""
+
+    async def check_send(self):
+        task = await self.send_for_task(user_message('hello interop'))
+        expect(task.status.state == S.TASK_STATE_COMPLETED, f'state {state_name(task.status.state)}')
+        expect(artifacts_text(task) == 'echo: hello interop', f'artifact text {artifacts_text(task)!r}')
+        self.sent_task = task
+
+    async def check_send_now(self):
+        task = await self.send_for_task(user_message('/delay 0.2 later'), return_immediately=True)
+        expect(task.status.state in (S.TASK_STATE_SUBMITTED, S.TASK_STATE_WORKING),
+               f'state {state_name(task.status.state)}')
+        expect(task.status.timestamp.seconds > 0, 'no status timestamp')
+
+    async def check_stream(self):
+        events = await self.send(user_message('/chunks 3 one two three'), streaming=True)
+        kinds = [e.WhichOneof('payload') for e in events]
+        expect(kinds and kinds[0] == 'task', f'first event is {kinds[:1]}; events {kinds}')
+        built = None
+        for c in (e.artifact_update for e in events if e.HasField('artifact_update')):
+            expect(not c.append or built is not None,
+                   f'append=true for an artifact not started; events {kinds}')
+            built = (built or '') + text_of(c.artifact.parts) if c.append else text_of(c.artifact.parts)
+        expect(built == 'echo: one two three', f'artifact built {built!r}')
+        last = events[-1]
+        expect(last.HasField('status_update')
+               and last.status_update.status.state == S.TASK_STATE_COMPLETED,
+               f'last event {last}')
+
+    async def check_cancel(self):
+        expect(self.sent_task is not None, 'no task from the send check')
+        try:
+            await self.call(self.client(False).cancel_task(
+                CancelTaskRequest(id=self.sent_task.id), context=self.ctx))
+        except Exception as e:  # noqa: BLE001 - the SDK's error for -32002
+            expect('cancel' in str(e).lower(), f'refused with {describe(e)}')
+            return
+        raise AssertionError('a finished task was canceled')
+
+    async def check_subscribe(self):
+        expect(self.sent_task is not None, 'no task from the send check')
+        try:
+            events = await self.call(self._collect_subscription(self.sent_task.id))
+        except Exception as e:  # noqa: BLE001 - the SDK's error for -32004
+            expect('unsupported' in str(e).lower() or 'already' in str(e).lower(),
+                   f'refused with {describe(e)}')
+            return
+        raise AssertionError(f'subscribed to a finished task: {events}')
+
+    async def _collect_subscription(self, task_id: str):
+        request = SubscribeToTaskRequest(id=task_id)
+        return [e async for e in self.client(True).subscribe(request, context=self.ctx)]
+
+
 TRAILING_SLASH = False
 CHECKS = ['card', 'send', 'stream', 'message', 'input-required', 'get', 'cancel']
+PEERS = {
+    'echo': (Checks, CHECKS),
+    'fasta2a': (Fasta2aChecks, ['card', 'send', 'send-now', 'stream', 'get', 'cancel', 'subscribe']),
+}
 
 
 async def resolve_card(card_url: str, http: httpx.AsyncClient) -> AgentCard:
@@ -201,19 +265,20 @@ async def resolve_card(card_url: str, http: httpx.AsyncClient) -> AgentCard:
     return await asyncio.wait_for(resolver.get_agent_card(relative_card_path=path), TIMEOUT)
 
 
-async def run(card_url: str, dialect: str) -> int:
+async def run(card_url: str, dialect: str, peer: str) -> int:
+    kind, names = PEERS[peer]
     results = {}
     async with httpx.AsyncClient(timeout=TIMEOUT) as http:
         # ClientFactory would set this default on a shared client too; setting it
         # first makes the card request carry it as well.
         http.headers['A2A-Version'] = '1.0'
         try:
-            checks = Checks(await resolve_card(card_url, http), dialect, http)
+            checks = kind(await resolve_card(card_url, http), dialect, http)
         except Exception as e:  # noqa: BLE001
             checks = None
-            results = {name: 'no card' for name in CHECKS}
+            results = {name: 'no card' for name in names}
             results['card'] = f'cannot resolve {card_url}: {describe(e)}'
-        for name in CHECKS if checks else []:
+        for name in names if checks else []:
             try:
                 await getattr(checks, 'check_' + name.replace('-', '_'))()
                 results[name] = None
@@ -224,10 +289,10 @@ async def run(card_url: str, dialect: str) -> int:
         for client in checks.clients.values() if checks else []:
             await client.close()
     if not checks:
-        for name in CHECKS:
+        for name in names:
             print(f'FAIL {name}: {results[name]}')
     failures = sum(r is not None for r in results.values())
-    print(f'{len(CHECKS) - failures} passed, {failures} failed')
+    print(f'{len(names) - failures} passed, {failures} failed')
     return 1 if failures else 0
 
 
@@ -236,13 +301,15 @@ def main() -> None:
     parser.add_argument('--card-url', required=True, help='full URL of the agent card')
     parser.add_argument('--dialect', choices=['1.0', '0.3'], required=True)
     parser.add_argument('--expect-name', default='echo', help='the card name to expect')
+    parser.add_argument('--peer', choices=sorted(PEERS), default='echo',
+                        help='the agent behind the card, which decides the checks')
     parser.add_argument('--trailing-slash', action='store_true',
                         help="end the card's JSON-RPC URLs with '/' before calling them")
     args = parser.parse_args()
     global EXPECTED_NAME, TRAILING_SLASH
     EXPECTED_NAME = args.expect_name
     TRAILING_SLASH = args.trailing_slash
-    sys.exit(asyncio.run(run(args.card_url, args.dialect)))
+    sys.exit(asyncio.run(run(args.card_url, args.dialect, args.peer)))
 
 
 if __name__ == '__main__':
