@@ -61,7 +61,9 @@ wrk_run() { wrk -t2 -c"$CONNECTIONS" -d"$DURATION" --latency -s "$LUA" "$1"; }
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 # rounds LABEL URL [LABEL URL]...: the first URL is the baseline; each round runs them all
-# in turn and prints req/s and p99; then each gateway's median ratio to the baseline.
+# in turn and prints req/s and p99; then each gateway's median ratio to the baseline. The
+# baseline goes first in every round; the others take turns in the order they run, since
+# the same binary measured twice ran ~1.5% faster second than first (an A/A run).
 rounds() {
     local -a labels=() urls=()
     while [ $# -gt 0 ]; do labels+=("$1"); urls+=("$2"); shift 2; done
@@ -69,7 +71,9 @@ rounds() {
     local -a ratios=()
     for i in $(seq 0 $((n - 1))); do wrk -t2 -c"$CONNECTIONS" -d2s -s "$LUA" "${urls[$i]}" > /dev/null; done # warm-up
     for r in $(seq "$ROUNDS"); do
-        for i in $(seq 0 $((n - 1))); do
+        local -a order=(0)
+        if [ $((r % 2)) -eq 1 ]; then order+=($(seq 1 $((n - 1)))); else order+=($(seq $((n - 1)) -1 1)); fi
+        for i in "${order[@]}"; do
             out=$(wrk_run "${urls[$i]}")
             rps_i=$(echo "$out" | rps)
             printf 'round %d  %-36s %10s req/s  p99 %s\n' "$r" "${labels[$i]}" "$rps_i" "$(p99 "$out")"
