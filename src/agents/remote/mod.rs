@@ -538,7 +538,9 @@ impl RemoteAgent {
             _ => None,
         };
         match unsettled {
-            Some(id) => Ok(self.until_settled(&id, req.history_length, sent).await),
+            // Boxed: the wait is rare, and inline it would make every send's future as
+            // large as a GetTask call.
+            Some(id) => Ok(Box::pin(self.until_settled(&id, req.history_length, sent)).await),
             None => Ok(sent),
         }
     }
