@@ -49,13 +49,13 @@ pub(super) struct Relay {
 }
 
 impl Relay {
-    /// Starts relaying `body` and reads its first item.
-    pub(super) async fn open(
+    fn new(
         agent: Arc<RemoteAgent>,
         end: StreamEnd,
         body: BoxStream<'static, reqwest::Result<Bytes>>,
-    ) -> Result<Relay, GatewayError> {
-        let mut relay = Relay {
+        polling: bool,
+    ) -> Relay {
+        Relay {
             agent,
             end,
             body,
@@ -65,9 +65,18 @@ impl Relay {
             task: None,
             shown: Shown::default(),
             artifacts: HashSet::new(),
-            polling: false,
+            polling,
             done: false,
-        };
+        }
+    }
+
+    /// Starts relaying `body` and reads its first item.
+    pub(super) async fn open(
+        agent: Arc<RemoteAgent>,
+        end: StreamEnd,
+        body: BoxStream<'static, reqwest::Result<Bytes>>,
+    ) -> Result<Relay, GatewayError> {
+        let mut relay = Relay::new(agent, end, body, false);
         match relay.next_item().await {
             Some(Ok(first)) => {
                 relay.ready.push_back(first);
@@ -85,19 +94,7 @@ impl Relay {
     /// with no producer running for a task waiting for input): `task` first, then what
     /// polling finds, until the task ends.
     pub(super) fn following(agent: Arc<RemoteAgent>, task: Task) -> Relay {
-        let mut relay = Relay {
-            agent,
-            end: StreamEnd::Terminal,
-            body: stream::empty().boxed(),
-            decoder: SseDecoder::default(),
-            pending: VecDeque::new(),
-            ready: VecDeque::new(),
-            task: None,
-            shown: Shown::default(),
-            artifacts: HashSet::new(),
-            polling: true,
-            done: false,
-        };
+        let mut relay = Relay::new(agent, StreamEnd::Terminal, stream::empty().boxed(), true);
         relay.put_first(StreamItem::Task(task));
         relay
     }
