@@ -7,6 +7,7 @@ pub mod ops;
 pub mod params;
 pub mod push;
 pub mod relay;
+mod scan;
 pub mod v01;
 pub mod v03;
 pub mod write;

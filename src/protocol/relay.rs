@@ -24,6 +24,7 @@ use serde::{Serialize, Serializer};
 use serde_json::value::RawValue;
 
 use super::model::{Metadata, TaskState, TaskStatus};
+use super::scan::next_special;
 use super::Dialect;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,7 +93,8 @@ struct StatusFound {
     state_at: Option<(Range<usize>, bool)>,
     /// Where the time is, and whether it has escapes.
     timestamp: Option<(Range<usize>, bool)>,
-    message: Option<MessageFound>,
+    /// Boxed: most statuses have none, and the found fields are moved several times.
+    message: Option<Box<MessageFound>>,
 }
 
 /// Where a message names tasks: its `taskId` and `referenceTaskIds` values, with what they
@@ -180,7 +182,7 @@ impl Relayed {
                     self.repair_state(status, &mut repairs)?;
                     self.repair_timestamp(status, &mut repairs)?;
                 }
-                let status_message = found.status.as_ref().and_then(|s| s.message.as_ref());
+                let status_message = found.status.as_ref().and_then(|s| s.message.as_deref());
                 for m in status_message
                     .into_iter()
                     .chain(found.history.iter().flatten())
@@ -314,7 +316,7 @@ impl Relayed {
                     edits.push((at.clone(), serde_json::to_string(&id)?));
                     self.task_id = Some(id);
                 }
-                if let Some(m) = found.status.as_ref().and_then(|s| s.message.as_ref()) {
+                if let Some(m) = found.status.as_ref().and_then(|s| s.message.as_deref()) {
                     message_edits(m, map, &mut edits)?;
                 }
                 if let Some(messages) = &found.history {
@@ -738,10 +740,10 @@ fn read_status(r: &mut Reader<'_>, depth: usize) -> Result<StatusFound, ReadErro
             }
             "message" if !r.null()? => {
                 let (whole, found, _) = read_object(r, depth + 1, true)?;
-                status.message = Some(MessageFound {
+                status.message = Some(Box::new(MessageFound {
                     whole: Some(whole),
                     ..found.message
-                });
+                }));
             }
             _ => r.skip(depth + 1).map(drop)?,
         }
@@ -869,17 +871,6 @@ impl From<ReadError> for RelayError {
             }
         }
     }
-}
-
-/// The bytes of these eight (little-endian) that end or escape a string, or may not be
-/// in one (a control character), as their high bits. The lowest one set is exact (a
-/// borrow can only mark bytes above it).
-fn special(word: u64) -> u64 {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
-    let below = |v: u64, n: u64| v.wrapping_sub(n * ONES) & !v & HIGHS;
-    let equal = |v: u64, b: u8| below(v ^ (u64::from(b) * ONES), 1);
-    below(word, 0x20) | equal(word, b'"') | equal(word, b'\\')
 }
 
 /// A value read, with where it is (None: null).
@@ -1022,40 +1013,41 @@ impl<'a> Reader<'a> {
     }
 
     /// A string: its range (quotes included) and whether it has escapes.
+    #[inline]
     fn string(&mut self) -> Result<(Range<usize>, bool), ReadError> {
         let start = self.at;
         self.eat(b'"')?;
-        let mut escaped = false;
+        let end = next_special(self.text, self.at).ok_or(ReadError::Invalid)?;
+        if self.text[end] != b'"' {
+            return self.escaped_string(start, end);
+        }
+        self.at = end + 1;
+        Ok((start..self.at, false))
+    }
+
+    /// The rest of a string that has escapes (or a control character, which fails), from
+    /// the first byte that is not plain text. Apart: most strings have none, and inline
+    /// this path made every string's call cost more.
+    #[cold]
+    #[inline(never)]
+    fn escaped_string(
+        &mut self,
+        start: usize,
+        mut at: usize,
+    ) -> Result<(Range<usize>, bool), ReadError> {
         loop {
-            // Eight bytes at a time, to the first that needs a look.
-            while let Some(word) = self.text.get(self.at..self.at + 8) {
-                let found = special(u64::from_le_bytes(word.try_into().unwrap_or_default()));
-                if found != 0 {
-                    self.at += (found.trailing_zeros() / 8) as usize;
-                    break;
-                }
-                self.at += 8;
-            }
-            match self.text.get(self.at) {
-                Some(b'"') => {
-                    self.at += 1;
-                    break;
-                }
-                Some(b'\\') => {
-                    escaped = true;
-                    self.at += 2;
-                }
-                Some(0..=0x1f) | None => return Err(ReadError::Invalid),
-                Some(_) => self.at += 1,
+            match self.text[at] {
+                b'"' => break,
+                b'\\' => at = next_special(self.text, at + 2).ok_or(ReadError::Invalid)?,
+                _ => return Err(ReadError::Invalid),
             }
         }
+        self.at = at + 1;
         let range = start..self.at;
         // Escapes are checked (and decoded, where wanted) by serde_json, as written: a
         // lone surrogate (`"\ud800"`) is JSON, and is relayed.
-        if escaped {
-            serde_json::from_str::<&RawValue>(self.slice(range.clone())?)?;
-        }
-        Ok((range, escaped))
+        serde_json::from_str::<&RawValue>(self.slice(range.clone())?)?;
+        Ok((range, true))
     }
 
     /// The string at this range, decoded.
@@ -1584,28 +1576,6 @@ mod tests {
                 serde_json::from_str::<&RawValue>(&text).is_ok() && value != deep_bad.as_str();
             let ours = read_result(&text, Dialect::V10, false).is_ok();
             assert_eq!(ours, serde_ok, "{value}");
-        }
-    }
-
-    #[test]
-    fn the_first_special_byte_of_a_word_is_found_exactly() {
-        for text in [
-            "abcdefgh",
-            "ab\"defgh",
-            "a\\cdefg\"",
-            "abcdefg\n",
-            "\u{1}bcdefgh",
-            "\u{e9}\"cdefg",
-            "\"\"\"\"\"\"\"\"",
-        ] {
-            let bytes = text.as_bytes();
-            let word = u64::from_le_bytes(bytes[..8].try_into().unwrap());
-            let want = bytes[..8]
-                .iter()
-                .position(|&b| b < 0x20 || b == b'"' || b == b'\\');
-            let found = special(word);
-            let got = (found != 0).then(|| (found.trailing_zeros() / 8) as usize);
-            assert_eq!(got, want, "{text:?}");
         }
     }
 }

@@ -76,28 +76,9 @@ pub fn send_request(
     Ok(w.0)
 }
 
-/// Whether JSON needs any of these bytes escaped (a control character, `"` or `\`), eight
-/// bytes at a time.
+/// Whether JSON needs any of these bytes escaped (a control character, `"` or a backslash).
 fn needs_escape(bytes: &[u8]) -> bool {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
-    // Exact per word: some byte of `v` is below `n` (n <= 128).
-    let has_below = |v: u64, n: u64| v.wrapping_sub(n * ONES) & !v & HIGHS != 0;
-    let has = |v: u64, b: u8| has_below(v ^ (u64::from(b) * ONES), 1);
-    let mut words = bytes.chunks_exact(8);
-    for word in &mut words {
-        let Ok(word) = <[u8; 8]>::try_from(word) else {
-            return true;
-        };
-        let v = u64::from_le_bytes(word);
-        if has_below(v, 0x20) || has(v, b'"') || has(v, b'\\') {
-            return true;
-        }
-    }
-    words
-        .remainder()
-        .iter()
-        .any(|&b| b < 0x20 || b == b'"' || b == b'\\')
+    super::scan::next_special(bytes, 0).is_some()
 }
 
 struct Writer(Vec<u8>);
