@@ -183,6 +183,16 @@ pub fn parse_request_for_agent(
     let Ok(text) = std::str::from_utf8(body) else {
         return parse_request(body, header);
     };
+    if let Some(send) = super::common_send::read(text, send_method) {
+        let (method, dialect) = send.method;
+        return Ok(RpcRequest {
+            id: RpcId::Value(send.id),
+            method,
+            dialect,
+            params: None,
+            send: Some(send.params),
+        });
+    }
     match serde_json::from_str::<OnePass>(text) {
         Ok(OnePass {
             version_ok: true,
@@ -205,6 +215,17 @@ pub fn parse_request_for_agent(
             send,
         }),
         _ => parse_request(body, header),
+    }
+}
+
+/// The method, when its name is a send whose params the one-pass readers decode (0.1
+/// sends are read by their own reader, protocol::v01).
+pub(super) fn send_method(name: &str) -> Option<(Method, Dialect)> {
+    match Method::lookup(name)? {
+        m @ (Method::SendMessage | Method::SendStreamingMessage, Dialect::V03 | Dialect::V10) => {
+            Some(m)
+        }
+        _ => None,
     }
 }
 

@@ -1,6 +1,7 @@
 //! A2A wire formats: the canonical model, the 0.3 output shapes, JSON-RPC envelopes and
 //! request params. Nothing here knows about HTTP or actix, so it is unit-testable alone.
 
+mod common_send;
 pub mod jsonrpc;
 pub mod model;
 pub mod ops;
@@ -31,6 +32,12 @@ impl Dialect {
     /// Reads an `A2A-Version` value. Only `Major.Minor` counts; absent or empty means the
     /// caller did not say (the reference: that means 0.3, unless the method name says 1.0).
     pub fn from_version_header(value: Option<&str>) -> Result<Option<Dialect>, GatewayError> {
+        // What nearly every caller sends, without the general reading below.
+        match value {
+            Some("1.0") => return Ok(Some(Dialect::V10)),
+            Some("0.3") => return Ok(Some(Dialect::V03)),
+            _ => {}
+        }
         let Some(raw) = value.map(str::trim).filter(|v| !v.is_empty()) else {
             return Ok(None);
         };
