@@ -139,7 +139,12 @@ impl Drop for CallerHeld<'_> {
 
 /// A body being read: what has arrived, and what it holds of the budgets.
 struct Reading<'a> {
+    /// The first chunk, kept as it came while it is the only one (most bodies come in
+    /// one): it is then the body, with no buffer to fill.
+    first: Option<Bytes>,
     buf: BytesMut,
+    /// What `buf` is sized for once it is needed: the declared length, if any.
+    expected: usize,
     limit: usize,
     held: Held<'a>,
     caller: Option<CallerHeld<'a>>,
@@ -163,7 +168,7 @@ impl Reading<'_> {
     ) -> Result<(), GatewayError> {
         let chunk = chunk
             .map_err(|e| GatewayError::InvalidRequest(format!("could not read the body: {e}")))?;
-        let total = self.buf.len() + chunk.len();
+        let total = self.len() + chunk.len();
         if total > self.limit {
             return Err(GatewayError::PayloadTooLarge(self.limit));
         }
@@ -174,8 +179,30 @@ impl Reading<'_> {
         if let Some(caller) = &mut self.caller {
             caller.grow_to(self.held.bytes)?;
         }
-        self.buf.extend_from_slice(&chunk);
+        match self.first.take() {
+            None if self.buf.is_empty() => self.first = Some(chunk),
+            first => {
+                if let Some(first) = first {
+                    self.buf
+                        .reserve(self.expected.max(first.len() + chunk.len()));
+                    self.buf.extend_from_slice(&first);
+                }
+                self.buf.extend_from_slice(&chunk);
+            }
+        }
         Ok(())
+    }
+
+    fn len(&self) -> usize {
+        self.first.as_ref().map_or(0, Bytes::len) + self.buf.len()
+    }
+
+    /// The body read.
+    fn into_body(self) -> Bytes {
+        match self.first {
+            Some(first) => first,
+            None => self.buf.freeze(),
+        }
     }
 }
 
@@ -201,7 +228,10 @@ pub(super) async fn read_body(
         return Err(GatewayError::PayloadTooLarge(limit));
     }
     let mut reading = Reading {
-        buf: BytesMut::with_capacity(declared.unwrap_or(1024).min(limit)),
+        first: None,
+        // Filled only when a second chunk comes.
+        buf: BytesMut::new(),
+        expected: declared.unwrap_or(1024).min(limit),
         limit,
         held: Held { limits, bytes: 0 },
         caller: None,
@@ -211,7 +241,7 @@ pub(super) async fn read_body(
         limits.reserve(&mut reading.held, n)?;
     }
     if reading.drain(&mut body)? {
-        return Ok(reading.buf.freeze());
+        return Ok(reading.into_body());
     }
     // One wait with no timer: a body that came with its head is fed as soon as the
     // handler first waits, and the dispatcher polls a waiting call again after every read
@@ -227,11 +257,11 @@ pub(super) async fn read_body(
     })
     .await;
     match first {
-        Some(None) => return Ok(reading.buf.freeze()),
+        Some(None) => return Ok(reading.into_body()),
         Some(Some(chunk)) => {
             reading.take(chunk)?;
             if reading.drain(&mut body)? {
-                return Ok(reading.buf.freeze());
+                return Ok(reading.into_body());
             }
         }
         None => {}
@@ -253,7 +283,7 @@ pub(super) async fn read_body(
         Ok(())
     };
     match tokio::time::timeout(deadline, rest).await {
-        Ok(result) => result.map(|()| reading.buf.freeze()),
+        Ok(result) => result.map(|()| reading.into_body()),
         Err(_) => Err(GatewayError::RequestTimeout(deadline.as_secs())),
     }
 }
