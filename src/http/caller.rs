@@ -17,16 +17,11 @@ pub(crate) struct Caller {
     pub(crate) live: LiveRef,
 }
 
-impl FromRequest for Caller {
-    type Error = actix_web::Error;
-    type Future = Ready<Result<Caller, actix_web::Error>>;
-
-    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        let Some(state) = req.app_data::<web::Data<AppState>>() else {
-            return ready(Err(actix_web::error::ErrorInternalServerError(
-                "the application state is missing",
-            )));
-        };
+impl Caller {
+    /// The caller of `req` and the application state, looked up once for both: the
+    /// JSON-RPC endpoints take them this way rather than as two extractors.
+    pub(crate) fn with_state(req: &HttpRequest) -> Option<(web::Data<AppState>, Caller)> {
+        let state = req.app_data::<web::Data<AppState>>()?.clone();
         let live = super::live::current(&state.live);
         let principal = live.authenticate(req);
         if let Ok(p) = &principal {
@@ -34,6 +29,17 @@ impl FromRequest for Caller {
                 crate::telemetry::note(|c| c.principal = Some(p.id.clone()));
             }
         }
-        ready(Ok(Caller { principal, live }))
+        Some((state, Caller { principal, live }))
+    }
+}
+
+impl FromRequest for Caller {
+    type Error = actix_web::Error;
+    type Future = Ready<Result<Caller, actix_web::Error>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        ready(Caller::with_state(req).map(|(_, c)| c).ok_or_else(|| {
+            actix_web::error::ErrorInternalServerError("the application state is missing")
+        }))
     }
 }

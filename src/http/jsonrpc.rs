@@ -17,25 +17,24 @@ use crate::routing::{Reason, Served};
 use crate::rpc::{dispatch, render_stream_item, RpcReply};
 use crate::telemetry;
 
-pub(super) async fn default_agent(
-    req: HttpRequest,
-    body: web::Payload,
-    state: web::Data<AppState>,
-    caller: Caller,
-) -> HttpResponse {
+// The state and the caller are taken in the handler, not as extractors: actix-web's
+// extractor tuple is a future of its own, polled per argument, on the hottest path.
+
+pub(super) async fn default_agent(req: HttpRequest, body: web::Payload) -> HttpResponse {
+    let Some((state, caller)) = Caller::with_state(&req) else {
+        return HttpResponse::InternalServerError().finish();
+    };
     handle(req, body, state, caller, Addressed::Shared).await
 }
 
 /// `/a2a/agents/{name}`, any method: JSON-RPC calls are POSTs.
-pub(super) async fn agent_endpoint(
-    req: HttpRequest,
-    body: web::Payload,
-    state: web::Data<AppState>,
-    caller: Caller,
-) -> HttpResponse {
+pub(super) async fn agent_endpoint(req: HttpRequest, body: web::Payload) -> HttpResponse {
     if req.method() != actix_web::http::Method::POST {
         return super::method_not_allowed(req).await;
     }
+    let Some((state, caller)) = Caller::with_state(&req) else {
+        return HttpResponse::InternalServerError().finish();
+    };
     let Some(segment) = super::agent_segment(req.path()) else {
         return super::not_found(req, body, state, caller).await;
     };
@@ -245,7 +244,8 @@ fn respond_with(
             let code = actix_web::http::StatusCode::from_u16(status)
                 .unwrap_or(actix_web::http::StatusCode::OK);
             let mut resp = HttpResponse::build(code);
-            resp.content_type("application/json");
+            static JSON: header::HeaderValue = header::HeaderValue::from_static("application/json");
+            resp.insert_header((header::CONTENT_TYPE, JSON.clone()));
             if closes {
                 resp.force_close();
             }

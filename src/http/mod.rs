@@ -249,12 +249,15 @@ impl Addressed {
 
 /// Which agent answered, and on the shared endpoints why.
 pub(crate) fn served_headers(resp: &mut HttpResponse, served: &Served) {
+    // Named once (`from_static` checks the name each time it runs).
+    static AGENT: header::HeaderName = header::HeaderName::from_static("a2a-gateway-agent");
+    static ROUTE: header::HeaderName = header::HeaderName::from_static("a2a-gateway-route");
     let headers = resp.headers_mut();
     if let Ok(v) = header::HeaderValue::from_str(&served.agent) {
-        headers.insert(header::HeaderName::from_static("a2a-gateway-agent"), v);
+        headers.insert(AGENT.clone(), v);
     }
     if let Some(Ok(v)) = served.route().map(header::HeaderValue::from_str) {
-        headers.insert(header::HeaderName::from_static("a2a-gateway-route"), v);
+        headers.insert(ROUTE.clone(), v);
     }
 }
 
