@@ -19,6 +19,7 @@
 use std::borrow::Cow;
 use std::ops::Range;
 
+use bytes::Bytes;
 use serde::ser::Error as _;
 use serde::{Serialize, Serializer};
 use serde_json::value::RawValue;
@@ -38,10 +39,12 @@ pub enum RelayedKind {
 pub struct Relayed {
     pub dialect: Dialect,
     pub kind: RelayedKind,
-    /// The upstream's bytes; `object` is where the task or message is in them.
-    body: Vec<u8>,
+    /// The upstream's bytes (as they came: not copied); `object` is where the task or
+    /// message is in them.
+    body: Bytes,
     object: Range<usize>,
-    found: Found,
+    /// Boxed: it is large, and a `Relayed` is moved several times on its way out.
+    found: Box<Found>,
     /// Changes to `body` made by [`Relayed::rewrite`]: ordered, not overlapping.
     edits: Vec<(Range<usize>, String)>,
     /// Values the read found invalid, with what replaces them (see the module's notes).
@@ -117,7 +120,7 @@ impl Relayed {
     /// The gateway reads results along with their envelope ([`Relayed::from_response`]).
     #[cfg(any(test, feature = "fuzzing"))]
     pub fn read(dialect: Dialect, result: &RawValue) -> Result<Relayed, RelayError> {
-        let body = result.get().as_bytes().to_vec();
+        let body = Bytes::copy_from_slice(result.get().as_bytes());
         let read = read_result(result.get(), dialect, false)?.ok_or(RelayError::NoTaskOrMessage)?;
         Relayed::checked(dialect, body, read)
     }
@@ -125,16 +128,16 @@ impl Relayed {
     /// The result of a JSON-RPC response body (`{"jsonrpc":"2.0","id":…,"result":…}`) when
     /// it has one of the relay's shapes in `dialect`; `None` for anything else (an error
     /// among them), which the conversion path then reads.
-    pub fn from_response(dialect: Dialect, body: &[u8]) -> Option<Relayed> {
+    pub fn from_response(dialect: Dialect, body: &Bytes) -> Option<Relayed> {
         if dialect == Dialect::V01 {
             return None;
         }
         let text = std::str::from_utf8(body).ok()?;
         let read = read_result(text, dialect, true).ok()??;
-        Relayed::checked(dialect, body.to_vec(), read).ok()
+        Relayed::checked(dialect, body.clone(), read).ok()
     }
 
-    fn checked(dialect: Dialect, body: Vec<u8>, read: ReadObject) -> Result<Relayed, RelayError> {
+    fn checked(dialect: Dialect, body: Bytes, read: ReadObject) -> Result<Relayed, RelayError> {
         let ReadObject {
             kind,
             range,
@@ -563,7 +566,7 @@ fn message_edits(
 struct ReadObject {
     kind: RelayedKind,
     range: Range<usize>,
-    found: Found,
+    found: Box<Found>,
     context_id: Option<String>,
 }
 
@@ -610,7 +613,8 @@ fn read_result(
 /// with `kind`) in 0.3.
 fn read_bare(r: &mut Reader<'_>, dialect: Dialect) -> Result<ReadObject, ReadError> {
     if dialect != Dialect::V10 {
-        let (range, found, fields) = read_object(r, 1, false)?;
+        let mut found = Box::<Found>::default();
+        let (range, fields) = read_object(r, 1, false, &mut found)?;
         let kind = match fields.kind.as_deref() {
             Some("task") => RelayedKind::Task,
             Some("message") => RelayedKind::Message,
@@ -634,7 +638,8 @@ fn read_bare(r: &mut Reader<'_>, dialect: Dialect) -> Result<ReadObject, ReadErr
         if r.null()? || read.as_ref().is_some_and(|o| o.kind == RelayedKind::Task) {
             return r.skip(2).map(drop);
         }
-        let (range, found, fields) = read_object(r, 2, false)?;
+        let mut found = Box::<Found>::default();
+        let (range, fields) = read_object(r, 2, false, &mut found)?;
         read = Some(ReadObject {
             kind,
             range,
@@ -653,14 +658,15 @@ struct Fields {
     context_id: Option<String>,
 }
 
-/// Reads a task's or a result message's fields into [`Found`], or only where a message
-/// (of a status or a history) names tasks (`message_only`).
+/// Reads a task's or a result message's fields into `found` (a fresh one), or only where
+/// a message (of a status or a history) names tasks (`message_only`). Written in place, not
+/// returned: the found fields are large, and each return would copy them.
 fn read_object(
     r: &mut Reader<'_>,
     depth: usize,
     message_only: bool,
-) -> Result<(Range<usize>, Found, Fields), ReadError> {
-    let mut found = Found::default();
+    found: &mut Found,
+) -> Result<(Range<usize>, Fields), ReadError> {
     let mut fields = Fields::default();
     let start = r.at_value()?;
     r.object(depth, |r, key| {
@@ -708,7 +714,7 @@ fn read_object(
         }
         Ok(())
     })?;
-    Ok((start..r.at, found, fields))
+    Ok((start..r.at, fields))
 }
 
 fn read_status(r: &mut Reader<'_>, depth: usize) -> Result<StatusFound, ReadError> {
@@ -739,7 +745,8 @@ fn read_status(r: &mut Reader<'_>, depth: usize) -> Result<StatusFound, ReadErro
                 )))
             }
             "message" if !r.null()? => {
-                let (whole, found, _) = read_object(r, depth + 1, true)?;
+                let mut found = Found::default();
+                let (whole, _) = read_object(r, depth + 1, true, &mut found)?;
                 status.message = Some(Box::new(MessageFound {
                     whole: Some(whole),
                     ..found.message
@@ -762,7 +769,8 @@ fn read_history(r: &mut Reader<'_>, depth: usize) -> Result<Option<Vec<MessageFo
     }
     let mut messages = Vec::new();
     r.array(depth, |r| {
-        let (whole, found, _) = read_object(r, depth + 1, true)?;
+        let mut found = Found::default();
+        let (whole, _) = read_object(r, depth + 1, true, &mut found)?;
         messages.push(MessageFound {
             whole: Some(whole),
             ..found.message
@@ -1372,11 +1380,13 @@ mod tests {
     #[test]
     fn a_response_with_an_error_or_another_shape_is_not_relayed() {
         let ok = br#"{"jsonrpc":"2.0","id":"up-1","result":{"task":{"id":"t","contextId":"c","status":{"state":"TASK_STATE_COMPLETED"}}}}"#;
-        assert!(Relayed::from_response(Dialect::V10, ok).is_some());
-        assert!(Relayed::from_response(Dialect::V03, ok).is_none());
+        assert!(Relayed::from_response(Dialect::V10, &Bytes::from_static(ok)).is_some());
+        assert!(Relayed::from_response(Dialect::V03, &Bytes::from_static(ok)).is_none());
         let error = br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32001,"message":"no"}}"#;
-        assert!(Relayed::from_response(Dialect::V10, error).is_none());
-        assert!(Relayed::from_response(Dialect::V10, b"{\"result\":").is_none());
+        assert!(Relayed::from_response(Dialect::V10, &Bytes::from_static(error)).is_none());
+        assert!(
+            Relayed::from_response(Dialect::V10, &Bytes::from_static(b"{\"result\":")).is_none()
+        );
     }
 
     #[test]

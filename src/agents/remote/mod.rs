@@ -610,7 +610,7 @@ impl RemoteAgent {
     fn relay(
         &self,
         dialect: Dialect,
-        body: &[u8],
+        body: &bytes::Bytes,
         history_length: Option<usize>,
     ) -> Option<SendResult> {
         let mut relayed = wire::read_relayed(dialect, body)?;

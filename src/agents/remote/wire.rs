@@ -268,7 +268,7 @@ pub(super) fn read_response<'a>(agent: &str, body: &'a [u8]) -> Result<&'a RawVa
 
 /// A send result to relay as it is, when it has one of the relay's shapes in `dialect`;
 /// `None` for anything else (errors included), which the conversion path then reads.
-pub(super) fn read_relayed(dialect: Dialect, body: &[u8]) -> Option<Relayed> {
+pub(super) fn read_relayed(dialect: Dialect, body: &bytes::Bytes) -> Option<Relayed> {
     Relayed::from_response(dialect, body)
 }
 
