@@ -29,49 +29,46 @@ pub(super) fn read<M>(
     send_method: impl Fn(&str) -> Option<M>,
 ) -> Option<CommonSend<M>> {
     let mut c = Cursor { text, at: 0 };
-    let mut version_ok = false;
-    let mut id = None;
-    let mut method = None;
-    let mut params = None;
-    c.object(|c, key| {
-        match key {
-            "jsonrpc" if !version_ok => {
-                (c.plain()? == "2.0").then_some(())?;
-                version_ok = true;
-            }
-            "id" if id.is_none() => {
-                id = Some(match c.peek()? {
-                    b'"' => Value::String(c.plain()?.to_string()),
-                    _ => Value::from(c.small_uint()?),
-                })
-            }
-            "method" if method.is_none() => method = Some(send_method(c.plain()?)?),
-            // After the method, as serde's one-pass reader needs it.
-            "params" if params.is_none() && method.is_some() => params = Some(send_params(c)?),
-            _ => return None,
+    let (mut version, mut id, mut method, mut params) = (None, None, None, None);
+    c.object(|c, key| match key {
+        "jsonrpc" => once(&mut version, c.plain().filter(|v| *v == "2.0")),
+        "id" => {
+            let value = match c.peek()? {
+                b'"' => c.string().map(Value::String),
+                _ => c.small_uint().map(Value::from),
+            };
+            once(&mut id, value)
         }
-        Some(())
+        "method" => once(&mut method, c.plain().and_then(&send_method)),
+        // After the method, as serde's one-pass reader needs it.
+        "params" if method.is_some() => once(&mut params, send_params(c)),
+        _ => None,
     })?;
     c.end()?;
-    version_ok.then_some(CommonSend {
+    version?;
+    Some(CommonSend {
         id: id?,
         method: method?,
         params: params?,
     })
 }
 
+/// Fills `slot` with `value`, unless it is filled already: serde refuses a member given
+/// twice. None (leave the body to serde) then, or when there is no value.
+fn once<T>(slot: &mut Option<T>, value: Option<T>) -> Option<()> {
+    if slot.is_some() {
+        return None;
+    }
+    *slot = Some(value?);
+    Some(())
+}
+
 fn send_params(c: &mut Cursor<'_>) -> Option<Box<SendParams>> {
-    let mut message = None;
-    let mut configuration = None;
-    c.object(|c, key| {
-        match key {
-            "message" if message.is_none() => message = Some(self::message(c)?),
-            "configuration" if configuration.is_none() => {
-                configuration = Some(self::configuration(c)?)
-            }
-            _ => return None,
-        }
-        Some(())
+    let (mut message, mut configuration) = (None, None);
+    c.object(|c, key| match key {
+        "message" => once(&mut message, self::message(c)),
+        "configuration" => once(&mut configuration, self::configuration(c)),
+        _ => None,
     })?;
     Some(Box::new(SendParams {
         message: message?,
@@ -83,29 +80,16 @@ fn send_params(c: &mut Cursor<'_>) -> Option<Box<SendParams>> {
 
 fn message(c: &mut Cursor<'_>) -> Option<Message> {
     let (mut message_id, mut context_id, mut task_id) = (None, None, None);
-    let (mut role, mut parts, mut kind) = (None, None, false);
-    c.object(|c, key| {
-        match key {
-            "messageId" if message_id.is_none() => message_id = Some(c.plain()?.to_string()),
-            "contextId" if context_id.is_none() => context_id = Some(c.plain()?.to_string()),
-            "taskId" if task_id.is_none() => task_id = Some(c.plain()?.to_string()),
-            "role" if role.is_none() => role = Some(Role::from_name(c.plain()?)?),
-            "parts" if parts.is_none() => {
-                let mut list = Vec::with_capacity(1);
-                c.array(|c| {
-                    list.push(text_part(c)?);
-                    Some(())
-                })?;
-                parts = Some(list);
-            }
-            // 0.3 says what the object is; serde ignores it.
-            "kind" if !kind => {
-                (c.plain()? == "message").then_some(())?;
-                kind = true;
-            }
-            _ => return None,
-        }
-        Some(())
+    let (mut role, mut parts, mut kind) = (None, None, None);
+    c.object(|c, key| match key {
+        "messageId" => once(&mut message_id, c.string()),
+        "contextId" => once(&mut context_id, c.string()),
+        "taskId" => once(&mut task_id, c.string()),
+        "role" => once(&mut role, c.plain().and_then(Role::from_name)),
+        "parts" => once(&mut parts, c.list(text_part)),
+        // 0.3 says what the object is; serde ignores it.
+        "kind" => once(&mut kind, c.plain().filter(|k| *k == "message")),
+        _ => None,
     })?;
     Some(Message {
         message_id: message_id?,
@@ -120,47 +104,34 @@ fn message(c: &mut Cursor<'_>) -> Option<Message> {
 }
 
 fn text_part(c: &mut Cursor<'_>) -> Option<Part> {
-    let (mut text, mut kind) = (None, false);
-    c.object(|c, key| {
-        match key {
-            "text" if text.is_none() => text = Some(c.plain()?),
-            "kind" if !kind => {
-                (c.plain()? == "text").then_some(())?;
-                kind = true;
-            }
-            _ => return None,
-        }
-        Some(())
+    let (mut text, mut kind) = (None, None);
+    c.object(|c, key| match key {
+        "text" => once(&mut text, c.plain()),
+        "kind" => once(&mut kind, c.plain().filter(|k| *k == "text")),
+        _ => None,
     })?;
     Some(Part::text(text?))
 }
 
 fn configuration(c: &mut Cursor<'_>) -> Option<SendConfiguration> {
-    let mut out = SendConfiguration::default();
-    let mut seen = [false; 4];
-    c.object(|c, key| {
-        let slot = match key {
-            "acceptedOutputModes" => 0,
-            "historyLength" => 1,
-            "blocking" => 2,
-            "returnImmediately" => 3,
-            _ => return None,
-        };
-        if std::mem::replace(&mut seen[slot], true) {
-            return None;
-        }
-        match slot {
-            0 => c.array(|c| {
-                out.accepted_output_modes.push(c.plain()?.to_string());
-                Some(())
-            })?,
-            1 => out.history_length = Some(i64::try_from(c.small_uint()?).ok()?),
-            2 => out.blocking = Some(c.boolean()?),
-            _ => out.return_immediately = Some(c.boolean()?),
-        }
-        Some(())
+    let (mut modes, mut history_length, mut blocking, mut immediately) = (None, None, None, None);
+    c.object(|c, key| match key {
+        "acceptedOutputModes" => once(&mut modes, c.list(Cursor::string)),
+        "historyLength" => once(
+            &mut history_length,
+            c.small_uint().and_then(|n| i64::try_from(n).ok()),
+        ),
+        "blocking" => once(&mut blocking, c.boolean()),
+        "returnImmediately" => once(&mut immediately, c.boolean()),
+        _ => None,
     })?;
-    Some(out)
+    Some(SendConfiguration {
+        accepted_output_modes: modes.unwrap_or_default(),
+        history_length,
+        blocking,
+        return_immediately: immediately,
+        push_notification_config: None,
+    })
 }
 
 struct Cursor<'a> {
@@ -199,6 +170,10 @@ impl<'a> Cursor<'a> {
         self.at = end + 1;
         // Both ends are next to an ASCII quote, so on character boundaries.
         self.text.get(start..end)
+    }
+
+    fn string(&mut self) -> Option<String> {
+        self.plain().map(str::to_string)
     }
 
     /// An unsigned integer of at most 18 digits (so it fits any integer type serde would
@@ -259,19 +234,23 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    fn array(&mut self, mut item: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+    /// An array, each item read by `item`.
+    fn list<T>(&mut self, mut item: impl FnMut(&mut Self) -> Option<T>) -> Option<Vec<T>> {
+        // Most lists here hold one item (a message's one text part): sized for it, so the
+        // first push does not go through the growth path.
+        let mut out = Vec::with_capacity(1);
         self.eat(b'[')?;
         if self.peek()? == b']' {
             self.at += 1;
-            return Some(());
+            return Some(out);
         }
         loop {
-            item(self)?;
+            out.push(item(self)?);
             match self.peek()? {
                 b',' => self.at += 1,
                 b']' => {
                     self.at += 1;
-                    return Some(());
+                    return Some(out);
                 }
                 _ => return None,
             }
