@@ -137,13 +137,21 @@ impl Drop for CallerHeld<'_> {
     }
 }
 
+/// What has arrived of a body. Most come in one chunk, which is then the body as it came,
+/// with no buffer to fill.
+#[derive(Default)]
+enum Arrived {
+    #[default]
+    Nothing,
+    One(Bytes),
+    Gathered(BytesMut),
+}
+
 /// A body being read: what has arrived, and what it holds of the budgets.
 struct Reading<'a> {
-    /// The first chunk, kept as it came while it is the only one (most bodies come in
-    /// one): it is then the body, with no buffer to fill.
-    first: Option<Bytes>,
-    buf: BytesMut,
-    /// What `buf` is sized for once it is needed: the declared length, if any.
+    arrived: Arrived,
+    /// What the buffer is sized for once a second chunk needs one: the declared length,
+    /// if any.
     expected: usize,
     limit: usize,
     held: Held<'a>,
@@ -179,29 +187,36 @@ impl Reading<'_> {
         if let Some(caller) = &mut self.caller {
             caller.grow_to(self.held.bytes)?;
         }
-        match self.first.take() {
-            None if self.buf.is_empty() => self.first = Some(chunk),
-            first => {
-                if let Some(first) = first {
-                    self.buf
-                        .reserve(self.expected.max(first.len() + chunk.len()));
-                    self.buf.extend_from_slice(&first);
-                }
-                self.buf.extend_from_slice(&chunk);
+        self.arrived = match std::mem::take(&mut self.arrived) {
+            Arrived::Nothing => Arrived::One(chunk),
+            Arrived::One(first) => {
+                let mut buf = BytesMut::with_capacity(total.max(self.expected));
+                buf.extend_from_slice(&first);
+                buf.extend_from_slice(&chunk);
+                Arrived::Gathered(buf)
             }
-        }
+            Arrived::Gathered(mut buf) => {
+                buf.extend_from_slice(&chunk);
+                Arrived::Gathered(buf)
+            }
+        };
         Ok(())
     }
 
     fn len(&self) -> usize {
-        self.first.as_ref().map_or(0, Bytes::len) + self.buf.len()
+        match &self.arrived {
+            Arrived::Nothing => 0,
+            Arrived::One(b) => b.len(),
+            Arrived::Gathered(b) => b.len(),
+        }
     }
 
     /// The body read.
     fn into_body(self) -> Bytes {
-        match self.first {
-            Some(first) => first,
-            None => self.buf.freeze(),
+        match self.arrived {
+            Arrived::Nothing => Bytes::new(),
+            Arrived::One(b) => b,
+            Arrived::Gathered(b) => b.freeze(),
         }
     }
 }
@@ -228,9 +243,7 @@ pub(super) async fn read_body(
         return Err(GatewayError::PayloadTooLarge(limit));
     }
     let mut reading = Reading {
-        first: None,
-        // Filled only when a second chunk comes.
-        buf: BytesMut::new(),
+        arrived: Arrived::Nothing,
         expected: declared.unwrap_or(1024).min(limit),
         limit,
         held: Held { limits, bytes: 0 },
