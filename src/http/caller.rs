@@ -21,7 +21,11 @@ impl Caller {
     /// The caller of `req` and the application state, looked up once for both: the
     /// JSON-RPC endpoints take them this way rather than as two extractors.
     pub(crate) fn with_state(req: &HttpRequest) -> Option<(web::Data<AppState>, Caller)> {
-        let state = req.app_data::<web::Data<AppState>>()?.clone();
+        let state = req.app_data::<web::Data<AppState>>()?;
+        Some((state.clone(), Caller::of(req, state)))
+    }
+
+    fn of(req: &HttpRequest, state: &AppState) -> Caller {
         let live = super::live::current(&state.live);
         let principal = live.authenticate(req);
         if let Ok(p) = &principal {
@@ -29,7 +33,7 @@ impl Caller {
                 crate::telemetry::note(|c| c.principal = Some(p.id.clone()));
             }
         }
-        Some((state, Caller { principal, live }))
+        Caller { principal, live }
     }
 }
 
@@ -38,7 +42,10 @@ impl FromRequest for Caller {
     type Future = Ready<Result<Caller, actix_web::Error>>;
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        ready(Caller::with_state(req).map(|(_, c)| c).ok_or_else(|| {
+        let caller = req
+            .app_data::<web::Data<AppState>>()
+            .map(|s| Caller::of(req, s));
+        ready(caller.ok_or_else(|| {
             actix_web::error::ErrorInternalServerError("the application state is missing")
         }))
     }
