@@ -23,6 +23,29 @@ pub(crate) const API_KEY_HEADER: &str = "X-API-Key";
 /// [`API_KEY_HEADER`], parsed once: looking a header up by string parses the name each time.
 static API_KEY_HEADER_NAME: HeaderName = HeaderName::from_static("x-api-key");
 
+/// The credentials a request presents, whatever carries them (HTTP headers, gRPC metadata):
+/// the first `X-API-Key`, the first `Authorization`, and whether there was more than one.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct Presented<'a> {
+    pub(crate) key: Option<&'a [u8]>,
+    pub(crate) bearer: Option<&'a [u8]>,
+    pub(crate) more: bool,
+}
+
+impl<'a> Presented<'a> {
+    /// What HTTP `headers` present.
+    pub(crate) fn in_headers(headers: &'a HeaderMap) -> Presented<'a> {
+        let mut keys = headers.get_all(&API_KEY_HEADER_NAME);
+        let mut bearers = headers.get_all(actix_web::http::header::AUTHORIZATION);
+        let (key, bearer) = (keys.next(), bearers.next());
+        Presented {
+            key: key.map(|v| v.as_bytes()),
+            bearer: bearer.map(|v| v.as_bytes()),
+            more: keys.next().is_some() || bearers.next().is_some(),
+        }
+    }
+}
+
 /// Which agents a principal may call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Scope {
@@ -290,13 +313,10 @@ impl Authenticator {
     /// The caller, from `X-API-Key` or `Authorization: Bearer`. Presented credentials that
     /// are not accepted are an error even for public agents: a client with a broken key
     /// should hear so, not be served as someone else.
-    pub(crate) fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, AuthError> {
+    pub(crate) fn authenticate(&self, presented: Presented<'_>) -> Result<Principal, AuthError> {
+        let Presented { key, bearer, more } = presented;
         // More than one credential (a key and a bearer, or either twice) is refused rather
         // than decided by which one is read first.
-        let mut keys = headers.get_all(&API_KEY_HEADER_NAME);
-        let mut bearers = headers.get_all(actix_web::http::header::AUTHORIZATION);
-        let (key, bearer) = (keys.next(), bearers.next());
-        let more = keys.next().is_some() || bearers.next().is_some();
         if more || (key.is_some() && bearer.is_some()) {
             return Err(AuthError::Rejected {
                 scheme: if key.is_some() {
@@ -312,7 +332,7 @@ impl Authenticator {
                 scheme: Scheme::ApiKey,
                 reason: reason.into(),
             };
-            return match find(&self.api_keys, key.as_bytes()) {
+            return match find(&self.api_keys, key) {
                 Some(c) if c.revoked => Err(rejected(&format!("api key {} is revoked", c.id))),
                 Some(c) => Ok(Principal {
                     id: Arc::from(format!("key:{}", c.id)),
@@ -330,9 +350,10 @@ impl Authenticator {
             scheme: Scheme::Bearer,
             reason,
         };
-        let value = auth
-            .to_str()
-            .map_err(|_| rejected("malformed Authorization header".into()))?;
+        let value = std::str::from_utf8(auth)
+            .ok()
+            .filter(|v| v.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b)))
+            .ok_or_else(|| rejected("malformed Authorization header".into()))?;
         let token = match value.split_once(' ') {
             Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => token.trim(),
             _ => return Err(rejected("Authorization is not a Bearer credential".into())),

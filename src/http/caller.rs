@@ -7,6 +7,7 @@ use std::future::{ready, Ready};
 use actix_web::dev::Payload;
 use actix_web::{web, FromRequest, HttpRequest};
 
+use super::admission::Head;
 use super::{AppState, LiveRef};
 use crate::auth::Principal;
 use crate::error::GatewayError;
@@ -25,9 +26,10 @@ impl Caller {
         Some((state.clone(), Caller::of(req, state)))
     }
 
-    fn of(req: &HttpRequest, state: &AppState) -> Caller {
+    /// The caller of a call with this head (HTTP headers, gRPC metadata).
+    pub(crate) fn of(head: &impl Head, state: &AppState) -> Caller {
         let live = super::live::current(&state.live);
-        let principal = live.authenticate(req);
+        let principal = live.authenticate(head);
         if let Ok(p) = &principal {
             if !p.anonymous {
                 crate::telemetry::note(|c| c.principal = Some(p.id.clone()));

@@ -4,16 +4,15 @@
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 
+use super::admission::{self, Admitted, Refused, Target};
 use super::body::{check_content_type, read_body};
 use super::caller::Caller;
 use super::sse::event_stream;
 use super::{served_headers, version_header, Addressed, AppState};
 use crate::error::GatewayError;
 use crate::limits::StreamSlot;
-use crate::protocol::jsonrpc::{parse_request, parse_request_for_agent, Method, RpcId};
-use crate::protocol::params::{self, TaskIdParams};
+use crate::protocol::jsonrpc::{parse_request, parse_request_for_agent, RpcId};
 use crate::protocol::Dialect;
-use crate::routing::{Reason, Served};
 use crate::rpc::{dispatch, render_stream_item, RpcReply};
 use crate::telemetry;
 
@@ -62,13 +61,10 @@ pub(super) async fn handle(
 
     // Credentials first: a caller that cannot get in learns nothing about the request.
     let live = caller.live;
-    let caller = match caller.principal {
+    let caller = match admission::at_the_door(&live, caller.principal, &addressed) {
         Ok(c) => c,
         Err(e) => return respond(&req, &state, early(e)),
     };
-    if let Err(e) = live.admit_early(&addressed, &caller) {
-        return respond(&req, &state, early(e));
-    }
     if let Err(e) = check_content_type(&req) {
         return respond(&req, &state, early(e));
     }
@@ -100,75 +96,32 @@ pub(super) async fn handle(
         Err(f) => return respond(&req, &state, RpcReply::error(&f.id, f.dialect, &f.error)),
     };
     telemetry::note_method(rpc.method.name(), rpc.dialect.version(), "jsonrpc");
-    let (agent, reason) = match addressed {
-        Addressed::Agent(agent) => (agent, None),
-        Addressed::Unknown(name) => {
-            let err = live.missing_agent(&caller, &name);
-            return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &err));
-        }
-        Addressed::Shared => {
-            // Only with a shared store is there anything to read first (boxed then, so
-            // every request's future does not carry it).
-            let hydrated = match state.store.shared.is_some() {
-                true => Box::pin(state.router.hydrate(rpc.params, &caller)).await,
-                false => Ok(()),
-            };
-            if let Err(e) = hydrated {
-                return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &e));
+    let streams = rpc.method.is_streaming();
+    let admitted = admission::admit(
+        &state,
+        &req,
+        &live,
+        &caller,
+        addressed,
+        Target::Rpc(&rpc),
+        streams,
+    )
+    .await;
+    let Admitted {
+        agent,
+        served,
+        slot,
+    } = match admitted {
+        Ok(a) => a,
+        Err(Refused { error, served }) => {
+            let mut resp = respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &error));
+            if let Some(served) = &served {
+                served_headers(&mut resp, served);
             }
-            match state
-                .router
-                .route(&live.registry, &live.rules, &rpc, &caller)
-            {
-                Ok((agent, reason)) => {
-                    tracing::debug!(agent = %agent.name, %reason, "routed");
-                    (agent.clone(), Some(reason))
-                }
-                Err(e) => {
-                    let e = live.unroutable(&caller, e);
-                    return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &e));
-                }
-            }
+            return resp;
         }
     };
-    telemetry::note(|c| c.agent = Some(agent.name.clone()));
-    if let Err(e) = live.authorize(&caller, &agent) {
-        // On the shared endpoint a task call reached this agent through its task: a caller
-        // who may not call the agent hears what an unknown id gets, learning nothing.
-        let e = match (&reason, rpc.method) {
-            (
-                Some(Reason::Task),
-                Method::GetTask | Method::CancelTask | Method::SubscribeToTask | Method::Push(_),
-            ) => GatewayError::TaskNotFound(
-                params::decode::<TaskIdParams>(rpc.params)
-                    .map(|p| p.id)
-                    .unwrap_or_default(),
-            ),
-            _ => e,
-        };
-        return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &e));
-    }
-    let sends = matches!(
-        rpc.method,
-        Method::SendMessage | Method::SendStreamingMessage
-    );
-    if let Err(e) = state.admit(&req, &live, &caller, &agent, sends).await {
-        return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &e));
-    }
-    // Past authorization, every answer names the agent (refusals before it do not).
-    let served = Served::new(&agent, reason);
-    // Counted before the stream opens upstream, so a refusal costs nothing there.
-    let slot = match rpc.method.is_streaming() {
-        true => Some(state.open_stream(&req, &live, &caller).await),
-        false => None,
-    };
-    let (reply, slot) = match slot {
-        Some(Err(e)) => (RpcReply::error(&rpc.id, rpc.dialect, &e), None),
-        slot => {
-            let reply = dispatch(&state.service, &agent, &caller, rpc, &served).await;
-            (reply, slot.and_then(Result::ok))
-        }
-    };
+    let reply = dispatch(&state.service, &agent, &caller, rpc, &served).await;
     let mut resp = respond_with(&req, &state, reply, slot);
     served_headers(&mut resp, &served);
     resp

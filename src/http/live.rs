@@ -4,8 +4,9 @@
 
 use std::sync::Arc;
 
-use actix_web::{HttpMessage, HttpRequest};
+use actix_web::HttpRequest;
 
+use super::admission::Head;
 use super::Addressed;
 use crate::agents::{Agent, Registry};
 use crate::auth::{AuthError, Authenticator, Principal};
@@ -99,9 +100,9 @@ impl Live {
     }
 
     /// The caller, or the 401 to answer with. Runs before any body is read.
-    pub(crate) fn authenticate(&self, req: &HttpRequest) -> Result<Principal, GatewayError> {
+    pub(crate) fn authenticate(&self, head: &impl Head) -> Result<Principal, GatewayError> {
         self.auth
-            .authenticate(req.headers())
+            .authenticate(head.presented())
             .map_err(|e| self.auth_error(e))
     }
 
@@ -149,12 +150,9 @@ impl Live {
     }
 
     /// The key a caller is counted under (its credential, or its address when anonymous).
-    pub(crate) fn caller_key(&self, req: &HttpRequest, caller: &Principal) -> String {
-        let xff = req
-            .headers()
-            .get("x-forwarded-for")
-            .and_then(|v| v.to_str().ok());
-        let ip = self.rates.client_ip(req.peer_addr().map(|a| a.ip()), xff);
+    pub(crate) fn caller_key(&self, head: &impl Head, caller: &Principal) -> String {
+        let (peer, xff) = head.origin();
+        let ip = self.rates.client_ip(peer, xff);
         self.rates.caller_key(caller, ip)
     }
 
@@ -162,18 +160,15 @@ impl Live {
     /// the key: its credential, or its address when anonymous (or not known yet: `None`).
     pub(crate) fn caller_hash(
         &self,
-        req: &HttpRequest,
+        head: &impl Head,
         caller: Option<&Principal>,
         hasher: &ahash::RandomState,
     ) -> u64 {
         match caller {
             Some(c) if !c.anonymous => hasher.hash_one(&*c.id),
             _ => {
-                let xff = req
-                    .headers()
-                    .get("x-forwarded-for")
-                    .and_then(|v| v.to_str().ok());
-                hasher.hash_one(self.rates.client_ip(req.peer_addr().map(|a| a.ip()), xff))
+                let (peer, xff) = head.origin();
+                hasher.hash_one(self.rates.client_ip(peer, xff))
             }
         }
     }
@@ -182,48 +177,48 @@ impl Live {
     /// as `X-RateLimit-*` headers (see [`super::rate_limit_headers`]), also on a refusal.
     pub(crate) fn admit(
         &self,
-        req: &HttpRequest,
+        head: &impl Head,
         caller: &Principal,
         agent: &Agent,
     ) -> Result<(), GatewayError> {
-        let key = || self.caller_key(req, caller);
+        let key = || self.caller_key(head, caller);
         let counted = self.rates.check(caller, key, &agent.def.name);
-        self.counted(req, agent, counted)
+        self.counted(head, agent, counted)
     }
 
     /// [`Self::admit`] against allowances every replica shares.
     pub(crate) async fn admit_shared(
         &self,
-        req: &HttpRequest,
+        head: &impl Head,
         caller: &Principal,
         agent: &Agent,
         shared: &Shared,
     ) -> Result<(), GatewayError> {
-        let key = || self.caller_key(req, caller);
+        let key = || self.caller_key(head, caller);
         let counted = self
             .rates
             .check_shared(shared, caller, key, &agent.def.name)
             .await;
-        self.counted(req, agent, counted)
+        self.counted(head, agent, counted)
     }
 
     fn counted(
         &self,
-        req: &HttpRequest,
+        head: &impl Head,
         agent: &Agent,
         counted: Result<Option<crate::limits::RateInfo>, (GatewayError, crate::limits::RateInfo)>,
     ) -> Result<(), GatewayError> {
         match counted {
             Ok(info) => {
                 if let Some(info) = info {
-                    req.extensions_mut().insert(info);
+                    head.keep_rate(info);
                 }
                 Ok(())
             }
             Err((e, info)) => {
                 if matches!(e, GatewayError::RateLimited { .. }) {
                     self.metrics.rate_limited(&agent.name);
-                    req.extensions_mut().insert(info);
+                    head.keep_rate(info);
                 }
                 Err(e)
             }

@@ -3,16 +3,15 @@
 //! routing order, task routes to the task's agent, the task list to the default agent). Mapped onto the same service calls as JSON-RPC; errors are
 //! `google.rpc.Status` bodies with the A2A 1.0.1 HTTP statuses.
 
-use std::sync::Arc;
-
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
+use super::admission::{self, Admitted, Refused, Target};
 use super::body::{check_content_type, read_body};
 use super::caller::Caller;
 use super::sse::event_stream;
-use super::{error_response, served_headers, version_header, Addressed, AppState, Live, LiveRef};
+use super::{error_response, served_headers, version_header, Addressed, AppState, Live};
 use crate::agents::Agent;
 use crate::auth::Principal;
 use crate::error::GatewayError;
@@ -22,7 +21,7 @@ use crate::protocol::ops::{ItemStream, SendRequest};
 use crate::protocol::params::{self, ListTasksParams, SendParams};
 use crate::protocol::push::{read_call, PushOp};
 use crate::protocol::Dialect;
-use crate::routing::{self, Served, Stampable};
+use crate::routing::{Served, Stampable};
 use crate::rpc::send_request;
 use crate::telemetry;
 
@@ -82,75 +81,34 @@ fn check_version(req: &HttpRequest) -> Result<(), GatewayError> {
     }
 }
 
-/// What a request is about, which on the shared routes decides its agent as on `/a2a`.
-#[derive(Clone, Copy)]
-enum Target<'a> {
-    /// A send, with its `SendMessageRequest`.
-    Send(&'a RawValue),
-    Task(&'a str),
-    TaskList,
-}
-
-/// The agent a request is for (named in the path, or routed on the shared routes), once the
-/// caller is known to be allowed to call it.
-async fn agent_for(
+/// The agent a request is for (named in the path, or routed on the shared routes), once
+/// admission lets it through; a refusal is rendered here, naming the agent past
+/// authorization as every answer does.
+async fn admitted(
     req: &HttpRequest,
     state: &AppState,
     live: &Live,
     caller: &Principal,
+    addressed: Addressed,
     target: Target<'_>,
-) -> Result<(Arc<Agent>, Served), GatewayError> {
-    let registry = &live.registry;
-    let (agent, reason) = match req.match_info().get("name") {
-        Some(name) => {
-            let agent = registry
-                .get(name)
-                .ok_or_else(|| live.missing_agent(caller, name))?;
-            (agent, None)
-        }
-        None => {
-            // Other replicas' tasks and conversations, when they share a store.
-            match target {
-                Target::Send(params) => state.router.hydrate(Some(params), caller).await?,
-                Target::Task(id) => state.router.hydrate_task(id).await?,
-                Target::TaskList => {}
+    streams: bool,
+) -> Result<Admitted, HttpResponse> {
+    admission::admit(state, req, live, caller, addressed, target, streams)
+        .await
+        .map_err(|Refused { error, served }| {
+            let mut resp = error_response(&error);
+            if let Some(served) = &served {
+                served_headers(&mut resp, served);
             }
-            let (agent, reason) = match target {
-                Target::Send(params) => {
-                    state
-                        .router
-                        .route_send(registry, &live.rules, params, caller)
-                }
-                Target::Task(id) => state.router.route_task(registry, Some(id)),
-                Target::TaskList => routing::default(registry),
-            }
-            .map_err(|e| live.unroutable(caller, e))?;
-            tracing::debug!(agent = %agent.name, %reason, "routed");
-            (agent, Some(reason))
-        }
-    };
-    telemetry::note(|c| c.agent = Some(agent.name.clone()));
-    live.authorize(caller, agent)
-        .map_err(|e| match (target, &reason) {
-            // A task reached through its id on the shared routes: a caller who may not call
-            // its agent hears what an unknown id gets.
-            (Target::Task(id), Some(routing::Reason::Task)) => {
-                GatewayError::TaskNotFound(id.into())
-            }
-            _ => e,
-        })?;
-    let sends = matches!(target, Target::Send(_));
-    state.admit(req, live, caller, agent, sends).await?;
-    Ok((agent.clone(), Served::new(agent, reason)))
+            resp
+        })
 }
 
-/// A send, routed: who asks, the agent that answers, and the request (or what is wrong with
-/// it, which goes out as that agent's answer).
+/// A send, admitted: who asks, the agent that answers, and the request (or what is wrong
+/// with it, which goes out as that agent's answer).
 struct RoutedSend {
-    live: LiveRef,
     caller: Principal,
-    agent: Arc<Agent>,
-    served: Served,
+    admitted: Admitted,
     send: Result<SendRequest, GatewayError>,
 }
 
@@ -159,24 +117,27 @@ async fn routed_send(
     body: web::Payload,
     state: &AppState,
     caller: Caller,
-) -> Result<RoutedSend, GatewayError> {
+    streams: bool,
+) -> Result<RoutedSend, HttpResponse> {
     let live = caller.live;
-    let caller = caller.principal?;
     let addressed = Addressed::of(&live.registry, req.match_info().get("name"));
-    live.admit_early(&addressed, &caller)?;
-    check_version(req)?;
-    check_content_type(req)?;
-    let payer = |h: &ahash::RandomState| live.caller_hash(req, Some(&caller), h);
-    let bytes = read_body(req, body, &state.bodies, &payer).await?;
-    let raw: Box<RawValue> =
-        serde_json::from_slice(&bytes).map_err(|e| GatewayError::Parse(e.to_string()))?;
-    let params: SendParams = params::decode(Some(&raw))?;
-    let (agent, served) = agent_for(req, state, &live, &caller, Target::Send(&raw)).await?;
+    let read = async {
+        let caller = admission::at_the_door(&live, caller.principal, &addressed)?;
+        check_version(req)?;
+        check_content_type(req)?;
+        let payer = |h: &ahash::RandomState| live.caller_hash(req, Some(&caller), h);
+        let bytes = read_body(req, body, &state.bodies, &payer).await?;
+        let raw: Box<RawValue> =
+            serde_json::from_slice(&bytes).map_err(|e| GatewayError::Parse(e.to_string()))?;
+        let params: SendParams = params::decode(Some(&raw))?;
+        Ok::<_, GatewayError>((caller, raw, params))
+    };
+    let (caller, raw, params) = read.await.map_err(|e| error_response(&e))?;
+    let target = Target::Send(&raw);
+    let admitted = admitted(req, state, &live, &caller, addressed, target, streams).await?;
     Ok(RoutedSend {
-        live,
         caller,
-        agent,
-        served,
+        admitted,
         send: send_request(params, Dialect::V10),
     })
 }
@@ -188,20 +149,16 @@ async fn send(
     caller: Caller,
 ) -> HttpResponse {
     note_method("SendMessage");
-    let routed = match routed_send(&req, body, &state, caller).await {
+    let routed = match routed_send(&req, body, &state, caller, false).await {
         Ok(r) => r,
-        Err(e) => return error_response(&e),
+        Err(resp) => return resp,
     };
+    let Admitted { agent, served, .. } = &routed.admitted;
     let result = match routed.send {
-        Ok(send) => {
-            state
-                .service
-                .send(&routed.agent, &routed.caller, send)
-                .await
-        }
+        Ok(send) => state.service.send(agent, &routed.caller, send).await,
         Err(e) => Err(e),
     };
-    reply(&routed.served, result)
+    reply(served, result)
 }
 
 async fn stream(
@@ -211,19 +168,24 @@ async fn stream(
     caller: Caller,
 ) -> HttpResponse {
     note_method("SendStreamingMessage");
-    let routed = match routed_send(&req, body, &state, caller).await {
+    let routed = match routed_send(&req, body, &state, caller, true).await {
         Ok(r) => r,
-        Err(e) => return error_response(&e),
+        Err(resp) => return resp,
     };
-    let (agent, caller) = (&routed.agent, &routed.caller);
+    let Admitted {
+        agent,
+        served,
+        slot,
+    } = routed.admitted;
     let opened = async {
-        let send = routed.send?;
-        let slot = state.open_stream(&req, &routed.live, caller).await?;
-        let items = state.service.stream(agent, caller, send).await?;
+        let items = state
+            .service
+            .stream(&agent, &routed.caller, routed.send?)
+            .await?;
         Ok::<_, GatewayError>((items, slot))
     }
     .await;
-    sse(&req, &state, agent, &routed.served, opened)
+    sse(&req, &state, &agent, &served, opened)
 }
 
 /// An event stream, or the error that prevented it.
@@ -232,10 +194,14 @@ fn sse(
     state: &AppState,
     agent: &Agent,
     served: &Served,
-    opened: Result<(ItemStream, StreamSlot), GatewayError>,
+    opened: Result<(ItemStream, Option<StreamSlot>), GatewayError>,
 ) -> HttpResponse {
     let (items, slot) = match opened {
-        Ok(o) => o,
+        Ok((items, Some(slot))) => (items, slot),
+        Ok((_, None)) => {
+            let e = GatewayError::Internal("stream without a slot".into());
+            return reply::<()>(served, Err(e));
+        }
         Err(e) => return reply::<()>(served, Err(e)),
     };
     let keepalive = agent
@@ -272,21 +238,24 @@ fn query<T: serde::de::DeserializeOwned>(req: &HttpRequest) -> Result<T, Gateway
         .map_err(|e| GatewayError::InvalidParams(format!("query: {e}")))
 }
 
-/// The caller and the agent of a request that has no body.
+/// The caller and the admitted call of a request that has no body.
 async fn caller_and_agent(
     req: &HttpRequest,
     state: &AppState,
     caller: Caller,
     target: Target<'_>,
-) -> Result<(Principal, Arc<Agent>, Served, LiveRef), GatewayError> {
+    streams: bool,
+) -> Result<(Principal, Admitted), HttpResponse> {
     let live = caller.live;
-    let caller = caller.principal?;
-    check_version(req)?;
+    let addressed = Addressed::of(&live.registry, req.match_info().get("name"));
+    let principal = admission::at_the_door(&live, caller.principal, &addressed)
+        .and_then(|p| check_version(req).map(|()| p))
+        .map_err(|e| error_response(&e))?;
     if let Target::Task(id) = target {
         telemetry::note_task(id, None);
     }
-    let (agent, served) = agent_for(req, state, &live, &caller, target).await?;
-    Ok((caller, agent, served, live))
+    let admitted = admitted(req, state, &live, &principal, addressed, target, streams).await?;
+    Ok((principal, admitted))
 }
 
 /// What the access log and metrics call this request.
@@ -308,10 +277,10 @@ async fn task_get_or_subscribe(
         }
         _ => {
             note_method("GetTask");
-            let (caller, agent, served, _) =
-                match caller_and_agent(&req, &state, caller, Target::Task(&target)).await {
+            let (caller, Admitted { agent, served, .. }) =
+                match caller_and_agent(&req, &state, caller, Target::Task(&target), false).await {
                     Ok(r) => r,
-                    Err(e) => return error_response(&e),
+                    Err(resp) => return resp,
                 };
             let result = async {
                 let q: HistoryQuery = query(&req)?;
@@ -331,10 +300,10 @@ async fn task_action(req: HttpRequest, state: web::Data<AppState>, caller: Calle
     match target.rsplit_once(':') {
         Some((id, "cancel")) => {
             note_method("CancelTask");
-            let (caller, agent, served, _) =
-                match caller_and_agent(&req, &state, caller, Target::Task(id)).await {
+            let (caller, Admitted { agent, served, .. }) =
+                match caller_and_agent(&req, &state, caller, Target::Task(id), false).await {
                     Ok(r) => r,
-                    Err(e) => return error_response(&e),
+                    Err(resp) => return resp,
                 };
             let result = state.service.cancel(&agent, &caller, id).await;
             reply(&served, result)
@@ -349,13 +318,18 @@ async fn task_action(req: HttpRequest, state: web::Data<AppState>, caller: Calle
 
 async fn subscribe(req: &HttpRequest, state: &AppState, caller: Caller, id: &str) -> HttpResponse {
     note_method("SubscribeToTask");
-    let (caller, agent, served, live) =
-        match caller_and_agent(req, state, caller, Target::Task(id)).await {
-            Ok(r) => r,
-            Err(e) => return error_response(&e),
-        };
+    let (
+        caller,
+        Admitted {
+            agent,
+            served,
+            slot,
+        },
+    ) = match caller_and_agent(req, state, caller, Target::Task(id), true).await {
+        Ok(r) => r,
+        Err(resp) => return resp,
+    };
     let opened = async {
-        let slot = state.open_stream(req, &live, &caller).await?;
         let items = state.service.subscribe(&agent, &caller, id).await?;
         Ok::<_, GatewayError>((items, slot))
     }
@@ -365,10 +339,10 @@ async fn subscribe(req: &HttpRequest, state: &AppState, caller: Caller, id: &str
 
 async fn list(req: HttpRequest, state: web::Data<AppState>, caller: Caller) -> HttpResponse {
     note_method("ListTasks");
-    let (caller, agent, served, _) =
-        match caller_and_agent(&req, &state, caller, Target::TaskList).await {
+    let (caller, Admitted { agent, served, .. }) =
+        match caller_and_agent(&req, &state, caller, Target::TaskList, false).await {
             Ok(r) => r,
-            Err(e) => return error_response(&e),
+            Err(resp) => return resp,
         };
     let result = async {
         let p: ListTasksParams = query(&req)?;
@@ -402,10 +376,10 @@ async fn push_configs(
         }
     };
     note_method(Method::Push(op).name());
-    let (caller, agent, served, _) =
-        match caller_and_agent(&req, &state, caller, Target::Task(&task)).await {
+    let (caller, Admitted { agent, served, .. }) =
+        match caller_and_agent(&req, &state, caller, Target::Task(&task), false).await {
             Ok(r) => r,
-            Err(e) => return error_response(&e),
+            Err(resp) => return resp,
         };
     let result = async {
         state.service.push().check_enabled()?;

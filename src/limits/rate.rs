@@ -413,7 +413,7 @@ mod tests {
         let anonymous = AuthConfig::default();
         let caller = crate::auth::Authenticator::build(&anonymous)
             .unwrap()
-            .authenticate(&actix_web::http::header::HeaderMap::new())
+            .authenticate(crate::auth::Presented::default())
             .unwrap();
         for i in 0..1000 {
             limits

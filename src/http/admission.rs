@@ -1,0 +1,222 @@
+//! Admission: the steps every binding takes between a call's arrival and its dispatch, in
+//! one place. A binding (JSON-RPC, HTTP+JSON, gRPC) reads its request its own way and
+//! renders its own answers; what decides whether a call goes through, and to which agent,
+//! is here, so that a rule added to admission reaches every binding at once.
+//!
+//! 1. [`at_the_door`], from the request's head alone, before any body is read: the
+//!    caller's credentials, and whether it may call what the path (or the gRPC metadata)
+//!    names at all.
+//! 2. [`admit`], once the request is read: the agent (named, or routed on the shared
+//!    endpoints), authorization, the store's health, the rate limits, and for a stream a
+//!    slot counted against the gateway's and the caller's caps.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use actix_web::{HttpMessage, HttpRequest};
+use serde_json::value::RawValue;
+
+use super::{Addressed, AppState, Live};
+use crate::agents::Agent;
+use crate::auth::{Presented, Principal};
+use crate::error::GatewayError;
+use crate::limits::{RateInfo, StreamSlot};
+use crate::protocol::jsonrpc::{Method, RpcRequest};
+use crate::protocol::params::{self, TaskIdParams};
+use crate::routing::{self, Reason, Served};
+
+/// What admission reads of a call's transport, whatever the binding: the credentials it
+/// presents, where it comes from (for the limits kept per address), and where the rate
+/// numbers go to be sent back (HTTP headers, gRPC metadata).
+pub(crate) trait Head {
+    fn presented(&self) -> Presented<'_>;
+    /// The peer's address and the `X-Forwarded-For` it sent (trusted only from the
+    /// proxies configured).
+    fn origin(&self) -> (Option<IpAddr>, Option<&str>);
+    /// Keeps the caller's rate numbers for the answer, refusal or not.
+    fn keep_rate(&self, info: RateInfo);
+}
+
+impl Head for HttpRequest {
+    fn presented(&self) -> Presented<'_> {
+        Presented::in_headers(self.headers())
+    }
+
+    fn origin(&self) -> (Option<IpAddr>, Option<&str>) {
+        let xff = self
+            .headers()
+            .get("x-forwarded-for")
+            .and_then(|v| v.to_str().ok());
+        (self.peer_addr().map(|a| a.ip()), xff)
+    }
+
+    fn keep_rate(&self, info: RateInfo) {
+        // The edge service writes them as `X-RateLimit-*` headers.
+        self.extensions_mut().insert(info);
+    }
+}
+
+/// What a call is about, which on the shared endpoints decides its agent.
+#[derive(Clone, Copy)]
+pub(crate) enum Target<'a> {
+    /// A JSON-RPC call: its method and params say (see [`routing::Router::route`]).
+    Rpc(&'a RpcRequest<'a>),
+    /// A send, with its `SendMessageRequest`.
+    Send(&'a RawValue),
+    /// A call on a task.
+    Task(&'a str),
+    TaskList,
+}
+
+impl Target<'_> {
+    fn sends(&self) -> bool {
+        match self {
+            Target::Rpc(rpc) => matches!(
+                rpc.method,
+                Method::SendMessage | Method::SendStreamingMessage
+            ),
+            Target::Send(_) => true,
+            Target::Task(_) | Target::TaskList => false,
+        }
+    }
+
+    /// The task id a call on a task names, for the answer to a caller who may not see it.
+    fn task_id(&self) -> Option<String> {
+        match self {
+            Target::Rpc(rpc) => match rpc.method {
+                Method::GetTask
+                | Method::CancelTask
+                | Method::SubscribeToTask
+                | Method::Push(_) => Some(
+                    params::decode::<TaskIdParams>(rpc.params)
+                        .map(|p| p.id)
+                        .unwrap_or_default(),
+                ),
+                _ => None,
+            },
+            Target::Task(id) => Some(id.to_string()),
+            Target::Send(_) | Target::TaskList => None,
+        }
+    }
+}
+
+/// A call let through: who calls, the agent that answers, the note every answer carries,
+/// and the stream slot a streaming call holds until its stream ends.
+pub(crate) struct Admitted {
+    pub(crate) agent: Arc<Agent>,
+    pub(crate) served: Served,
+    pub(crate) slot: Option<StreamSlot>,
+}
+
+/// A call refused; past authorization the answer names the agent (`served`), before it
+/// not, so that a caller learns nothing about agents it may not call.
+pub(crate) struct Refused {
+    pub(crate) error: GatewayError,
+    pub(crate) served: Option<Served>,
+}
+
+impl From<GatewayError> for Refused {
+    fn from(error: GatewayError) -> Refused {
+        Refused {
+            error,
+            served: None,
+        }
+    }
+}
+
+/// Step one, from the head alone: the caller, if its credentials are accepted and it may
+/// call what is addressed (on the shared endpoints: some agent).
+pub(crate) fn at_the_door(
+    live: &Live,
+    caller: Result<Principal, GatewayError>,
+    addressed: &Addressed,
+) -> Result<Principal, GatewayError> {
+    let caller = caller?;
+    live.admit_early(addressed, &caller)?;
+    Ok(caller)
+}
+
+/// Step two, once the call is read: its agent, and whether it may go there now. A
+/// streaming call (`streams`) also takes its slot here, so that a refusal costs nothing
+/// upstream.
+pub(crate) async fn admit(
+    state: &AppState,
+    head: &impl Head,
+    live: &Live,
+    caller: &Principal,
+    addressed: Addressed,
+    target: Target<'_>,
+    streams: bool,
+) -> Result<Admitted, Refused> {
+    let (agent, reason) = match addressed {
+        Addressed::Agent(agent) => (agent, None),
+        Addressed::Unknown(name) => return Err(live.missing_agent(caller, &name).into()),
+        Addressed::Shared => {
+            let (agent, reason) = route(state, live, caller, target).await?;
+            (agent, Some(reason))
+        }
+    };
+    crate::telemetry::note(|c| c.agent = Some(agent.name.clone()));
+    if let Err(e) = live.authorize(caller, &agent) {
+        // On the shared endpoints a task call reached this agent through its task: a
+        // caller who may not call the agent hears what an unknown id gets.
+        let e = match (reason, target.task_id()) {
+            (Some(Reason::Task), Some(id)) => GatewayError::TaskNotFound(id),
+            _ => e,
+        };
+        return Err(e.into());
+    }
+    state
+        .admit(head, live, caller, &agent, target.sends())
+        .await?;
+    let served = Served::new(&agent, reason);
+    let slot = match streams {
+        true => match state.open_stream(head, live, caller).await {
+            Ok(slot) => Some(slot),
+            Err(error) => {
+                return Err(Refused {
+                    error,
+                    served: Some(served),
+                })
+            }
+        },
+        false => None,
+    };
+    Ok(Admitted {
+        agent,
+        served,
+        slot,
+    })
+}
+
+/// The agent a call on the shared endpoints goes to, and why.
+async fn route(
+    state: &AppState,
+    live: &Live,
+    caller: &Principal,
+    target: Target<'_>,
+) -> Result<(Arc<Agent>, Reason), GatewayError> {
+    // Other replicas' tasks and conversations, when they share a store (boxed then, so
+    // that every call's future does not carry it).
+    if state.store.shared.is_some() {
+        let router = &state.router;
+        match target {
+            Target::Rpc(rpc) => Box::pin(router.hydrate(rpc.params, caller)).await?,
+            Target::Send(params) => Box::pin(router.hydrate(Some(params), caller)).await?,
+            Target::Task(id) => Box::pin(router.hydrate_task(id)).await?,
+            Target::TaskList => {}
+        }
+    }
+    let registry = &live.registry;
+    let routed = match target {
+        Target::Rpc(rpc) => state.router.route(registry, &live.rules, rpc, caller),
+        Target::Send(params) => state
+            .router
+            .route_send(registry, &live.rules, params, caller),
+        Target::Task(id) => state.router.route_task(registry, Some(id)),
+        Target::TaskList => routing::default(registry),
+    };
+    let (agent, reason) = routed.map_err(|e| live.unroutable(caller, e))?;
+    tracing::debug!(agent = %agent.name, %reason, "routed");
+    Ok((agent.clone(), reason))
+}
