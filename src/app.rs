@@ -22,6 +22,7 @@ use crate::telemetry::Metrics;
 pub struct Application {
     port: u16,
     metrics_port: Option<u16>,
+    grpc_port: Option<u16>,
     server: Server,
     state: Arc<AppState>,
     /// Where the configuration was read from, with the files it names: what reloads
@@ -126,6 +127,7 @@ pub(crate) fn build_state(ready: Ready) -> std::io::Result<(AppState, Vec<String
         metrics,
         lifecycle: Lifecycle::default(),
         superseded: Default::default(),
+        grpc_port: None,
     };
     Ok((state, failed))
 }
@@ -315,16 +317,30 @@ impl Application {
             (Some(addr), true) => Some(bind_addr(addr)?),
             _ => None,
         };
-        Application::with_listener(ready, listener, metrics_listener).await
+        let grpc_listener = match server.grpc_port {
+            Some(port) => Some(bind(&server.host, port)?),
+            None => None,
+        };
+        let listeners = Listeners {
+            http: listener,
+            metrics: metrics_listener,
+            grpc: grpc_listener,
+        };
+        Application::with_listeners(ready, listeners).await
     }
 
-    async fn with_listener(
-        ready: Ready,
-        listener: TcpListener,
-        metrics_listener: Option<TcpListener>,
-    ) -> std::io::Result<Application> {
+    async fn with_listeners(ready: Ready, listeners: Listeners) -> std::io::Result<Application> {
+        let Listeners {
+            http: listener,
+            metrics: metrics_listener,
+            grpc: grpc_listener,
+        } = listeners;
         let addr = listener.local_addr()?;
         let metrics_port = match &metrics_listener {
+            Some(l) => Some(l.local_addr()?.port()),
+            None => None,
+        };
+        let grpc_port = match &grpc_listener {
             Some(l) => Some(l.local_addr()?.port()),
             None => None,
         };
@@ -333,7 +349,8 @@ impl Application {
             .source
             .clone()
             .map(|source| (source, ready.settings.named_files()));
-        let (state, lost) = build_state(ready)?;
+        let (mut state, lost) = build_state(ready)?;
+        state.grpc_port = grpc_port;
         state.service.notify_lost(lost).await;
         start_upstreams(&state).await;
         for source in state.live().auth.jwks_sources() {
@@ -392,6 +409,7 @@ impl Application {
         if workers > 0 {
             server = server.workers(workers);
         }
+        let grpc_connections = connections.clone();
         server = server.listen("a2a-gateway", listener, move || {
             let app = app()
                 .into_factory()
@@ -433,11 +451,32 @@ impl Application {
                     .tcp()
             })?;
         }
+        if let Some(listener) = grpc_listener {
+            // The gRPC binding on the same workers: its calls take the same admission,
+            // configuration snapshot and connection gate as HTTP's.
+            let state = web::Data::from(shared.clone());
+            let connections = grpc_connections;
+            server = server.listen("a2a-gateway-grpc", listener, move || {
+                let state = state.clone();
+                let grpc = actix_service::fn_service(move |stream: tokio::net::TcpStream| {
+                    let state = state.clone();
+                    async move {
+                        crate::grpc::serve_connection(stream, state).await;
+                        Ok::<_, std::convert::Infallible>(())
+                    }
+                });
+                Gate {
+                    inner: grpc,
+                    limits: connections.clone(),
+                }
+            })?;
+        }
         let server = server.run();
         shared.lifecycle.ready();
         Ok(Application {
             port: addr.port(),
             metrics_port,
+            grpc_port,
             server,
             state: shared,
             source,
@@ -446,6 +485,11 @@ impl Application {
 
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The gRPC binding's port, when `[server] grpc_port` sets one.
+    pub fn grpc_port(&self) -> Option<u16> {
+        self.grpc_port
     }
 
     /// The separate metrics listener's port, when `[metrics] listen` sets one.
@@ -518,6 +562,13 @@ impl Application {
         }
         served
     }
+}
+
+/// What the gateway listens on.
+struct Listeners {
+    http: TcpListener,
+    metrics: Option<TcpListener>,
+    grpc: Option<TcpListener>,
 }
 
 fn bind(host: &str, port: u16) -> std::io::Result<TcpListener> {

@@ -13,14 +13,23 @@ use crate::config::{AgentDef, GatewayConfig, Skill};
 /// The 0.3 revision the hybrid card's top-level fields follow.
 const V03_PROTOCOL_VERSION: &str = "0.3.0";
 
-/// What the gateway offers at `url`: JSON-RPC in both dialects (1.0 preferred), and the
-/// 1.0 HTTP+JSON binding under `url/rest`.
-fn interfaces(url: &str) -> Value {
-    json!([
-        {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
-        {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
-        {"url": format!("{url}/rest"), "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
-    ])
+/// What the gateway offers at `url`: JSON-RPC in both dialects (1.0 preferred), the 1.0
+/// HTTP+JSON binding under `url/rest`, and when it is on the 1.0 gRPC binding, where an
+/// agent's card names the agent as its `tenant` (which its clients put in every request).
+fn interfaces(url: &str, offers: Offers, tenant: Option<&str>) -> Value {
+    let mut all = vec![
+        json!({"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}),
+        json!({"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "0.3"}),
+        json!({"url": format!("{url}/rest"), "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"}),
+    ];
+    if let Some(target) = offers.grpc {
+        let mut grpc = json!({"url": target, "protocolBinding": "GRPC", "protocolVersion": "1.0"});
+        if let Some(tenant) = tenant {
+            grpc["tenant"] = json!(tenant);
+        }
+        all.push(grpc);
+    }
+    Value::Array(all)
 }
 
 /// `push`: whether the gateway delivers push notifications (for every agent it serves:
@@ -69,9 +78,11 @@ pub(crate) struct Security<'a> {
 
 /// What a card says the gateway offers besides security.
 #[derive(Clone, Copy)]
-pub(crate) struct Offers {
+pub(crate) struct Offers<'a> {
     /// Push notifications are on.
     pub(crate) push: bool,
+    /// Where the gRPC binding listens (`host:port`, a gRPC target), when it is on.
+    pub(crate) grpc: Option<&'a str>,
 }
 
 fn scheme_json(kind: SchemeKind, v10: bool) -> Value {
@@ -132,7 +143,7 @@ fn apply_security(obj: &mut Map<String, Value>, sec: &Security) {
 }
 
 /// The card of one agent; `base` is the gateway's public base URL without trailing slash.
-pub(crate) fn agent_card(agent: &Agent, base: &str, sec: &Security, offers: Offers) -> Value {
+pub(crate) fn agent_card(agent: &Agent, base: &str, sec: &Security, offers: Offers<'_>) -> Value {
     let url = format!("{base}{}", agent_path(&agent.def.name));
     let mut card = match agent.remote().and_then(|r| r.card()) {
         Some(remote) => upstream_card(&agent.def, &remote, &url, offers),
@@ -144,7 +155,7 @@ pub(crate) fn agent_card(agent: &Agent, base: &str, sec: &Security, offers: Offe
     card
 }
 
-fn local_card(def: &AgentDef, url: &str, offers: Offers) -> Value {
+fn local_card(def: &AgentDef, url: &str, offers: Offers<'_>) -> Value {
     let mut card = json!({
         "name": def.name,
         "description": def.description,
@@ -155,7 +166,7 @@ fn local_card(def: &AgentDef, url: &str, offers: Offers) -> Value {
         "skills": def.skills.iter().map(|s| skill_json(s, s.id.clone())).collect::<Vec<_>>(),
     });
     if let Some(obj) = card.as_object_mut() {
-        point_at_gateway(obj, url);
+        point_at_gateway(obj, url, offers, &def.name);
         apply_local_fields(obj, def);
     }
     card
@@ -165,7 +176,7 @@ fn local_card(def: &AgentDef, url: &str, offers: Offers) -> Value {
 /// the agent file says, with every URL pointing at the gateway. The remote's security
 /// schemes go (the gateway decides who gets in), and so do signatures, which the rewrite
 /// would break anyway.
-fn upstream_card(def: &AgentDef, remote: &Value, url: &str, offers: Offers) -> Value {
+fn upstream_card(def: &AgentDef, remote: &Value, url: &str, offers: Offers<'_>) -> Value {
     let mut card = remote.clone();
     let Some(obj) = card.as_object_mut() else {
         return local_card(def, url, offers);
@@ -196,7 +207,7 @@ fn upstream_card(def: &AgentDef, remote: &Value, url: &str, offers: Offers) -> V
         caps.remove("extendedAgentCard");
         caps.remove("stateTransitionHistory");
     }
-    point_at_gateway(obj, url);
+    point_at_gateway(obj, url, offers, &def.name);
     apply_local_fields(obj, def);
     if !def.skills.is_empty() {
         obj.insert(
@@ -211,9 +222,12 @@ fn upstream_card(def: &AgentDef, remote: &Value, url: &str, offers: Offers) -> V
     card
 }
 
-/// The interface fields, both generations' spellings, at `url`.
-fn point_at_gateway(obj: &mut Map<String, Value>, url: &str) {
-    obj.insert("supportedInterfaces".into(), interfaces(url));
+/// The interface fields of `agent`'s card, both generations' spellings, at `url`.
+fn point_at_gateway(obj: &mut Map<String, Value>, url: &str, offers: Offers<'_>, agent: &str) {
+    obj.insert(
+        "supportedInterfaces".into(),
+        interfaces(url, offers, Some(agent)),
+    );
     obj.insert("protocolVersion".into(), json!(V03_PROTOCOL_VERSION));
     obj.insert("url".into(), json!(url));
     obj.insert("preferredTransport".into(), json!("JSONRPC"));
@@ -281,7 +295,7 @@ pub(crate) fn gateway_card<'a>(
     agents: impl Iterator<Item = &'a std::sync::Arc<Agent>>,
     base: &str,
     sec: &Security,
-    offers: Offers,
+    offers: Offers<'_>,
 ) -> Value {
     let url = format!("{base}/a2a");
     let mut skills = Vec::new();
@@ -316,7 +330,7 @@ pub(crate) fn gateway_card<'a>(
         "name": config.name,
         "description": config.description,
         "version": config.version,
-        "supportedInterfaces": interfaces(&url),
+        "supportedInterfaces": interfaces(&url, offers, None),
         "protocolVersion": V03_PROTOCOL_VERSION,
         "url": url,
         "preferredTransport": "JSONRPC",

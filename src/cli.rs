@@ -221,15 +221,19 @@ fn serve(args: ServeArgs) -> ExitCode {
                 return Err(e);
             }
         };
-        print_banner(
-            &base,
-            &agents,
-            default_agent.as_deref(),
-            app.metrics_port(),
-            app.store(),
-            console.as_deref(),
-            app.push_described().as_deref(),
-        );
+        let grpc = app.grpc_port().map(|port| format!("{host}:{port}"));
+        let push = app.push_described();
+        let banner = Banner {
+            base: &base,
+            agents: &agents,
+            default_agent: default_agent.as_deref(),
+            grpc: grpc.as_deref(),
+            metrics_port: app.metrics_port(),
+            store: app.store(),
+            console: console.as_deref(),
+            push: push.as_deref(),
+        };
+        banner.print();
         app.run().await
     });
     match result {
@@ -261,63 +265,85 @@ impl Drop for PidFile {
     }
 }
 
-fn print_banner(
-    base: &str,
-    agents: &[String],
-    default_agent: Option<&str>,
+/// What `serve` prints once it listens.
+struct Banner<'a> {
+    base: &'a str,
+    agents: &'a [String],
+    default_agent: Option<&'a str>,
+    grpc: Option<&'a str>,
     metrics_port: Option<u16>,
-    store: &str,
-    console: Option<&str>,
-    push: Option<&str>,
-) {
-    use std::fmt::Write as _;
-    use std::io::Write as _;
-    let mut banner = format!(
-        "a2a-gateway {} listening on {base}\n",
-        env!("CARGO_PKG_VERSION")
-    );
-    let _ = writeln!(
-        banner,
-        "  gateway card   {base}/.well-known/agent-card.json"
-    );
-    let metrics = match metrics_port {
-        Some(port) => format!("port {port} /metrics"),
-        None => format!("{base}/metrics"),
-    };
-    let _ = writeln!(
-        banner,
-        "  health         {base}/a2a/health   ready {base}/a2a/ready   metrics {metrics}"
-    );
-    let _ = writeln!(banner, "  agent list     {base}/a2a/agents");
-    let pid = std::process::id();
-    let _ = writeln!(
-        banner,
-        "  process        pid {pid}: kill -HUP {pid} reloads, kill -TERM {pid} drains and stops"
-    );
-    let _ = writeln!(banner, "  task store     {store}");
-    if let Some(path) = console {
-        let _ = writeln!(banner, "  console        {base}{path}");
-    }
-    if let Some(push) = push {
+    store: &'a str,
+    console: Option<&'a str>,
+    push: Option<&'a str>,
+}
+
+impl Banner<'_> {
+    fn print(&self) {
+        use std::fmt::Write as _;
+        use std::io::Write as _;
+        let Banner {
+            base,
+            agents,
+            default_agent,
+            grpc,
+            metrics_port,
+            store,
+            console,
+            push,
+        } = *self;
+        let mut banner = format!(
+            "a2a-gateway {} listening on {base}\n",
+            env!("CARGO_PKG_VERSION")
+        );
         let _ = writeln!(
             banner,
-            "  push           {push}; keys {base}/.well-known/jwks.json"
+            "  gateway card   {base}/.well-known/agent-card.json"
         );
-    }
-    let _ = writeln!(
-        banner,
-        "  POST {base}/a2a  ->  {}",
-        default_agent.unwrap_or("(no default agent)")
-    );
-    for name in agents {
-        let path = agent_path(name);
+        let metrics = match metrics_port {
+            Some(port) => format!("port {port} /metrics"),
+            None => format!("{base}/metrics"),
+        };
         let _ = writeln!(
             banner,
-            "  agent {name:<12} POST {base}{path}   card {base}{path}/card"
+            "  health         {base}/a2a/health   ready {base}/a2a/ready   metrics {metrics}"
         );
+        let _ = writeln!(banner, "  agent list     {base}/a2a/agents");
+        if let Some(target) = grpc {
+            let _ = writeln!(
+                banner,
+                "  grpc           {target} (lf.a2a.v1.A2AService; the tenant field names the agent)"
+            );
+        }
+        let pid = std::process::id();
+        let _ = writeln!(
+            banner,
+            "  process        pid {pid}: kill -HUP {pid} reloads, kill -TERM {pid} drains and stops"
+        );
+        let _ = writeln!(banner, "  task store     {store}");
+        if let Some(path) = console {
+            let _ = writeln!(banner, "  console        {base}{path}");
+        }
+        if let Some(push) = push {
+            let _ = writeln!(
+                banner,
+                "  push           {push}; keys {base}/.well-known/jwks.json"
+            );
+        }
+        let _ = writeln!(
+            banner,
+            "  POST {base}/a2a  ->  {}",
+            default_agent.unwrap_or("(no default agent)")
+        );
+        for name in agents {
+            let path = agent_path(name);
+            let _ = writeln!(
+                banner,
+                "  agent {name:<12} POST {base}{path}   card {base}{path}/card"
+            );
+        }
+        // Whoever started the gateway may have stopped reading (`| head`, a supervisor that
+        // closed the pipe): println! would then panic and take the gateway down with it.
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(banner.as_bytes()).and_then(|()| out.flush());
     }
-    // Whoever started the gateway may have stopped reading (`| head`, a supervisor that
-    // closed the pipe): println! would then panic and take the gateway down with it.
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(banner.as_bytes()).and_then(|()| out.flush());
 }

@@ -22,6 +22,7 @@ pub mod gateway_codes {
     pub const REQUEST_TIMEOUT: i64 = -32061;
     pub const BODIES_OVER_BUDGET: i64 = -32062;
     pub const SHUTTING_DOWN: i64 = -32055;
+    pub const DEADLINE_EXCEEDED: i64 = -32056;
 }
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -79,6 +80,9 @@ pub enum GatewayError {
     AgentUnavailable { agent: String, reason: String },
     #[error("Agent {agent} did not answer within {secs} s")]
     UpstreamTimeout { agent: String, secs: u64 },
+    /// The caller's own deadline (gRPC's `grpc-timeout`) passed before the answer.
+    #[error("The call's deadline ({0}) passed before the agent answered")]
+    DeadlineExceeded(String),
     /// An upstream agent's own JSON-RPC error, passed through with its code.
     #[error("{message}")]
     Upstream {
@@ -150,6 +154,56 @@ struct Row {
     rest_status: u16,
     /// An overload a client may retry in a second (`Retry-After: 1`).
     retry: bool,
+    /// The gRPC status code (A2A 1.0.1's mapping for A2A codes).
+    grpc: GrpcCode,
+}
+
+/// gRPC status codes, by their number on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GrpcCode {
+    InvalidArgument = 3,
+    DeadlineExceeded = 4,
+    NotFound = 5,
+    PermissionDenied = 7,
+    ResourceExhausted = 8,
+    FailedPrecondition = 9,
+    Unimplemented = 12,
+    Internal = 13,
+    Unavailable = 14,
+    Unauthenticated = 16,
+}
+
+impl GrpcCode {
+    /// The code the HTTP status of a condition of the gateway's own stands for.
+    const fn of_http(status: u16) -> GrpcCode {
+        match status {
+            400 | 415 | 431 => GrpcCode::InvalidArgument,
+            405 => GrpcCode::Unimplemented,
+            401 => GrpcCode::Unauthenticated,
+            403 => GrpcCode::PermissionDenied,
+            404 => GrpcCode::NotFound,
+            413 | 429 => GrpcCode::ResourceExhausted,
+            503 => GrpcCode::Unavailable,
+            408 | 504 => GrpcCode::DeadlineExceeded,
+            _ => GrpcCode::Internal,
+        }
+    }
+
+    /// The name `google.rpc.Status` bodies carry in `status`.
+    pub fn name(self) -> &'static str {
+        match self {
+            GrpcCode::InvalidArgument => "INVALID_ARGUMENT",
+            GrpcCode::DeadlineExceeded => "DEADLINE_EXCEEDED",
+            GrpcCode::NotFound => "NOT_FOUND",
+            GrpcCode::PermissionDenied => "PERMISSION_DENIED",
+            GrpcCode::ResourceExhausted => "RESOURCE_EXHAUSTED",
+            GrpcCode::FailedPrecondition => "FAILED_PRECONDITION",
+            GrpcCode::Unimplemented => "UNIMPLEMENTED",
+            GrpcCode::Internal => "INTERNAL",
+            GrpcCode::Unavailable => "UNAVAILABLE",
+            GrpcCode::Unauthenticated => "UNAUTHENTICATED",
+        }
+    }
 }
 
 impl Row {
@@ -161,8 +215,8 @@ impl Row {
     }
 }
 
-/// A JSON-RPC or A2A code: 200 on JSON-RPC, `rest` on HTTP+JSON.
-const fn protocol(code: i64, reason: &'static str, rest: u16) -> Row {
+/// A JSON-RPC or A2A code: 200 on JSON-RPC, `rest` on HTTP+JSON, `grpc` on gRPC.
+const fn protocol(code: i64, reason: &'static str, rest: u16, grpc: GrpcCode) -> Row {
     Row {
         code,
         reason,
@@ -170,6 +224,7 @@ const fn protocol(code: i64, reason: &'static str, rest: u16) -> Row {
         jsonrpc_status: 200,
         rest_status: rest,
         retry: false,
+        grpc,
     }
 }
 
@@ -182,32 +237,77 @@ const fn ours(code: i64, reason: &'static str, status: u16) -> Row {
         jsonrpc_status: status,
         rest_status: status,
         retry: false,
+        grpc: GrpcCode::of_http(status),
     }
 }
 
 /// The codes of JSON-RPC and A2A, each once: the rows of the variants that carry them, and
 /// how a bare code from an upstream is read.
 const PROTOCOL_ROWS: [Row; 15] = [
-    protocol(-32700, "PARSE_ERROR", 400),
-    protocol(-32600, "INVALID_REQUEST", 400),
-    protocol(-32601, "METHOD_NOT_FOUND", 404),
-    protocol(-32602, "INVALID_PARAMS", 400),
-    protocol(-32603, "INTERNAL", 500),
-    protocol(-32001, "TASK_NOT_FOUND", 404),
-    protocol(-32002, "TASK_NOT_CANCELABLE", 400),
-    protocol(-32003, "PUSH_NOTIFICATION_NOT_SUPPORTED", 400),
-    protocol(-32004, "UNSUPPORTED_OPERATION", 400),
+    protocol(-32700, "PARSE_ERROR", 400, GrpcCode::InvalidArgument),
+    protocol(-32600, "INVALID_REQUEST", 400, GrpcCode::InvalidArgument),
+    protocol(-32601, "METHOD_NOT_FOUND", 404, GrpcCode::Unimplemented),
+    protocol(-32602, "INVALID_PARAMS", 400, GrpcCode::InvalidArgument),
+    protocol(-32603, "INTERNAL", 500, GrpcCode::Internal),
+    protocol(-32001, "TASK_NOT_FOUND", 404, GrpcCode::NotFound),
+    protocol(
+        -32002,
+        "TASK_NOT_CANCELABLE",
+        400,
+        GrpcCode::FailedPrecondition,
+    ),
+    protocol(
+        -32003,
+        "PUSH_NOTIFICATION_NOT_SUPPORTED",
+        400,
+        GrpcCode::FailedPrecondition,
+    ),
+    protocol(
+        -32004,
+        "UNSUPPORTED_OPERATION",
+        400,
+        GrpcCode::FailedPrecondition,
+    ),
     // The gateway raises -32005 only for the request's own Content-Type, which HTTP answers
     // with 415 on either binding (see its variant's row). 1.0.1 maps it to 400, where it
     // means a part's media type: that is how an upstream's -32005 is read.
-    protocol(-32005, "CONTENT_TYPE_NOT_SUPPORTED", 400),
-    protocol(-32006, "INVALID_AGENT_RESPONSE", 500),
-    protocol(-32007, "EXTENDED_AGENT_CARD_NOT_CONFIGURED", 400),
-    protocol(-32008, "EXTENSION_SUPPORT_REQUIRED", 400),
-    protocol(-32009, "VERSION_NOT_SUPPORTED", 400),
+    protocol(
+        -32005,
+        "CONTENT_TYPE_NOT_SUPPORTED",
+        400,
+        GrpcCode::InvalidArgument,
+    ),
+    protocol(-32006, "INVALID_AGENT_RESPONSE", 500, GrpcCode::Internal),
+    protocol(
+        -32007,
+        "EXTENDED_AGENT_CARD_NOT_CONFIGURED",
+        400,
+        GrpcCode::FailedPrecondition,
+    ),
+    protocol(
+        -32008,
+        "EXTENSION_SUPPORT_REQUIRED",
+        400,
+        GrpcCode::FailedPrecondition,
+    ),
+    protocol(
+        -32009,
+        "VERSION_NOT_SUPPORTED",
+        400,
+        GrpcCode::FailedPrecondition,
+    ),
     // Any other code an upstream sends.
-    protocol(0, "INTERNAL", 500),
+    protocol(0, "INTERNAL", 500, GrpcCode::Internal),
 ];
+
+/// The A2A or JSON-RPC code whose `ErrorInfo` reason is `reason` (an upstream's error
+/// read from a gRPC status).
+pub fn code_of_reason(reason: &str) -> Option<i64> {
+    PROTOCOL_ROWS[..PROTOCOL_ROWS.len() - 1]
+        .iter()
+        .find(|row| row.reason == reason)
+        .map(|row| row.code)
+}
 
 /// The protocol row of `code`; an unknown code reads as an internal error's.
 const fn protocol_row(code: i64) -> Row {
@@ -241,6 +341,7 @@ impl GatewayError {
             // resource to HTTP+JSON clients.
             GatewayError::PushConfigNotFound { .. } => Row {
                 rest_status: 404,
+                grpc: GrpcCode::NotFound,
                 ..protocol_row(-32602)
             },
             GatewayError::UnsupportedOperation(_) => protocol_row(-32004),
@@ -264,6 +365,7 @@ impl GatewayError {
                 ours(AGENT_UNAVAILABLE, "AGENT_UNAVAILABLE", 503).retry()
             }
             GatewayError::UpstreamTimeout { .. } => ours(UPSTREAM_TIMEOUT, "UPSTREAM_TIMEOUT", 504),
+            GatewayError::DeadlineExceeded(_) => ours(DEADLINE_EXCEEDED, "DEADLINE_EXCEEDED", 504),
             GatewayError::TaskStoreFull(_) => ours(TASK_STORE_FULL, "TASK_STORE_FULL", 503).retry(),
             GatewayError::StoreUnavailable(_) => {
                 ours(TASK_STORE_FULL, "TASK_STORE_UNAVAILABLE", 503).retry()
@@ -314,6 +416,24 @@ impl GatewayError {
     /// HTTP status on the HTTP+JSON binding (A2A 1.0.1 mapping).
     pub fn rest_http_status(&self) -> u16 {
         self.row().rest_status
+    }
+
+    /// Status code on the gRPC binding (A2A 1.0.1 mapping).
+    pub fn grpc_code(&self) -> GrpcCode {
+        self.row().grpc
+    }
+
+    /// `google.rpc.ErrorInfo`'s fields: reason, domain and string-valued metadata.
+    pub fn error_info(&self) -> (&'static str, &'static str, Vec<(String, String)>) {
+        let metadata = self
+            .metadata()
+            .into_iter()
+            .map(|(k, v)| match v {
+                Value::String(s) => (k, s),
+                other => (k, other.to_string()),
+            })
+            .collect();
+        (self.reason(), self.domain(), metadata)
     }
 
     /// Seconds a client should wait before retrying, for overload answers.
@@ -419,11 +539,15 @@ impl GatewayError {
 
     /// The `google.rpc.Status` body of the HTTP+JSON binding.
     pub fn rest_body(&self) -> Value {
-        status_body(
+        let mut body = status_body(
             self.rest_http_status(),
             &self.public_message(),
             Some(self.data_v10()),
-        )
+        );
+        // The status name is the row's, which for A2A codes is not always the one its
+        // HTTP status stands for (a task that cannot be canceled: 400, FAILED_PRECONDITION).
+        body["error"]["status"] = Value::from(self.grpc_code().name());
+        body
     }
 }
 
@@ -444,18 +568,7 @@ pub fn status_body(http: u16, message: &str, details: Option<Value>) -> Value {
 }
 
 fn grpc_status_name(http: u16) -> &'static str {
-    match http {
-        400 | 415 | 431 => "INVALID_ARGUMENT",
-        405 => "UNIMPLEMENTED",
-        401 => "UNAUTHENTICATED",
-        403 => "PERMISSION_DENIED",
-        429 => "RESOURCE_EXHAUSTED",
-        404 => "NOT_FOUND",
-        413 => "RESOURCE_EXHAUSTED",
-        503 => "UNAVAILABLE",
-        408 | 504 => "DEADLINE_EXCEEDED",
-        _ => "INTERNAL",
-    }
+    GrpcCode::of_http(http).name()
 }
 
 /// An error and its causes, joined, for the log (reqwest's and hyper's own text leaves the

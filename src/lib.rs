@@ -14,6 +14,7 @@ pub(crate) mod card;
 pub mod cli;
 pub mod config;
 pub mod error;
+pub(crate) mod grpc;
 pub(crate) mod http;
 pub(crate) mod limits;
 pub mod protocol;

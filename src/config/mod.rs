@@ -329,6 +329,10 @@ pub struct ServerConfig {
     /// Reload when a file in agents.d/ or the gateway file changes (SIGHUP always does).
     #[serde(default = "default_true")]
     pub watch_config: bool,
+    /// Serve the gRPC binding (A2A 1.0's `lf.a2a.v1.A2AService`, HTTP/2 without TLS) on
+    /// this port of `host`; 0 picks a free one. Off when absent.
+    #[serde(default)]
+    pub grpc_port: Option<u16>,
 }
 
 fn default_shutdown_grace() -> u64 {
@@ -343,6 +347,7 @@ impl Default for ServerConfig {
             workers: 0,
             shutdown_grace_secs: default_shutdown_grace(),
             watch_config: true,
+            grpc_port: None,
         }
     }
 }

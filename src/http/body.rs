@@ -54,6 +54,11 @@ pub(crate) struct BodyLimits {
 const CALLER_SLOTS: usize = 4096;
 
 impl BodyLimits {
+    /// The largest body (or gRPC message) a call may send.
+    pub(crate) fn max_bytes(&self) -> usize {
+        self.max_bytes
+    }
+
     pub(crate) fn new(limits: &Limits) -> BodyLimits {
         let budget = limits.max_buffered_body_bytes;
         BodyLimits {

@@ -22,6 +22,14 @@ fn wants_v10(req: &HttpRequest) -> bool {
     version_header(req).is_some_and(|v| v.trim().starts_with('1'))
 }
 
+/// The gRPC binding's address as clients reach it: the host they reach the gateway at,
+/// and the gRPC port.
+fn grpc_target(state: &AppState, base: &str) -> Option<String> {
+    let port = state.grpc_port?;
+    let url = url::Url::parse(base).ok()?;
+    Some(format!("{}:{port}", url.host_str()?))
+}
+
 pub(super) async fn gateway_card(
     req: HttpRequest,
     state: web::Data<AppState>,
@@ -46,8 +54,10 @@ pub(super) async fn gateway_card(
         let visible = registry
             .iter()
             .filter(|a| live.auth.authorize(&caller, &a.def).is_ok());
+        let grpc = grpc_target(&state, &key.base);
         let offers = card::Offers {
             push: state.service.push().enabled(),
+            grpc: grpc.as_deref(),
         };
         serde_json::to_vec(&card::gateway_card(
             &live.config,
@@ -79,8 +89,10 @@ pub(super) async fn agent_card(
         required: live.auth.access_of(&agent.def) == Access::Authenticated,
         v10: wants_v10(&req),
     };
+    let grpc = grpc_target(&state, &base);
     let offers = card::Offers {
         push: state.service.push().enabled(),
+        grpc: grpc.as_deref(),
     };
     match serde_json::to_vec(&card::agent_card(agent, &base, &sec, offers)) {
         // An agent's card is small: rendered per request and sent as it is.

@@ -1,6 +1,7 @@
 //! The HTTP surface: routes and thin handlers. Handlers extract, call the service or the
 //! card builders, and render; everything else lives in the layers below.
 
+pub(crate) mod admission;
 mod body;
 mod caller;
 mod card_cache;
@@ -33,11 +34,13 @@ use crate::service::A2aService;
 use crate::telemetry::Metrics;
 
 pub(crate) use body::BodyLimits;
+pub(crate) use caller::Caller;
 pub(crate) use card_cache::CardCache;
 pub(crate) use lifecycle::Lifecycle;
 pub(crate) use live::{Live, LiveRef};
-pub(crate) use observe::{render_metrics, Edge};
+pub(crate) use observe::{account, render_metrics, Edge, Logged};
 pub(crate) use rejections::tcp_with_json_rejections;
+pub(crate) use sse::watched;
 
 /// Shared by every worker; built once. What a reload changes is in [`Live`], swapped whole.
 pub(crate) struct AppState {
@@ -56,6 +59,8 @@ pub(crate) struct AppState {
     /// Agent instances a reload replaced by ones with a new backend, whose work may still
     /// run: stopped with the rest at shutdown.
     pub(crate) superseded: std::sync::Mutex<Vec<std::sync::Weak<Agent>>>,
+    /// Where the gRPC binding listens, when it is on (the cards list it).
+    pub(crate) grpc_port: Option<u16>,
 }
 
 impl AppState {
@@ -70,7 +75,7 @@ impl AppState {
     /// the rate limits in force (shared ones with a shared store; see [`Live::admit`]).
     pub(crate) async fn admit(
         &self,
-        req: &HttpRequest,
+        head: &impl admission::Head,
         live: &Live,
         caller: &Principal,
         agent: &Agent,
@@ -92,9 +97,9 @@ impl AppState {
         // larger (and it is copied whole wherever a request's future moves).
         match self.store.shared.as_deref() {
             Some(shared) if live.rates.active() => {
-                Box::pin(live.admit_shared(req, caller, agent, shared)).await
+                Box::pin(live.admit_shared(head, caller, agent, shared)).await
             }
-            _ => live.admit(req, caller, agent),
+            _ => live.admit(head, caller, agent),
         }
     }
 
@@ -136,11 +141,11 @@ impl AppState {
     /// replica, with a shared store).
     pub(crate) async fn open_stream(
         &self,
-        req: &HttpRequest,
+        head: &impl admission::Head,
         live: &Live,
         caller: &Principal,
     ) -> Result<StreamSlot, GatewayError> {
-        let key = live.caller_key(req, caller);
+        let key = live.caller_key(head, caller);
         let max = live.rates.max_streams(caller);
         match &self.store.shared {
             Some(shared) => Box::pin(self.streams.try_open_shared(shared, &key, max)).await,

@@ -271,9 +271,35 @@ fn finish<B: MessageBody + 'static>(
     }
     cors.decorate(res.headers_mut());
     let status = res.status().as_u16();
-    if let (Some(state), Some(method)) =
-        (res.request().app_data::<web::Data<AppState>>(), call.method)
-    {
+    if let Some(state) = res.request().app_data::<web::Data<AppState>>() {
+        let logged = head.as_ref().map(|(method, path)| Logged {
+            method: method.as_str(),
+            path,
+            status,
+            trace_id: trace_id.as_deref(),
+        });
+        account(state, &call, seconds, logged);
+    }
+    res.map_into_left_body()
+}
+
+/// What the access log says of a request besides its call's note.
+pub(crate) struct Logged<'a> {
+    pub(crate) method: &'a str,
+    pub(crate) path: &'a str,
+    /// The HTTP status, or on gRPC the status code.
+    pub(crate) status: u16,
+    pub(crate) trace_id: Option<&'a str>,
+}
+
+/// A finished call into the metrics and, when it is on, the access log: every binding's.
+pub(crate) fn account(
+    state: &AppState,
+    call: &telemetry::Call,
+    seconds: f64,
+    logged: Option<Logged>,
+) {
+    if let Some(method) = call.method {
         let outcome = call.error.map_or("ok", |(_, reason)| reason);
         state.metrics.request(
             call.agent.as_deref().unwrap_or(""),
@@ -286,10 +312,16 @@ fn finish<B: MessageBody + 'static>(
             seconds,
         );
     }
-    if let Some((method, path)) = head {
+    if let Some(Logged {
+        method,
+        path,
+        status,
+        trace_id,
+    }) = logged
+    {
         tracing::info!(
             target: ACCESS,
-            %method,
+            method,
             path,
             status,
             // Microseconds, as milliseconds with three decimals: no float noise in the log.
@@ -303,11 +335,10 @@ fn finish<B: MessageBody + 'static>(
             principal = call.principal.as_deref(),
             task_id = call.task_id.as_deref(),
             context_id = call.context_id.as_deref(),
-            trace_id = trace_id.as_deref(),
+            trace_id,
             "request"
         );
     }
-    res.map_into_left_body()
 }
 
 /// With a shared store, an answer leaves once what its call changed is where every replica

@@ -16,10 +16,8 @@ use crate::protocol::ops::ItemStream;
 use crate::telemetry;
 
 /// Streams `items` as SSE, each rendered by `render` into a `data:` payload (an error goes
-/// out as `event: error`), with keep-alive comments while idle.
-/// `slot` holds the stream's place in the gateway-wide count until the stream ends.
-/// When the gateway drains, the stream ends with a `ShuttingDown` error event, which tells
-/// the client to resubscribe elsewhere.
+/// out as `event: error`), with keep-alive comments while idle. See [`watched`] for what
+/// every stream gets whatever its binding.
 pub(super) fn event_stream<R>(
     req: &HttpRequest,
     state: &AppState,
@@ -31,23 +29,7 @@ pub(super) fn event_stream<R>(
 where
     R: Fn(&Result<StreamItem, GatewayError>) -> (bool, Vec<u8>) + 'static,
 {
-    let observed = telemetry::noted(|c| (c.agent.clone(), c.method))
-        .and_then(|(agent, method)| state.metrics.stream(agent.as_deref()?, method?));
-    let mut watch = observed.map(|(first_event, open)| StreamWatch::new(first_event, open));
-    let drain = state.lifecycle.drain_token();
-    let farewell = state.shutting_down();
-    let items = items.take_until(drain.clone().cancelled_owned());
-    let farewell = futures_util::stream::once(async move { drain.is_cancelled() }).filter_map(
-        move |drained| {
-            let farewell = farewell.clone();
-            async move { drained.then_some(Err(farewell)) }
-        },
-    );
-    let events = items.chain(farewell).map(move |item| {
-        let _open = &slot;
-        if let Some(w) = watch.as_mut() {
-            w.event();
-        }
+    let events = watched(state, items, slot).map(move |item| {
         let (is_error, body) = render(&item);
         let text = String::from_utf8(body)
             .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
@@ -67,6 +49,37 @@ where
         header::HeaderValue::from_static("no"),
     );
     resp.map_into_boxed_body()
+}
+
+/// A stream's events as every binding sends them: counted in the stream metrics (the time
+/// to the first event, the open-stream gauge), holding `slot` (the stream's place in the
+/// gateway-wide and the caller's counts) until it ends, and when the gateway drains ended
+/// with a `ShuttingDown` error, which tells the client to resubscribe elsewhere. Called
+/// while the request's note is current (it names the agent and the method).
+pub(crate) fn watched(
+    state: &AppState,
+    items: ItemStream,
+    slot: StreamSlot,
+) -> impl futures_util::Stream<Item = Result<StreamItem, GatewayError>> + Send + 'static {
+    let observed = telemetry::noted(|c| (c.agent.clone(), c.method))
+        .and_then(|(agent, method)| state.metrics.stream(agent.as_deref()?, method?));
+    let mut watch = observed.map(|(first_event, open)| StreamWatch::new(first_event, open));
+    let drain = state.lifecycle.drain_token();
+    let farewell = state.shutting_down();
+    let items = items.take_until(drain.clone().cancelled_owned());
+    let farewell = futures_util::stream::once(async move { drain.is_cancelled() }).filter_map(
+        move |drained| {
+            let farewell = farewell.clone();
+            async move { drained.then_some(Err(farewell)) }
+        },
+    );
+    items.chain(farewell).map(move |item| {
+        let _open = &slot;
+        if let Some(w) = watch.as_mut() {
+            w.event();
+        }
+        item
+    })
 }
 
 /// A stream's metrics: the time to its first event, and the open-stream gauge, which it

@@ -2,6 +2,7 @@
 //! request params. Nothing here knows about HTTP or actix, so it is unit-testable alone.
 
 mod common_send;
+pub mod grpc;
 pub mod jsonrpc;
 pub mod model;
 pub mod ops;

@@ -68,6 +68,19 @@ pub(crate) async fn dispatch(
     req: RpcRequest<'_>,
     served: &Served,
 ) -> RpcReply {
+    let (id, dialect, outcome) = run(service, agent, caller, req, served).await;
+    outcome.unwrap_or_else(|e| RpcReply::error(&id, dialect, &e))
+}
+
+/// [`dispatch`], with the error not yet rendered: for bindings that render errors their
+/// own way (gRPC's statuses). With the request's id and dialect, to render either with.
+pub(crate) async fn run(
+    service: &A2aService,
+    agent: &Arc<Agent>,
+    caller: &Principal,
+    req: RpcRequest<'_>,
+    served: &Served,
+) -> (RpcId, Dialect, Result<RpcReply, GatewayError>) {
     let RpcRequest {
         id,
         method,
@@ -184,7 +197,7 @@ pub(crate) async fn dispatch(
         }
     }
     .await;
-    outcome.unwrap_or_else(|e| RpcReply::error(&id, dialect, &e))
+    (id, dialect, outcome)
 }
 
 pub(crate) fn send_request(p: SendParams, dialect: Dialect) -> Result<SendRequest, GatewayError> {

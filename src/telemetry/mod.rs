@@ -9,7 +9,7 @@ mod metrics;
 mod trace;
 
 pub(crate) use call::{
-    note, note_method, note_task, noted, observed, outgoing_trace, Observed, Scope,
+    note, note_method, note_task, noted, observed, outgoing_trace, Call, Observed, Scope,
 };
 pub(crate) use metrics::{
     flush_periodically, AgentGauges, Metrics, StoreGauges, UpstreamCalls, UpstreamOutcome,

@@ -35,6 +35,8 @@ kind = "echo"
 
 pub struct TestGateway {
     pub base: String,
+    /// The gRPC binding's target (`127.0.0.1:port`), when it is on.
+    pub grpc: Option<String>,
     pub client: reqwest::Client,
     handle: ServerHandle,
     _dir: tempfile::TempDir,
@@ -77,7 +79,16 @@ pub fn load_errors(files: &[(&str, &str)], gateway: &str) -> String {
 }
 
 pub async fn spawn_with(files: &[(&str, &str)], gateway: &str) -> TestGateway {
-    let gateway = format!("{gateway}\n[server]\nport = 0\nworkers = 1\n");
+    spawn_serving(files, gateway, "").await
+}
+
+/// [`spawn_with`], with the gRPC binding on a free port too.
+pub async fn spawn_with_grpc(files: &[(&str, &str)], gateway: &str) -> TestGateway {
+    spawn_serving(files, gateway, "grpc_port = 0\n").await
+}
+
+async fn spawn_serving(files: &[(&str, &str)], gateway: &str, server: &str) -> TestGateway {
+    let gateway = format!("{gateway}\n[server]\nport = 0\nworkers = 1\n{server}");
     let (dir, agents, gateway_path) = write_config(files, Some(&gateway));
     let settings = config::load(gateway_path.as_deref(), &agents)
         .unwrap_or_else(|d| panic!("test config invalid:\n{d}"));
@@ -101,10 +112,12 @@ pub async fn spawn_shipped() -> TestGateway {
 pub async fn start(settings: config::Settings, dir: tempfile::TempDir) -> TestGateway {
     let app = Application::build(settings).await.expect("bind");
     let base = format!("http://127.0.0.1:{}", app.port());
+    let grpc = app.grpc_port().map(|p| format!("127.0.0.1:{p}"));
     let handle = app.handle();
     tokio::spawn(app.run_until_stopped());
     TestGateway {
         base,
+        grpc,
         client: reqwest::Client::new(),
         handle,
         _dir: dir,

@@ -6,6 +6,8 @@ The card is resolved with the SDK's A2ACardResolver and the client is built by
 the SDK's ClientFactory; every A2A call goes through the SDK transports.
 --dialect 0.3 keeps only the card's 0.3 interfaces, so the factory picks its
 0.3 compat transport (the factory always prefers a 1.0 interface otherwise).
+--binding grpc keeps only the card's gRPC interface (1.0), so the factory picks
+the SDK's gRPC transport, with the interface's tenant in every request.
 --peer fasta2a runs the checks for pydantic-ai's A2A server behind the gateway
 (tests/interop/fasta2a_agent.py: answers "echo: <text>", streams /chunks, cannot
 continue or cancel a task) instead of those for an echo agent.
@@ -35,7 +37,9 @@ from a2a.types import (
 
 TIMEOUT = 10.0  # seconds, for every call
 EXPECTED_NAME = 'echo'  # --expect-name: the gateway names a proxied agent after its file
-EXPECTED_TRANSPORT = {'1.0': 'JsonRpcTransport', '0.3': 'CompatJsonRpcTransport'}
+EXPECTED_TRANSPORT = {'1.0': 'JsonRpcTransport', '0.3': 'CompatJsonRpcTransport',
+                      'grpc': 'GrpcTransport'}
+BINDING = 'jsonrpc'  # --binding
 S = TaskState
 
 
@@ -91,7 +95,8 @@ class Checks:
             card = AgentCard()
             card.CopyFrom(self.card)
             keep = [i for i in card.supported_interfaces
-                    if major_minor(i.protocol_version) == self.dialect]
+                    if major_minor(i.protocol_version) == self.dialect
+                    and (i.protocol_binding == 'GRPC') == (BINDING == 'grpc')]
             expect(keep, f'card has no {self.dialect} interface: '
                    f'{[(i.protocol_binding, i.protocol_version) for i in card.supported_interfaces]}')
             if TRAILING_SLASH:
@@ -102,6 +107,10 @@ class Checks:
             del card.supported_interfaces[:]
             card.supported_interfaces.extend(keep)
             config = ClientConfig(streaming=streaming, httpx_client=self.http)
+            if BINDING == 'grpc':
+                import grpc
+                config.grpc_channel_factory = grpc.aio.insecure_channel
+                config.supported_protocol_bindings = ['GRPC']
             self.clients[streaming] = ClientFactory(config).create(card)
         return self.clients[streaming]
 
@@ -129,8 +138,13 @@ class Checks:
         ifaces = [(i.protocol_binding, i.protocol_version, i.url)
                   for i in self.card.supported_interfaces]
         transport = self.client(streaming=False)._transport  # noqa: SLF001
+        if BINDING == 'grpc':
+            # The factory wraps it to put the interface's tenant in every request.
+            expect(type(transport).__name__ == 'TenantTransportDecorator',
+                   f'no tenant on the gRPC interface: {ifaces}')
+            transport = transport._base  # noqa: SLF001
         name = type(transport).__name__
-        expect(name == EXPECTED_TRANSPORT[self.dialect],
+        expect(name == EXPECTED_TRANSPORT['grpc' if BINDING == 'grpc' else self.dialect],
                f'selected {name} at {getattr(transport, "url", "?")}; interfaces {ifaces}')
 
     async def check_send(self):
@@ -303,11 +317,14 @@ def main() -> None:
     parser.add_argument('--expect-name', default='echo', help='the card name to expect')
     parser.add_argument('--peer', choices=sorted(PEERS), default='echo',
                         help='the agent behind the card, which decides the checks')
+    parser.add_argument('--binding', choices=['jsonrpc', 'grpc'], default='jsonrpc',
+                        help="the card's interface to call (gRPC: 1.0 only)")
     parser.add_argument('--trailing-slash', action='store_true',
                         help="end the card's JSON-RPC URLs with '/' before calling them")
     args = parser.parse_args()
-    global EXPECTED_NAME, TRAILING_SLASH
+    global EXPECTED_NAME, TRAILING_SLASH, BINDING
     EXPECTED_NAME = args.expect_name
+    BINDING = args.binding
     TRAILING_SLASH = args.trailing_slash
     sys.exit(asyncio.run(run(args.card_url, args.dialect, args.peer)))
 

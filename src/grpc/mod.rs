@@ -1,0 +1,515 @@
+//! The gRPC binding: A2A 1.0's `lf.a2a.v1.A2AService` on `[server] grpc_port`, served by
+//! the gateway's own workers (hyper's HTTP/2 server, tonic's framing and statuses).
+//!
+//! A call names its agent with the `tenant` field every request message has (the per-agent
+//! cards list the gRPC interface with the agent's name as its tenant); without one it is
+//! routed as `/a2a` routes. Its message is read against the spec's descriptor, turned into
+//! the ProtoJSON the 1.0 JSON bindings already speak, and goes through the same admission
+//! and dispatch as a JSON-RPC call; the answer is read back into the method's output
+//! message. Errors are statuses from the one error table (see [`status`]).
+
+pub(crate) mod status;
+
+use std::cell::Cell;
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use actix_web::web;
+use bytes::Bytes;
+use futures_util::stream::BoxStream;
+use futures_util::StreamExt;
+use prost_reflect::MessageDescriptor;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use tonic::metadata::{MetadataMap, MetadataValue};
+use tonic::{Request, Response, Status};
+
+use crate::auth::Presented;
+use crate::error::GatewayError;
+use crate::http::admission::{self, Admitted, Head, Refused, Target};
+use crate::http::{Addressed, AppState, Caller};
+use crate::limits::RateInfo;
+use crate::protocol::grpc::{self as wire, RawCodec, Rpc};
+use crate::protocol::jsonrpc::{RpcId, RpcRequest};
+use crate::protocol::Dialect;
+use crate::routing::Served;
+use crate::rpc::RpcReply;
+use crate::telemetry;
+use status::status_of;
+
+/// Runs hyper's futures on the worker that accepted the connection: the calls hold the
+/// worker's own handles on the configuration (see `http::live`), as HTTP requests do.
+#[derive(Clone, Copy)]
+struct LocalExec;
+
+impl<F: Future + 'static> hyper::rt::Executor<F> for LocalExec {
+    fn execute(&self, future: F) {
+        tokio::task::spawn_local(future);
+    }
+}
+
+/// Serves one connection (HTTP/2: gRPC has no other) until its client or the gateway
+/// closes it. The connection is pinged at the stream keep-alive period, so that a client
+/// gone away is noticed and a quiet stream is kept open through proxies.
+pub(crate) async fn serve_connection(stream: tokio::net::TcpStream, state: web::Data<AppState>) {
+    let peer = stream.peer_addr().ok();
+    let _ = stream.set_nodelay(true);
+    let keepalive = state.live().default_keepalive();
+    let service = hyper::service::service_fn(move |req| {
+        let state = state.clone();
+        async move { Ok::<_, Infallible>(call(req, state, peer).await) }
+    });
+    let served = hyper::server::conn::http2::Builder::new(LocalExec)
+        .timer(hyper_util::rt::TokioTimer::new())
+        .keep_alive_interval(keepalive)
+        .keep_alive_timeout(Duration::from_secs(20))
+        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+        .await;
+    if let Err(e) = served {
+        tracing::debug!(error = %e, "gRPC connection ended");
+    }
+}
+
+type Answer = http::Response<tonic::body::Body>;
+
+/// One call: its method, then tonic's framing around [`Handler`]; metrics and the access
+/// log as every binding's.
+async fn call(
+    req: http::Request<hyper::body::Incoming>,
+    state: web::Data<AppState>,
+    peer: Option<SocketAddr>,
+) -> Answer {
+    let start = Instant::now();
+    let Some(rpc) = wire::rpc_at(req.uri().path()) else {
+        let error = GatewayError::MethodNotFound(crate::http::quoted(req.uri().path()));
+        return status_of(&error).into_http();
+    };
+    if state.lifecycle.draining() {
+        return status_of(&state.shutting_down()).into_http();
+    }
+    let trace = req
+        .headers()
+        .get("traceparent")
+        .and_then(|v| telemetry::TraceParent::parse(v.as_bytes()))
+        .map(|t| (t, None));
+    let logged = tracing::enabled!(target: telemetry::ACCESS, tracing::Level::INFO);
+    let path = logged.then(|| req.uri().path().to_owned());
+    let trace_id = trace
+        .as_ref()
+        .filter(|_| logged)
+        .map(|(t, _)| t.trace_id().to_string());
+    let deadline = grpc_timeout(req.headers()).map(|d| (tokio::time::Instant::now() + d, d));
+    let limit = state.bodies.max_bytes();
+    let handler = Handler {
+        state: state.clone(),
+        rpc,
+        peer: peer.map(|p| p.ip()),
+        deadline,
+    };
+    let framed = async move {
+        let mut grpc =
+            tonic::server::Grpc::new(RawCodec).apply_max_message_size_config(Some(limit), None);
+        match handler.rpc.method.is_streaming() {
+            true => grpc.server_streaming(Streaming(handler), req).await,
+            false => grpc.unary(Unary(handler), req).await,
+        }
+    };
+    let (framed, scope) = telemetry::observed(trace, framed);
+    let mut answer = framed.await;
+    if grpc_status(&answer) == Some(tonic::Code::OutOfRange) {
+        // tonic's answer to a message over the limit; the table's is RESOURCE_EXHAUSTED.
+        answer = status_of(&GatewayError::PayloadTooLarge(limit)).into_http();
+    }
+    let call = scope.take();
+    let status = grpc_status(&answer).map_or(0, |c| c as u16);
+    let logged = path.as_deref().map(|path| crate::http::Logged {
+        method: "POST",
+        path,
+        status,
+        trace_id: trace_id.as_deref(),
+    });
+    crate::http::account(&state, &call, start.elapsed().as_secs_f64(), logged);
+    answer
+}
+
+/// The status an answer already carries in its headers (a trailers-only answer).
+fn grpc_status(answer: &Answer) -> Option<tonic::Code> {
+    let value = answer.headers().get("grpc-status")?.to_str().ok()?;
+    Some(tonic::Code::from_i32(value.parse().ok()?))
+}
+
+/// `grpc-timeout`: digits and a unit (H, M, S, m, u, n).
+fn grpc_timeout(headers: &http::HeaderMap) -> Option<Duration> {
+    let value = headers.get("grpc-timeout")?.to_str().ok()?;
+    let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
+    if digits.is_empty() || digits.len() > 8 {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n.saturating_mul(3600)),
+        "M" => Duration::from_secs(n.saturating_mul(60)),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+/// What admission reads of a gRPC call: its metadata, and the peer.
+struct GrpcHead {
+    headers: http::HeaderMap,
+    peer: Option<IpAddr>,
+    rate: Cell<Option<RateInfo>>,
+}
+
+impl Head for GrpcHead {
+    fn presented(&self) -> Presented<'_> {
+        let mut keys = self.headers.get_all("x-api-key").iter();
+        let mut bearers = self.headers.get_all(http::header::AUTHORIZATION).iter();
+        let (key, bearer) = (keys.next(), bearers.next());
+        Presented {
+            key: key.map(|v| v.as_bytes()),
+            bearer: bearer.map(|v| v.as_bytes()),
+            more: keys.next().is_some() || bearers.next().is_some(),
+        }
+    }
+
+    fn origin(&self) -> (Option<IpAddr>, Option<&str>) {
+        let xff = self
+            .headers
+            .get("x-forwarded-for")
+            .and_then(|v| v.to_str().ok());
+        (self.peer, xff)
+    }
+
+    fn keep_rate(&self, info: RateInfo) {
+        self.rate.set(Some(info));
+    }
+}
+
+impl GrpcHead {
+    /// The rate numbers and the agent that answered, as metadata on the answer or status.
+    fn stamp(&self, metadata: &mut MetadataMap, served: Option<&Served>) {
+        if let Some(info) = self.rate.get() {
+            metadata.insert("x-ratelimit-limit", MetadataValue::from(info.limit));
+            metadata.insert("x-ratelimit-remaining", MetadataValue::from(info.remaining));
+            metadata.insert("x-ratelimit-reset", MetadataValue::from(info.reset_secs));
+        }
+        if let Some(served) = served {
+            if let Ok(agent) = served.agent.parse() {
+                metadata.insert("a2a-gateway-agent", agent);
+            }
+            if let Some(Ok(route)) = served.route().map(str::parse) {
+                metadata.insert("a2a-gateway-route", route);
+            }
+        }
+    }
+}
+
+/// A call's method and where it comes from.
+#[derive(Clone)]
+struct Handler {
+    state: web::Data<AppState>,
+    rpc: &'static Rpc,
+    peer: Option<IpAddr>,
+    deadline: Option<(tokio::time::Instant, Duration)>,
+}
+
+/// A JSON-RPC answer's result (none, or null, for an answer with no content).
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow)]
+    result: Option<&'a RawValue>,
+}
+
+impl Handler {
+    /// The call read, admitted and dispatched, as a JSON-RPC call on `/a2a` (no `tenant`)
+    /// or on the tenant's agent.
+    async fn run(&self, head: &GrpcHead, message: Bytes) -> Result<(RpcReply, Admitted), Refused> {
+        let method = self.rpc.method;
+        telemetry::note_method(method.name(), Dialect::V10.version(), "grpc");
+        check_version(&head.headers)?;
+        let caller = Caller::of(head, &self.state);
+        let live = caller.live;
+        // Credentials first: a caller that cannot get in learns nothing about the message.
+        let principal = caller.principal?;
+        let mut message = wire::decode(message, &self.rpc.input).map_err(GatewayError::Parse)?;
+        let tenant = wire::take_tenant(&mut message);
+        let addressed = Addressed::of(&live.registry, tenant.as_deref());
+        let principal = admission::at_the_door(&live, Ok(principal), &addressed)?;
+        let params = serde_json::value::to_raw_value(&message)
+            .map_err(|e| GatewayError::Internal(format!("the message as ProtoJSON: {e}")))?;
+        let rpc = RpcRequest {
+            id: RpcId::NULL,
+            method,
+            dialect: Dialect::V10,
+            params: Some(&*params),
+            send: None,
+        };
+        let streams = method.is_streaming();
+        let target = Target::Rpc(&rpc);
+        let state = &self.state;
+        let admitted =
+            admission::admit(state, head, &live, &principal, addressed, target, streams).await?;
+        let (agent, served) = (&admitted.agent, &admitted.served);
+        let (_, _, outcome) = crate::rpc::run(&state.service, agent, &principal, rpc, served).await;
+        match outcome {
+            Ok(reply) => Ok((reply, admitted)),
+            Err(error) => Err(Refused {
+                error,
+                served: Some(admitted.served),
+            }),
+        }
+    }
+
+    fn head(&self, metadata: MetadataMap) -> GrpcHead {
+        GrpcHead {
+            headers: metadata.into_headers(),
+            peer: self.peer,
+            rate: Cell::new(None),
+        }
+    }
+
+    /// `fut`, or the deadline's error if the caller's `grpc-timeout` passes first.
+    async fn in_time<T>(
+        &self,
+        fut: impl Future<Output = Result<T, Refused>>,
+    ) -> Result<T, Refused> {
+        match self.deadline {
+            Some((at, given)) => match tokio::time::timeout_at(at, fut).await {
+                Ok(done) => done,
+                Err(_) => Err(GatewayError::DeadlineExceeded(format!("{given:?}")).into()),
+            },
+            None => fut.await,
+        }
+    }
+}
+
+/// This binding is 1.0's; 0.3's gRPC service is another (`a2a.v1`), not served here.
+fn check_version(headers: &http::HeaderMap) -> Result<(), GatewayError> {
+    let version = headers
+        .get("a2a-version")
+        .map(|v| String::from_utf8_lossy(v.as_bytes()));
+    match Dialect::from_version_header(version.as_deref())? {
+        None | Some(Dialect::V10) => Ok(()),
+        Some(d @ (Dialect::V03 | Dialect::V01)) => Err(GatewayError::VersionNotSupported {
+            requested: d.version().into(),
+            supported: "1.0 on the gRPC binding (lf.a2a.v1); 0.3 clients use JSON-RPC",
+        }),
+    }
+}
+
+/// A JSON-RPC result (the body of a JSON answer) as `output`'s protobuf encoding.
+fn encode_result(body: &[u8], output: &MessageDescriptor) -> Result<Bytes, GatewayError> {
+    let envelope: Envelope = serde_json::from_slice(body)
+        .map_err(|e| GatewayError::Internal(format!("reading an answer: {e}")))?;
+    match envelope.result {
+        Some(result) if result.get() != "null" => encode_json(result.get(), output),
+        _ => Ok(Bytes::new()),
+    }
+}
+
+/// 1.0 JSON as `output`'s protobuf encoding; not matching it is the gateway's fault.
+fn encode_json(json: &str, output: &MessageDescriptor) -> Result<Bytes, GatewayError> {
+    wire::json_to_bytes(json, output)
+        .map_err(|e| GatewayError::Internal(format!("an answer as protobuf: {e}")))
+}
+
+/// A refusal as the status it goes out with, with the metadata every answer carries.
+fn refused(head: &GrpcHead, Refused { error, served }: Refused) -> Status {
+    let mut status = status_of(&error);
+    head.stamp(status.metadata_mut(), served.as_ref());
+    status
+}
+
+type Boxed<T> = Pin<Box<dyn Future<Output = Result<Response<T>, Status>>>>;
+
+/// A unary method, for tonic.
+struct Unary(Handler);
+
+impl tower_service::Service<Request<Bytes>> for Unary {
+    type Response = Response<Bytes>;
+    type Error = Status;
+    type Future = Boxed<Bytes>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Status>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<Bytes>) -> Self::Future {
+        let handler = self.0.clone();
+        Box::pin(async move {
+            let (metadata, _, message) = request.into_parts();
+            let head = handler.head(metadata);
+            let answered = handler
+                .in_time(async {
+                    let (reply, admitted) = handler.run(&head, message).await?;
+                    let body = match reply {
+                        RpcReply::Json { body, .. } => body,
+                        RpcReply::Stream { .. } => {
+                            let error = GatewayError::Internal("a stream for a unary call".into());
+                            return Err(error.into());
+                        }
+                    };
+                    let encoded =
+                        encode_result(&body, &handler.rpc.output).map_err(|error| Refused {
+                            error,
+                            served: Some(admitted.served.clone()),
+                        })?;
+                    Ok((encoded, admitted.served))
+                })
+                .await;
+            match answered {
+                Ok((encoded, served)) => {
+                    let mut response = Response::new(encoded);
+                    head.stamp(response.metadata_mut(), Some(&served));
+                    Ok(response)
+                }
+                Err(refusal) => Err(refused(&head, refusal)),
+            }
+        })
+    }
+}
+
+type Messages = BoxStream<'static, Result<Bytes, Status>>;
+
+/// A server-streaming method, for tonic: the agent's events as `StreamResponse`s.
+struct Streaming(Handler);
+
+impl tower_service::Service<Request<Bytes>> for Streaming {
+    type Response = Response<Messages>;
+    type Error = Status;
+    type Future = Boxed<Messages>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Status>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<Bytes>) -> Self::Future {
+        let handler = self.0.clone();
+        Box::pin(async move {
+            let (metadata, _, message) = request.into_parts();
+            let head = handler.head(metadata);
+            let opened = handler.in_time(handler.run(&head, message)).await;
+            let (reply, admitted) = opened.map_err(|refusal| refused(&head, refusal))?;
+            let Admitted { served, slot, .. } = admitted;
+            let RpcReply::Stream { items, .. } = reply else {
+                let error = GatewayError::Internal("no stream for a streaming call".into());
+                return Err(refused(&head, error.into()));
+            };
+            let Some(slot) = slot else {
+                let error = GatewayError::Internal("a stream without a slot".into());
+                return Err(refused(&head, error.into()));
+            };
+            let output = handler.rpc.output.clone();
+            // The slot is held as long as the stream is: a client that goes away drops both.
+            let items = crate::http::watched(&handler.state, items, slot);
+            let messages = items.map(move |item| {
+                let item = item.map_err(|e| status_of(&e))?;
+                let json = serde_json::to_string(&item)
+                    .map_err(|e| status_of(&GatewayError::Internal(e.to_string())))?;
+                encode_json(&json, &output).map_err(|e| status_of(&e))
+            });
+            let messages: Messages = match handler.deadline {
+                Some((at, given)) => Box::pin(until(messages, at, given)),
+                None => Box::pin(messages),
+            };
+            let mut response = Response::new(messages);
+            head.stamp(response.metadata_mut(), Some(&served));
+            Ok(response)
+        })
+    }
+}
+
+/// `messages` until the deadline, which ends the stream with its status.
+fn until(
+    messages: impl futures_util::Stream<Item = Result<Bytes, Status>> + Send + 'static,
+    at: tokio::time::Instant,
+    given: Duration,
+) -> impl futures_util::Stream<Item = Result<Bytes, Status>> + Send + 'static {
+    let messages = Box::pin(messages);
+    futures_util::stream::unfold(Some(messages), move |messages| async move {
+        let mut messages = messages?;
+        match tokio::time::timeout_at(at, messages.next()).await {
+            Ok(Some(item)) => Some((item, Some(messages))),
+            Ok(None) => None,
+            Err(_) => {
+                let error = GatewayError::DeadlineExceeded(format!("{given:?}"));
+                Some((Err(status_of(&error)), None))
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost_reflect::DynamicMessage;
+
+    #[test]
+    fn every_method_of_the_service_is_dispatched() {
+        assert_eq!(wire::service_methods(), 11);
+        for name in [
+            "SendMessage",
+            "SendStreamingMessage",
+            "GetTask",
+            "ListTasks",
+            "CancelTask",
+            "SubscribeToTask",
+            "CreateTaskPushNotificationConfig",
+            "GetTaskPushNotificationConfig",
+            "ListTaskPushNotificationConfigs",
+            "DeleteTaskPushNotificationConfig",
+            "GetExtendedAgentCard",
+        ] {
+            let rpc = wire::rpc_at(&format!("/{}/{name}", wire::SERVICE))
+                .unwrap_or_else(|| panic!("{name}"));
+            assert_eq!(rpc.method.name(), name);
+        }
+        assert!(wire::rpc_at("/lf.a2a.v1.A2AService/Nope").is_none());
+        assert!(wire::rpc_at("/a2a.v1.A2AService/SendMessage").is_none());
+    }
+
+    #[test]
+    fn deadlines_read_as_grpc_writes_them() {
+        let mut h = http::HeaderMap::new();
+        for (v, d) in [
+            ("1S", Some(Duration::from_secs(1))),
+            ("250m", Some(Duration::from_millis(250))),
+            ("2M", Some(Duration::from_secs(120))),
+            ("5u", Some(Duration::from_micros(5))),
+            ("S", None),
+            ("123456789S", None),
+            ("10x", None),
+        ] {
+            h.insert("grpc-timeout", v.parse().unwrap());
+            assert_eq!(grpc_timeout(&h), d, "{v}");
+        }
+    }
+
+    #[test]
+    fn results_read_back_into_the_output_message() {
+        let get = wire::rpc_at("/lf.a2a.v1.A2AService/GetTask").unwrap();
+        let body = br#"{"jsonrpc":"2.0","id":null,"result":{"id":"t-1","contextId":"c-1","status":{"state":"TASK_STATE_COMPLETED","timestamp":"2026-11-26T00:00:00Z"},"metadata":{"a2a-gateway/agent":"echo"},"kind":"task"}}"#;
+        let bytes = encode_result(body, &get.output).unwrap();
+        let task = DynamicMessage::decode(get.output.clone(), bytes).unwrap();
+        let json: serde_json::Value = serde_json::to_value(&task).unwrap();
+        assert_eq!(json["id"], "t-1");
+        assert_eq!(json["status"]["state"], "TASK_STATE_COMPLETED");
+        assert_eq!(json["metadata"]["a2a-gateway/agent"], "echo");
+        // A request's tenant names the agent and is not passed on.
+        let send = wire::rpc_at("/lf.a2a.v1.A2AService/SendMessage").unwrap();
+        let json = r#"{"tenant":"echo","message":{"messageId":"m","role":"ROLE_USER","parts":[{"text":"hi"}]}}"#;
+        let mut request = wire::encode_json(json, &send.input).unwrap();
+        assert_eq!(wire::take_tenant(&mut request).as_deref(), Some("echo"));
+        let params = serde_json::to_value(&request).unwrap();
+        assert!(params.get("tenant").is_none());
+        assert_eq!(params["message"]["parts"][0]["text"], "hi");
+    }
+}
