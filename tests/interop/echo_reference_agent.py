@@ -21,6 +21,8 @@ A2A-Version handling is the SDK's: a missing header counts as 0.3; a 1.0 method
 needs a 1.x header (else -32009), a 0.3 method a 0.x header or none (else
 -32603 "A2A version '1.0' is not supported ...").
 --push turns on the SDK's push notifications (configs in memory, its own sender).
+--grpc serves A2A 1.0 over gRPC only (the SDK's GrpcHandler on a free port of --host);
+  the HTTP port serves the card alone, whose one interface is that gRPC one.
 --port 0 binds a free port; --ready-file PATH gets that port (decimal, then a
 newline) once the server accepts connections, written atomically.
 
@@ -166,16 +168,20 @@ def parse_dialects(value: str) -> tuple[str, ...]:
 
 
 def agent_card(base_url: str, dialects: tuple[str, ...] = DIALECTS,
-               push: bool = False) -> AgentCard:
+               push: bool = False, grpc_target: str | None = None) -> AgentCard:
     versions = [PURE_03_VERSION if dialects == ('0.3',) else d for d in dialects]
+    interfaces = [
+        AgentInterface(url=base_url, protocol_binding='JSONRPC', protocol_version=v)
+        for v in versions
+    ]
+    if grpc_target:
+        interfaces = [AgentInterface(url=grpc_target, protocol_binding='GRPC',
+                                     protocol_version='1.0')]
     return AgentCard(
         name='echo',
         description='Echoes text back; A2A interop reference agent (a2a-sdk).',
         version='1.0.0',
-        supported_interfaces=[
-            AgentInterface(url=base_url, protocol_binding='JSONRPC', protocol_version=v)
-            for v in versions
-        ],
+        supported_interfaces=interfaces,
         capabilities=AgentCapabilities(streaming=True, push_notifications=push),
         default_input_modes=['text/plain'],
         default_output_modes=['text/plain'],
@@ -245,6 +251,49 @@ def build_app(base_url: str, dialects: tuple[str, ...] = DIALECTS,
     return Starlette(routes=routes)
 
 
+async def serve_grpc_only(host: str, sock, ready_file: str | None, log_level: str) -> None:
+    """The SDK's gRPC server on a free port, and the card (listing only it) over HTTP."""
+    import contextvars
+
+    import grpc
+
+    from a2a.server.request_handlers import GrpcHandler
+    from a2a.server.request_handlers.grpc_handler import DefaultGrpcServerCallContextBuilder
+    from a2a.types import a2a_pb2_grpc
+
+    # The executor tells a streaming call by its method, which the SDK's JSON-RPC routes
+    # put in the call's state and its gRPC handler does not: the handler says it here.
+    method = contextvars.ContextVar('method', default='SendMessage')
+
+    class NamingHandler(GrpcHandler):
+        async def SendStreamingMessage(self, request, context):  # noqa: N802 - gRPC's name
+            method.set('SendStreamingMessage')
+            async for response in super().SendStreamingMessage(request, context):
+                yield response
+
+    class NamingContextBuilder(DefaultGrpcServerCallContextBuilder):
+        def build(self, context):
+            built = super().build(context)
+            built.state['method'] = method.get()
+            return built
+
+    server = grpc.aio.server()
+    grpc_port = server.add_insecure_port(f'{host}:0')
+    card = agent_card('', ('1.0',), grpc_target=f'{host}:{grpc_port}')
+    handler = DefaultRequestHandler(
+        agent_executor=EchoExecutor(), task_store=InMemoryTaskStore(), agent_card=card,
+    )
+    servicer = NamingHandler(handler, context_builder=NamingContextBuilder())
+    a2a_pb2_grpc.add_A2AServiceServicer_to_server(servicer, server)
+    await server.start()
+    config = uvicorn.Config(Starlette(routes=create_agent_card_routes(card)),
+                            log_level=log_level, timeout_graceful_shutdown=2)
+    try:
+        await serve(uvicorn.Server(config), sock, ready_file)
+    finally:
+        await server.stop(1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--host', default='127.0.0.1')
@@ -258,6 +307,8 @@ def main() -> None:
     parser.add_argument('--log-level', default='warning')
     parser.add_argument('--push', action='store_true',
                         help='send push notifications (the card says pushNotifications: true)')
+    parser.add_argument('--grpc', action='store_true',
+                        help='serve over gRPC only; the HTTP port serves the card')
     args = parser.parse_args()
     logging.basicConfig(level=args.log_level.upper())
     try:
@@ -267,6 +318,9 @@ def main() -> None:
     port = sock.getsockname()[1]
     host = f'[{args.host}]' if ':' in args.host else args.host
     base_url = args.public_url or f'http://{host}:{port}/'
+    if args.grpc:
+        asyncio.run(serve_grpc_only(host, sock, args.ready_file, args.log_level))
+        return
     config = uvicorn.Config(build_app(base_url, args.dialects, args.push), log_level=args.log_level,
                             timeout_graceful_shutdown=2)
     asyncio.run(serve(uvicorn.Server(config), sock, args.ready_file))

@@ -5,6 +5,7 @@
 //! ids are namespaced as `<agent>.<remote id>` on the way out, so ids from different
 //! remotes never collide and any task id names the agent that owns it.
 
+mod grpc;
 mod ledger;
 pub(crate) mod resolve;
 // Its decoder is re-exported for the fuzz targets (lib.rs), so its items stay `pub`.
@@ -37,6 +38,9 @@ use crate::protocol::params::ListQuery;
 use crate::protocol::Dialect;
 use crate::telemetry::{UpstreamCalls, UpstreamOutcome};
 
+/// A stream's bytes, from reqwest or from the gRPC adapter.
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 /// Where and how to talk to the remote.
 #[derive(Clone, Debug)]
 struct Upstream {
@@ -45,6 +49,8 @@ struct Upstream {
     dialect: Dialect,
     /// Whether the agent file's `headers` go with calls: only to the file's own origin.
     secrets: bool,
+    /// Served over gRPC (1.0 only), with the tenant its card names: `Some(None)` without.
+    grpc: Option<Option<String>>,
 }
 
 impl Upstream {
@@ -59,6 +65,19 @@ impl Upstream {
             uri,
             dialect,
             secrets: true,
+            grpc: None,
+        })
+    }
+
+    /// A card's gRPC interface: `url` is a gRPC target (`host:port`) or an http(s) URL.
+    fn grpc(url: &str, tenant: Option<&str>) -> Result<Upstream, String> {
+        let url = match url.contains("://") {
+            true => url.to_string(),
+            false => format!("http://{url}"),
+        };
+        Ok(Upstream {
+            grpc: Some(tenant.filter(|t| !t.is_empty()).map(str::to_string)),
+            ..Upstream::parse(&url, Dialect::V10)?
         })
     }
 
@@ -89,6 +108,8 @@ pub(crate) struct RemoteAgent {
     headers: HeaderMap,
     /// Every other call.
     transport: Transport,
+    /// Calls to an upstream served over gRPC.
+    grpc: grpc::GrpcTransport,
     forced: Option<Dialect>,
     state: RwLock<State>,
     next_id: AtomicU64,
@@ -132,6 +153,7 @@ impl RemoteAgent {
                 .unwrap_or(false),
         };
         let transport = Transport::new(&config, headers.clone(), resolver)?;
+        let grpc = grpc::GrpcTransport::new(&config, resolver)?;
         let mut builder = reqwest::Client::builder().dns_resolver(Arc::new(resolver));
         if config.http2 {
             builder = builder.http2_prior_knowledge();
@@ -163,6 +185,7 @@ impl RemoteAgent {
             client,
             headers,
             transport,
+            grpc,
             forced,
             state: RwLock::new(State {
                 upstream: upstream.map(Arc::new),
@@ -231,6 +254,18 @@ impl RemoteAgent {
         let chosen = reqwest::Url::parse(&up.uri.to_string()).map_err(|e| e.to_string())?;
         if chosen.origin() == file.origin() {
             return Ok(up);
+        }
+        if up.grpc.is_some() {
+            // A gRPC interface is a port of its own: on the host the file names, it is the
+            // file's agent. Elsewhere its path cannot be moved onto the file's origin.
+            if chosen.host_str() == file.host_str() {
+                return Ok(up);
+            }
+            if !self.config.follow_card_url {
+                return Err(format!(
+                    "the card's gRPC interface is on another host ({chosen}); follow_card_url = true calls it, without the agent file's headers"
+                ));
+            }
         }
         if !self.config.follow_card_url {
             tracing::warn!(agent = %self.name, card = %chosen, "the card names another origin; calls stay on the agent file's (follow_card_url = true follows the card)");
@@ -441,10 +476,18 @@ impl RemoteAgent {
     /// outcome (an answer may still be an error), this counts calls that got none.
     async fn exchange(&self, up: &Upstream, body: Vec<u8>) -> Result<bytes::Bytes, GatewayError> {
         let started = std::time::Instant::now();
-        let answer = self
-            .transport
-            .post_json(&up.uri, up.version_header(), up.secrets, body)
-            .await;
+        let answer = match &up.grpc {
+            None => {
+                self.transport
+                    .post_json(&up.uri, up.version_header(), up.secrets, body)
+                    .await
+            }
+            Some(tenant) => {
+                let headers = self.secret_headers(up);
+                let call = self.grpc.unary(&up.uri, tenant.as_deref(), headers, &body);
+                Box::pin(call).await
+            }
+        };
         self.took(started, answer.is_ok());
         let body = answer.map_err(|f| self.transport_error(f))?;
         self.note_alive();
@@ -905,6 +948,15 @@ impl RemoteAgent {
         })
     }
 
+    /// The agent file's headers, for a call that may carry them.
+    fn secret_headers(&self, up: &Upstream) -> &HeaderMap {
+        static NONE: std::sync::LazyLock<HeaderMap> = std::sync::LazyLock::new(HeaderMap::new);
+        match up.secrets {
+            true => &self.headers,
+            false => &NONE,
+        }
+    }
+
     /// Opens an upstream SSE call and reads its first event. Errors before the stream
     /// starts (a plain JSON-RPC body, or an error as the first event) are returned as errors.
     async fn open_stream(
@@ -913,6 +965,18 @@ impl RemoteAgent {
         body: Vec<u8>,
         end: StreamEnd,
     ) -> Result<Relay, GatewayError> {
+        if let Some(tenant) = &up.grpc {
+            let started = std::time::Instant::now();
+            let headers = self.secret_headers(up);
+            let opened = self
+                .grpc
+                .stream(&up.uri, tenant.as_deref(), headers, &body)
+                .await;
+            self.took(started, opened.is_ok());
+            let events = opened.map_err(|f| self.transport_error(f))?;
+            self.note_alive();
+            return self.counted(Relay::open(self.clone(), end, events).await);
+        }
         let started = std::time::Instant::now();
         let resp = self
             .post(up, body)
@@ -941,7 +1005,11 @@ impl RemoteAgent {
                 self.name
             )));
         }
-        self.counted(Relay::open(self.clone(), end, resp.bytes_stream().boxed()).await)
+        let events = resp
+            .bytes_stream()
+            .map(|r| r.map_err(BoxError::from))
+            .boxed();
+        self.counted(Relay::open(self.clone(), end, events).await)
     }
 }
 
@@ -990,6 +1058,14 @@ fn choose_upstream(card: &Value, card_url: &str, forced: Option<Dialect>) -> Opt
         Some(d) => vec![d],
         None => vec![Dialect::V10, Dialect::V03],
     };
+    let grpc = card["supportedInterfaces"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|i| {
+            i["protocolBinding"] == "GRPC"
+                && i["protocolVersion"].as_str().and_then(major_minor) == Some(Dialect::V10)
+        });
     for dialect in order {
         let from_interfaces = jsonrpc
             .iter()
@@ -1006,7 +1082,9 @@ fn choose_upstream(card: &Value, card_url: &str, forced: Option<Dialect>) -> Opt
             return Some(up);
         }
     }
-    None
+    // Served over gRPC only: 1.0's gRPC binding, unless the file asks for 0.3.
+    let grpc = grpc.filter(|_| forced.is_none_or(|d| d == Dialect::V10))?;
+    Upstream::grpc(grpc["url"].as_str()?, grpc["tenant"].as_str()).ok()
 }
 
 /// `url` as the card at `card_url` means it (absolute, or relative to the card).

@@ -241,7 +241,7 @@ where
 
 /// The system's root certificates, as reqwest loads them: unreadable ones are skipped, and
 /// a machine with none still reaches plain-HTTP agents.
-fn tls_config() -> Result<rustls::ClientConfig, String> {
+pub(super) fn tls_config() -> Result<rustls::ClientConfig, String> {
     let mut roots = rustls::RootCertStore::empty();
     let native = rustls_native_certs::load_native_certs();
     for e in &native.errors {

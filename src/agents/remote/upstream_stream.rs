@@ -31,7 +31,7 @@ const POLL_INTERVAL: Duration = Duration::from_secs(1);
 pub(super) struct Relay {
     agent: Arc<RemoteAgent>,
     end: StreamEnd,
-    body: BoxStream<'static, reqwest::Result<Bytes>>,
+    body: BoxStream<'static, Result<Bytes, super::BoxError>>,
     decoder: SseDecoder,
     pending: VecDeque<SseEvent>,
     /// Items ready before the caller asked for them: the first one, peeked at, or what
@@ -52,7 +52,7 @@ impl Relay {
     fn new(
         agent: Arc<RemoteAgent>,
         end: StreamEnd,
-        body: BoxStream<'static, reqwest::Result<Bytes>>,
+        body: BoxStream<'static, Result<Bytes, super::BoxError>>,
         polling: bool,
     ) -> Relay {
         Relay {
@@ -74,7 +74,7 @@ impl Relay {
     pub(super) async fn open(
         agent: Arc<RemoteAgent>,
         end: StreamEnd,
-        body: BoxStream<'static, reqwest::Result<Bytes>>,
+        body: BoxStream<'static, Result<Bytes, super::BoxError>>,
     ) -> Result<Relay, GatewayError> {
         let mut relay = Relay::new(agent, end, body, false);
         match relay.next_item().await {
@@ -152,7 +152,7 @@ impl Relay {
                     continue;
                 }
                 Some(Err(e)) => {
-                    tracing::warn!(agent = %self.agent.name, error = %root_cause(&e), "upstream stream broke");
+                    tracing::warn!(agent = %self.agent.name, error = %root_cause(&*e), "upstream stream broke");
                     "the upstream connection broke mid-stream"
                 }
                 None => "the upstream closed the stream before the task finished",

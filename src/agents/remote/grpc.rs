@@ -1,0 +1,371 @@
+//! Upstreams served over gRPC (A2A 1.0's `lf.a2a.v1.A2AService`): the remote backend's
+//! JSON-RPC 1.0 calls, carried over gRPC and answered as JSON-RPC again, so that
+//! everything above the transport (relaying, streams, subscriptions followed by polling,
+//! the dialect bridges) is the one the JSON-RPC upstreams use.
+//!
+//! tonic's client over a pooled hyper client built like the HTTP upstreams' (the same
+//! resolver, which refuses link-local addresses, the same connect timeout, TLS for an
+//! `https` URL), HTTP/2 only.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::stream::BoxStream;
+use futures_util::StreamExt;
+use http::uri::PathAndQuery;
+use http::Uri;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
+use tonic::{Code, Status};
+
+use super::resolve::GuardedResolver;
+use super::transport::{root_cause, Failure};
+use crate::config::A2aConfig;
+use crate::protocol::grpc::{self as wire, ErrorInfo, RawCodec, RpcStatus, ERROR_INFO_TYPE};
+use crate::protocol::jsonrpc::Method;
+
+type Channel = Client<HttpsConnector<HttpConnector<GuardedResolver>>, tonic::body::Body>;
+
+pub(super) struct GrpcTransport {
+    client: Channel,
+    timeout: Duration,
+}
+
+/// A JSON-RPC request as the remote backend writes it.
+#[derive(Deserialize)]
+struct Call<'a> {
+    #[serde(borrow)]
+    id: &'a RawValue,
+    method: &'a str,
+    #[serde(borrow)]
+    params: Option<&'a RawValue>,
+}
+
+/// Why a call has no answer to relay: the upstream's error status (relayed as a JSON-RPC
+/// error), or no answer at all.
+enum Refusal {
+    Answered(Status),
+    Failed(Failure),
+}
+
+impl From<Status> for Refusal {
+    fn from(status: Status) -> Refusal {
+        match status.code() == Code::Unavailable && status.details().is_empty() {
+            true => Refusal::Failed(transport_failure(&status)),
+            false => Refusal::Answered(status),
+        }
+    }
+}
+
+/// What a call sends: the method's path and output message, and the request encoded.
+struct Prepared {
+    id: Box<RawValue>,
+    rpc: &'static wire::Rpc,
+    request: tonic::Request<Bytes>,
+}
+
+impl GrpcTransport {
+    pub(super) fn new(config: &A2aConfig, resolver: GuardedResolver) -> Result<Self, String> {
+        let mut http = HttpConnector::new_with_resolver(resolver);
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(Duration::from_secs(config.connect_timeout_secs)));
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(super::transport::tls_config()?)
+            .https_or_http()
+            .enable_http2()
+            .wrap_connector(http);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(Duration::from_secs(90))
+            .http2_only(true)
+            .timer(TokioTimer::new())
+            .http2_keep_alive_interval(Duration::from_secs(30))
+            .build(https);
+        Ok(GrpcTransport {
+            client,
+            timeout: Duration::from_secs(config.timeout_secs),
+        })
+    }
+
+    /// `body` (a JSON-RPC 1.0 request) as the gRPC call it stands for, to `tenant`.
+    fn prepare(
+        &self,
+        body: &[u8],
+        tenant: Option<&str>,
+        headers: &http::HeaderMap,
+    ) -> Result<Prepared, Failure> {
+        let bad = |e: String| Failure::Broken(format!("a call the gRPC upstream cannot take: {e}"));
+        let call: Call = serde_json::from_slice(body).map_err(|e| bad(e.to_string()))?;
+        let rpc = Method::lookup(call.method)
+            .and_then(|(m, _)| wire::rpc_of(m))
+            .ok_or_else(|| bad(format!("no gRPC method for {}", call.method)))?;
+        let params = call.params.map_or("{}", RawValue::get);
+        let mut message = wire::encode_json(params, &rpc.input).map_err(bad)?;
+        if let Some(tenant) = tenant {
+            wire::set_tenant(&mut message, tenant);
+        }
+        let encoded = Bytes::from(prost::Message::encode_to_vec(&message));
+        let mut request = tonic::Request::new(encoded);
+        request.set_timeout(self.timeout);
+        let metadata = request.metadata_mut();
+        metadata.insert("a2a-version", MetadataValue::from_static("1.0"));
+        copy_headers(headers, metadata);
+        for (name, value) in super::transport::trace_headers() {
+            copy_headers(&http::HeaderMap::from_iter([(name, value)]), metadata);
+        }
+        Ok(Prepared {
+            id: call.id.to_owned(),
+            rpc,
+            request,
+        })
+    }
+
+    fn client(&self, origin: &Uri) -> tonic::client::Grpc<Channel> {
+        tonic::client::Grpc::with_origin(self.client.clone(), origin.clone())
+    }
+
+    /// A unary call; its answer (or its error status) as a JSON-RPC response body.
+    pub(super) async fn unary(
+        &self,
+        origin: &Uri,
+        tenant: Option<&str>,
+        headers: &http::HeaderMap,
+        body: &[u8],
+    ) -> Result<Bytes, Failure> {
+        let Prepared { id, rpc, request } = self.prepare(body, tenant, headers)?;
+        let path = PathAndQuery::try_from(rpc.path.as_str())
+            .map_err(|e| Failure::Broken(e.to_string()))?;
+        let mut client = self.client(origin);
+        let exchange = async {
+            let ready = client.ready().await;
+            ready.map_err(|e| Refusal::Failed(transport_failure(&e)))?;
+            Ok::<_, Refusal>(client.unary(request, path, RawCodec).await?)
+        };
+        let answer = tokio::time::timeout(self.timeout, exchange)
+            .await
+            .map_err(|_| Failure::Timeout)?;
+        Ok(Bytes::from(match answer {
+            Ok(response) => result_envelope(&id, response.into_inner(), &rpc.output),
+            Err(Refusal::Answered(status)) => error_envelope(&id, &status),
+            Err(Refusal::Failed(failure)) => return Err(failure),
+        }))
+    }
+
+    /// A server-streaming call, as the SSE bytes a JSON-RPC upstream would send: each
+    /// message a `data:` event holding a JSON-RPC response, an error status the last one.
+    pub(super) async fn stream(
+        &self,
+        origin: &Uri,
+        tenant: Option<&str>,
+        headers: &http::HeaderMap,
+        body: &[u8],
+    ) -> Result<BoxStream<'static, Result<Bytes, super::BoxError>>, Failure> {
+        let Prepared {
+            id,
+            rpc,
+            mut request,
+        } = self.prepare(body, tenant, headers)?;
+        // A stream lasts as long as its task; only opening it is bounded.
+        *request.metadata_mut() = {
+            let mut m = request.metadata().clone();
+            m.remove("grpc-timeout");
+            m
+        };
+        let path = PathAndQuery::try_from(rpc.path.as_str())
+            .map_err(|e| Failure::Broken(e.to_string()))?;
+        let mut client = self.client(origin);
+        let opening = async {
+            let ready = client.ready().await;
+            ready.map_err(|e| Refusal::Failed(transport_failure(&e)))?;
+            Ok::<_, Refusal>(client.server_streaming(request, path, RawCodec).await?)
+        };
+        let opened = tokio::time::timeout(self.timeout, opening)
+            .await
+            .map_err(|_| Failure::Timeout)?;
+        let event = |envelope: Vec<u8>| {
+            let mut data = b"data: ".to_vec();
+            data.extend_from_slice(&envelope);
+            data.extend_from_slice(b"\n\n");
+            Ok(Bytes::from(data))
+        };
+        let messages = match opened {
+            Ok(response) => response.into_inner(),
+            Err(Refusal::Answered(status)) => {
+                let only = event(error_envelope(&id, &status));
+                return Ok(futures_util::stream::once(async move { only }).boxed());
+            }
+            Err(Refusal::Failed(failure)) => return Err(failure),
+        };
+        let output = rpc.output.clone();
+        let events = futures_util::stream::unfold(Some(messages), move |messages| {
+            let (id, output) = (id.clone(), output.clone());
+            async move {
+                let mut messages = messages?;
+                match messages.message().await {
+                    Ok(Some(bytes)) => {
+                        Some((event(result_envelope(&id, bytes, &output)), Some(messages)))
+                    }
+                    Ok(None) => None,
+                    Err(status) if status.code() == Code::Unavailable => {
+                        let broken: super::BoxError = root_cause(&status).into();
+                        Some((Err(broken), None))
+                    }
+                    Err(status) => Some((event(error_envelope(&id, &status)), None)),
+                }
+            }
+        });
+        Ok(events.boxed())
+    }
+}
+
+/// HTTP headers (the agent file's, trace context) as gRPC metadata.
+fn copy_headers(headers: &http::HeaderMap, metadata: &mut MetadataMap) {
+    for (name, value) in headers {
+        let key = MetadataKey::from_bytes(name.as_str().as_bytes());
+        let value = MetadataValue::try_from(value.as_bytes());
+        if let (Ok(key), Ok(value)) = (key, value) {
+            metadata.insert(key, value);
+        }
+    }
+}
+
+/// A call that got no answer: no connection, or one that broke.
+fn transport_failure(e: &(dyn std::error::Error + 'static)) -> Failure {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if let Some(h) = err.downcast_ref::<hyper_util::client::legacy::Error>() {
+            if h.is_connect() {
+                return Failure::Connect {
+                    refused: root_cause(e).to_ascii_lowercase().contains("refused"),
+                    detail: root_cause(e),
+                };
+            }
+        }
+        cur = err.source();
+    }
+    Failure::Broken(root_cause(e))
+}
+
+/// A gRPC answer as the JSON-RPC response a 1.0 upstream would have sent.
+fn result_envelope(
+    id: &RawValue,
+    bytes: Bytes,
+    output: &prost_reflect::MessageDescriptor,
+) -> Vec<u8> {
+    let result = match wire::decode(bytes, output) {
+        Ok(message) => serde_json::to_value(&message).unwrap_or(Value::Null),
+        Err(e) => {
+            let error = json!({"code": -32006, "message": format!("the upstream's answer is {e}")});
+            return envelope(id, "error", error);
+        }
+    };
+    // An empty answer (google.protobuf.Empty) is JSON-RPC's null result.
+    let result = match result {
+        Value::Object(m) if m.is_empty() && output.full_name() == "google.protobuf.Empty" => {
+            Value::Null
+        }
+        other => other,
+    };
+    envelope(id, "result", result)
+}
+
+/// A gRPC error status as the JSON-RPC error a 1.0 upstream would have sent: the A2A code
+/// of its `ErrorInfo` reason, its message, and its details.
+fn error_envelope(id: &RawValue, status: &Status) -> Vec<u8> {
+    let details = prost::Message::decode(status.details())
+        .ok()
+        .map(|s: RpcStatus| s.details);
+    let info = details
+        .iter()
+        .flatten()
+        .find(|d| d.type_url == ERROR_INFO_TYPE)
+        .and_then(|d| <ErrorInfo as prost::Message>::decode(d.value.as_slice()).ok());
+    let code = info
+        .as_ref()
+        .and_then(|i| crate::error::code_of_reason(&i.reason))
+        .unwrap_or(match status.code() {
+            Code::InvalidArgument => -32602,
+            Code::Unimplemented => -32601,
+            _ => -32603,
+        });
+    let mut error = json!({"code": code, "message": status.message()});
+    if let Some(info) = info {
+        error["data"] = json!([{
+            "@type": ERROR_INFO_TYPE,
+            "reason": info.reason,
+            "domain": info.domain,
+            "metadata": info.metadata,
+        }]);
+    }
+    envelope(id, "error", error)
+}
+
+fn envelope(id: &RawValue, member: &str, value: Value) -> Vec<u8> {
+    let mut out = format!(r#"{{"jsonrpc":"2.0","id":{},"{member}":"#, id.get()).into_bytes();
+    // Writing a Value into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut out, &value);
+    out.push(b'}');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_read_back_as_the_json_rpc_errors_they_stand_for() {
+        let id = RawValue::from_string("7".into()).unwrap();
+        let info = ErrorInfo {
+            reason: "TASK_NOT_FOUND".into(),
+            domain: "a2a-protocol.org".into(),
+            metadata: [("taskId".to_string(), "t-9".to_string())].into(),
+        };
+        let details = RpcStatus {
+            code: Code::NotFound as i32,
+            message: "Task not found: t-9".into(),
+            details: vec![prost_types::Any {
+                type_url: ERROR_INFO_TYPE.into(),
+                value: prost::Message::encode_to_vec(&info),
+            }],
+        };
+        let status = Status::with_details(
+            Code::NotFound,
+            "Task not found: t-9",
+            Bytes::from(prost::Message::encode_to_vec(&details)),
+        );
+        let error: Value = serde_json::from_slice(&error_envelope(&id, &status)).unwrap();
+        assert_eq!(error["id"], 7);
+        assert_eq!(error["error"]["code"], -32001);
+        assert_eq!(error["error"]["data"][0]["reason"], "TASK_NOT_FOUND");
+        assert_eq!(error["error"]["data"][0]["metadata"]["taskId"], "t-9");
+        let bare = Status::new(Code::FailedPrecondition, "no");
+        let error: Value = serde_json::from_slice(&error_envelope(&id, &bare)).unwrap();
+        assert_eq!(error["error"]["code"], -32603);
+    }
+
+    #[test]
+    fn answers_read_back_as_json_rpc_results() {
+        let id = RawValue::from_string("\"a\"".into()).unwrap();
+        let get = wire::rpc_of(Method::GetTask).unwrap();
+        let task = wire::json_to_bytes(
+            r#"{"id":"t","contextId":"c","status":{"state":"TASK_STATE_WORKING"}}"#,
+            &get.output,
+        )
+        .unwrap();
+        let answer: Value =
+            serde_json::from_slice(&result_envelope(&id, task, &get.output)).unwrap();
+        assert_eq!(answer["id"], "a");
+        assert_eq!(answer["result"]["status"]["state"], "TASK_STATE_WORKING");
+        let delete = wire::rpc_of(Method::Push(crate::protocol::push::PushOp::Delete)).unwrap();
+        let empty: Value =
+            serde_json::from_slice(&result_envelope(&id, Bytes::new(), &delete.output)).unwrap();
+        assert_eq!(empty["result"], Value::Null);
+    }
+}
