@@ -5,6 +5,12 @@
 //!   prints achieved rate, errors and p50/p90/p99/max.
 //! - `streams URL BODY_FILE COUNT HOLD_SECS [HEADER:VALUE...]`: opens COUNT SSE streams,
 //!   waits for the first event on each, prints `READY <n>`, holds them HOLD_SECS, exits.
+//! - `closed URL BODY_FILE CONNECTIONS SECS [HEADER:VALUE...]`: CONNECTIONS clients, each
+//!   on its own keep-alive connection, POSTing BODY_FILE back to back; prints req/s.
+//! - `grpc TARGET JSON_FILE CONNECTIONS SECS`: the same over gRPC: JSON_FILE, a 1.0
+//!   `SendMessageRequest` in ProtoJSON, sent as `SendMessage` to TARGET (`host:port`), each
+//!   client on its own HTTP/2 connection. `closed` and `grpc` are one client written twice,
+//!   so that their figures compare the gateway's bindings, not two load tools.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -13,7 +19,7 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 
 fn usage() -> ! {
-    eprintln!("usage: loadgen rate URL BODY_FILE RPS SECS [H:V..] | streams URL BODY_FILE COUNT HOLD_SECS [H:V..]");
+    eprintln!("usage: loadgen rate URL BODY_FILE RPS SECS [H:V..] | streams URL BODY_FILE COUNT HOLD_SECS [H:V..] | closed URL BODY_FILE CONNECTIONS SECS [H:V..] | grpc TARGET JSON_FILE CONNECTIONS SECS");
     std::process::exit(2)
 }
 
@@ -55,8 +61,112 @@ async fn main() {
     match args[0].as_str() {
         "rate" => rate(client, args[1].clone(), body, n, secs).await,
         "streams" => streams(client, args[1].clone(), body, n as usize, secs).await,
+        "closed" => closed(&args, body, n as usize, secs).await,
+        "grpc" => grpc(args[1].clone(), body, n as usize, secs).await,
         _ => usage(),
     }
+}
+
+/// Runs `clients` loops of `call` until `secs` pass; prints the rate of calls that worked.
+async fn closed_loop<F, Fut>(clients: usize, secs: u64, call: F)
+where
+    F: Fn(usize) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = bool> + Send,
+{
+    let ok = Arc::new(AtomicUsize::new(0));
+    let errors = Arc::new(AtomicUsize::new(0));
+    let start = Instant::now();
+    let end = start + Duration::from_secs(secs);
+    let tasks: Vec<_> = (0..clients)
+        .map(|i| {
+            let (call, ok, errors) = (call.clone(), ok.clone(), errors.clone());
+            tokio::spawn(async move {
+                while Instant::now() < end {
+                    match call(i).await {
+                        true => ok.fetch_add(1, Ordering::Relaxed),
+                        false => errors.fetch_add(1, Ordering::Relaxed),
+                    };
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        let _ = t.await;
+    }
+    let done = ok.load(Ordering::Relaxed);
+    println!(
+        "closed {:.0} req/s ok {done} errors {}",
+        done as f64 / start.elapsed().as_secs_f64(),
+        errors.load(Ordering::Relaxed)
+    );
+}
+
+async fn closed(args: &[String], body: Vec<u8>, clients: usize, secs: u64) {
+    let url = args[1].clone();
+    // A client each: one connection each, as wrk's.
+    let each: Vec<reqwest::Client> = (0..clients)
+        .map(|_| {
+            reqwest::Client::builder()
+                .default_headers(headers(&args[5..]))
+                .http1_only()
+                .pool_max_idle_per_host(1)
+                .build()
+                .unwrap_or_else(|_| usage())
+        })
+        .collect();
+    let each = Arc::new(each);
+    let body = bytes::Bytes::from(body);
+    closed_loop(clients, secs, move |i| {
+        let (client, url, body) = (each[i].clone(), url.clone(), body.clone());
+        async move {
+            match client.post(&url).body(body).send().await {
+                Ok(resp) => resp.status().is_success() && resp.bytes().await.is_ok(),
+                Err(_) => false,
+            }
+        }
+    })
+    .await;
+}
+
+async fn grpc(target: String, json: Vec<u8>, clients: usize, secs: u64) {
+    use a2a_gateway::protocol::grpc::{json_to_bytes, rpc_of, RawCodec};
+    use a2a_gateway::protocol::jsonrpc::Method;
+    let Some(rpc) = rpc_of(Method::SendMessage) else {
+        usage()
+    };
+    let json = String::from_utf8(json).unwrap_or_else(|_| usage());
+    let message = json_to_bytes(&json, &rpc.input).unwrap_or_else(|e| {
+        eprintln!("{e}");
+        usage()
+    });
+    let origin: http::Uri = format!("http://{target}")
+        .parse()
+        .unwrap_or_else(|_| usage());
+    let path: http::uri::PathAndQuery = rpc.path.parse().unwrap_or_else(|_| usage());
+    let each: Vec<_> = (0..clients)
+        .map(|_| {
+            let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
+            connector.set_nodelay(true);
+            let client =
+                hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                    .http2_only(true)
+                    .build::<_, tonic::body::Body>(connector);
+            tonic::client::Grpc::with_origin(client, origin.clone())
+        })
+        .collect();
+    let each = Arc::new(each);
+    closed_loop(clients, secs, move |i| {
+        let (mut client, message, path) = (each[i].clone(), message.clone(), path.clone());
+        async move {
+            let mut request = tonic::Request::new(message);
+            request.metadata_mut().insert(
+                "a2a-version",
+                tonic::metadata::MetadataValue::from_static("1.0"),
+            );
+            client.ready().await.is_ok() && client.unary(request, path, RawCodec).await.is_ok()
+        }
+    })
+    .await;
 }
 
 async fn rate(client: reqwest::Client, url: String, body: Vec<u8>, rps: u64, secs: u64) {

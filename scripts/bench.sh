@@ -2,7 +2,7 @@
 # Load benchmarks (benchmarks, not tests: absolute numbers vary with the machine and its
 # neighbours, so every figure is a ratio against a baseline measured in the same run).
 #
-#   scripts/bench.sh [core|proxy|auth|streams|burst|agents|ops|store|all]      (default: all)
+#   scripts/bench.sh [core|proxy|grpc|auth|streams|burst|agents|ops|store|all]  (default: all)
 #
 # core    SendMessage to the echo agent through the gateway vs a bare actix-web handler
 #         returning a fixed result (examples/bare_jsonrpc.rs); the same for a message the
@@ -10,6 +10,8 @@
 # proxy   SendMessage through the gateway to a fast upstream (bare_jsonrpc) vs a plain
 #         pooled actix+reqwest forwarder (examples/plain_forwarder.rs) to the same upstream;
 #         then p99 latency at a fixed moderate rate: direct, via forwarder, via gateway.
+# grpc    SendMessage to the echo agent over gRPC vs over JSON-RPC, the same gateway and one
+#         load client for both (examples/loadgen.rs closed / grpc: a connection per client).
 # auth    the core benchmark with auth off, with an API-key caller and with an RS256 JWT
 #         caller (rate limiting on, with a tier too generous to refuse anything).
 # streams N SSE streams (default 10000) held open through the gateway to an upstream
@@ -345,8 +347,25 @@ bench_store() {
     redis-cli -u "$REDIS_URL" --scan --pattern "${prefix}*" | xargs -r -n 1000 redis-cli -u "$REDIS_URL" del > /dev/null
 }
 
+bench_grpc() {
+    echo "== grpc: SendMessage to the echo agent over gRPC vs JSON-RPC, $CONNECTIONS clients, $DURATION, $WORKERS workers =="
+    local pg pr secs r j g ratios=""
+    pg=$(free_port); pr=$(free_port)
+    gateway "$pg" "$ROOT/agents.d" "[server]\ngrpc_port = $pr"
+    secs=${DURATION%s}
+    "$EX/loadgen" grpc "127.0.0.1:$pr" "$ROOT/scripts/bench/send_message_grpc.json" "$CONNECTIONS" 2 > /dev/null # warm-up
+    for r in $(seq "$ROUNDS"); do
+        j=$("$EX/loadgen" closed "http://127.0.0.1:$pg/a2a/agents/echo" "$BODY" "$CONNECTIONS" "$secs" "A2A-Version:1.0" | awk '{print $2}')
+        g=$("$EX/loadgen" grpc "127.0.0.1:$pr" "$ROOT/scripts/bench/send_message_grpc.json" "$CONNECTIONS" "$secs" | awk '{print $2}')
+        printf 'round %d  JSON-RPC %10s req/s   gRPC %10s req/s\n' "$r" "$j" "$g"
+        ratios+="$(awk -v g="$g" -v j="$j" 'BEGIN { printf "%.3f ", g / j }')"
+    done
+    printf 'ratio gRPC / JSON-RPC: rounds %s-> median %.2fx\n' "$ratios" "$(echo "$ratios" | tr ' ' '\n' | grep . | median)"
+}
+
 case "$SECTION" in
     core) bench_core ;;
+    grpc) bench_grpc ;;
     store) bench_store ;;
     ops) bench_ops ;;
     proxy) bench_proxy ;;
@@ -354,6 +373,6 @@ case "$SECTION" in
     auth) bench_auth ;;
     burst) bench_burst ;;
     agents) bench_agents ;;
-    all) bench_core; bench_ops; bench_store; bench_proxy; bench_auth; bench_streams; bench_agents ;;
-    *) echo "usage: scripts/bench.sh [core|proxy|auth|streams|burst|agents|ops|store|all]" >&2; exit 2 ;;
+    all) bench_core; bench_ops; bench_store; bench_proxy; bench_grpc; bench_auth; bench_streams; bench_agents ;;
+    *) echo "usage: scripts/bench.sh [core|proxy|grpc|auth|streams|burst|agents|ops|store|all]" >&2; exit 2 ;;
 esac

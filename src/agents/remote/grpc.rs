@@ -67,6 +67,7 @@ impl From<Status> for Refusal {
 struct Prepared {
     id: Box<RawValue>,
     rpc: &'static wire::Rpc,
+    path: PathAndQuery,
     request: tonic::Request<Bytes>,
 }
 
@@ -94,12 +95,14 @@ impl GrpcTransport {
         })
     }
 
-    /// `body` (a JSON-RPC 1.0 request) as the gRPC call it stands for, to `tenant`.
+    /// `body` (a JSON-RPC 1.0 request) as the gRPC call it stands for, to `tenant`, with
+    /// the upstream's deadline (`grpc-timeout`) when the whole call is bounded.
     fn prepare(
         &self,
         body: &[u8],
         tenant: Option<&str>,
         headers: &http::HeaderMap,
+        bounded: bool,
     ) -> Result<Prepared, Failure> {
         let bad = |e: String| Failure::Broken(format!("a call the gRPC upstream cannot take: {e}"));
         let call: Call = serde_json::from_slice(body).map_err(|e| bad(e.to_string()))?;
@@ -112,8 +115,11 @@ impl GrpcTransport {
             wire::set_tenant(&mut message, tenant);
         }
         let encoded = Bytes::from(prost::Message::encode_to_vec(&message));
+        let path = PathAndQuery::try_from(rpc.path.as_str()).map_err(|e| bad(e.to_string()))?;
         let mut request = tonic::Request::new(encoded);
-        request.set_timeout(self.timeout);
+        if bounded {
+            request.set_timeout(self.timeout);
+        }
         let metadata = request.metadata_mut();
         metadata.insert("a2a-version", MetadataValue::from_static("1.0"));
         copy_headers(headers, metadata);
@@ -123,12 +129,17 @@ impl GrpcTransport {
         Ok(Prepared {
             id: call.id.to_owned(),
             rpc,
+            path,
             request,
         })
     }
 
-    fn client(&self, origin: &Uri) -> tonic::client::Grpc<Channel> {
-        tonic::client::Grpc::with_origin(self.client.clone(), origin.clone())
+    /// A client for `origin`, once it can take a call (a connection, pooled).
+    async fn client(&self, origin: &Uri) -> Result<tonic::client::Grpc<Channel>, Refusal> {
+        let mut client = tonic::client::Grpc::with_origin(self.client.clone(), origin.clone());
+        let ready = client.ready().await;
+        ready.map_err(|e| Refusal::Failed(transport_failure(&e)))?;
+        Ok(client)
     }
 
     /// A unary call; its answer (or its error status) as a JSON-RPC response body.
@@ -139,13 +150,14 @@ impl GrpcTransport {
         headers: &http::HeaderMap,
         body: &[u8],
     ) -> Result<Bytes, Failure> {
-        let Prepared { id, rpc, request } = self.prepare(body, tenant, headers)?;
-        let path = PathAndQuery::try_from(rpc.path.as_str())
-            .map_err(|e| Failure::Broken(e.to_string()))?;
-        let mut client = self.client(origin);
+        let Prepared {
+            id,
+            rpc,
+            path,
+            request,
+        } = self.prepare(body, tenant, headers, true)?;
         let exchange = async {
-            let ready = client.ready().await;
-            ready.map_err(|e| Refusal::Failed(transport_failure(&e)))?;
+            let mut client = self.client(origin).await?;
             Ok::<_, Refusal>(client.unary(request, path, RawCodec).await?)
         };
         let answer = tokio::time::timeout(self.timeout, exchange)
@@ -167,23 +179,15 @@ impl GrpcTransport {
         headers: &http::HeaderMap,
         body: &[u8],
     ) -> Result<BoxStream<'static, Result<Bytes, super::BoxError>>, Failure> {
+        // A stream lasts as long as its task; only opening it is bounded.
         let Prepared {
             id,
             rpc,
-            mut request,
-        } = self.prepare(body, tenant, headers)?;
-        // A stream lasts as long as its task; only opening it is bounded.
-        *request.metadata_mut() = {
-            let mut m = request.metadata().clone();
-            m.remove("grpc-timeout");
-            m
-        };
-        let path = PathAndQuery::try_from(rpc.path.as_str())
-            .map_err(|e| Failure::Broken(e.to_string()))?;
-        let mut client = self.client(origin);
+            path,
+            request,
+        } = self.prepare(body, tenant, headers, false)?;
         let opening = async {
-            let ready = client.ready().await;
-            ready.map_err(|e| Refusal::Failed(transport_failure(&e)))?;
+            let mut client = self.client(origin).await?;
             Ok::<_, Refusal>(client.server_streaming(request, path, RawCodec).await?)
         };
         let opened = tokio::time::timeout(self.timeout, opening)
