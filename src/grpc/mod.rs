@@ -104,18 +104,42 @@ async fn call(
         .map(|(t, _)| t.trace_id().to_string());
     let deadline = grpc_timeout(req.headers()).map(|d| (tokio::time::Instant::now() + d, d));
     let limit = state.bodies.max_bytes();
-    let handler = Handler {
-        state: state.clone(),
-        rpc,
+    let (parts, body) = req.into_parts();
+    let head = GrpcHead {
+        headers: parts.headers.clone(),
         peer: peer.map(|p| p.ip()),
-        deadline,
+        rate: Cell::new(None),
     };
-    let framed = async move {
-        let mut grpc =
-            tonic::server::Grpc::new(RawCodec).apply_max_message_size_config(Some(limit), None);
-        match handler.rpc.method.is_streaming() {
-            true => grpc.server_streaming(Streaming(handler), req).await,
-            false => grpc.unary(Unary(handler), req).await,
+    let framed = {
+        let state = state.clone();
+        async move {
+            telemetry::note_method(rpc.method.name(), Dialect::V10.version(), "grpc");
+            let caller = Caller::of(&head, &state);
+            // The version and the credentials before the message is read: a caller that
+            // cannot get in makes the gateway hold nothing for it.
+            let refusal = check_version(&head.headers)
+                .and_then(|()| caller.principal.as_ref().map(|_| ()).map_err(Clone::clone));
+            if let Err(error) = refusal {
+                return refused(&head, error.into()).into_http();
+            }
+            let body = match read_message(&state, &head, &caller, &parts.headers, body).await {
+                Ok(body) => body,
+                Err(error) => return refused(&head, error.into()).into_http(),
+            };
+            let req = http::Request::from_parts(parts, http_body_util::Full::new(body));
+            let handler = Handler {
+                state,
+                rpc,
+                head,
+                caller,
+                deadline,
+            };
+            let mut grpc =
+                tonic::server::Grpc::new(RawCodec).apply_max_message_size_config(Some(limit), None);
+            match rpc.method.is_streaming() {
+                true => grpc.server_streaming(Streaming(Some(handler)), req).await,
+                false => grpc.unary(Unary(Some(handler)), req).await,
+            }
         }
     };
     let (framed, scope) = telemetry::observed(trace, framed);
@@ -212,13 +236,45 @@ impl GrpcHead {
     }
 }
 
-/// A call's method and where it comes from.
-#[derive(Clone)]
+/// A call: its method, who makes it, and by when.
 struct Handler {
     state: web::Data<AppState>,
     rpc: &'static Rpc,
-    peer: Option<IpAddr>,
+    head: GrpcHead,
+    caller: Caller,
     deadline: Option<(tokio::time::Instant, Duration)>,
+}
+
+/// A call's body, read through the budgets every body is (its size, its time, the bytes
+/// held gateway-wide and by its caller) before tonic takes it: one message of at most
+/// `max_body_bytes` and its five bytes of framing.
+async fn read_message(
+    state: &AppState,
+    head: &GrpcHead,
+    caller: &Caller,
+    headers: &http::HeaderMap,
+    body: hyper::body::Incoming,
+) -> Result<Bytes, GatewayError> {
+    use http_body_util::BodyExt;
+    let declared = headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok());
+    let principal = caller.principal.as_ref().ok();
+    let payer = |h: &ahash::RandomState| caller.live.caller_hash(head, principal, h);
+    let limit = state.bodies.max_bytes().saturating_add(5);
+    let read = crate::http::read_chunks(
+        body.into_data_stream(),
+        declared,
+        limit,
+        &state.bodies,
+        &payer,
+    );
+    read.await.map_err(|e| match e {
+        // The message's own limit, as tonic would say it.
+        GatewayError::PayloadTooLarge(_) => GatewayError::PayloadTooLarge(state.bodies.max_bytes()),
+        other => other,
+    })
 }
 
 /// A JSON-RPC answer's result (none, or null, for an answer with no content).
@@ -231,18 +287,15 @@ struct Envelope<'a> {
 impl Handler {
     /// The call read, admitted and dispatched, as a JSON-RPC call on `/a2a` (no `tenant`)
     /// or on the tenant's agent.
-    async fn run(&self, head: &GrpcHead, message: Bytes) -> Result<(RpcReply, Admitted), Refused> {
-        let method = self.rpc.method;
-        telemetry::note_method(method.name(), Dialect::V10.version(), "grpc");
-        check_version(&head.headers)?;
-        let caller = Caller::of(head, &self.state);
-        let live = caller.live;
-        // Credentials first: a caller that cannot get in learns nothing about the message.
-        let principal = caller.principal?;
+    async fn run(&self, message: Bytes) -> Result<(RpcReply, Admitted), Refused> {
+        let (method, head) = (self.rpc.method, &self.head);
+        let live = &self.caller.live;
+        // Checked before the body was read.
+        let principal = self.caller.principal.clone()?;
         let mut message = wire::decode(message, &self.rpc.input).map_err(GatewayError::Parse)?;
         let tenant = wire::take_tenant(&mut message);
         let addressed = Addressed::of(&live.registry, tenant.as_deref());
-        let principal = admission::at_the_door(&live, Ok(principal), &addressed)?;
+        let principal = admission::at_the_door(live, Ok(principal), &addressed)?;
         let params = serde_json::value::to_raw_value(&message)
             .map_err(|e| GatewayError::Internal(format!("the message as ProtoJSON: {e}")))?;
         let rpc = RpcRequest {
@@ -256,7 +309,7 @@ impl Handler {
         let target = Target::Rpc(&rpc);
         let state = &self.state;
         let admitted =
-            admission::admit(state, head, &live, &principal, addressed, target, streams).await?;
+            admission::admit(state, head, live, &principal, addressed, target, streams).await?;
         let (agent, served) = (&admitted.agent, &admitted.served);
         let (_, _, outcome) = crate::rpc::run(&state.service, agent, &principal, rpc, served).await;
         match outcome {
@@ -265,14 +318,6 @@ impl Handler {
                 error,
                 served: Some(admitted.served),
             }),
-        }
-    }
-
-    fn head(&self, metadata: MetadataMap) -> GrpcHead {
-        GrpcHead {
-            headers: metadata.into_headers(),
-            peer: self.peer,
-            rate: Cell::new(None),
         }
     }
 
@@ -330,8 +375,8 @@ fn refused(head: &GrpcHead, Refused { error, served }: Refused) -> Status {
 
 type Boxed<T> = Pin<Box<dyn Future<Output = Result<Response<T>, Status>>>>;
 
-/// A unary method, for tonic.
-struct Unary(Handler);
+/// A unary method, for tonic, which calls it once.
+struct Unary(Option<Handler>);
 
 impl tower_service::Service<Request<Bytes>> for Unary {
     type Response = Response<Bytes>;
@@ -343,13 +388,15 @@ impl tower_service::Service<Request<Bytes>> for Unary {
     }
 
     fn call(&mut self, request: Request<Bytes>) -> Self::Future {
-        let handler = self.0.clone();
+        let Some(handler) = self.0.take() else {
+            return Box::pin(std::future::ready(Err(Status::internal("called twice"))));
+        };
         Box::pin(async move {
-            let (metadata, _, message) = request.into_parts();
-            let head = handler.head(metadata);
+            let head = &handler.head;
+            let message = request.into_inner();
             let answered = handler
                 .in_time(async {
-                    let (reply, admitted) = handler.run(&head, message).await?;
+                    let (reply, admitted) = handler.run(message).await?;
                     let body = match reply {
                         RpcReply::Json { body, .. } => body,
                         RpcReply::Stream { .. } => {
@@ -371,7 +418,7 @@ impl tower_service::Service<Request<Bytes>> for Unary {
                     head.stamp(response.metadata_mut(), Some(&served));
                     Ok(response)
                 }
-                Err(refusal) => Err(refused(&head, refusal)),
+                Err(refusal) => Err(refused(head, refusal)),
             }
         })
     }
@@ -379,8 +426,9 @@ impl tower_service::Service<Request<Bytes>> for Unary {
 
 type Messages = BoxStream<'static, Result<Bytes, Status>>;
 
-/// A server-streaming method, for tonic: the agent's events as `StreamResponse`s.
-struct Streaming(Handler);
+/// A server-streaming method, for tonic, which calls it once: the agent's events as
+/// `StreamResponse`s.
+struct Streaming(Option<Handler>);
 
 impl tower_service::Service<Request<Bytes>> for Streaming {
     type Response = Response<Messages>;
@@ -392,20 +440,21 @@ impl tower_service::Service<Request<Bytes>> for Streaming {
     }
 
     fn call(&mut self, request: Request<Bytes>) -> Self::Future {
-        let handler = self.0.clone();
+        let Some(handler) = self.0.take() else {
+            return Box::pin(std::future::ready(Err(Status::internal("called twice"))));
+        };
         Box::pin(async move {
-            let (metadata, _, message) = request.into_parts();
-            let head = handler.head(metadata);
-            let opened = handler.in_time(handler.run(&head, message)).await;
-            let (reply, admitted) = opened.map_err(|refusal| refused(&head, refusal))?;
+            let head = &handler.head;
+            let opened = handler.in_time(handler.run(request.into_inner())).await;
+            let (reply, admitted) = opened.map_err(|refusal| refused(head, refusal))?;
             let Admitted { served, slot, .. } = admitted;
             let RpcReply::Stream { items, .. } = reply else {
                 let error = GatewayError::Internal("no stream for a streaming call".into());
-                return Err(refused(&head, error.into()));
+                return Err(refused(head, error.into()));
             };
             let Some(slot) = slot else {
                 let error = GatewayError::Internal("a stream without a slot".into());
-                return Err(refused(&head, error.into()));
+                return Err(refused(head, error.into()));
             };
             let output = handler.rpc.output.clone();
             // The slot is held as long as the stream is: a client that goes away drops both.

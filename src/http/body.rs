@@ -9,7 +9,7 @@ use actix_web::http::header;
 use actix_web::{web, HttpRequest};
 use bytes::{Bytes, BytesMut};
 
-use futures_util::{FutureExt, StreamExt};
+use futures_util::{FutureExt, Stream, StreamExt};
 
 use crate::config::Limits;
 use crate::error::GatewayError;
@@ -165,7 +165,11 @@ struct Reading<'a> {
 
 impl Reading<'_> {
     /// Takes every chunk there is now; whether the body is all there.
-    fn drain(&mut self, body: &mut web::Payload) -> Result<bool, GatewayError> {
+    fn drain<S, E>(&mut self, body: &mut S) -> Result<bool, GatewayError>
+    where
+        S: Stream<Item = Result<Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
         loop {
             match body.next().now_or_never() {
                 Some(Some(chunk)) => self.take(chunk)?,
@@ -175,10 +179,7 @@ impl Reading<'_> {
         }
     }
 
-    fn take(
-        &mut self,
-        chunk: Result<Bytes, actix_web::error::PayloadError>,
-    ) -> Result<(), GatewayError> {
+    fn take<E: std::fmt::Display>(&mut self, chunk: Result<Bytes, E>) -> Result<(), GatewayError> {
         let chunk = chunk
             .map_err(|e| GatewayError::InvalidRequest(format!("could not read the body: {e}")))?;
         let total = self.len() + chunk.len();
@@ -232,18 +233,34 @@ impl Reading<'_> {
 /// A body that is not all there at once counts against its caller's share (`caller`
 /// hashes the caller with the hasher it is given) from then on; one that came with its
 /// head (most do) pays for no account and no timer.
-pub(super) async fn read_body(
+pub(super) fn read_body<'a>(
     req: &HttpRequest,
-    mut body: web::Payload,
-    limits: &BodyLimits,
-    caller: &dyn Fn(&ahash::RandomState) -> u64,
-) -> Result<Bytes, GatewayError> {
-    let limit = limits.max_bytes;
+    body: web::Payload,
+    limits: &'a BodyLimits,
+    caller: &'a dyn Fn(&ahash::RandomState) -> u64,
+) -> impl std::future::Future<Output = Result<Bytes, GatewayError>> + 'a {
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
+    // The reader's own future, not one around it: this is every JSON call's path.
+    read_chunks(body, declared, limits.max_bytes, limits, caller)
+}
+
+/// [`read_body`] for a body that comes as any stream of chunks (a gRPC call's HTTP/2
+/// body), `declared` long if its head says, at most `limit` bytes.
+pub(crate) async fn read_chunks<S, E>(
+    mut body: S,
+    declared: Option<usize>,
+    limit: usize,
+    limits: &BodyLimits,
+    caller: &dyn Fn(&ahash::RandomState) -> u64,
+) -> Result<Bytes, GatewayError>
+where
+    S: Stream<Item = Result<Bytes, E>> + Unpin,
+    E: std::fmt::Display,
+{
     if declared.is_some_and(|n| n > limit) {
         return Err(GatewayError::PayloadTooLarge(limit));
     }
@@ -270,7 +287,13 @@ pub(super) async fn read_body(
     let mut waited = false;
     let first = std::future::poll_fn(|cx| match body.poll_next_unpin(cx) {
         Poll::Ready(item) => Poll::Ready(Some(item)),
-        Poll::Pending if !std::mem::replace(&mut waited, true) => Poll::Pending,
+        Poll::Pending if !std::mem::replace(&mut waited, true) => {
+            // Polled again at once: a server that, unlike actix-http's, does not poll a
+            // waiting call after each read (hyper's HTTP/2, for gRPC) would otherwise
+            // leave a body that stops arriving waiting here, with no timer yet.
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
         Poll::Pending => Poll::Ready(None),
     })
     .await;

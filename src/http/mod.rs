@@ -33,7 +33,7 @@ use crate::routing::{Router, Served};
 use crate::service::A2aService;
 use crate::telemetry::Metrics;
 
-pub(crate) use body::BodyLimits;
+pub(crate) use body::{read_chunks, BodyLimits};
 pub(crate) use caller::Caller;
 pub(crate) use card_cache::CardCache;
 pub(crate) use lifecycle::Lifecycle;

@@ -526,3 +526,70 @@ burst = 1
         "{anonymous}"
     );
 }
+
+/// A gRPC call whose message trickles in: it holds its bytes against the body budget while
+/// it arrives, and is given up at the body deadline, as an HTTP body is.
+#[tokio::test]
+async fn a_slow_grpc_message_is_given_up_at_the_body_deadline() {
+    use http_body_util::BodyExt;
+    let gw =
+        echo_gateway("[limits]\nbody_timeout_secs = 1\nbody_min_bytes_per_sec = 1048576").await;
+    let target = gw.grpc.clone().unwrap();
+    let stream = tokio::net::TcpStream::connect(&target).await.unwrap();
+    let io = hyper_util::rt::TokioIo::new(stream);
+    let (mut sender, conn) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let (tx, rx) = tokio::sync::mpsc::channel::<
+        Result<hyper::body::Frame<bytes::Bytes>, std::convert::Infallible>,
+    >(4);
+    let body = http_body_util::StreamBody::new(tokio_stream_of(rx));
+    let request = http::Request::post(format!("http://{target}/lf.a2a.v1.A2AService/SendMessage"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(body)
+        .unwrap();
+    // A frame that announces 4,000 bytes, and ten of them.
+    let mut start = vec![0u8, 0, 0, 0x0f, 0xa0];
+    start.extend_from_slice(&[0x0a; 10]);
+    tx.send(Ok(hyper::body::Frame::data(bytes::Bytes::from(start))))
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let answer = sender.send_request(request).await.unwrap();
+    let waited = started.elapsed();
+    let status = answer
+        .headers()
+        .get("grpc-status")
+        .map(|v| v.to_str().unwrap().to_string());
+    let message = answer
+        .headers()
+        .get("grpc-message")
+        .map(|v| v.to_str().unwrap_or_default().to_string())
+        .unwrap_or_default();
+    // DEADLINE_EXCEEDED, from the table's row for a body that did not arrive in time.
+    assert_eq!(
+        status.as_deref(),
+        Some("4"),
+        "{:?} {message}",
+        answer.headers()
+    );
+    assert!(
+        message.contains("did%20not%20arrive") || message.contains("did not arrive"),
+        "{message}"
+    );
+    assert!(waited >= std::time::Duration::from_secs(1), "{waited:?}");
+    let _ = answer.into_body().collect().await;
+    drop(tx);
+    let health = gw.get_json("/a2a/health").await;
+    assert_eq!(health["bufferedBodyBytes"], 0, "{health}");
+}
+
+/// The receiving half of a channel as a stream (what tokio-stream's wrapper does).
+fn tokio_stream_of<T: Send + 'static>(
+    mut rx: tokio::sync::mpsc::Receiver<T>,
+) -> impl futures_util::Stream<Item = T> + Send + 'static {
+    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
