@@ -44,6 +44,20 @@ async fn probe_one(gw: &TestGateway, call: Value) -> Value {
     probe(gw, json!([call])).await.remove(0)
 }
 
+/// A POST on the HTTP+JSON binding, in 1.0; its JSON answer.
+async fn rest_post(gw: &TestGateway, path: &str, body: Value) -> Value {
+    let response = gw
+        .client
+        .post(gw.url(path))
+        .header("content-type", "application/a2a+json")
+        .header("A2A-Version", "1.0")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("request");
+    response.json().await.expect("a JSON answer")
+}
+
 fn message(text: &str) -> Value {
     D::V10.message(text)
 }
@@ -159,18 +173,8 @@ async fn a_grpc_only_sdk_agent_is_served_on_every_binding_in_both_dialects() {
         )
         .await;
     }
-    let sent: Value = gw
-        .client
-        .post(gw.url("/a2a/agents/grpcpeer/rest/message:send"))
-        .header("content-type", "application/a2a+json")
-        .header("A2A-Version", "1.0")
-        .body(json!({"message": message("over rest")}).to_string())
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let body = json!({"message": message("over rest")});
+    let sent = rest_post(&gw, "/a2a/agents/grpcpeer/rest/message:send", body).await;
     assert_eq!(
         sent["task"]["status"]["state"], "TASK_STATE_COMPLETED",
         "{sent}"
@@ -344,18 +348,8 @@ async fn a_task_made_on_one_binding_is_read_watched_and_canceled_on_another() {
         .await;
     let watched = made.result()["task"]["id"].as_str().unwrap().to_string();
     // Made over REST, to be canceled over gRPC.
-    let rest = gw
-        .client
-        .post(gw.url("/a2a/agents/echo/rest/message:send"))
-        .header("content-type", "application/a2a+json")
-        .header("A2A-Version", "1.0")
-        .body(json!({"message": message("/delay 30 canceled"), "configuration": {"returnImmediately": true}}).to_string())
-        .send()
-        .await
-        .unwrap()
-        .json::<Value>()
-        .await
-        .unwrap();
+    let body = json!({"message": message("/delay 30 canceled"), "configuration": {"returnImmediately": true}});
+    let rest = rest_post(&gw, "/a2a/agents/echo/rest/message:send", body).await;
     let canceled = rest["task"]["id"].as_str().unwrap().to_string();
     let out = probe(
         &gw,
