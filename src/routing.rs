@@ -36,6 +36,9 @@ pub(crate) const SKILL_KEY: &str = "gateway/skill";
 pub(crate) const TAGS_KEY: &str = "gateway/tags";
 /// Reply metadata: why the shared endpoint chose the agent (see [`Reason`]).
 pub(crate) const ROUTE_KEY: &str = "gateway/route";
+/// The same two facts as the transport's headers (HTTP) or metadata (gRPC).
+pub(crate) const AGENT_HEADER: &str = "a2a-gateway-agent";
+pub(crate) const ROUTE_HEADER: &str = "a2a-gateway-route";
 
 /// The few request fields routing looks at, read leniently: a request routing cannot read
 /// goes to the default agent, which then reports what is wrong with it.
@@ -121,6 +124,13 @@ impl Served {
     /// Why the agent was chosen, as replies write it; None on an agent's own endpoint.
     pub(crate) fn route(&self) -> Option<&str> {
         self.route.as_deref()
+    }
+
+    /// The note as every binding's transport carries it (HTTP headers, gRPC metadata):
+    /// the agent, and on the shared endpoints the route.
+    pub(crate) fn headers(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        std::iter::once((AGENT_HEADER, &*self.agent))
+            .chain(self.route().map(|route| (ROUTE_HEADER, route)))
     }
 
     /// The metadata entries a reply carries, for writers that add them as they write.

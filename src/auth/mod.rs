@@ -35,12 +35,21 @@ pub(crate) struct Presented<'a> {
 impl<'a> Presented<'a> {
     /// What HTTP `headers` present.
     pub(crate) fn in_headers(headers: &'a HeaderMap) -> Presented<'a> {
-        let mut keys = headers.get_all(&API_KEY_HEADER_NAME);
-        let mut bearers = headers.get_all(actix_web::http::header::AUTHORIZATION);
+        Presented::first_of(
+            headers.get_all(&API_KEY_HEADER_NAME).map(|v| v.as_bytes()),
+            (headers.get_all(actix_web::http::header::AUTHORIZATION)).map(|v| v.as_bytes()),
+        )
+    }
+
+    /// The first key and the first `Authorization` of all a request carries.
+    pub(crate) fn first_of(
+        mut keys: impl Iterator<Item = &'a [u8]>,
+        mut bearers: impl Iterator<Item = &'a [u8]>,
+    ) -> Presented<'a> {
         let (key, bearer) = (keys.next(), bearers.next());
         Presented {
-            key: key.map(|v| v.as_bytes()),
-            bearer: bearer.map(|v| v.as_bytes()),
+            key,
+            bearer,
             more: keys.next().is_some() || bearers.next().is_some(),
         }
     }

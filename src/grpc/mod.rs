@@ -134,20 +134,34 @@ async fn call(
                 caller,
                 deadline,
             };
+            // The body was read within the limit; tonic's holds a compressed message to it
+            // once inflated (RESOURCE_EXHAUSTED).
             let mut grpc =
                 tonic::server::Grpc::new(RawCodec).apply_max_message_size_config(Some(limit), None);
+            let handler = Some(handler);
             match rpc.method.is_streaming() {
-                true => grpc.server_streaming(Streaming(Some(handler)), req).await,
-                false => grpc.unary(Unary(Some(handler)), req).await,
+                true => {
+                    let call = Once {
+                        handler,
+                        answer: streaming,
+                    };
+                    grpc.server_streaming(call, req).await
+                }
+                false => {
+                    grpc.unary(
+                        Once {
+                            handler,
+                            answer: unary,
+                        },
+                        req,
+                    )
+                    .await
+                }
             }
         }
     };
     let (framed, scope) = telemetry::observed(trace, framed);
-    let mut answer = framed.await;
-    if grpc_status(&answer) == Some(tonic::Code::OutOfRange) {
-        // tonic's answer to a message over the limit; the table's is RESOURCE_EXHAUSTED.
-        answer = status_of(&GatewayError::PayloadTooLarge(limit)).into_http();
-    }
+    let answer = framed.await;
     let call = scope.take();
     let status = grpc_status(&answer).map_or(0, |c| c as u16);
     let logged = path.as_deref().map(|path| crate::http::Logged {
@@ -194,14 +208,13 @@ struct GrpcHead {
 
 impl Head for GrpcHead {
     fn presented(&self) -> Presented<'_> {
-        let mut keys = self.headers.get_all("x-api-key").iter();
-        let mut bearers = self.headers.get_all(http::header::AUTHORIZATION).iter();
-        let (key, bearer) = (keys.next(), bearers.next());
-        Presented {
-            key: key.map(|v| v.as_bytes()),
-            bearer: bearer.map(|v| v.as_bytes()),
-            more: keys.next().is_some() || bearers.next().is_some(),
-        }
+        Presented::first_of(
+            self.headers
+                .get_all("x-api-key")
+                .iter()
+                .map(|v| v.as_bytes()),
+            (self.headers.get_all(http::header::AUTHORIZATION).iter()).map(|v| v.as_bytes()),
+        )
     }
 
     fn origin(&self) -> (Option<IpAddr>, Option<&str>) {
@@ -220,17 +233,12 @@ impl Head for GrpcHead {
 impl GrpcHead {
     /// The rate numbers and the agent that answered, as metadata on the answer or status.
     fn stamp(&self, metadata: &mut MetadataMap, served: Option<&Served>) {
-        if let Some(info) = self.rate.get() {
-            metadata.insert("x-ratelimit-limit", MetadataValue::from(info.limit));
-            metadata.insert("x-ratelimit-remaining", MetadataValue::from(info.remaining));
-            metadata.insert("x-ratelimit-reset", MetadataValue::from(info.reset_secs));
+        for (name, value) in self.rate.get().iter().flat_map(RateInfo::headers) {
+            metadata.insert(name, MetadataValue::from(value));
         }
-        if let Some(served) = served {
-            if let Ok(agent) = served.agent.parse() {
-                metadata.insert("a2a-gateway-agent", agent);
-            }
-            if let Some(Ok(route)) = served.route().map(str::parse) {
-                metadata.insert("a2a-gateway-route", route);
+        for (name, value) in served.iter().flat_map(|s| s.headers()) {
+            if let Ok(value) = value.parse() {
+                metadata.insert(name, value);
             }
         }
     }
@@ -271,7 +279,7 @@ async fn read_message(
         &payer,
     );
     read.await.map_err(|e| match e {
-        // The message's own limit, as tonic would say it.
+        // The limit is the message's; its five bytes of framing are not the caller's to count.
         GatewayError::PayloadTooLarge(_) => GatewayError::PayloadTooLarge(state.bodies.max_bytes()),
         other => other,
     })
@@ -341,13 +349,10 @@ fn check_version(headers: &http::HeaderMap) -> Result<(), GatewayError> {
     let version = headers
         .get("a2a-version")
         .map(|v| String::from_utf8_lossy(v.as_bytes()));
-    match Dialect::from_version_header(version.as_deref())? {
-        None | Some(Dialect::V10) => Ok(()),
-        Some(d @ (Dialect::V03 | Dialect::V01)) => Err(GatewayError::VersionNotSupported {
-            requested: d.version().into(),
-            supported: "1.0 on the gRPC binding (lf.a2a.v1); 0.3 clients use JSON-RPC",
-        }),
-    }
+    admission::v10_only(
+        version.as_deref(),
+        "1.0 on the gRPC binding (lf.a2a.v1); 0.3 clients use JSON-RPC",
+    )
 }
 
 /// A JSON-RPC result (the body of a JSON answer) as `output`'s protobuf encoding.
@@ -375,105 +380,96 @@ fn refused(head: &GrpcHead, Refused { error, served }: Refused) -> Status {
 
 type Boxed<T> = Pin<Box<dyn Future<Output = Result<Response<T>, Status>>>>;
 
-/// A unary method, for tonic, which calls it once.
-struct Unary(Option<Handler>);
+/// A method as tonic calls it (once per call): `answer` runs the call.
+struct Once<T> {
+    handler: Option<Handler>,
+    answer: fn(Handler, Bytes) -> Boxed<T>,
+}
 
-impl tower_service::Service<Request<Bytes>> for Unary {
-    type Response = Response<Bytes>;
+impl<T: 'static> tower_service::Service<Request<Bytes>> for Once<T> {
+    type Response = Response<T>;
     type Error = Status;
-    type Future = Boxed<Bytes>;
+    type Future = Boxed<T>;
 
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Status>> {
         Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, request: Request<Bytes>) -> Self::Future {
-        let Some(handler) = self.0.take() else {
-            return Box::pin(std::future::ready(Err(Status::internal("called twice"))));
-        };
-        Box::pin(async move {
-            let head = &handler.head;
-            let message = request.into_inner();
-            let answered = handler
-                .in_time(async {
-                    let (reply, admitted) = handler.run(message).await?;
-                    let body = match reply {
-                        RpcReply::Json { body, .. } => body,
-                        RpcReply::Stream { .. } => {
-                            let error = GatewayError::Internal("a stream for a unary call".into());
-                            return Err(error.into());
-                        }
-                    };
-                    let encoded =
-                        encode_result(&body, &handler.rpc.output).map_err(|error| Refused {
-                            error,
-                            served: Some(admitted.served.clone()),
-                        })?;
-                    Ok((encoded, admitted.served))
-                })
-                .await;
-            match answered {
-                Ok((encoded, served)) => {
-                    let mut response = Response::new(encoded);
-                    head.stamp(response.metadata_mut(), Some(&served));
-                    Ok(response)
-                }
-                Err(refusal) => Err(refused(head, refusal)),
-            }
-        })
+        match self.handler.take() {
+            Some(handler) => (self.answer)(handler, request.into_inner()),
+            None => Box::pin(std::future::ready(Err(Status::internal("called twice")))),
+        }
     }
+}
+
+/// A unary method's answer.
+fn unary(handler: Handler, message: Bytes) -> Boxed<Bytes> {
+    Box::pin(async move {
+        let head = &handler.head;
+        let answered = handler
+            .in_time(async {
+                let (reply, admitted) = handler.run(message).await?;
+                let body = match reply {
+                    RpcReply::Json { body, .. } => body,
+                    RpcReply::Stream { .. } => {
+                        let error = GatewayError::Internal("a stream for a unary call".into());
+                        return Err(error.into());
+                    }
+                };
+                let encoded =
+                    encode_result(&body, &handler.rpc.output).map_err(|error| Refused {
+                        error,
+                        served: Some(admitted.served.clone()),
+                    })?;
+                Ok((encoded, admitted.served))
+            })
+            .await;
+        match answered {
+            Ok((encoded, served)) => {
+                let mut response = Response::new(encoded);
+                head.stamp(response.metadata_mut(), Some(&served));
+                Ok(response)
+            }
+            Err(refusal) => Err(refused(head, refusal)),
+        }
+    })
 }
 
 type Messages = BoxStream<'static, Result<Bytes, Status>>;
 
-/// A server-streaming method, for tonic, which calls it once: the agent's events as
-/// `StreamResponse`s.
-struct Streaming(Option<Handler>);
-
-impl tower_service::Service<Request<Bytes>> for Streaming {
-    type Response = Response<Messages>;
-    type Error = Status;
-    type Future = Boxed<Messages>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Status>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: Request<Bytes>) -> Self::Future {
-        let Some(handler) = self.0.take() else {
-            return Box::pin(std::future::ready(Err(Status::internal("called twice"))));
+/// A server-streaming method's answer: the agent's events as `StreamResponse`s.
+fn streaming(handler: Handler, message: Bytes) -> Boxed<Messages> {
+    Box::pin(async move {
+        let head = &handler.head;
+        let opened = handler.in_time(handler.run(message)).await;
+        let (reply, admitted) = opened.map_err(|refusal| refused(head, refusal))?;
+        let Admitted { served, slot, .. } = admitted;
+        let RpcReply::Stream { items, .. } = reply else {
+            let error = GatewayError::Internal("no stream for a streaming call".into());
+            return Err(refused(head, error.into()));
         };
-        Box::pin(async move {
-            let head = &handler.head;
-            let opened = handler.in_time(handler.run(request.into_inner())).await;
-            let (reply, admitted) = opened.map_err(|refusal| refused(head, refusal))?;
-            let Admitted { served, slot, .. } = admitted;
-            let RpcReply::Stream { items, .. } = reply else {
-                let error = GatewayError::Internal("no stream for a streaming call".into());
-                return Err(refused(head, error.into()));
-            };
-            let Some(slot) = slot else {
-                let error = GatewayError::Internal("a stream without a slot".into());
-                return Err(refused(head, error.into()));
-            };
-            let output = handler.rpc.output.clone();
-            // The slot is held as long as the stream is: a client that goes away drops both.
-            let items = crate::http::watched(&handler.state, items, slot);
-            let messages = items.map(move |item| {
-                let item = item.map_err(|e| status_of(&e))?;
-                let json = serde_json::to_string(&item)
-                    .map_err(|e| status_of(&GatewayError::Internal(e.to_string())))?;
-                encode_json(&json, &output).map_err(|e| status_of(&e))
-            });
-            let messages: Messages = match handler.deadline {
-                Some((at, given)) => Box::pin(until(messages, at, given)),
-                None => Box::pin(messages),
-            };
-            let mut response = Response::new(messages);
-            head.stamp(response.metadata_mut(), Some(&served));
-            Ok(response)
-        })
-    }
+        let Some(slot) = slot else {
+            let error = GatewayError::Internal("a stream without a slot".into());
+            return Err(refused(head, error.into()));
+        };
+        let output = handler.rpc.output.clone();
+        // The slot is held as long as the stream is: a client that goes away drops both.
+        let items = crate::http::watched(&handler.state, items, slot);
+        let messages = items.map(move |item| {
+            let item = item.map_err(|e| status_of(&e))?;
+            let json = serde_json::to_string(&item)
+                .map_err(|e| status_of(&GatewayError::Internal(e.to_string())))?;
+            encode_json(&json, &output).map_err(|e| status_of(&e))
+        });
+        let messages: Messages = match handler.deadline {
+            Some((at, given)) => Box::pin(until(messages, at, given)),
+            None => Box::pin(messages),
+        };
+        let mut response = Response::new(messages);
+        head.stamp(response.metadata_mut(), Some(&served));
+        Ok(response)
+    })
 }
 
 /// `messages` until the deadline, which ends the stream with its status.

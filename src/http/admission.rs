@@ -23,6 +23,7 @@ use crate::error::GatewayError;
 use crate::limits::{RateInfo, StreamSlot};
 use crate::protocol::jsonrpc::{Method, RpcRequest};
 use crate::protocol::params::{self, TaskIdParams};
+use crate::protocol::Dialect;
 use crate::routing::{self, Reason, Served};
 
 /// What admission reads of a call's transport, whatever the binding: the credentials it
@@ -121,6 +122,18 @@ impl From<GatewayError> for Refused {
             error,
             served: None,
         }
+    }
+}
+
+/// The version check of the bindings only 1.0 has (HTTP+JSON, gRPC): no version or 1.0
+/// passes; 0.3 and 0.1 are refused, `supported` saying what to use instead.
+pub(crate) fn v10_only(version: Option<&str>, supported: &'static str) -> Result<(), GatewayError> {
+    match Dialect::from_version_header(version)? {
+        None | Some(Dialect::V10) => Ok(()),
+        Some(d @ (Dialect::V03 | Dialect::V01)) => Err(GatewayError::VersionNotSupported {
+            requested: d.version().into(),
+            supported,
+        }),
     }
 }
 

@@ -29,7 +29,7 @@ use crate::agents::{Agent, Registry};
 use crate::auth::Principal;
 use crate::error::GatewayError;
 use crate::limits::{StreamGauge, StreamSlot};
-use crate::routing::{Router, Served};
+use crate::routing::{self, Router, Served};
 use crate::service::A2aService;
 use crate::telemetry::Metrics;
 
@@ -255,8 +255,8 @@ impl Addressed {
 /// Which agent answered, and on the shared endpoints why.
 pub(crate) fn served_headers(resp: &mut HttpResponse, served: &Served) {
     // Named once (`from_static` checks the name each time it runs).
-    static AGENT: header::HeaderName = header::HeaderName::from_static("a2a-gateway-agent");
-    static ROUTE: header::HeaderName = header::HeaderName::from_static("a2a-gateway-route");
+    static AGENT: header::HeaderName = header::HeaderName::from_static(routing::AGENT_HEADER);
+    static ROUTE: header::HeaderName = header::HeaderName::from_static(routing::ROUTE_HEADER);
     let headers = resp.headers_mut();
     if let Ok(v) = header::HeaderValue::from_str(&served.agent) {
         headers.insert(AGENT.clone(), v);

@@ -384,14 +384,8 @@ fn jsonrpc_path(path: &str) -> bool {
 
 /// The `X-RateLimit-*` headers a handler recorded for its request (also on a refusal).
 fn rate_limit_headers(headers: &mut HeaderMap, info: RateInfo) {
-    for (name, value) in [
-        ("x-ratelimit-limit", info.limit.to_string()),
-        ("x-ratelimit-remaining", info.remaining.to_string()),
-        ("x-ratelimit-reset", info.reset_secs.to_string()),
-    ] {
-        if let Ok(v) = HeaderValue::from_str(&value) {
-            headers.insert(HeaderName::from_static(name), v);
-        }
+    for (name, value) in info.headers() {
+        headers.insert(HeaderName::from_static(name), HeaderValue::from(value));
     }
 }
 

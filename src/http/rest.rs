@@ -72,13 +72,10 @@ fn reply<T: Serialize + Stampable>(
 
 /// This binding is 1.0's; 0.3 served its REST routes elsewhere (`/v1/...`).
 fn check_version(req: &HttpRequest) -> Result<(), GatewayError> {
-    match Dialect::from_version_header(version_header(req).as_deref())? {
-        None | Some(Dialect::V10) => Ok(()),
-        Some(d @ (Dialect::V03 | Dialect::V01)) => Err(GatewayError::VersionNotSupported {
-            requested: d.version().into(),
-            supported: "1.0 on the HTTP+JSON binding; 0.3 clients use JSON-RPC",
-        }),
-    }
+    admission::v10_only(
+        version_header(req).as_deref(),
+        "1.0 on the HTTP+JSON binding; 0.3 clients use JSON-RPC",
+    )
 }
 
 /// The agent a request is for (named in the path, or routed on the shared routes), once

@@ -32,6 +32,17 @@ pub(crate) struct RateInfo {
     pub(crate) reset_secs: u64,
 }
 
+impl RateInfo {
+    /// The numbers as a response carries them (HTTP headers, gRPC metadata).
+    pub(crate) fn headers(&self) -> [(&'static str, u64); 3] {
+        [
+            ("x-ratelimit-limit", self.limit.into()),
+            ("x-ratelimit-remaining", self.remaining.into()),
+            ("x-ratelimit-reset", self.reset_secs),
+        ]
+    }
+}
+
 struct Tier {
     limiter: Keyed,
     quota: Quota,

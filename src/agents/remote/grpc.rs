@@ -25,7 +25,7 @@ use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
 use tonic::{Code, Status};
 
 use super::resolve::GuardedResolver;
-use super::transport::{root_cause, Failure};
+use super::transport::Failure;
 use crate::config::A2aConfig;
 use crate::protocol::grpc::{self as wire, ErrorInfo, RawCodec, RpcStatus, ERROR_INFO_TYPE};
 use crate::protocol::jsonrpc::Method;
@@ -122,9 +122,11 @@ impl GrpcTransport {
         }
         let metadata = request.metadata_mut();
         metadata.insert("a2a-version", MetadataValue::from_static("1.0"));
-        copy_headers(headers, metadata);
+        for (name, value) in headers {
+            put_header(metadata, name, value);
+        }
         for (name, value) in super::transport::trace_headers() {
-            copy_headers(&http::HeaderMap::from_iter([(name, value)]), metadata);
+            put_header(metadata, &name, &value);
         }
         Ok(Prepared {
             id: call.id.to_owned(),
@@ -217,11 +219,15 @@ impl GrpcTransport {
                         Some((event(result_envelope(&id, bytes, &output)), Some(messages)))
                     }
                     Ok(None) => None,
-                    Err(status) if status.code() == Code::Unavailable => {
-                        let broken: super::BoxError = root_cause(&status).into();
-                        Some((Err(broken), None))
-                    }
-                    Err(status) => Some((event(error_envelope(&id, &status)), None)),
+                    Err(status) => match Refusal::from(status) {
+                        Refusal::Answered(status) => {
+                            Some((event(error_envelope(&id, &status)), None))
+                        }
+                        Refusal::Failed(failure) => {
+                            let broken: super::BoxError = failure.detail().into();
+                            Some((Err(broken), None))
+                        }
+                    },
                 }
             }
         });
@@ -229,32 +235,23 @@ impl GrpcTransport {
     }
 }
 
-/// HTTP headers (the agent file's, trace context) as gRPC metadata.
-fn copy_headers(headers: &http::HeaderMap, metadata: &mut MetadataMap) {
-    for (name, value) in headers {
-        let key = MetadataKey::from_bytes(name.as_str().as_bytes());
-        let value = MetadataValue::try_from(value.as_bytes());
-        if let (Ok(key), Ok(value)) = (key, value) {
-            metadata.insert(key, value);
-        }
+/// An HTTP header (the agent file's, trace context) as gRPC metadata.
+fn put_header(metadata: &mut MetadataMap, name: &http::HeaderName, value: &http::HeaderValue) {
+    let key = MetadataKey::from_bytes(name.as_str().as_bytes());
+    let value = MetadataValue::try_from(value.as_bytes());
+    if let (Ok(key), Ok(value)) = (key, value) {
+        metadata.insert(key, value);
     }
 }
 
-/// A call that got no answer: no connection, or one that broke.
+/// A call that got no answer: no connection (classified as the HTTP upstreams' are), or
+/// one that broke.
 fn transport_failure(e: &(dyn std::error::Error + 'static)) -> Failure {
-    let mut cur = Some(e);
-    while let Some(err) = cur {
-        if let Some(h) = err.downcast_ref::<hyper_util::client::legacy::Error>() {
-            if h.is_connect() {
-                return Failure::Connect {
-                    refused: root_cause(e).to_ascii_lowercase().contains("refused"),
-                    detail: root_cause(e),
-                };
-            }
-        }
-        cur = err.source();
-    }
-    Failure::Broken(root_cause(e))
+    let connecting = std::iter::successors(Some(e), |err| err.source()).any(|err| {
+        err.downcast_ref::<hyper_util::client::legacy::Error>()
+            .is_some_and(hyper_util::client::legacy::Error::is_connect)
+    });
+    Failure::classify(e, connecting)
 }
 
 /// A gRPC answer as the JSON-RPC response a 1.0 upstream would have sent.

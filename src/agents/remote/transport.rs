@@ -57,7 +57,7 @@ impl Failure {
         }
     }
 
-    fn classify(e: &(dyn std::error::Error + 'static), connecting: bool) -> Failure {
+    pub(super) fn classify(e: &(dyn std::error::Error + 'static), connecting: bool) -> Failure {
         if connecting {
             connect_failure(e)
         } else {
