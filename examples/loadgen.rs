@@ -131,7 +131,8 @@ async fn closed(args: &[String], body: Vec<u8>, clients: usize, secs: u64) {
 async fn grpc(target: String, json: Vec<u8>, clients: usize, secs: u64) {
     use a2a_gateway::protocol::grpc::{json_to_bytes, rpc_of, RawCodec};
     use a2a_gateway::protocol::jsonrpc::Method;
-    let Some(rpc) = rpc_of(Method::SendMessage) else {
+    use a2a_gateway::protocol::Dialect;
+    let Some(rpc) = rpc_of(Method::SendMessage, Dialect::V10) else {
         usage()
     };
     let json = String::from_utf8(json).unwrap_or_else(|_| usage());

@@ -10,5 +10,5 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=scripts/venv-lib.sh
 source "$ROOT/scripts/venv-lib.sh"
 ensure_venv sdk03-venv "$ROOT/tests/interop/sdk03/requirements.txt" "$ROOT/target/sdk03" 10 \
-    'import a2a.server.apps, a2a.server.request_handlers, uvicorn'
+    'import a2a.server.apps, a2a.server.request_handlers, a2a.grpc.a2a_pb2_grpc, grpc, uvicorn'
 echo "sdk03 python: $PY_BIN"

@@ -84,18 +84,11 @@ async fn call(
     peer: Option<SocketAddr>,
 ) -> Answer {
     let start = Instant::now();
-    let Some(rpc) = wire::rpc_at(req.uri().path()) else {
-        let error = GatewayError::MethodNotFound(crate::http::quoted(req.uri().path()));
-        return status_of(&error).into_http();
-    };
-    if state.lifecycle.draining() {
-        return status_of(&state.shutting_down()).into_http();
-    }
-    let trace = req
-        .headers()
-        .get("traceparent")
-        .and_then(|v| telemetry::TraceParent::parse(v.as_bytes()))
-        .map(|t| (t, None));
+    let rpc = wire::rpc_at(req.uri().path());
+    let trace = req.headers().get("traceparent").and_then(|parent| {
+        let state = req.headers().get("tracestate").map(|v| v.as_bytes());
+        telemetry::TraceParent::with_state(parent.as_bytes(), state)
+    });
     let logged = tracing::enabled!(target: telemetry::ACCESS, tracing::Level::INFO);
     let path = logged.then(|| req.uri().path().to_owned());
     let trace_id = trace
@@ -113,7 +106,16 @@ async fn call(
     let framed = {
         let state = state.clone();
         async move {
+            // Refused before anything else, and accounted for as every call is: a method
+            // the service does not have, or any while the gateway drains.
+            let Some(rpc) = rpc else {
+                let error = GatewayError::MethodNotFound(crate::http::quoted(parts.uri.path()));
+                return status_of(&error).into_http();
+            };
             telemetry::note_method(rpc.method.name(), Dialect::V10.version(), "grpc");
+            if state.lifecycle.draining() {
+                return status_of(&state.shutting_down()).into_http();
+            }
             let caller = Caller::of(&head, &state);
             // The version and the credentials before the message is read: a caller that
             // cannot get in makes the gateway hold nothing for it.

@@ -31,14 +31,9 @@ fn is_probe(path: &str) -> bool {
 
 /// The caller's W3C trace context; `tracestate` rides along when short and printable.
 fn trace_context(req: &ServiceRequest) -> Option<(TraceParent, Option<String>)> {
-    let parent = TraceParent::parse(req.headers().get(&TRACEPARENT)?.as_bytes())?;
-    let state = req
-        .headers()
-        .get(&TRACESTATE)
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| v.len() <= 512)
-        .map(str::to_string);
-    Some((parent, state))
+    let headers = req.headers();
+    let state = headers.get(&TRACESTATE).map(|v| v.as_bytes());
+    TraceParent::with_state(headers.get(&TRACEPARENT)?.as_bytes(), state)
 }
 
 /// The one middleware in front of every route: one trailing slash trimmed from the path,

@@ -1,7 +1,8 @@
-//! A2A 1.0 over gRPC, on the wire: the service's descriptor (compiled from proto/ by
-//! build.rs), its methods, frames left as bytes, messages to and from the ProtoJSON the
+//! A2A over gRPC, on the wire: the services' descriptors (compiled from proto/ by
+//! build.rs), their methods, frames left as bytes, messages to and from the ProtoJSON the
 //! JSON bindings speak, and the `google.rpc` messages errors travel in. Shared by the gRPC
-//! binding (src/grpc/) and the upstreams served over gRPC (agents/remote/grpc.rs).
+//! binding (src/grpc/, 1.0) and the upstreams served over gRPC (agents/remote/grpc.rs, 1.0
+//! and 0.3).
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -13,21 +14,26 @@ use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::Status;
 
 use super::jsonrpc::Method;
+use super::push::PushOp;
 use super::Dialect;
 
-/// The full name of the service, and the first segment of every method's path.
+/// The full name of the 1.0 service, and the first segment of every method's path.
 pub const SERVICE: &str = "lf.a2a.v1.A2AService";
 
-/// The spec's proto, compiled by build.rs.
-static DESCRIPTOR: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/a2a_v1.descriptor.bin"));
+/// 0.3's service: the gateway calls it on upstreams, and serves only 1.0's.
+const SERVICE_V03: &str = "a2a.v1.A2AService";
 
-static SERVICE_DESCRIPTOR: LazyLock<Option<ServiceDescriptor>> = LazyLock::new(|| {
-    DescriptorPool::decode(DESCRIPTOR)
-        .ok()?
-        .get_service_by_name(SERVICE)
-});
+/// The spec's protos, compiled by build.rs.
+static DESCRIPTOR: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/a2a.descriptor.bin"));
 
-/// A method of the service: the operation, its path, and its input and output messages.
+static POOL: LazyLock<Option<DescriptorPool>> =
+    LazyLock::new(|| DescriptorPool::decode(DESCRIPTOR).ok());
+
+fn service(name: &str) -> Option<ServiceDescriptor> {
+    POOL.as_ref()?.get_service_by_name(name)
+}
+
+/// A method of a service: the operation, its path, and its input and output messages.
 #[derive(Clone)]
 pub struct Rpc {
     pub method: Method,
@@ -36,41 +42,73 @@ pub struct Rpc {
     pub output: MessageDescriptor,
 }
 
-/// Every method, found once.
-static RPCS: LazyLock<Vec<Rpc>> = LazyLock::new(|| {
-    let Some(service) = SERVICE_DESCRIPTOR.as_ref() else {
+/// The methods of `name` that stand for an operation, found once.
+fn methods(name: &str, operation: fn(&str) -> Option<Method>) -> Vec<Rpc> {
+    let Some(service) = service(name) else {
         return Vec::new();
     };
     service
         .methods()
         .filter_map(|m| {
-            let (method, _) = Method::lookup(m.name()).filter(|(_, d)| *d == Dialect::V10)?;
             Some(Rpc {
-                method,
-                path: format!("/{SERVICE}/{}", m.name()),
+                method: operation(m.name())?,
+                path: format!("/{name}/{}", m.name()),
                 input: m.input(),
                 output: m.output(),
             })
         })
         .collect()
+}
+
+/// 1.0 names its gRPC methods as its JSON-RPC ones.
+static RPCS: LazyLock<Vec<Rpc>> = LazyLock::new(|| {
+    methods(SERVICE, |name| {
+        Method::lookup(name)
+            .filter(|(_, d)| *d == Dialect::V10)
+            .map(|(m, _)| m)
+    })
 });
 
-/// The method a request's path names (`/lf.a2a.v1.A2AService/<Method>`).
+static RPCS_V03: LazyLock<Vec<Rpc>> = LazyLock::new(|| methods(SERVICE_V03, operation_v03));
+
+/// The operation a method of 0.3's service stands for.
+fn operation_v03(name: &str) -> Option<Method> {
+    Some(match name {
+        "SendMessage" => Method::SendMessage,
+        "SendStreamingMessage" => Method::SendStreamingMessage,
+        "GetTask" => Method::GetTask,
+        "CancelTask" => Method::CancelTask,
+        "TaskSubscription" => Method::SubscribeToTask,
+        "CreateTaskPushNotificationConfig" => Method::Push(PushOp::Set),
+        "GetTaskPushNotificationConfig" => Method::Push(PushOp::Get),
+        "ListTaskPushNotificationConfig" => Method::Push(PushOp::List),
+        "DeleteTaskPushNotificationConfig" => Method::Push(PushOp::Delete),
+        "GetAgentCard" => Method::GetExtendedAgentCard,
+        _ => return None,
+    })
+}
+
+/// The 1.0 method a request's path names (`/lf.a2a.v1.A2AService/<Method>`).
 pub fn rpc_at(path: &str) -> Option<&'static Rpc> {
     RPCS.iter().find(|r| r.path == path)
 }
 
-/// The method of a 1.0 operation.
-pub fn rpc_of(method: Method) -> Option<&'static Rpc> {
-    RPCS.iter().find(|r| r.method == method)
+/// The method of an operation in a dialect's service (0.3 has no ListTasks).
+pub fn rpc_of(method: Method, dialect: Dialect) -> Option<&'static Rpc> {
+    let rpcs = match dialect {
+        Dialect::V10 => &RPCS,
+        Dialect::V03 => &RPCS_V03,
+        Dialect::V01 => return None,
+    };
+    rpcs.iter().find(|r| r.method == method)
 }
 
-/// How many methods the service has (every one of them dispatched: see the tests).
+/// How many methods the 1.0 service has (every one of them dispatched: see the tests).
 pub fn service_methods() -> usize {
-    SERVICE_DESCRIPTOR.as_ref().map_or(0, |s| s.methods().len())
+    service(SERVICE).map_or(0, |s| s.methods().len())
 }
 
-/// 1.0 JSON (ProtoJSON) as `message`'s protobuf encoding. Fields the proto does not have
+/// ProtoJSON as `message`'s protobuf encoding. Fields the proto does not have
 /// are left out, as ProtoJSON readers do.
 pub fn encode_json(json: &str, message: &MessageDescriptor) -> Result<DynamicMessage, String> {
     let options = prost_reflect::DeserializeOptions::new().deny_unknown_fields(false);
@@ -172,3 +210,24 @@ pub struct ErrorInfo {
 }
 
 pub const ERROR_INFO_TYPE: &str = "type.googleapis.com/google.rpc.ErrorInfo";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_method_of_the_0_3_service_is_an_operation_the_gateway_calls() {
+        let service = service(SERVICE_V03).expect("the 0.3 proto is compiled in");
+        assert_eq!(service.methods().len(), 10);
+        assert_eq!(RPCS_V03.len(), 10);
+        let subscribe = rpc_of(Method::SubscribeToTask, Dialect::V03).unwrap();
+        assert_eq!(subscribe.path, "/a2a.v1.A2AService/TaskSubscription");
+        assert_eq!(
+            subscribe.input.full_name(),
+            "a2a.v1.TaskSubscriptionRequest"
+        );
+        assert!(rpc_of(Method::ListTasks, Dialect::V03).is_none());
+        let send = rpc_of(Method::SendMessage, Dialect::V10).unwrap();
+        assert_eq!(send.input.full_name(), "lf.a2a.v1.SendMessageRequest");
+    }
+}

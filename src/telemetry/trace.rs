@@ -45,6 +45,21 @@ impl TraceParent {
         Some(out)
     }
 
+    /// A caller's trace context from its headers' bytes, on any binding: the parent, and
+    /// its `tracestate` when short and printable (passed on as it came).
+    pub(crate) fn with_state(
+        parent: &[u8],
+        state: Option<&[u8]>,
+    ) -> Option<(TraceParent, Option<String>)> {
+        let parent = TraceParent::parse(parent)?;
+        let state = state
+            .filter(|v| v.len() <= 512)
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .filter(|v| v.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b)))
+            .map(str::to_string);
+        Some((parent, state))
+    }
+
     pub(crate) fn trace_id(&self) -> &str {
         // Checked to be ASCII hex when parsed.
         std::str::from_utf8(&self.trace_id).unwrap_or_default()

@@ -7,9 +7,13 @@ use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
 
-use crate::helpers::{repo_root, rpc, sha, spawn_with_grpc, TestGateway, D, ECHO, OTHER};
+use crate::helpers::{
+    inner, kind, repo_root, rpc, sha, spawn_with_grpc, TestGateway, D, ECHO, OTHER,
+};
 use crate::interop::{python, run_sdk_client};
-use crate::peers::{python_agent, python_agent_with, upstream_agent};
+use crate::peers::{
+    fault_server_with, python_agent, python_agent_with, sdk03_agent_with, upstream_agent,
+};
 
 /// Runs `calls` (see grpc_probe.py) in order on one channel to the gateway's gRPC port.
 async fn probe(gw: &TestGateway, calls: Value) -> Vec<Value> {
@@ -191,6 +195,133 @@ async fn a_grpc_only_sdk_agent_is_served_on_every_binding_in_both_dialects() {
     assert_eq!(missing.code(), -32001, "{}", missing.body);
     let metrics = gw.metrics().await;
     assert!(metrics.contains("a2a_upstream"), "{metrics}");
+}
+
+/// The official SDK's last 0.3 release (a2a-sdk 0.3.x) serving 0.3's gRPC binding only
+/// (package `a2a.v1`), behind the gateway: sends, streams, questions, reads and lists in
+/// both JSON-RPC dialects, over HTTP+JSON and over the gateway's own gRPC; the errors it
+/// names in its status messages come back as what they are.
+#[tokio::test]
+async fn a_0_3_grpc_only_sdk_agent_is_served_on_every_binding_in_both_dialects() {
+    let peer = sdk03_agent_with(&["--grpc"]).await;
+    let agent = upstream_agent("grpc03", &peer.url(), "");
+    let gw = spawn_with_grpc(&[("grpc03.toml", &agent)], "").await;
+    let path = "/a2a/agents/grpc03";
+    let card = gw.get_json("/a2a/agents/grpc03/card").await;
+    assert_eq!(card["capabilities"]["streaming"], true, "{card}");
+    let mut made = Vec::new();
+    for d in [D::V10, D::V03] {
+        let params = json!({"message": d.message("hello over 0.3 grpc")});
+        let sent = gw.call(path, d, d.send(), params).await;
+        let task = d.task_of(sent.result());
+        assert_eq!(task["status"]["state"], d.state("completed"), "{task}");
+        let text = task["artifacts"][0]["parts"][0]["text"].clone();
+        assert_eq!(text, "hello over 0.3 grpc", "{task}");
+        made.push(task["id"].as_str().unwrap().to_string());
+
+        let params = json!({"message": d.message("streamed")});
+        let events = gw.sse(path, d, d.stream(), params).await;
+        let kinds: Vec<String> = events.iter().map(|e| kind(d, &e.data["result"])).collect();
+        assert_eq!(kinds.first().map(String::as_str), Some("task"), "{kinds:?}");
+        let last = inner(d, &events.last().unwrap().data["result"]);
+        assert_eq!(last["status"]["state"], d.state("completed"), "{kinds:?}");
+        assert!(kinds.contains(&"artifact-update".to_string()), "{kinds:?}");
+        if d == D::V03 {
+            assert_eq!(last["final"], true, "{last}");
+        }
+
+        // A question, and its answer on the same task.
+        let params = json!({"message": d.message("/input your name?")});
+        let asked = d.task_of(gw.call(path, d, d.send(), params).await.result());
+        assert_eq!(
+            asked["status"]["state"],
+            d.state("input-required"),
+            "{asked}"
+        );
+        let question = &asked["status"]["message"]["parts"][0]["text"];
+        assert_eq!(question, "your name?", "{asked}");
+        let mut answer = d.message("Ada");
+        answer["taskId"] = asked["id"].clone();
+        answer["contextId"] = asked["contextId"].clone();
+        let done = gw.call(path, d, d.send(), json!({"message": answer})).await;
+        let done = d.task_of(done.result());
+        assert_eq!(done["id"], asked["id"], "{done}");
+        assert_eq!(done["status"]["state"], d.state("completed"), "{done}");
+
+        let read = gw.call(path, d, d.get(), json!({"id": made.last()})).await;
+        assert_eq!(read.result()["status"]["state"], d.state("completed"));
+        // Its own errors, named in its status messages, as what they are.
+        let missing = gw
+            .call(path, d, d.get(), json!({"id": "grpc03.no-such-task"}))
+            .await;
+        assert_eq!(missing.code(), -32001, "{}", missing.body);
+        let finished = json!({"id": made.last()});
+        let refused = gw.call(path, d, d.cancel(), finished).await;
+        assert_eq!(refused.code(), -32002, "{}", refused.body);
+    }
+    // 0.3 has no ListTasks: the gateway's ledger of the tasks it relayed answers.
+    let listed = gw.call(path, D::V10, "ListTasks", json!({})).await;
+    let listed = listed.result()["tasks"].to_string();
+    assert!(made.iter().all(|id| listed.contains(id)), "{listed}");
+    let body = json!({"message": message("over rest")});
+    let sent = rest_post(&gw, "/a2a/agents/grpc03/rest/message:send", body).await;
+    assert_eq!(
+        sent["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{sent}"
+    );
+    let out = probe(
+        &gw,
+        json!([
+            {"method": "SendMessage", "request": {"tenant": "grpc03", "message": message("over grpc")}},
+            {"method": "GetTask", "request": {"tenant": "grpc03", "id": "grpc03.none"}},
+        ]),
+    )
+    .await;
+    let task = &out[0]["response"]["task"];
+    assert_eq!(
+        task["status"]["state"], "TASK_STATE_COMPLETED",
+        "{}",
+        out[0]
+    );
+    assert!(
+        task["artifacts"].to_string().contains("over grpc"),
+        "{task}"
+    );
+    expect_refused(&out[1], "NOT_FOUND", "TASK_NOT_FOUND");
+}
+
+/// A gRPC caller's trace context (`traceparent`, `tracestate` metadata) reaches the
+/// upstream as it does from the JSON bindings: a child of the caller's span.
+#[tokio::test]
+async fn a_grpc_callers_trace_context_reaches_the_upstream() {
+    let log = tempfile::tempdir().unwrap();
+    let seen = log.path().join("seen.jsonl");
+    let args = ["--log-requests", seen.to_str().unwrap()];
+    let upstream = fault_server_with("extended", 0, &args).await;
+    let agent = upstream_agent("up", &upstream.url(), "");
+    let gw = spawn_with_grpc(&[("up.toml", &agent)], "").await;
+    let trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let metadata = json!({"traceparent": trace, "tracestate": "vendor=abc"});
+    let sent = probe_one(
+        &gw,
+        json!({"method": "SendMessage", "metadata": metadata,
+               "request": {"tenant": "up", "message": message("traced")}}),
+    )
+    .await;
+    assert_eq!(sent["code"], "OK", "{sent}");
+    let post = std::fs::read_to_string(&seen)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|r| r["method"] == "POST")
+        .expect("the upstream was called");
+    let parent = post["headers"]["traceparent"].as_str().unwrap_or_default();
+    assert!(
+        parent.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-") && parent.ends_with("-01"),
+        "{post}"
+    );
+    assert_ne!(&parent[36..52], "00f067aa0ba902b7", "{post}");
+    assert_eq!(post["headers"]["tracestate"], "vendor=abc", "{post}");
 }
 
 #[tokio::test]

@@ -94,13 +94,15 @@ pub async fn python_agent_with(dialects: &str, extra: &[&str]) -> Peer {
 /// An agent on the official SDK's last 0.3 release (a2a-sdk 0.3.x), which refuses
 /// subscriptions to tasks waiting for input.
 pub async fn sdk03_agent() -> Peer {
+    sdk03_agent_with(&[]).await
+}
+
+/// [`sdk03_agent`] with more of its options (`--grpc`).
+pub async fn sdk03_agent_with(extra: &[&str]) -> Peer {
     let script = repo_root().join("tests/interop/sdk03_agent.py");
-    start(
-        crate::interop::sdk03_python(),
-        &[script.to_str().unwrap()],
-        0,
-    )
-    .await
+    let mut args = vec![script.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    start(crate::interop::sdk03_python(), &args, 0).await
 }
 
 /// pydantic-ai's A2A server (fasta2a) in front of a FunctionModel: a third-party upstream.

@@ -8,7 +8,8 @@ use serde_json::{json, Value};
 
 use crate::helpers::{inner, kind, parse_sse, rpc, spawn_with, text_of, TestGateway, D, ECHO};
 use crate::peers::{
-    fault_server, free_port, js_agent, python_agent, sdk03_agent, upstream_agent, Peer,
+    fault_server, free_port, js_agent, python_agent, sdk03_agent, sdk03_agent_with, upstream_agent,
+    Peer,
 };
 
 const AGENT: &str = "/a2a/agents/up";
@@ -1005,9 +1006,10 @@ async fn a_0_3_upstreams_tasks_are_listed_as_last_seen_when_they_cannot_be_read_
 /// 0.3.x (which opens such a stream with a status update rather than the task).
 #[tokio::test]
 async fn a_streamed_answer_through_an_upstream_opens_with_the_task_working() {
-    for dialects in ["1.0", "0.3", "a2a-sdk 0.3.x"] {
+    for dialects in ["1.0", "0.3", "a2a-sdk 0.3.x", "a2a-sdk 0.3.x over gRPC"] {
         let peer = match dialects {
             "a2a-sdk 0.3.x" => sdk03_agent().await,
+            "a2a-sdk 0.3.x over gRPC" => sdk03_agent_with(&["--grpc"]).await,
             _ => python_agent(dialects, 0).await,
         };
         let gw = gateway_for(&peer, "").await;
@@ -1028,9 +1030,10 @@ async fn a_streamed_answer_through_an_upstream_opens_with_the_task_working() {
 /// waits, and end with it once another connection answers.
 #[tokio::test]
 async fn subscriptions_to_a_task_waiting_for_input_hold_whatever_the_upstream_allows() {
-    for dialects in ["a2a-sdk 0.3.x", "1.0"] {
+    for dialects in ["a2a-sdk 0.3.x", "a2a-sdk 0.3.x over gRPC", "1.0"] {
         let peer = match dialects {
             "1.0" => python_agent(dialects, 0).await,
+            "a2a-sdk 0.3.x over gRPC" => sdk03_agent_with(&["--grpc"]).await,
             _ => sdk03_agent().await,
         };
         let gw = gateway_for(&peer, "").await;

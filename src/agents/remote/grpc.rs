@@ -1,7 +1,8 @@
-//! Upstreams served over gRPC (A2A 1.0's `lf.a2a.v1.A2AService`): the remote backend's
-//! JSON-RPC 1.0 calls, carried over gRPC and answered as JSON-RPC again, so that
-//! everything above the transport (relaying, streams, subscriptions followed by polling,
-//! the dialect bridges) is the one the JSON-RPC upstreams use.
+//! Upstreams served over gRPC (A2A 1.0's `lf.a2a.v1.A2AService`, or 0.3's
+//! `a2a.v1.A2AService`): the remote backend's JSON-RPC calls in the upstream's dialect,
+//! carried over gRPC and answered as JSON-RPC again, so that everything above the
+//! transport (relaying, streams, subscriptions followed by polling, the dialect bridges,
+//! 0.3's ledger of tasks) is the one the JSON-RPC upstreams use.
 //!
 //! tonic's client over a pooled hyper client built like the HTTP upstreams' (the same
 //! resolver, which refuses link-local addresses, the same connect timeout, TLS for an
@@ -28,7 +29,9 @@ use super::resolve::GuardedResolver;
 use super::transport::Failure;
 use crate::config::A2aConfig;
 use crate::protocol::grpc::{self as wire, ErrorInfo, RawCodec, RpcStatus, ERROR_INFO_TYPE};
+use crate::protocol::grpc_v03;
 use crate::protocol::jsonrpc::Method;
+use crate::protocol::Dialect;
 
 type Channel = Client<HttpsConnector<HttpConnector<GuardedResolver>>, tonic::body::Body>;
 
@@ -63,10 +66,11 @@ impl From<Status> for Refusal {
     }
 }
 
-/// What a call sends: the method's path and output message, and the request encoded.
+/// What a call sends: the method (its path and messages), and the request encoded.
 struct Prepared {
     id: Box<RawValue>,
     rpc: &'static wire::Rpc,
+    dialect: Dialect,
     path: PathAndQuery,
     request: tonic::Request<Bytes>,
 }
@@ -95,11 +99,13 @@ impl GrpcTransport {
         })
     }
 
-    /// `body` (a JSON-RPC 1.0 request) as the gRPC call it stands for, to `tenant`, with
-    /// the upstream's deadline (`grpc-timeout`) when the whole call is bounded.
+    /// `body` (a JSON-RPC request in `dialect`) as the gRPC call it stands for, to
+    /// `tenant`, with the upstream's deadline (`grpc-timeout`) when the whole call is
+    /// bounded.
     fn prepare(
         &self,
         body: &[u8],
+        dialect: Dialect,
         tenant: Option<&str>,
         headers: &http::HeaderMap,
         bounded: bool,
@@ -107,10 +113,19 @@ impl GrpcTransport {
         let bad = |e: String| Failure::Broken(format!("a call the gRPC upstream cannot take: {e}"));
         let call: Call = serde_json::from_slice(body).map_err(|e| bad(e.to_string()))?;
         let rpc = Method::lookup(call.method)
-            .and_then(|(m, _)| wire::rpc_of(m))
+            .and_then(|(m, _)| wire::rpc_of(m, dialect))
             .ok_or_else(|| bad(format!("no gRPC method for {}", call.method)))?;
         let params = call.params.map_or("{}", RawValue::get);
-        let mut message = wire::encode_json(params, &rpc.input).map_err(bad)?;
+        let mut message = match dialect {
+            // 0.3's JSON-RPC params are not its proto's ProtoJSON: converted first.
+            Dialect::V03 => {
+                let params = serde_json::from_str(params).map_err(|e| bad(e.to_string()))?;
+                let proto = grpc_v03::request(rpc.method, params).map_err(bad)?;
+                wire::encode_json(&proto.to_string(), &rpc.input)
+            }
+            _ => wire::encode_json(params, &rpc.input),
+        }
+        .map_err(bad)?;
         if let Some(tenant) = tenant {
             wire::set_tenant(&mut message, tenant);
         }
@@ -121,7 +136,10 @@ impl GrpcTransport {
             request.set_timeout(self.timeout);
         }
         let metadata = request.metadata_mut();
-        metadata.insert("a2a-version", MetadataValue::from_static("1.0"));
+        // No version means 0.3, as over HTTP.
+        if dialect == Dialect::V10 {
+            metadata.insert("a2a-version", MetadataValue::from_static("1.0"));
+        }
         for (name, value) in headers {
             put_header(metadata, name, value);
         }
@@ -131,6 +149,7 @@ impl GrpcTransport {
         Ok(Prepared {
             id: call.id.to_owned(),
             rpc,
+            dialect,
             path,
             request,
         })
@@ -148,6 +167,7 @@ impl GrpcTransport {
     pub(super) async fn unary(
         &self,
         origin: &Uri,
+        dialect: Dialect,
         tenant: Option<&str>,
         headers: &http::HeaderMap,
         body: &[u8],
@@ -155,9 +175,10 @@ impl GrpcTransport {
         let Prepared {
             id,
             rpc,
+            dialect,
             path,
             request,
-        } = self.prepare(body, tenant, headers, true)?;
+        } = self.prepare(body, dialect, tenant, headers, true)?;
         let exchange = async {
             let mut client = self.client(origin).await?;
             Ok::<_, Refusal>(client.unary(request, path, RawCodec).await?)
@@ -166,7 +187,7 @@ impl GrpcTransport {
             .await
             .map_err(|_| Failure::Timeout)?;
         Ok(Bytes::from(match answer {
-            Ok(response) => result_envelope(&id, response.into_inner(), &rpc.output),
+            Ok(response) => result_envelope(&id, response.into_inner(), rpc, dialect),
             Err(Refusal::Answered(status)) => error_envelope(&id, &status),
             Err(Refusal::Failed(failure)) => return Err(failure),
         }))
@@ -177,6 +198,7 @@ impl GrpcTransport {
     pub(super) async fn stream(
         &self,
         origin: &Uri,
+        dialect: Dialect,
         tenant: Option<&str>,
         headers: &http::HeaderMap,
         body: &[u8],
@@ -185,9 +207,10 @@ impl GrpcTransport {
         let Prepared {
             id,
             rpc,
+            dialect,
             path,
             request,
-        } = self.prepare(body, tenant, headers, false)?;
+        } = self.prepare(body, dialect, tenant, headers, false)?;
         let opening = async {
             let mut client = self.client(origin).await?;
             Ok::<_, Refusal>(client.server_streaming(request, path, RawCodec).await?)
@@ -209,14 +232,14 @@ impl GrpcTransport {
             }
             Err(Refusal::Failed(failure)) => return Err(failure),
         };
-        let output = rpc.output.clone();
         let events = futures_util::stream::unfold(Some(messages), move |messages| {
-            let (id, output) = (id.clone(), output.clone());
+            let id = id.clone();
             async move {
                 let mut messages = messages?;
                 match messages.message().await {
                     Ok(Some(bytes)) => {
-                        Some((event(result_envelope(&id, bytes, &output)), Some(messages)))
+                        let answer = result_envelope(&id, bytes, rpc, dialect);
+                        Some((event(answer), Some(messages)))
                     }
                     Ok(None) => None,
                     Err(status) => match Refusal::from(status) {
@@ -254,12 +277,9 @@ fn transport_failure(e: &(dyn std::error::Error + 'static)) -> Failure {
     Failure::classify(e, connecting)
 }
 
-/// A gRPC answer as the JSON-RPC response a 1.0 upstream would have sent.
-fn result_envelope(
-    id: &RawValue,
-    bytes: Bytes,
-    output: &prost_reflect::MessageDescriptor,
-) -> Vec<u8> {
+/// A gRPC answer as the JSON-RPC response an upstream of `dialect` would have sent.
+fn result_envelope(id: &RawValue, bytes: Bytes, rpc: &wire::Rpc, dialect: Dialect) -> Vec<u8> {
+    let output = &rpc.output;
     let result = match wire::decode(bytes, output) {
         Ok(message) => serde_json::to_value(&message).unwrap_or(Value::Null),
         Err(e) => {
@@ -267,18 +287,20 @@ fn result_envelope(
             return envelope(id, "error", error);
         }
     };
-    // An empty answer (google.protobuf.Empty) is JSON-RPC's null result.
-    let result = match result {
-        Value::Object(m) if m.is_empty() && output.full_name() == "google.protobuf.Empty" => {
+    let result = match (dialect, result) {
+        (Dialect::V03, result) => grpc_v03::answer(rpc.method, result),
+        // An empty answer (google.protobuf.Empty) is JSON-RPC's null result.
+        (_, Value::Object(m)) if m.is_empty() && output.full_name() == "google.protobuf.Empty" => {
             Value::Null
         }
-        other => other,
+        (_, other) => other,
     };
     envelope(id, "result", result)
 }
 
-/// A gRPC error status as the JSON-RPC error a 1.0 upstream would have sent: the A2A code
-/// of its `ErrorInfo` reason, its message, and its details.
+/// A gRPC error status as the JSON-RPC error an upstream would have sent: the A2A code of
+/// its `ErrorInfo` reason (1.0), or of the error type its message names (a2a-sdk 0.3.x,
+/// which sends no details), its message, and its details.
 fn error_envelope(id: &RawValue, status: &Status) -> Vec<u8> {
     let details = prost::Message::decode(status.details())
         .ok()
@@ -288,15 +310,18 @@ fn error_envelope(id: &RawValue, status: &Status) -> Vec<u8> {
         .flatten()
         .find(|d| d.type_url == ERROR_INFO_TYPE)
         .and_then(|d| <ErrorInfo as prost::Message>::decode(d.value.as_slice()).ok());
+    let named = grpc_v03::error_of(status.message()).filter(|_| info.is_none());
     let code = info
         .as_ref()
         .and_then(|i| crate::error::code_of_reason(&i.reason))
+        .or(named.map(|(code, _)| code))
         .unwrap_or(match status.code() {
             Code::InvalidArgument => -32602,
             Code::Unimplemented => -32601,
             _ => -32603,
         });
-    let mut error = json!({"code": code, "message": status.message()});
+    let message = named.map_or(status.message(), |(_, message)| message);
+    let mut error = json!({"code": code, "message": message});
     if let Some(info) = info {
         error["data"] = json!([{
             "@type": ERROR_INFO_TYPE,
@@ -349,24 +374,31 @@ mod tests {
         let bare = Status::new(Code::FailedPrecondition, "no");
         let error: Value = serde_json::from_slice(&error_envelope(&id, &bare)).unwrap();
         assert_eq!(error["error"]["code"], -32603);
+        // a2a-sdk 0.3.x names the error in the message, and sends no details.
+        let sdk03 = Status::new(Code::NotFound, "TaskNotFoundError: Task not found");
+        let error: Value = serde_json::from_slice(&error_envelope(&id, &sdk03)).unwrap();
+        assert_eq!(error["error"]["code"], -32001);
+        assert_eq!(error["error"]["message"], "Task not found");
     }
 
     #[test]
     fn answers_read_back_as_json_rpc_results() {
         let id = RawValue::from_string("\"a\"".into()).unwrap();
-        let get = wire::rpc_of(Method::GetTask).unwrap();
+        let get = wire::rpc_of(Method::GetTask, Dialect::V10).unwrap();
         let task = wire::json_to_bytes(
             r#"{"id":"t","contextId":"c","status":{"state":"TASK_STATE_WORKING"}}"#,
             &get.output,
         )
         .unwrap();
         let answer: Value =
-            serde_json::from_slice(&result_envelope(&id, task, &get.output)).unwrap();
+            serde_json::from_slice(&result_envelope(&id, task, get, Dialect::V10)).unwrap();
         assert_eq!(answer["id"], "a");
         assert_eq!(answer["result"]["status"]["state"], "TASK_STATE_WORKING");
-        let delete = wire::rpc_of(Method::Push(crate::protocol::push::PushOp::Delete)).unwrap();
+        let delete = Method::Push(crate::protocol::push::PushOp::Delete);
+        let delete = wire::rpc_of(delete, Dialect::V10).unwrap();
         let empty: Value =
-            serde_json::from_slice(&result_envelope(&id, Bytes::new(), &delete.output)).unwrap();
+            serde_json::from_slice(&result_envelope(&id, Bytes::new(), delete, Dialect::V10))
+                .unwrap();
         assert_eq!(empty["result"], Value::Null);
     }
 }

@@ -49,7 +49,7 @@ struct Upstream {
     dialect: Dialect,
     /// Whether the agent file's `headers` go with calls: only to the file's own origin.
     secrets: bool,
-    /// Served over gRPC (1.0 only), with the tenant its card names: `Some(None)` without.
+    /// Served over gRPC, with the tenant its card names: `Some(None)` without.
     grpc: Option<Option<String>>,
 }
 
@@ -70,14 +70,14 @@ impl Upstream {
     }
 
     /// A card's gRPC interface: `url` is a gRPC target (`host:port`) or an http(s) URL.
-    fn grpc(url: &str, tenant: Option<&str>) -> Result<Upstream, String> {
+    fn grpc(url: &str, tenant: Option<&str>, dialect: Dialect) -> Result<Upstream, String> {
         let url = match url.contains("://") {
             true => url.to_string(),
             false => format!("http://{url}"),
         };
         Ok(Upstream {
             grpc: Some(tenant.filter(|t| !t.is_empty()).map(str::to_string)),
-            ..Upstream::parse(&url, Dialect::V10)?
+            ..Upstream::parse(&url, dialect)?
         })
     }
 
@@ -484,7 +484,8 @@ impl RemoteAgent {
             }
             Some(tenant) => {
                 let headers = self.secret_headers(up);
-                let call = self.grpc.unary(&up.uri, tenant.as_deref(), headers, &body);
+                let tenant = tenant.as_deref();
+                let call = self.grpc.unary(&up.uri, up.dialect, tenant, headers, &body);
                 Box::pin(call).await
             }
         };
@@ -970,7 +971,7 @@ impl RemoteAgent {
             let headers = self.secret_headers(up);
             let opened = self
                 .grpc
-                .stream(&up.uri, tenant.as_deref(), headers, &body)
+                .stream(&up.uri, up.dialect, tenant.as_deref(), headers, &body)
                 .await;
             self.took(started, opened.is_ok());
             let events = opened.map_err(|f| self.transport_error(f))?;
@@ -1037,7 +1038,8 @@ fn major_minor(v: &str) -> Option<Dialect> {
 }
 
 /// Picks the remote's JSON-RPC endpoint: its 1.0 interface if it has one (or the forced
-/// dialect's), else its 0.3 one, else the 0.3 top-level `url`.
+/// dialect's), else its 0.3 one, else the 0.3 top-level `url`. A card served over gRPC
+/// only gets its gRPC interface: 1.0's, else 0.3's.
 fn choose_upstream(card: &Value, card_url: &str, forced: Option<Dialect>) -> Option<Upstream> {
     let jsonrpc: Vec<(Option<Dialect>, &str)> = card["supportedInterfaces"]
         .as_array()
@@ -1058,14 +1060,6 @@ fn choose_upstream(card: &Value, card_url: &str, forced: Option<Dialect>) -> Opt
         Some(d) => vec![d],
         None => vec![Dialect::V10, Dialect::V03],
     };
-    let grpc = card["supportedInterfaces"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|i| {
-            i["protocolBinding"] == "GRPC"
-                && i["protocolVersion"].as_str().and_then(major_minor) == Some(Dialect::V10)
-        });
     for dialect in order {
         let from_interfaces = jsonrpc
             .iter()
@@ -1082,9 +1076,42 @@ fn choose_upstream(card: &Value, card_url: &str, forced: Option<Dialect>) -> Opt
             return Some(up);
         }
     }
-    // Served over gRPC only: 1.0's gRPC binding, unless the file asks for 0.3.
-    let grpc = grpc.filter(|_| forced.is_none_or(|d| d == Dialect::V10))?;
-    Upstream::grpc(grpc["url"].as_str()?, grpc["tenant"].as_str()).ok()
+    grpc_interfaces(card)
+        .into_iter()
+        .filter(|(dialect, _, _)| forced.is_none_or(|d| d == *dialect))
+        .find_map(|(dialect, url, tenant)| Upstream::grpc(url, tenant, dialect).ok())
+}
+
+/// A card's gRPC interfaces, 1.0's first, as (dialect, target, tenant): 1.0 lists them in
+/// `supportedInterfaces`; a 0.3 card names one by its top-level `url` when it prefers
+/// gRPC, or in `additionalInterfaces`.
+fn grpc_interfaces(card: &Value) -> Vec<(Dialect, &str, Option<&str>)> {
+    let listed = |key: &str, binding: &'static str| {
+        card[key]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(move |i| i[binding] == "GRPC")
+            .filter_map(move |i| Some((i, i["url"].as_str()?)))
+    };
+    let mut found: Vec<_> = listed("supportedInterfaces", "protocolBinding")
+        .filter_map(|(i, url)| {
+            let dialect = i["protocolVersion"].as_str().and_then(major_minor)?;
+            Some((dialect, url, i["tenant"].as_str()))
+        })
+        .collect();
+    let preferred = card["url"]
+        .as_str()
+        .filter(|_| card["preferredTransport"] == "GRPC");
+    let additional = listed("additionalInterfaces", "transport").map(|(_, url)| url);
+    found.extend(
+        preferred
+            .into_iter()
+            .chain(additional)
+            .map(|url| (Dialect::V03, url, None)),
+    );
+    found.sort_by_key(|(dialect, _, _)| *dialect != Dialect::V10);
+    found
 }
 
 /// `url` as the card at `card_url` means it (absolute, or relative to the card).
@@ -1123,5 +1150,31 @@ mod tests {
         let rest_only = json!({"supportedInterfaces": [
             {"url": "http://r/rest", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"}]});
         assert!(choose_upstream(&rest_only, "http://r/c.json", None).is_none());
+    }
+
+    #[test]
+    fn a_card_served_over_grpc_only_gets_its_grpc_interface_in_its_dialect() {
+        let grpc = |card: &Value, forced| {
+            let up = choose_upstream(card, "http://r/c.json", forced)?;
+            Some((up.uri.to_string(), up.dialect, up.grpc?))
+        };
+        let v03 =
+            json!({"url": "r:50051", "preferredTransport": "GRPC", "protocolVersion": "0.3.0"});
+        assert_eq!(
+            grpc(&v03, None),
+            Some(("http://r:50051/".into(), Dialect::V03, None))
+        );
+        assert_eq!(grpc(&v03, Some(Dialect::V10)), None);
+        let additional = json!({"url": "http://r/rpc", "preferredTransport": "HTTP+JSON",
+            "additionalInterfaces": [{"url": "r:9", "transport": "GRPC"}]});
+        assert_eq!(grpc(&additional, None).unwrap().1, Dialect::V03);
+        let both = json!({"supportedInterfaces": [
+            {"url": "r:3", "protocolBinding": "GRPC", "protocolVersion": "0.3"},
+            {"url": "r:10", "protocolBinding": "GRPC", "protocolVersion": "1.0", "tenant": "t"}]});
+        assert_eq!(
+            grpc(&both, None),
+            Some(("http://r:10/".into(), Dialect::V10, Some("t".into())))
+        );
+        assert_eq!(grpc(&both, Some(Dialect::V03)).unwrap().0, "http://r:3/");
     }
 }
