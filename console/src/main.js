@@ -31,6 +31,8 @@ const STATES = {
   TASK_STATE_REJECTED: 'rejected',
 };
 const FINAL = new Set(['completed', 'failed', 'canceled', 'rejected']);
+// States that wait for the caller: the next message on the task answers them.
+const WAITING = new Set(['input-required', 'auth-required']);
 const stateName = (s) => STATES[s] || s || 'unknown';
 
 /** A readable sentence for a failed call. */
@@ -196,7 +198,7 @@ function showIds() {
   $('task-state').textContent = state.task ? state.task.state : '—';
   const running = state.task && !FINAL.has(state.task.state);
   $('cancel').disabled = !running;
-  $('answering').hidden = !(state.task && state.task.state === 'input-required');
+  $('answering').hidden = !(state.task && WAITING.has(state.task.state));
 }
 
 function bubble(who, text, cls = '') {

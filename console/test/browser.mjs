@@ -234,6 +234,18 @@ const scenarios = {
     expect(said.includes('Ada'), `agent said: ${said}`);
     return p;
   },
+  'echo-asks-to-authorize-and-is-answered': async () => {
+    const p = await page(consoleUrl, args['api-key']);
+    await chat(p, 'echo', '/auth Sign in at the portal');
+    await stateIs(p, 'auth-required');
+    await p.locator('#answering').waitFor();
+    const taskId = await p.locator('#task-id').innerText();
+    await p.getByLabel('Message').fill('granted');
+    await p.getByRole('button', { name: 'Send' }).click();
+    await stateIs(p, 'completed');
+    expect((await p.locator('#task-id').innerText()) === taskId, 'the answer went to another task');
+    return p;
+  },
   'delay-canceled': async () => {
     const p = await page(consoleUrl, args['api-key']);
     await chat(p, 'echo', '/delay 30 slow');

@@ -3,9 +3,11 @@
 //!
 //! What it does is chosen, in order, by:
 //! 1. a messageId prefix of the A2A TCK test agent (`tck-...`, `test-resubscribe-...`);
-//! 2. `metadata.echo.mode` (`delay` with `seconds`, `input`, `fail`, `reject`, `message`);
-//! 3. a leading command in the text: `/delay <secs> <text>`, `/input <question>`, `/fail`,
-//!    `/reject`, `/message <text>`;
+//! 2. `metadata.echo.mode` (`delay` with `seconds`, `input`, `auth`, `fail`, `reject`,
+//!    `message`);
+//! 3. a leading command in the text: `/delay <secs> <text>`, `/input <question>`,
+//!    `/auth <why>` (auth-required, answered like a question), `/fail`, `/reject`,
+//!    `/message <text>`;
 //! 4. otherwise it echoes the text back as an artifact named "echo".
 
 use std::time::Duration;
@@ -50,6 +52,8 @@ enum Behaviour {
     Echo(String),
     Delay(Duration, String),
     Input(String),
+    /// Waits for the caller to authorize, as a question waits for an answer.
+    Auth(String),
     Fail(String),
     Reject,
     Message(String),
@@ -112,6 +116,7 @@ fn metadata_mode(message: &Message, text: &str) -> Option<Behaviour> {
             Behaviour::Delay(delay(secs), text.to_string())
         }
         "input" | "input-required" => Behaviour::Input(text.to_string()),
+        "auth" | "auth-required" => Behaviour::Auth(text.to_string()),
         "fail" => Behaviour::Fail(text.to_string()),
         "reject" => Behaviour::Reject,
         "message" => Behaviour::Message(text.to_string()),
@@ -145,6 +150,7 @@ fn parse_command(text: &str) -> Behaviour {
             }
         }
         "/input" => Behaviour::Input(rest.to_string()),
+        "/auth" => Behaviour::Auth(rest.to_string()),
         "/fail" => Behaviour::Fail(rest.to_string()),
         "/reject" => Behaviour::Reject,
         "/message" => Behaviour::Message(rest.to_string()),
@@ -228,6 +234,17 @@ fn outcome(behaviour: Behaviour, streaming: bool) -> Result<Immediate, Behaviour
             vec![],
             TaskState::InputRequired,
             Some(or(q, "What should I echo?").as_str()),
+        ),
+        Behaviour::Auth(why) if !streaming => task(
+            vec![],
+            TaskState::AuthRequired,
+            Some(
+                or(
+                    why,
+                    "Authorization needed: answer on this task once it is granted",
+                )
+                .as_str(),
+            ),
         ),
         Behaviour::Fail(reason) if !streaming => task(
             vec![],
@@ -334,7 +351,10 @@ async fn run(
             }
         }
         // Streamed: working first, then what `outcome` settles at once otherwise.
-        b @ (Behaviour::Input(_) | Behaviour::Fail(_) | Behaviour::Tck(Tck::Stream)) => {
+        b @ (Behaviour::Input(_)
+        | Behaviour::Auth(_)
+        | Behaviour::Fail(_)
+        | Behaviour::Tck(Tck::Stream)) => {
             sink.status(TaskState::Working, None).await?;
             if let Ok(rest) = outcome(b, false) {
                 sink.settle(rest).await?;
@@ -391,6 +411,10 @@ mod tests {
         assert_eq!(
             parse_command("/input Name?"),
             Behaviour::Input("Name?".into())
+        );
+        assert_eq!(
+            parse_command("/auth sign in"),
+            Behaviour::Auth("sign in".into())
         );
         assert_eq!(
             parse_command("/delay x"),

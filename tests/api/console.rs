@@ -105,7 +105,7 @@ async fn the_console_works_in_a_real_browser() {
         .expect("node");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
-        out.status.success() && stdout.contains("10 passed, 0 failed"),
+        out.status.success() && stdout.contains("11 passed, 0 failed"),
         "the console in Chromium:\n{stdout}\n{}\n(screenshots in {})",
         String::from_utf8_lossy(&out.stderr),
         shots.display()

@@ -125,16 +125,32 @@ async fn history_length_trims_per_dialect() {
     );
 }
 
+/// A question (input-required) and a request to authorize (auth-required) are answered
+/// the same way: the next message on the task continues it.
 #[tokio::test]
-async fn input_required_round_trip_in_both_dialects() {
+async fn input_and_auth_required_round_trip_in_both_dialects() {
     let gw = spawn().await;
-    for d in [D::V03, D::V10] {
-        let task = gw.send(d, "/input What is your name?").await;
-        assert_eq!(task["status"]["state"], d.state("input-required"));
-        assert_eq!(
-            task["status"]["message"]["parts"][0]["text"],
-            "What is your name?"
-        );
+    let asks = [
+        (
+            "/input What is your name?",
+            "input-required",
+            "What is your name?",
+        ),
+        (
+            "/auth Sign in at the portal",
+            "auth-required",
+            "Sign in at the portal",
+        ),
+    ];
+    for (d, (ask, state, said)) in [D::V03, D::V10]
+        .into_iter()
+        .flat_map(|d| asks.map(|a| (d, a)))
+    {
+        let task = gw.send(d, ask).await;
+        assert_eq!(task["status"]["state"], d.state(state));
+        assert_eq!(task["status"]["message"]["parts"][0]["text"], said);
+        let stored = gw.get_task(d, task["id"].as_str().unwrap()).await;
+        assert_eq!(stored.result()["status"]["state"], d.state(state));
         let mut follow = d.message("Ada");
         follow["taskId"] = task["id"].clone();
         follow["contextId"] = task["contextId"].clone();

@@ -610,6 +610,36 @@ async fn updates_arrive_in_order_in_the_dialect_of_each_config() {
     assert!(seen.windows(2).all(|w| w[0] <= w[1]), "{seen:?}");
 }
 
+/// A task that stops to wait for authorization notifies its configs, as one waiting for
+/// input does, and again when the follow-up finishes it.
+#[tokio::test]
+async fn a_task_waiting_for_authorization_is_notified_and_so_is_its_end() {
+    let gw = push_gateway().await;
+    let hook = Receiver::start("127.0.0.1", Answer::Ok).await;
+    let r = as_alice(
+        &gw,
+        "SendMessage",
+        json!({"message": message("/auth sign in"),
+               "configuration": {"taskPushNotificationConfig": {"url": hook.url, "token": "t"}}}),
+    )
+    .await;
+    let task = r["result"]["task"].clone();
+    assert_eq!(task["status"]["state"], "TASK_STATE_AUTH_REQUIRED", "{r}");
+    hook.wait("the auth-required notification", |got| {
+        got.iter()
+            .any(|g| state_of(&g.body).as_deref() == Some("TASK_STATE_AUTH_REQUIRED"))
+    })
+    .await;
+    let mut answer = message("granted");
+    answer["taskId"] = task["id"].clone();
+    let done = as_alice(&gw, "SendMessage", json!({"message": answer})).await;
+    let state = &done["result"]["task"]["status"]["state"];
+    assert_eq!(state, "TASK_STATE_COMPLETED", "{done}");
+    let got = hook.wait_final().await;
+    let last = state_of(&got.last().unwrap().body);
+    assert_eq!(last.as_deref(), Some("TASK_STATE_COMPLETED"), "{got:?}");
+}
+
 #[tokio::test]
 async fn a_failing_receiver_is_retried_and_a_hanging_one_slows_nothing() {
     let gw = push_gateway().await;

@@ -86,22 +86,27 @@ async fn streaming_a_message_reply_sends_one_message() {
 }
 
 #[tokio::test]
-async fn streams_close_at_input_required() {
+async fn streams_close_at_input_required_and_auth_required() {
     let gw = spawn().await;
-    let events = gw
-        .sse(
-            "/a2a/agents/echo",
-            D::V03,
-            "message/stream",
-            json!({"message": D::V03.message("/input more?")}),
-        )
-        .await;
-    let last = &events.last().unwrap().data["result"];
-    assert_eq!(last["status"]["state"], "input-required");
-    assert_eq!(
-        last["final"], true,
-        "0.3 clients need final on the closing event"
-    );
+    for (ask, state) in [
+        ("/input more?", "input-required"),
+        ("/auth who?", "auth-required"),
+    ] {
+        let events = gw
+            .sse(
+                "/a2a/agents/echo",
+                D::V03,
+                "message/stream",
+                json!({"message": D::V03.message(ask)}),
+            )
+            .await;
+        let last = &events.last().unwrap().data["result"];
+        assert_eq!(last["status"]["state"], state);
+        assert_eq!(
+            last["final"], true,
+            "0.3 clients need final on the closing event"
+        );
+    }
 }
 
 #[tokio::test]
@@ -309,20 +314,23 @@ async fn stream_capacity_refuses_cleanly_and_disconnects_free_their_place() {
     assert!(!again.is_empty());
 }
 
-/// A subscription to a task waiting for input stays open while another connection answers
-/// it, and sees the task move on and end (spec 1.0 §3.1.6): in both dialects, on JSON-RPC
+/// A subscription to a task waiting for input (or for authorization) stays open while
+/// another connection answers it, and sees the task move on and end (spec 1.0 §3.1.6): in both dialects, on JSON-RPC
 /// and on the REST binding's `:subscribe`.
 #[tokio::test]
 async fn a_subscription_stays_open_through_input_required_until_the_task_ends() {
     let gw = spawn().await;
-    for (d, rest) in [(D::V03, false), (D::V10, false), (D::V10, true)] {
-        let label = format!("{d:?}{}", if rest { " REST" } else { "" });
-        let task = gw.send(d, "/input your name?").await;
-        assert_eq!(
-            task["status"]["state"],
-            d.state("input-required"),
-            "{label}"
-        );
+    let cases = [
+        (D::V03, false, "/input your name?", "input-required"),
+        (D::V10, false, "/input your name?", "input-required"),
+        (D::V10, true, "/input your name?", "input-required"),
+        (D::V03, false, "/auth sign in", "auth-required"),
+        (D::V10, true, "/auth sign in", "auth-required"),
+    ];
+    for (d, rest, ask, state) in cases {
+        let label = format!("{d:?}{} {state}", if rest { " REST" } else { "" });
+        let task = gw.send(d, ask).await;
+        assert_eq!(task["status"]["state"], d.state(state), "{label}");
         let id = task["id"].as_str().unwrap().to_string();
         let watcher = {
             let (client, id) = (gw.client.clone(), id.clone());
@@ -380,11 +388,7 @@ async fn a_subscription_stays_open_through_input_required_until_the_task_ends() 
             "{label}: {kinds:?}"
         );
         let first = inner(d, &items[0]);
-        assert_eq!(
-            first["status"]["state"],
-            d.state("input-required"),
-            "{label}"
-        );
+        assert_eq!(first["status"]["state"], d.state(state), "{label}");
         let states: Vec<Value> = items[1..]
             .iter()
             .filter(|i| kind(d, i) == "status-update")

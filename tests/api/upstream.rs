@@ -226,6 +226,29 @@ async fn exercise(gw: &TestGateway, d: D, remote: &str) {
         label("input-required")
     );
 
+    // auth-required, relayed and continued the same way
+    let authorizing = send(gw, d, "/auth Sign in first", json!({})).await;
+    assert_eq!(
+        authorizing["status"]["state"],
+        d.state("auth-required"),
+        "{}",
+        label("auth-required")
+    );
+    let id = authorizing["id"].as_str().unwrap();
+    wait_for_state_at(gw, d, id, "auth-required").await;
+    let mut granted = d.message("granted");
+    granted["taskId"] = authorizing["id"].clone();
+    let done = gw
+        .call("/a2a", d, d.send(), json!({"message": granted}))
+        .await;
+    let done = d.task_of(done.result());
+    assert_eq!(
+        (done["id"].clone(), done["status"]["state"].clone()),
+        (authorizing["id"].clone(), json!(d.state("completed"))),
+        "{}",
+        label("auth-required")
+    );
+
     // a plain Message reply
     let r = gw
         .call(

@@ -31,6 +31,7 @@ Behaviour (text = the user message's text parts joined with ""):
   - "/message <text>"     -> Message <text>
   - "/input <question>"   -> input-required, status message <question>; the next
                              message on that task completes it, echoing its text
+  - "/auth <why>"         -> auth-required, status message <why>; continued like /input
   - "/fail", "/reject"    -> failed, rejected
   - "/delay <secs> <text>" -> stays working for secs, then echoes <text>
   - otherwise             -> working, one artifact "echo" holding the text, completed.
@@ -105,7 +106,7 @@ class EchoExecutor(AgentExecutor):
         if message.message_id.startswith(TCK_MESSAGE_PREFIX):
             await self._reply(context, event_queue, 'Direct message response')
             return
-        followup = context.current_task is not None  # answer to "/input"
+        followup = context.current_task is not None  # answer to "/input" or "/auth"
         if not followup and text.startswith('/message'):
             await self._reply(context, event_queue, text[len('/message'):].strip())
             return
@@ -129,6 +130,10 @@ class EchoExecutor(AgentExecutor):
         elif text.startswith('/input'):
             question = text[len('/input'):].strip()
             await updater.requires_input(updater.new_agent_message([new_text_part(question)]))
+            return
+        elif text.startswith('/auth'):
+            why = text[len('/auth'):].strip()
+            await updater.requires_auth(updater.new_agent_message([new_text_part(why)]))
             return
         elif text.startswith('/delay'):
             _, secs, text = (text.split(maxsplit=2) + ['', ''])[:3]
@@ -187,7 +192,7 @@ def agent_card(base_url: str, dialects: tuple[str, ...] = DIALECTS,
         default_output_modes=['text/plain'],
         skills=[AgentSkill(
             id='echo', name='Echo', description='Repeats the input text; supports '
-            '/delay, /input, /fail, /reject and /message commands.',
+            '/delay, /input, /auth, /fail, /reject and /message commands.',
             tags=['echo', 'test'], examples=['hello', '/delay 2 hi', '/input Your name?'],
         )],
     )

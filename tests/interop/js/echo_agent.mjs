@@ -42,6 +42,7 @@
  *   - "/message <text>"     -> Message <text>
  *   - "/input <question>"   -> input-required, status message <question>; the next
  *                              message on that task completes it, echoing its text
+ *   - "/auth <why>"         -> auth-required, status message <why>; continued like /input
  *   - "/fail", "/reject"    -> failed, rejected
  *   - "/delay <secs> <text>" -> stays working for secs, then echoes <text>
  *   - otherwise             -> working, one artifact "echo" holding the text, completed.
@@ -131,7 +132,7 @@ class EchoExecutor {
       bus.publish(AgentEvent.message(agentMessage('Direct message response', { contextId })));
       return;
     }
-    const followup = ctx.task !== undefined; // answer to "/input"
+    const followup = ctx.task !== undefined; // answer to "/input" or "/auth"
     if (!followup && text.startsWith('/message')) {
       bus.publish(AgentEvent.message(agentMessage(text.slice('/message'.length).trim(), { contextId })));
       return;
@@ -169,6 +170,10 @@ class EchoExecutor {
     } else if (text.startsWith('/input')) {
       const question = text.slice('/input'.length).trim();
       status(TaskState.TASK_STATE_INPUT_REQUIRED, agentMessage(question, { contextId, taskId }));
+      return;
+    } else if (text.startsWith('/auth')) {
+      const why = text.slice('/auth'.length).trim();
+      status(TaskState.TASK_STATE_AUTH_REQUIRED, agentMessage(why, { contextId, taskId }));
       return;
     } else if (text.startsWith('/delay')) {
       const [, secs = '', rest = ''] = splitMax(text, 2);
