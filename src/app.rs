@@ -128,6 +128,7 @@ pub(crate) fn build_state(ready: Ready) -> std::io::Result<(AppState, Vec<String
         lifecycle: Lifecycle::default(),
         superseded: Default::default(),
         grpc_port: None,
+        http_port: 0,
     };
     Ok((state, failed))
 }
@@ -351,6 +352,7 @@ impl Application {
             .map(|source| (source, ready.settings.named_files()));
         let (mut state, lost) = build_state(ready)?;
         state.grpc_port = grpc_port;
+        state.http_port = addr.port();
         state.service.notify_lost(lost).await;
         start_upstreams(&state).await;
         for source in state.live().auth.jwks_sources() {

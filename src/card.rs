@@ -151,8 +151,70 @@ pub(crate) fn agent_card(agent: &Agent, base: &str, sec: &Security, offers: Offe
     };
     if let Some(obj) = card.as_object_mut() {
         apply_security(obj, sec);
+        // Only a caller that can authenticate can get it: no scheme, no extended card.
+        if has_extended(agent) && !sec.schemes.is_empty() {
+            offer_extended(obj);
+        }
     }
     card
+}
+
+/// Whether `agent` has an extended card: its file's `[extended]`, or its upstream's.
+pub(crate) fn has_extended(agent: &Agent) -> bool {
+    agent.def.extended.is_some() || agent.remote().is_some_and(|r| r.extended_card().is_some())
+}
+
+/// The answer to a caller asking for an extended card an agent does not have: 1.0 says the
+/// operation is unsupported (the card's flag is off); 0.3 has only "not configured".
+pub(crate) fn no_extended_card(dialect: crate::protocol::Dialect) -> crate::error::GatewayError {
+    use crate::error::GatewayError;
+    match dialect {
+        crate::protocol::Dialect::V10 => GatewayError::UnsupportedOperation(
+            "this agent does not offer an extended agent card".into(),
+        ),
+        _ => GatewayError::ExtendedCardNotConfigured,
+    }
+}
+
+/// Says so in both generations' spellings.
+fn offer_extended(obj: &mut Map<String, Value>) {
+    if let Some(caps) = obj.get_mut("capabilities").and_then(Value::as_object_mut) {
+        caps.insert("extendedAgentCard".into(), json!(true));
+    }
+    obj.insert("supportsAuthenticatedExtendedCard".into(), json!(true));
+}
+
+/// The extended card of `agent`, if it has one: its upstream's extended card rewritten as
+/// the public one is (or the public card), with the file's `[extended]` applied: its
+/// description in place of the public one, its skills after the public ones.
+pub(crate) fn extended_agent_card(
+    agent: &Agent,
+    base: &str,
+    sec: &Security,
+    offers: Offers<'_>,
+) -> Option<Value> {
+    if !has_extended(agent) {
+        return None;
+    }
+    let url = format!("{base}{}", agent_path(&agent.def.name));
+    let remote = agent.remote();
+    let mut card = match remote.and_then(|r| r.extended_card().or_else(|| r.card())) {
+        Some(remote) => upstream_card(&agent.def, &remote, &url, offers),
+        None => local_card(&agent.def, &url, offers),
+    };
+    let obj = card.as_object_mut()?;
+    if let Some(extended) = &agent.def.extended {
+        if let Some(description) = &extended.description {
+            obj.insert("description".into(), json!(description));
+        }
+        let skills = obj.entry("skills").or_insert_with(|| json!([]));
+        if let Some(skills) = skills.as_array_mut() {
+            skills.extend(extended.skills.iter().map(|s| skill_json(s, s.id.clone())));
+        }
+    }
+    apply_security(obj, sec);
+    offer_extended(obj);
+    Some(card)
 }
 
 fn local_card(def: &AgentDef, url: &str, offers: Offers<'_>) -> Value {
@@ -271,6 +333,21 @@ fn agent_skills(agent: &Agent) -> Vec<Value> {
         .unwrap_or_default()
 }
 
+/// An agent's skills as its extended card lists them.
+fn extended_skills(agent: &Agent) -> Vec<Value> {
+    let remote = agent.remote().and_then(|r| r.extended_card());
+    let mut skills = match remote {
+        Some(card) if agent.def.skills.is_empty() => {
+            card["skills"].as_array().cloned().unwrap_or_default()
+        }
+        _ => agent_skills(agent),
+    };
+    if let Some(extended) = &agent.def.extended {
+        skills.extend(extended.skills.iter().map(|s| skill_json(s, s.id.clone())));
+    }
+    skills
+}
+
 fn agent_modes(agent: &Agent, key: &str, local: &Option<Vec<String>>) -> Vec<String> {
     if let Some(m) = local {
         return m.clone();
@@ -289,13 +366,15 @@ pub(crate) fn namespaced_skill_id(agent: &str, skill: &str) -> String {
 }
 
 /// The gateway's own card: its identity, the union of the skills of `agents` (those the
-/// caller may call), interfaces at `/a2a`.
+/// caller may call), interfaces at `/a2a`. Its `extended` form (for an authenticated
+/// caller) lists each agent's extended skills.
 pub(crate) fn gateway_card<'a>(
     config: &GatewayConfig,
     agents: impl Iterator<Item = &'a std::sync::Arc<Agent>>,
     base: &str,
     sec: &Security,
     offers: Offers<'_>,
+    extended: bool,
 ) -> Value {
     let url = format!("{base}/a2a");
     let mut skills = Vec::new();
@@ -303,7 +382,11 @@ pub(crate) fn gateway_card<'a>(
     let mut output_modes: Vec<String> = Vec::new();
     for agent in agents {
         let name = &agent.def.name;
-        for mut skill in agent_skills(agent) {
+        let listed = match extended {
+            true => extended_skills(agent),
+            false => agent_skills(agent),
+        };
+        for mut skill in listed {
             let Some(obj) = skill.as_object_mut() else {
                 continue;
             };
@@ -347,6 +430,9 @@ pub(crate) fn gateway_card<'a>(
             obj.insert("documentationUrl".into(), json!(d));
         }
         apply_security(obj, sec);
+        if !sec.schemes.is_empty() {
+            offer_extended(obj);
+        }
     }
     card
 }

@@ -341,6 +341,7 @@ mod tests {
                     default_input_modes: None,
                     default_output_modes: None,
                     skills: Vec::new(),
+                    extended: None,
                     backend: BackendSpec::Echo(EchoConfig::default()),
                     mailbox: None,
                     max_concurrency: None,

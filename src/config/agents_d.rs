@@ -8,8 +8,8 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::{
-    A2aConfig, Access, AgentDef, BackendSpec, CommandConfig, Diagnostic, Diagnostics, Provider,
-    Skill,
+    A2aConfig, Access, AgentDef, BackendSpec, CommandConfig, Diagnostic, Diagnostics, ExtendedCard,
+    Provider, Skill,
 };
 
 #[derive(Deserialize, schemars::JsonSchema)]
@@ -38,6 +38,10 @@ pub(crate) struct AgentFile {
     #[serde(default)]
     #[schemars(with = "Vec<Skill>")]
     skills: Vec<Spanned<Skill>>,
+    /// What the extended card adds, for authenticated callers with access.
+    #[serde(default)]
+    #[schemars(with = "Option<ExtendedCard>")]
+    extended: Option<Spanned<ExtendedCard>>,
     backend: BackendSpec,
     #[serde(default)]
     limits: AgentLimits,
@@ -228,6 +232,22 @@ fn check_agent(
             ));
         }
     }
+    if let Some(extended) = &raw.extended {
+        // One id space: a caller sees the public skills and the extended ones together.
+        for s in &extended.get_ref().skills {
+            if s.id.trim().is_empty() {
+                diags.push(at(
+                    extended.span().start,
+                    "skill id must not be empty".into(),
+                ));
+            } else if skill_ids.insert(&s.id, ()).is_some() {
+                diags.push(at(
+                    extended.span().start,
+                    format!("duplicate skill id \"{}\" in [extended]", s.id),
+                ));
+            }
+        }
+    }
     for limit in [&raw.limits.mailbox, &raw.limits.max_concurrency]
         .into_iter()
         .flatten()
@@ -249,6 +269,7 @@ fn check_agent(
         default_input_modes: raw.default_input_modes.map(Spanned::into_inner),
         default_output_modes: raw.default_output_modes.map(Spanned::into_inner),
         skills: raw.skills.into_iter().map(Spanned::into_inner).collect(),
+        extended: raw.extended.map(Spanned::into_inner),
         backend,
         mailbox: raw.limits.mailbox.map(Spanned::into_inner),
         max_concurrency: raw.limits.max_concurrency.map(Spanned::into_inner),
@@ -269,6 +290,7 @@ const AGENT_KEYS: &[&str] = &[
     "default_input_modes",
     "default_output_modes",
     "skills",
+    "extended",
     "backend",
     "limits",
     "access",

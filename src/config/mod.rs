@@ -706,6 +706,8 @@ pub struct AgentDef {
     pub default_input_modes: Option<Vec<String>>,
     pub default_output_modes: Option<Vec<String>>,
     pub skills: Vec<Skill>,
+    /// What the agent's extended card adds (`[extended]`), for authenticated callers.
+    pub extended: Option<ExtendedCard>,
     pub backend: BackendSpec,
     pub mailbox: Option<usize>,
     pub max_concurrency: Option<usize>,
@@ -729,6 +731,19 @@ pub struct Skill {
     pub input_modes: Vec<String>,
     #[serde(default)]
     pub output_modes: Vec<String>,
+}
+
+/// `[extended]` in an agent file: what the agent's extended card adds to its public one,
+/// shown only to authenticated callers that may call the agent.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExtendedCard {
+    /// Replaces the public card's description.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Skills only the extended card lists, after the public ones.
+    #[serde(default)]
+    pub skills: Vec<Skill>,
 }
 
 /// What answers for an agent; `kind` in the `[backend]` table selects it.

@@ -34,7 +34,7 @@ use crate::http::admission::{self, Admitted, Head, Refused, Target};
 use crate::http::{Addressed, AppState, Caller};
 use crate::limits::RateInfo;
 use crate::protocol::grpc::{self as wire, RawCodec, Rpc};
-use crate::protocol::jsonrpc::{RpcId, RpcRequest};
+use crate::protocol::jsonrpc::{Method, RpcId, RpcRequest};
 use crate::protocol::Dialect;
 use crate::routing::Served;
 use crate::rpc::RpcReply;
@@ -128,6 +128,10 @@ async fn call(
                 Ok(body) => body,
                 Err(error) => return refused(&head, error.into()).into_http(),
             };
+            // The card's URLs name the host the caller reached (when no public_url is set).
+            let host = (rpc.method == Method::GetExtendedAgentCard)
+                .then(|| parts.uri.host().map(str::to_owned))
+                .flatten();
             let req = http::Request::from_parts(parts, http_body_util::Full::new(body));
             let handler = Handler {
                 state,
@@ -135,6 +139,7 @@ async fn call(
                 head,
                 caller,
                 deadline,
+                host,
             };
             // The body was read within the limit; tonic's holds a compressed message to it
             // once inflated (RESOURCE_EXHAUSTED).
@@ -253,6 +258,8 @@ struct Handler {
     head: GrpcHead,
     caller: Caller,
     deadline: Option<(tokio::time::Instant, Duration)>,
+    /// The host the caller reached, for `GetExtendedAgentCard` only.
+    host: Option<String>,
 }
 
 /// A call's body, read through the budgets every body is (its size, its time, the bytes
@@ -329,6 +336,29 @@ impl Handler {
                 served: Some(admitted.served),
             }),
         }
+    }
+
+    /// `GetExtendedAgentCard`, which the gateway answers itself (as every binding does:
+    /// see `http::extended_card`), for the tenant's agent or, without one, the gateway.
+    fn extended_card(&self, message: Bytes) -> Result<Bytes, Refused> {
+        let live = &self.caller.live;
+        let principal = self.caller.principal.clone()?;
+        let mut message = wire::decode(message, &self.rpc.input).map_err(GatewayError::Parse)?;
+        let tenant = wire::take_tenant(&mut message);
+        let addressed = Addressed::of(&live.registry, tenant.as_deref());
+        let base = match (live.config.public_url(), &self.host) {
+            (Some(url), _) => url.to_string(),
+            (None, host) => {
+                let host = host.as_deref().unwrap_or("localhost");
+                format!("http://{host}:{}", self.state.http_port)
+            }
+        };
+        let state = &self.state;
+        let card =
+            crate::http::extended_card(state, live, &principal, &addressed, &base, Dialect::V10)?;
+        let card = serde_json::to_string(&card)
+            .map_err(|e| GatewayError::Internal(format!("serializing a card: {e}")))?;
+        Ok(encode_json(&card, &self.rpc.output)?)
     }
 
     /// `fut`, or the deadline's error if the caller's `grpc-timeout` passes first.
@@ -409,6 +439,12 @@ impl<T: 'static> tower_service::Service<Request<Bytes>> for Once<T> {
 fn unary(handler: Handler, message: Bytes) -> Boxed<Bytes> {
     Box::pin(async move {
         let head = &handler.head;
+        if handler.rpc.method == Method::GetExtendedAgentCard {
+            return match handler.extended_card(message) {
+                Ok(card) => Ok(Response::new(card)),
+                Err(refusal) => Err(refused(head, refusal)),
+            };
+        }
         let answered = handler
             .in_time(async {
                 let (reply, admitted) = handler.run(message).await?;

@@ -4,11 +4,12 @@ use serde_json::{json, Value};
 
 use super::caller::Caller;
 use super::card_cache::{CardKey, Coding, Encoded, Rendered};
-use super::{error_response, version_header, AppState, Live, LiveRef};
-use crate::auth::Principal;
+use super::{error_response, version_header, Addressed, AppState, Live, LiveRef};
+use crate::auth::{AuthError, Principal};
 use crate::card;
 use crate::config::Access;
 use crate::error::GatewayError;
+use crate::protocol::Dialect;
 
 /// Cards need no credentials. Presented ones (if valid) show the caller which restricted
 /// agents it may call; anonymous callers see only the agents open to them.
@@ -30,6 +31,80 @@ fn grpc_target(state: &AppState, base: &str) -> Option<String> {
     Some(format!("{}:{port}", url.host_str()?))
 }
 
+/// The aggregated card as `caller` sees it: the agents it may call, with their extended
+/// skills in the `extended` form.
+fn aggregated(
+    state: &AppState,
+    live: &Live,
+    caller: &Principal,
+    base: &str,
+    v10: bool,
+    extended: bool,
+) -> Value {
+    let schemes = live.auth.schemes();
+    let sec = card::Security {
+        schemes: &schemes,
+        required: live.auth.default_access() == Access::Authenticated,
+        v10,
+    };
+    let visible = live
+        .registry
+        .iter()
+        .filter(|a| live.auth.authorize(caller, &a.def).is_ok());
+    let grpc = grpc_target(state, base);
+    let offers = card::Offers {
+        push: state.service.push().enabled(),
+        grpc: grpc.as_deref(),
+    };
+    card::gateway_card(&live.config, visible, base, &sec, offers, extended)
+}
+
+/// The extended card a caller asks for, on any binding: the agent's (`addressed`), or on
+/// the shared endpoints the aggregated one. One whose card does not offer it (no extended
+/// card, or no credential the gateway accepts) answers as the spec has it in the caller's
+/// `dialect`; one that does goes only to an authenticated caller the agent is open to.
+/// `base` is the gateway's URL as the caller reaches it.
+pub(crate) fn extended(
+    state: &AppState,
+    live: &Live,
+    caller: &Principal,
+    addressed: &Addressed,
+    base: &str,
+    dialect: Dialect,
+) -> Result<Value, GatewayError> {
+    let offered = !live.auth.schemes().is_empty()
+        && match addressed {
+            Addressed::Agent(agent) => card::has_extended(agent),
+            Addressed::Shared => true,
+            Addressed::Unknown(name) => return Err(live.unknown_agent(name)),
+        };
+    if !offered {
+        return Err(card::no_extended_card(dialect));
+    }
+    if caller.anonymous {
+        return Err(live.auth_error(AuthError::Missing));
+    }
+    let v10 = dialect == Dialect::V10;
+    let agent = match addressed {
+        Addressed::Agent(agent) => agent,
+        _ => return Ok(aggregated(state, live, caller, base, v10, true)),
+    };
+    live.authorize(caller, agent)?;
+    let schemes = live.auth.schemes();
+    let sec = card::Security {
+        schemes: &schemes,
+        required: live.auth.access_of(&agent.def) == Access::Authenticated,
+        v10,
+    };
+    let grpc = grpc_target(state, base);
+    let offers = card::Offers {
+        push: state.service.push().enabled(),
+        grpc: grpc.as_deref(),
+    };
+    card::extended_agent_card(agent, base, &sec, offers)
+        .ok_or_else(|| card::no_extended_card(dialect))
+}
+
 pub(super) async fn gateway_card(
     req: HttpRequest,
     state: web::Data<AppState>,
@@ -45,27 +120,8 @@ pub(super) async fn gateway_card(
         generation: registry.card_generation(),
     };
     let rendered = state.cards.get_or_render(&key, || {
-        let schemes = live.auth.schemes();
-        let sec = card::Security {
-            schemes: &schemes,
-            required: live.auth.default_access() == Access::Authenticated,
-            v10: key.v10,
-        };
-        let visible = registry
-            .iter()
-            .filter(|a| live.auth.authorize(&caller, &a.def).is_ok());
-        let grpc = grpc_target(&state, &key.base);
-        let offers = card::Offers {
-            push: state.service.push().enabled(),
-            grpc: grpc.as_deref(),
-        };
-        serde_json::to_vec(&card::gateway_card(
-            &live.config,
-            visible,
-            &key.base,
-            &sec,
-            offers,
-        ))
+        let card = aggregated(&state, &live, &caller, &key.base, key.v10, false);
+        serde_json::to_vec(&card)
     });
     match rendered {
         Ok(card) => card_response(&req, &live, &card, Coding::preferred(&req)),

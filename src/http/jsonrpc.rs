@@ -11,9 +11,11 @@ use super::sse::event_stream;
 use super::{served_headers, version_header, Addressed, AppState};
 use crate::error::GatewayError;
 use crate::limits::StreamSlot;
-use crate::protocol::jsonrpc::{parse_request, parse_request_for_agent, RpcId};
+use crate::protocol::jsonrpc::{
+    parse_request, parse_request_for_agent, render_result, Method, RpcId,
+};
 use crate::protocol::Dialect;
-use crate::rpc::{dispatch, render_stream_item, RpcReply};
+use crate::rpc::{dispatch, json, render_stream_item, RpcReply};
 use crate::telemetry;
 
 // The state and the caller are taken in the handler, not as extractors: actix-web's
@@ -96,6 +98,14 @@ pub(super) async fn handle(
         Err(f) => return respond(&req, &state, RpcReply::error(&f.id, f.dialect, &f.error)),
     };
     telemetry::note_method(rpc.method.name(), rpc.dialect.version(), "jsonrpc");
+    if rpc.method == Method::GetExtendedAgentCard && !matches!(addressed, Addressed::Unknown(_)) {
+        let base = live.base_url(&req);
+        let card = super::extended_card(&state, &live, &caller, &addressed, &base, rpc.dialect);
+        let reply = card
+            .and_then(|card| render_result(&rpc.id, card))
+            .map_or_else(|e| RpcReply::error(&rpc.id, rpc.dialect, &e), json);
+        return respond(&req, &state, reply);
+    }
     let streams = rpc.method.is_streaming();
     let admitted = admission::admit(
         &state,

@@ -134,7 +134,7 @@ impl Live {
             .map_err(|e| self.auth_error(e))
     }
 
-    fn auth_error(&self, e: AuthError) -> GatewayError {
+    pub(crate) fn auth_error(&self, e: AuthError) -> GatewayError {
         self.metrics.auth_failure(e.kind());
         if let AuthError::Rejected { reason, .. } = &e {
             // The reason, never the credential.

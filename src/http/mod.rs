@@ -36,6 +36,7 @@ use crate::telemetry::Metrics;
 pub(crate) use body::{read_chunks, BodyLimits};
 pub(crate) use caller::Caller;
 pub(crate) use card_cache::CardCache;
+pub(crate) use cards::extended as extended_card;
 pub(crate) use lifecycle::Lifecycle;
 pub(crate) use live::{Live, LiveRef};
 pub(crate) use observe::{account, render_metrics, Edge, Logged};
@@ -61,6 +62,8 @@ pub(crate) struct AppState {
     pub(crate) superseded: std::sync::Mutex<Vec<std::sync::Weak<Agent>>>,
     /// Where the gRPC binding listens, when it is on (the cards list it).
     pub(crate) grpc_port: Option<u16>,
+    /// The HTTP port, for the URLs of cards asked for over gRPC (no `public_url` set).
+    pub(crate) http_port: u16,
 }
 
 impl AppState {

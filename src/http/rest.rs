@@ -431,10 +431,29 @@ async fn push_configs(
     resp
 }
 
-async fn extended_card() -> HttpResponse {
-    error_response(&GatewayError::UnsupportedOperation(
-        "this agent does not offer an extended agent card".into(),
-    ))
+async fn extended_card(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    caller: Caller,
+) -> HttpResponse {
+    note_method(Method::GetExtendedAgentCard.name());
+    let live = caller.live;
+    let addressed = Addressed::of(&live.registry, req.match_info().get("name"));
+    let card = check_version(&req).and_then(|()| {
+        let base = live.base_url(&req);
+        super::extended_card(
+            &state,
+            &live,
+            &caller.principal?,
+            &addressed,
+            &base,
+            Dialect::V10,
+        )
+    });
+    match card {
+        Ok(card) => ok_json(&card),
+        Err(e) => error_response(&e),
+    }
 }
 
 async fn unknown_route(req: HttpRequest) -> HttpResponse {

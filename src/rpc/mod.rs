@@ -186,14 +186,9 @@ pub(crate) async fn run(
                     push_answer(answer, dialect, &task_id),
                 )?))
             }
-            // No agent has an extended card yet. 1.0 answers "unsupported" when the card
-            // does not declare one; 0.3 only has the "not configured" error for this.
-            Method::GetExtendedAgentCard => Err(match dialect {
-                Dialect::V10 => GatewayError::UnsupportedOperation(
-                    "this agent does not offer an extended agent card".into(),
-                ),
-                Dialect::V03 | Dialect::V01 => GatewayError::ExtendedCardNotConfigured,
-            }),
+            // Cards are the bindings' to render (their URLs are the caller's view of the
+            // gateway): each answers this call before dispatch (http::cards::extended).
+            Method::GetExtendedAgentCard => Err(crate::card::no_extended_card(dialect)),
         }
     }
     .await;

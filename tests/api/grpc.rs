@@ -16,7 +16,7 @@ use crate::peers::{
 };
 
 /// Runs `calls` (see grpc_probe.py) in order on one channel to the gateway's gRPC port.
-async fn probe(gw: &TestGateway, calls: Value) -> Vec<Value> {
+pub(crate) async fn probe(gw: &TestGateway, calls: Value) -> Vec<Value> {
     let target = gw.grpc.clone().expect("the gateway serves gRPC");
     let script = repo_root().join("tests/interop/grpc_probe.py");
     let python = python();

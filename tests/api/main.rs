@@ -10,6 +10,7 @@ mod config;
 mod console;
 mod deploy;
 mod errors;
+mod extended_cards;
 mod grpc;
 mod helpers;
 mod hostile;

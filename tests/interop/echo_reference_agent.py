@@ -21,6 +21,8 @@ A2A-Version handling is the SDK's: a missing header counts as 0.3; a 1.0 method
 needs a 1.x header (else -32009), a 0.3 method a 0.x header or none (else
 -32603 "A2A version '1.0' is not supported ...").
 --push turns on the SDK's push notifications (configs in memory, its own sender).
+--extended-key KEY offers an extended card (capabilities.extendedAgentCard) that adds the
+  skill "upstream-vip", given only to a call carrying X-API-Key: KEY (else -32007).
 --grpc serves A2A 1.0 over gRPC only (the SDK's GrpcHandler on a free port of --host);
   the HTTP port serves the card alone, whose one interface is that gRPC one.
 --port 0 binds a free port; --ready-file PATH gets that port (decimal, then a
@@ -73,6 +75,7 @@ from a2a.types import (
     TaskState,
 )
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
+from a2a.utils.errors import ExtendedAgentCardNotConfiguredError
 
 # Only after a2a.server.routes: importing the compat adapter first is a circular import.
 from a2a.compat.v0_3.conversions import to_compat_agent_card  # noqa: E402, I001
@@ -230,21 +233,39 @@ def only_03_methods(route: Route) -> Route:
     return Route(route.path, endpoint, methods=['POST'])
 
 
+def extended_parts(card: AgentCard, key: str | None) -> dict:
+    """The SDK's extended card, handed out only to a caller presenting `key`."""
+    if not key:
+        return {}
+    card.capabilities.extended_agent_card = True
+    extended = AgentCard()
+    extended.CopyFrom(card)
+    extended.description = 'Echoes text back; the extended card.'
+    extended.skills.append(AgentSkill(
+        id='upstream-vip', name='Upstream VIP', description='Only on the extended card',
+        tags=['vip']))
+
+    async def only_with_key(served: AgentCard, context) -> AgentCard:
+        headers = {k.lower(): v for k, v in context.state.get('headers', {}).items()}
+        if headers.get('x-api-key') != key:
+            raise ExtendedAgentCardNotConfiguredError(message='no extended card without the key')
+        return served
+    return {'extended_agent_card': extended, 'extended_card_modifier': only_with_key}
+
+
 def build_app(base_url: str, dialects: tuple[str, ...] = DIALECTS,
-              push: bool = False) -> Starlette:
+              push: bool = False, extended_key: str | None = None) -> Starlette:
     card = agent_card(base_url, dialects, push)
-    push_parts = {}
+    extras = extended_parts(card, extended_key)
     if push:
         # The SDK's own push support: configs kept in memory, sent by its sender
         # (StreamResponse bodies, the token in X-A2A-Notification-Token).
         configs = InMemoryPushNotificationConfigStore()
-        push_parts = {
-            'push_config_store': configs,
-            'push_sender': BasePushNotificationSender(httpx.AsyncClient(), configs),
-        }
+        extras['push_config_store'] = configs
+        extras['push_sender'] = BasePushNotificationSender(httpx.AsyncClient(), configs)
     handler = DefaultRequestHandler(
         agent_executor=EchoExecutor(), task_store=InMemoryTaskStore(), agent_card=card,
-        **push_parts,
+        **extras,
     )
     rpc_routes = create_jsonrpc_routes(
         handler, rpc_url='/', enable_v0_3_compat='0.3' in dialects,
@@ -312,6 +333,8 @@ def main() -> None:
     parser.add_argument('--log-level', default='warning')
     parser.add_argument('--push', action='store_true',
                         help='send push notifications (the card says pushNotifications: true)')
+    parser.add_argument('--extended-key',
+                        help='offer an extended card to callers presenting this X-API-Key')
     parser.add_argument('--grpc', action='store_true',
                         help='serve over gRPC only; the HTTP port serves the card')
     args = parser.parse_args()
@@ -326,7 +349,8 @@ def main() -> None:
     if args.grpc:
         asyncio.run(serve_grpc_only(host, sock, args.ready_file, args.log_level))
         return
-    config = uvicorn.Config(build_app(base_url, args.dialects, args.push), log_level=args.log_level,
+    app = build_app(base_url, args.dialects, args.push, args.extended_key)
+    config = uvicorn.Config(app, log_level=args.log_level,
                             timeout_graceful_shutdown=2)
     asyncio.run(serve(uvicorn.Server(config), sock, args.ready_file))
 

@@ -96,6 +96,8 @@ impl Upstream {
 #[derive(Default)]
 struct State {
     card: Option<Arc<Value>>,
+    /// The extended card, fetched with the file's credentials when the card offers one.
+    extended: Option<Arc<Value>>,
     upstream: Option<Arc<Upstream>>,
     healthy: bool,
 }
@@ -223,6 +225,33 @@ impl RemoteAgent {
         self.read().card.clone()
     }
 
+    /// The remote's extended card as last fetched, when its card offers one.
+    pub(crate) fn extended_card(&self) -> Option<Arc<Value>> {
+        self.read().extended.clone()
+    }
+
+    /// The remote's extended card: asked for with the agent file's credentials, as the
+    /// dialect names the call (over whatever binding the upstream is reached by).
+    async fn fetch_extended(&self, up: &Upstream) -> Result<Value, String> {
+        let method = match up.dialect {
+            Dialect::V10 => "GetExtendedAgentCard",
+            Dialect::V03 | Dialect::V01 => "agent/getAuthenticatedExtendedCard",
+        };
+        let body = serde_json::to_vec(&wire::Envelope {
+            jsonrpc: "2.0",
+            id: self.request_id(),
+            method,
+            params: serde_json::json!({}),
+        })
+        .map_err(|e| e.to_string())?;
+        let card = self.call(up, body).await.map_err(|e| e.to_string())?;
+        let card: Value = serde_json::from_str(card.get()).map_err(|e| e.to_string())?;
+        match card.is_object() {
+            true => Ok(card),
+            false => Err(format!("the answer is not a card: {card}")),
+        }
+    }
+
     pub(crate) fn stream_keepalive(&self) -> Option<Duration> {
         self.config.stream_keepalive_secs.map(Duration::from_secs)
     }
@@ -303,12 +332,27 @@ impl RemoteAgent {
                             })
                             .and_then(|up| self.on_file_origin(up)),
                     };
+                    let extended = match &upstream {
+                        Ok(up) if offers_extended_card(&card) => {
+                            match self.fetch_extended(up).await {
+                                Ok(extended) => Some(extended),
+                                Err(e) => {
+                                    tracing::warn!(agent = %self.name, error = %e, "the upstream's extended card could not be fetched: only its public card is served");
+                                    None
+                                }
+                            }
+                        }
+                        _ => None,
+                    };
                     let mut state = self.write();
                     match upstream {
                         Ok(up) => {
                             state.upstream = Some(Arc::new(up));
-                            if state.card.as_deref() != Some(&card) {
+                            let changed = state.card.as_deref() != Some(&card)
+                                || state.extended.as_deref() != extended.as_ref();
+                            if changed {
                                 state.card = Some(Arc::new(card));
+                                state.extended = extended.map(Arc::new);
                                 self.card_changes.bump();
                             }
                             state.healthy = true;
@@ -1025,6 +1069,12 @@ fn refuses_subscriptions(e: &GatewayError) -> bool {
             ..
         }
     )
+}
+
+/// Whether a card says its agent has an extended card (1.0's capability, or 0.3's flag).
+fn offers_extended_card(card: &Value) -> bool {
+    card["capabilities"]["extendedAgentCard"] == true
+        || card["supportsAuthenticatedExtendedCard"] == true
 }
 
 fn is_card_url(url: &str) -> bool {
