@@ -11,5 +11,5 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=scripts/venv-lib.sh
 source "$ROOT/scripts/venv-lib.sh"
 ensure_venv interop-venv "$ROOT/tests/interop/requirements.txt" "$ROOT/target/interop" 10 \
-    'import a2a.client, a2a.server.routes, a2a.compat.v0_3.jsonrpc_transport, a2a.client.transports.grpc, grpc, uvicorn, sse_starlette'
+    'import a2a.client, a2a.server.routes, a2a.utils.signing, jwcrypto.jws, rfc8785, a2a.compat.v0_3.jsonrpc_transport, a2a.client.transports.grpc, grpc, uvicorn, sse_starlette'
 echo "interop python: $PY_BIN"

@@ -15,6 +15,7 @@ use crate::limits::connections::{ConnectionLimits, Gate};
 use crate::limits::StreamGauge;
 use crate::service::A2aService;
 use crate::setup::Ready;
+use crate::signing::Signer;
 use crate::store::Table;
 use crate::tasks::{MemoryTaskStore, Tasks};
 use crate::telemetry::Metrics;
@@ -93,9 +94,10 @@ pub(crate) fn build_state(ready: Ready) -> std::io::Result<(AppState, Vec<String
     let owners = loaded.kept(Table::UpstreamOwners, &store);
     let legacy_names = loaded.kept(Table::LegacyNames, &store);
     let ledgers = loaded.kept(Table::Ledger, &store);
+    let (push_signer, card_signer) = signers(gateway, &base)?;
     let push = push_service(
         gateway,
-        &base,
+        push_signer,
         loaded.kept(Table::PushConfigs, &store),
         &metrics,
     )?;
@@ -129,15 +131,38 @@ pub(crate) fn build_state(ready: Ready) -> std::io::Result<(AppState, Vec<String
         superseded: Default::default(),
         grpc_port: None,
         http_port: 0,
+        card_signer,
     };
     Ok((state, failed))
 }
 
-/// Push notifications as `[push]` asks: off, or on with the signing key (relative to the
-/// gateway file's directory `base`) and the base URL of the gateway's own webhooks.
-fn push_service(
+/// The gateway's signing keys (files relative to the gateway file's directory `base`):
+/// push notifications' (`[push]`'s file, else one made now), and cards' (`[cards]`'s file,
+/// else the same key, so that one key is published unless two are asked for).
+fn signers(
     gateway: &crate::config::GatewayConfig,
     base: &std::path::Path,
+) -> std::io::Result<(Arc<Signer>, Arc<Signer>)> {
+    let issuer = gateway.public_url().unwrap_or(&gateway.name).to_string();
+    let load = |file: &Option<std::path::PathBuf>, setting| {
+        let file = file.as_ref().map(|p| base.join(p));
+        Signer::load(file.as_deref(), &issuer, setting)
+            .map(Arc::new)
+            .map_err(std::io::Error::other)
+    };
+    let push = load(&gateway.push.signing_key_file, "push.signing_key_file")?;
+    let cards = match &gateway.cards.signing_key_file {
+        Some(_) => load(&gateway.cards.signing_key_file, "cards.signing_key_file")?,
+        None => push.clone(),
+    };
+    Ok((push, cards))
+}
+
+/// Push notifications as `[push]` asks: off, or on with the signing key and the base URL
+/// of the gateway's own webhooks.
+fn push_service(
+    gateway: &crate::config::GatewayConfig,
+    signer: Arc<Signer>,
     kept: crate::store::Kept,
     metrics: &Arc<Metrics>,
 ) -> std::io::Result<crate::service::push::Push> {
@@ -148,11 +173,8 @@ fn push_service(
     let pusher = match settings.enabled {
         false => None,
         true => {
-            let key = settings.signing_key_file.as_ref().map(|p| base.join(p));
-            let issuer = public.clone().unwrap_or_else(|| gateway.name.clone());
-            let pusher =
-                crate::push::Pusher::new(settings, key.as_deref(), &issuer, metrics.clone())
-                    .map_err(std::io::Error::other)?;
+            let pusher = crate::push::Pusher::new(settings, signer, metrics.clone())
+                .map_err(std::io::Error::other)?;
             Some(Arc::new(pusher))
         }
     };

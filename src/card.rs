@@ -437,6 +437,67 @@ pub(crate) fn gateway_card<'a>(
     card
 }
 
+/// The card as it goes out: for a 1.0 caller without the 0.3 fields of the hybrid card
+/// (a 1.0 card is its proto's ProtoJSON, which verifiers parse before checking a
+/// signature), then signed by `signer`.
+pub(crate) fn finish(mut card: Value, v10: bool, signer: &crate::signing::Signer) -> Value {
+    if let Some(obj) = card.as_object_mut() {
+        if v10 {
+            for key in [
+                "url",
+                "protocolVersion",
+                "preferredTransport",
+                "supportsAuthenticatedExtendedCard",
+            ] {
+                obj.remove(key);
+            }
+        }
+        obj.remove("signatures");
+    }
+    let signature = canonical(&card)
+        .map_err(|e| e.to_string())
+        .and_then(|payload| signer.detached(payload.as_bytes()));
+    match signature {
+        Ok((protected, signature)) => {
+            card["signatures"] = json!([{"protected": protected, "signature": signature}]);
+        }
+        Err(e) => tracing::error!(error = %e, "a card could not be signed; served unsigned"),
+    }
+    card
+}
+
+/// The form a card's signature covers: RFC 8785 (JCS) of the card without `signatures`
+/// and without empty (default-valued) members, as the official SDKs canonicalize.
+pub(crate) fn canonical(card: &Value) -> Result<String, serde_json::Error> {
+    let mut card = card.clone();
+    if let Some(obj) = card.as_object_mut() {
+        obj.remove("signatures");
+    }
+    let cleaned = without_empty(card).unwrap_or_else(|| json!({}));
+    serde_json_canonicalizer::to_string(&cleaned)
+}
+
+/// `value` without empty strings, arrays and objects, nor nulls, at any depth (an object
+/// or array left empty by that goes too).
+fn without_empty(value: Value) -> Option<Value> {
+    match value {
+        Value::Null => None,
+        Value::String(s) if s.is_empty() => None,
+        Value::Array(items) => {
+            let kept: Vec<Value> = items.into_iter().filter_map(without_empty).collect();
+            (!kept.is_empty()).then_some(Value::Array(kept))
+        }
+        Value::Object(members) => {
+            let kept: Map<String, Value> = members
+                .into_iter()
+                .filter_map(|(k, v)| without_empty(v).map(|v| (k, v)))
+                .collect();
+            (!kept.is_empty()).then_some(Value::Object(kept))
+        }
+        other => Some(other),
+    }
+}
+
 /// A strong validator for a rendered card. Deterministic across restarts and replicas
 /// (unlike a randomly keyed hasher), so caches stay warm through a rolling deploy.
 pub(crate) fn etag(body: &[u8]) -> String {
@@ -447,4 +508,49 @@ pub(crate) fn etag(body: &[u8]) -> String {
         hash = hash.wrapping_mul(0x0100_0000_01b3);
     }
     format!("\"{hash:016x}\"")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_signed_form_is_jcs_without_signatures_or_empty_members() {
+        let card = json!({
+            "name": "é", "skills": [], "description": "", "b": {"c": [], "d": null},
+            "capabilities": {"streaming": false}, "version": 1.5e30,
+            "signatures": [{"protected": "x", "signature": "y"}],
+        });
+        assert_eq!(
+            canonical(&card).unwrap(),
+            r#"{"capabilities":{"streaming":false},"name":"é","version":1.5e+30}"#
+        );
+    }
+
+    #[test]
+    fn a_finished_card_verifies_and_a_1_0_one_has_no_0_3_members() {
+        let signer = crate::signing::Signer::load(None, "g", "k").unwrap();
+        let card = json!({"name": "a", "url": "http://x", "protocolVersion": "0.3.0"});
+        let signed = finish(card, true, &signer);
+        assert!(signed.get("url").is_none() && signed.get("protocolVersion").is_none());
+        let sig = &signed["signatures"][0];
+        let (protected, signature) = (
+            sig["protected"].as_str().unwrap(),
+            sig["signature"].as_str().unwrap(),
+        );
+        let payload = canonical(&signed).unwrap();
+        let input = format!(
+            "{protected}.{}",
+            base64::Engine::encode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, payload)
+        );
+        let set: jsonwebtoken::jwk::JwkSet = serde_json::from_value(signer.jwks()).unwrap();
+        let key = jsonwebtoken::DecodingKey::from_jwk(&set.keys[0]).unwrap();
+        let ok = jsonwebtoken::crypto::verify(
+            signature,
+            input.as_bytes(),
+            &key,
+            jsonwebtoken::Algorithm::ES256,
+        );
+        assert!(ok.unwrap());
+    }
 }

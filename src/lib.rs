@@ -24,6 +24,7 @@ pub(crate) mod routing;
 pub(crate) mod rpc;
 pub(crate) mod service;
 pub mod setup;
+pub(crate) mod signing;
 pub(crate) mod store;
 pub(crate) mod tasks;
 pub(crate) mod telemetry;

@@ -50,10 +50,12 @@ impl Settings {
                     .cloned(),
             );
         }
-        if let Some(key) = &self.gateway.push.signing_key_file {
-            let base = self.gateway_file.parent().unwrap_or(Path::new(""));
-            files.push(base.join(key));
-        }
+        let base = self.gateway_file.parent().unwrap_or(Path::new(""));
+        let keys = [
+            &self.gateway.push.signing_key_file,
+            &self.gateway.cards.signing_key_file,
+        ];
+        files.extend(keys.into_iter().flatten().map(|key| base.join(key)));
         for agent in &self.agents {
             match &agent.backend {
                 BackendSpec::Command(cmd) => files.extend(cmd.named_files()),
@@ -137,6 +139,28 @@ pub struct GatewayConfig {
     pub console: ConsoleConfig,
     #[serde(default)]
     pub push: PushSettings,
+    #[serde(default)]
+    pub cards: CardsConfig,
+}
+
+/// `[cards]`: the key every card the gateway serves is signed with.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CardsConfig {
+    /// PKCS#8 PEM, P-256, relative to this file; read at start. Unset: `[push]
+    /// signing_key_file`, else a key made at each start (replicas behind one address must
+    /// share a file, or a client may read a card from one and the JWKS from another).
+    #[serde(default)]
+    pub signing_key_file: Option<PathBuf>,
+}
+
+impl CardsConfig {
+    /// The signing key's file, as this section or `[push]` names it.
+    pub fn key_file<'a>(&'a self, push: &'a PushSettings) -> Option<&'a Path> {
+        self.signing_key_file
+            .as_deref()
+            .or(push.signing_key_file.as_deref())
+    }
 }
 
 /// `[console]`: the browser console (a page to see and try the agents).
@@ -284,6 +308,7 @@ impl Default for GatewayConfig {
             store: StoreConfig::default(),
             console: ConsoleConfig::default(),
             push: PushSettings::default(),
+            cards: CardsConfig::default(),
         }
     }
 }

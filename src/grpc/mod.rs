@@ -356,9 +356,9 @@ impl Handler {
         let state = &self.state;
         let card =
             crate::http::extended_card(state, live, &principal, &addressed, &base, Dialect::V10)?;
-        let card = serde_json::to_string(&card)
-            .map_err(|e| GatewayError::Internal(format!("serializing a card: {e}")))?;
-        Ok(encode_json(&card, &self.rpc.output)?)
+        let card = std::str::from_utf8(card.json())
+            .map_err(|e| GatewayError::Internal(format!("a rendered card: {e}")))?;
+        Ok(encode_json(card, &self.rpc.output)?)
     }
 
     /// `fut`, or the deadline's error if the caller's `grpc-timeout` passes first.

@@ -1,4 +1,4 @@
-//! Rendered cards, kept with their compressed forms. The aggregated card unites every
+//! Rendered cards, signed, kept with their compressed forms. The aggregated card unites every
 //! visible agent's skills (151 KB with 2,000 agents): it is rendered once per key (the
 //! caller's access scope, the base URL its links use, the shape of its security fields, the
 //! generation of upstream cards) and compressed at most once per encoding, then served from
@@ -14,9 +14,20 @@ use bytes::Bytes;
 
 use crate::auth::AccessKey;
 
-/// What the aggregated card depends on besides the configuration.
+/// Which card: the gateway's (aggregated) or an agent's, public or extended.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Which {
+    Gateway,
+    Agent(Arc<str>),
+}
+
+/// What a card depends on besides the configuration.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct CardKey {
+    pub(crate) which: Which,
+    pub(crate) extended: bool,
+    /// The caller's access scope (the aggregated card lists the agents it may call; an
+    /// agent's card is the same for everyone: [`AccessKey::All`]).
     pub(crate) access: AccessKey,
     pub(crate) base: String,
     pub(crate) v10: bool,
@@ -30,8 +41,8 @@ pub(crate) struct CardCache {
     cards: quick_cache::sync::Cache<CardKey, Arc<Rendered>>,
 }
 
-/// How many rendered aggregated cards are kept.
-const CAPACITY: usize = 64;
+/// How many rendered cards are kept: each is signed once when rendered.
+const CAPACITY: usize = 1024;
 
 impl CardCache {
     pub(crate) fn new() -> CardCache {
@@ -122,6 +133,11 @@ impl Rendered {
             gzip: OnceLock::new(),
             brotli: OnceLock::new(),
         }
+    }
+
+    /// The card's JSON.
+    pub(crate) fn json(&self) -> &Bytes {
+        &self.plain.body
     }
 
     /// The body in `coding` (compressed once, then kept), or the plain body when
@@ -225,6 +241,8 @@ mod tests {
     fn renders_once_per_key() {
         let cache = CardCache::new();
         let key = CardKey {
+            which: Which::Gateway,
+            extended: false,
             access: AccessKey::Anonymous,
             base: "http://x".into(),
             v10: false,

@@ -1,11 +1,14 @@
+use std::sync::Arc;
+
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::{json, Value};
 
 use super::caller::Caller;
-use super::card_cache::{CardKey, Coding, Encoded, Rendered};
+use super::card_cache::{CardKey, Coding, Encoded, Rendered, Which};
 use super::{error_response, version_header, Addressed, AppState, Live, LiveRef};
-use crate::auth::{AuthError, Principal};
+use crate::agents::Agent;
+use crate::auth::{AccessKey, AuthError, Principal};
 use crate::card;
 use crate::config::Access;
 use crate::error::GatewayError;
@@ -59,11 +62,11 @@ fn aggregated(
     card::gateway_card(&live.config, visible, base, &sec, offers, extended)
 }
 
-/// The extended card a caller asks for, on any binding: the agent's (`addressed`), or on
-/// the shared endpoints the aggregated one. One whose card does not offer it (no extended
-/// card, or no credential the gateway accepts) answers as the spec has it in the caller's
-/// `dialect`; one that does goes only to an authenticated caller the agent is open to.
-/// `base` is the gateway's URL as the caller reaches it.
+/// The extended card a caller asks for, on any binding, rendered and signed: the agent's
+/// (`addressed`), or on the shared endpoints the aggregated one. One whose card does not
+/// offer it (no extended card, or no credential the gateway accepts) answers as the spec
+/// has it in the caller's `dialect`; one that does goes only to an authenticated caller
+/// the agent is open to. `base` is the gateway's URL as the caller reaches it.
 pub(crate) fn extended(
     state: &AppState,
     live: &Live,
@@ -71,7 +74,7 @@ pub(crate) fn extended(
     addressed: &Addressed,
     base: &str,
     dialect: Dialect,
-) -> Result<Value, GatewayError> {
+) -> Result<Arc<Rendered>, GatewayError> {
     let offered = !live.auth.schemes().is_empty()
         && match addressed {
             Addressed::Agent(agent) => card::has_extended(agent),
@@ -85,11 +88,60 @@ pub(crate) fn extended(
         return Err(live.auth_error(AuthError::Missing));
     }
     let v10 = dialect == Dialect::V10;
-    let agent = match addressed {
-        Addressed::Agent(agent) => agent,
-        _ => return Ok(aggregated(state, live, caller, base, v10, true)),
+    let rendered = match addressed {
+        Addressed::Agent(agent) => {
+            live.authorize(caller, agent)?;
+            agent_card_rendered(state, live, agent, base, v10, true)
+        }
+        _ => gateway_card_rendered(state, live, caller, base, v10, true),
     };
-    live.authorize(caller, agent)?;
+    rendered.ok_or_else(|| card::no_extended_card(dialect))
+}
+
+/// The aggregated card for `caller`, rendered, signed and kept.
+fn gateway_card_rendered(
+    state: &AppState,
+    live: &Live,
+    caller: &Principal,
+    base: &str,
+    v10: bool,
+    extended: bool,
+) -> Option<Arc<Rendered>> {
+    let key = CardKey {
+        which: Which::Gateway,
+        extended,
+        access: caller.access_key(),
+        base: base.to_string(),
+        v10,
+        registry: live.registry.id(),
+        generation: live.registry.card_generation(),
+    };
+    let rendered = state.cards.get_or_render(&key, || {
+        let card = aggregated(state, live, caller, base, v10, extended);
+        serde_json::to_vec(&card::finish(card, v10, &state.card_signer))
+    });
+    log_unrendered(rendered)
+}
+
+/// `agent`'s card (its extended one, if it has one, when `extended`), rendered, signed
+/// and kept: the same for every caller.
+fn agent_card_rendered(
+    state: &AppState,
+    live: &Live,
+    agent: &Arc<Agent>,
+    base: &str,
+    v10: bool,
+    extended: bool,
+) -> Option<Arc<Rendered>> {
+    let key = CardKey {
+        which: Which::Agent(agent.def.name.as_str().into()),
+        extended,
+        access: AccessKey::All,
+        base: base.to_string(),
+        v10,
+        registry: live.registry.id(),
+        generation: live.registry.card_generation(),
+    };
     let schemes = live.auth.schemes();
     let sec = card::Security {
         schemes: &schemes,
@@ -101,8 +153,27 @@ pub(crate) fn extended(
         push: state.service.push().enabled(),
         grpc: grpc.as_deref(),
     };
-    card::extended_agent_card(agent, base, &sec, offers)
-        .ok_or_else(|| card::no_extended_card(dialect))
+    if extended && !card::has_extended(agent) {
+        return None;
+    }
+    let rendered = state.cards.get_or_render(&key, || {
+        let card = match extended {
+            true => card::extended_agent_card(agent, base, &sec, offers),
+            false => Some(card::agent_card(agent, base, &sec, offers)),
+        };
+        serde_json::to_vec(&card::finish(
+            card.unwrap_or_default(),
+            v10,
+            &state.card_signer,
+        ))
+    });
+    log_unrendered(rendered)
+}
+
+fn log_unrendered(rendered: Result<Arc<Rendered>, serde_json::Error>) -> Option<Arc<Rendered>> {
+    rendered
+        .map_err(|e| tracing::error!(error = %e, "a card could not be serialized"))
+        .ok()
 }
 
 pub(super) async fn gateway_card(
@@ -111,21 +182,10 @@ pub(super) async fn gateway_card(
     caller: Caller,
 ) -> HttpResponse {
     let (caller, live) = card_caller(caller);
-    let registry = &live.registry;
-    let key = CardKey {
-        access: caller.access_key(),
-        base: live.base_url(&req),
-        v10: wants_v10(&req),
-        registry: registry.id(),
-        generation: registry.card_generation(),
-    };
-    let rendered = state.cards.get_or_render(&key, || {
-        let card = aggregated(&state, &live, &caller, &key.base, key.v10, false);
-        serde_json::to_vec(&card)
-    });
-    match rendered {
-        Ok(card) => card_response(&req, &live, &card, Coding::preferred(&req)),
-        Err(e) => error_response(&GatewayError::Internal(format!("serializing a card: {e}"))),
+    let base = live.base_url(&req);
+    match gateway_card_rendered(&state, &live, &caller, &base, wants_v10(&req), false) {
+        Some(card) => card_response(&req, &live, &card, Coding::preferred(&req)),
+        None => error_response(&GatewayError::Internal("serializing a card".into())),
     }
 }
 
@@ -139,21 +199,9 @@ pub(super) async fn agent_card(
         return error_response(&live.unknown_agent(&name));
     };
     let base = live.base_url(&req);
-    let schemes = live.auth.schemes();
-    let sec = card::Security {
-        schemes: &schemes,
-        required: live.auth.access_of(&agent.def) == Access::Authenticated,
-        v10: wants_v10(&req),
-    };
-    let grpc = grpc_target(&state, &base);
-    let offers = card::Offers {
-        push: state.service.push().enabled(),
-        grpc: grpc.as_deref(),
-    };
-    match serde_json::to_vec(&card::agent_card(agent, &base, &sec, offers)) {
-        // An agent's card is small: rendered per request and sent as it is.
-        Ok(body) => card_response(&req, &live, &Rendered::new(body), Coding::Identity),
-        Err(e) => error_response(&GatewayError::Internal(format!("serializing a card: {e}"))),
+    match agent_card_rendered(&state, &live, agent, &base, wants_v10(&req), false) {
+        Some(card) => card_response(&req, &live, &card, Coding::preferred(&req)),
+        None => error_response(&GatewayError::Internal("serializing a card".into())),
     }
 }
 

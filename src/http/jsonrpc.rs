@@ -17,6 +17,7 @@ use crate::protocol::jsonrpc::{
 use crate::protocol::Dialect;
 use crate::rpc::{dispatch, json, render_stream_item, RpcReply};
 use crate::telemetry;
+use serde_json::value::RawValue;
 
 // The state and the caller are taken in the handler, not as extractors: actix-web's
 // extractor tuple is a future of its own, polled per argument, on the hottest path.
@@ -102,7 +103,11 @@ pub(super) async fn handle(
         let base = live.base_url(&req);
         let card = super::extended_card(&state, &live, &caller, &addressed, &base, rpc.dialect);
         let reply = card
-            .and_then(|card| render_result(&rpc.id, card))
+            .and_then(|card| {
+                let card: &RawValue = serde_json::from_slice(card.json())
+                    .map_err(|e| GatewayError::Internal(format!("a rendered card: {e}")))?;
+                render_result(&rpc.id, card)
+            })
             .map_or_else(|e| RpcReply::error(&rpc.id, rpc.dialect, &e), json);
         return respond(&req, &state, reply);
     }

@@ -64,6 +64,8 @@ pub(crate) struct AppState {
     pub(crate) grpc_port: Option<u16>,
     /// The HTTP port, for the URLs of cards asked for over gRPC (no `public_url` set).
     pub(crate) http_port: u16,
+    /// The key every card is signed with ([`crate::card::finish`]).
+    pub(crate) card_signer: Arc<crate::signing::Signer>,
 }
 
 impl AppState {

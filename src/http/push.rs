@@ -10,19 +10,20 @@ use crate::push::TOKEN_HEADER;
 
 pub(crate) const JWKS_PATH: &str = "/.well-known/jwks.json";
 
-/// `GET /.well-known/jwks.json`: 404 while push is off.
+/// `GET /.well-known/jwks.json`: the keys cards and push notifications are signed with.
 pub(super) async fn jwks(state: web::Data<AppState>) -> HttpResponse {
-    match state.service.push().jwks() {
-        Some(keys) => HttpResponse::Ok()
-            .content_type("application/jwk-set+json")
-            .insert_header(("Cache-Control", "public, max-age=300"))
-            .json(keys),
-        None => HttpResponse::NotFound().json(crate::error::status_body(
-            404,
-            "push notifications are off, and nothing is signed",
-            None,
-        )),
+    let mut keys = vec![state.card_signer.jwk().clone()];
+    let push = state.service.push().jwks();
+    let push_keys = push.as_ref().and_then(|set| set["keys"].as_array());
+    for key in push_keys.into_iter().flatten() {
+        if !keys.iter().any(|k| k["kid"] == key["kid"]) {
+            keys.push(key.clone());
+        }
     }
+    HttpResponse::Ok()
+        .content_type("application/jwk-set+json")
+        .insert_header(("Cache-Control", "public, max-age=300"))
+        .json(serde_json::json!({ "keys": keys }))
 }
 
 /// `POST /a2a/push/{secret}`: an upstream's notification for a task, relayed to the

@@ -451,7 +451,9 @@ async fn extended_card(
         )
     });
     match card {
-        Ok(card) => ok_json(&card),
+        Ok(card) => HttpResponse::Ok()
+            .content_type(MEDIA_TYPE)
+            .body(card.json().clone()),
         Err(e) => error_response(&e),
     }
 }

@@ -5,7 +5,6 @@
 //! task or any other webhook wait.
 
 pub(crate) mod policy;
-mod signer;
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -18,8 +17,8 @@ use tokio::sync::Semaphore;
 use crate::config::PushSettings;
 use crate::telemetry::Metrics;
 
+pub(crate) use crate::signing::Signer;
 pub(crate) use policy::Policy;
-pub(crate) use signer::Signer;
 
 /// The header a config's token goes in (what the SDKs' receivers check).
 pub(crate) const TOKEN_HEADER: &str = "X-A2A-Notification-Token";
@@ -57,7 +56,7 @@ pub(crate) struct Pusher {
     settings: PushSettings,
     policy: Arc<Policy>,
     client: reqwest::Client,
-    signer: Signer,
+    signer: Arc<Signer>,
     /// Deliveries in flight per destination (scheme://host:port); entries go when idle.
     destinations: DashMap<String, Arc<Semaphore>, ahash::RandomState>,
     /// The queue of every config with notifications waiting or in flight.
@@ -99,8 +98,7 @@ impl Pusher {
     /// `issuer` names the gateway in the JWTs it signs.
     pub(crate) fn new(
         settings: &PushSettings,
-        signing_key: Option<&std::path::Path>,
-        issuer: &str,
+        signer: Arc<Signer>,
         metrics: Arc<Metrics>,
     ) -> Result<Pusher, String> {
         let policy = Arc::new(Policy::new(settings));
@@ -125,7 +123,7 @@ impl Pusher {
             settings: settings.clone(),
             policy,
             client,
-            signer: Signer::load(signing_key, issuer)?,
+            signer,
             destinations: DashMap::default(),
             queues: DashMap::default(),
             metrics,

@@ -3,6 +3,7 @@
 
 mod auth;
 mod balancer;
+mod card_signatures;
 mod cards;
 mod cli;
 mod command;

@@ -1,6 +1,7 @@
-//! The gateway's signature on notifications: an ES256 JWT whose key's public half is
-//! served at `/.well-known/jwks.json`, so a receiver can check that a notification comes
-//! from the gateway, was meant for its URL, is fresh, and carries the body that was signed.
+//! The gateway's signatures, with a P-256 key whose public half is served at
+//! `/.well-known/jwks.json`: on notifications an ES256 JWT, so a receiver can check that a
+//! notification comes from the gateway, was meant for its URL, is fresh, and carries the
+//! body that was signed; on cards a detached JWS over the card's canonical form.
 
 use std::path::Path;
 
@@ -23,14 +24,14 @@ pub(crate) struct Signer {
 }
 
 impl Signer {
-    /// The key in `path` (PKCS#8 PEM, P-256), or one made now.
-    pub(crate) fn load(path: Option<&Path>, issuer: &str) -> Result<Signer, String> {
+    /// The key in `path` (PKCS#8 PEM, P-256), or one made now; `setting` is the setting
+    /// that named the file, for errors.
+    pub(crate) fn load(path: Option<&Path>, issuer: &str, setting: &str) -> Result<Signer, String> {
         let der = match path {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
-                    .map_err(|e| format!("push.signing_key_file {}: {e}", path.display()))?;
-                pem_pkcs8(&text)
-                    .map_err(|e| format!("push.signing_key_file {}: {e}", path.display()))?
+                    .map_err(|e| format!("{setting} {}: {e}", path.display()))?;
+                pem_pkcs8(&text).map_err(|e| format!("{setting} {}: {e}", path.display()))?
             }
             None => {
                 EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &SystemRandom::new())
@@ -41,7 +42,7 @@ impl Signer {
         };
         let pair =
             EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &der, &SystemRandom::new())
-                .map_err(|e| format!("the push signing key is not a P-256 PKCS#8 key ({e})"))?;
+                .map_err(|e| format!("{setting}: not a P-256 PKCS#8 key ({e})"))?;
         // The uncompressed point: 0x04, then x and y.
         let point = pair.public_key().as_ref();
         let (x, y) = (
@@ -66,6 +67,23 @@ impl Signer {
     /// The JWKS document (one key).
     pub(crate) fn jwks(&self) -> Value {
         json!({ "keys": [self.jwk] })
+    }
+
+    /// The public key, as a JWK.
+    pub(crate) fn jwk(&self) -> &Value {
+        &self.jwk
+    }
+
+    /// A detached JWS (RFC 7515, appendix F) over `payload`: the protected header (ES256,
+    /// this key's id) and the signature, each base64url.
+    pub(crate) fn detached(&self, payload: &[u8]) -> Result<(String, String), String> {
+        let header = json!({"alg": "ES256", "kid": self.kid, "typ": "JOSE"});
+        let protected = URL_SAFE_NO_PAD.encode(header.to_string());
+        let input = format!("{protected}.{}", URL_SAFE_NO_PAD.encode(payload));
+        let signature =
+            jsonwebtoken::crypto::sign(input.as_bytes(), &self.key, jsonwebtoken::Algorithm::ES256)
+                .map_err(|e| e.to_string())?;
+        Ok((protected, signature))
     }
 
     /// A token for one notification to `audience` (the webhook URL) carrying `body`.
@@ -130,7 +148,7 @@ mod tests {
 
     #[test]
     fn a_token_verifies_with_the_served_key_only_for_its_audience() {
-        let signer = Signer::load(None, "a2a-gateway").unwrap();
+        let signer = Signer::load(None, "a2a-gateway", "k").unwrap();
         let token = signer.sign("https://hooks.example/a", "t1", b"{}").unwrap();
         let set: jsonwebtoken::jwk::JwkSet = serde_json::from_value(signer.jwks()).unwrap();
         let key = jsonwebtoken::DecodingKey::from_jwk(&set.keys[0]).unwrap();
@@ -156,11 +174,11 @@ mod tests {
         );
         let path = dir.join("key.pem");
         std::fs::write(&path, pem).unwrap();
-        let a = Signer::load(Some(&path), "g").unwrap();
-        let b = Signer::load(Some(&path), "g").unwrap();
+        let a = Signer::load(Some(&path), "g", "k").unwrap();
+        let b = Signer::load(Some(&path), "g", "k").unwrap();
         assert_eq!(a.kid, b.kid, "the same file gives the same key");
         std::fs::write(&path, "-----BEGIN EC PRIVATE KEY-----\nAAAA\n").unwrap();
-        let refused = |p: &Path| Signer::load(Some(p), "g").err().unwrap_or_default();
+        let refused = |p: &Path| Signer::load(Some(p), "g", "k").err().unwrap_or_default();
         assert!(refused(&path).contains("SEC1"));
         assert!(refused(&dir.join("missing.pem")).contains("missing.pem"));
         std::fs::remove_dir_all(&dir).unwrap();
