@@ -454,7 +454,7 @@ pub(crate) fn finish(mut card: Value, v10: bool, signer: &crate::signing::Signer
         }
         obj.remove("signatures");
     }
-    let signature = canonical(&card)
+    let signature = crate::signing::canonical_card(&card)
         .map_err(|e| e.to_string())
         .and_then(|payload| signer.detached(payload.as_bytes()));
     match signature {
@@ -464,38 +464,6 @@ pub(crate) fn finish(mut card: Value, v10: bool, signer: &crate::signing::Signer
         Err(e) => tracing::error!(error = %e, "a card could not be signed; served unsigned"),
     }
     card
-}
-
-/// The form a card's signature covers: RFC 8785 (JCS) of the card without `signatures`
-/// and without empty (default-valued) members, as the official SDKs canonicalize.
-pub(crate) fn canonical(card: &Value) -> Result<String, serde_json::Error> {
-    let mut card = card.clone();
-    if let Some(obj) = card.as_object_mut() {
-        obj.remove("signatures");
-    }
-    let cleaned = without_empty(card).unwrap_or_else(|| json!({}));
-    serde_json_canonicalizer::to_string(&cleaned)
-}
-
-/// `value` without empty strings, arrays and objects, nor nulls, at any depth (an object
-/// or array left empty by that goes too).
-fn without_empty(value: Value) -> Option<Value> {
-    match value {
-        Value::Null => None,
-        Value::String(s) if s.is_empty() => None,
-        Value::Array(items) => {
-            let kept: Vec<Value> = items.into_iter().filter_map(without_empty).collect();
-            (!kept.is_empty()).then_some(Value::Array(kept))
-        }
-        Value::Object(members) => {
-            let kept: Map<String, Value> = members
-                .into_iter()
-                .filter_map(|(k, v)| without_empty(v).map(|v| (k, v)))
-                .collect();
-            (!kept.is_empty()).then_some(Value::Object(kept))
-        }
-        other => Some(other),
-    }
 }
 
 /// A strong validator for a rendered card. Deterministic across restarts and replicas
@@ -522,7 +490,7 @@ mod tests {
             "signatures": [{"protected": "x", "signature": "y"}],
         });
         assert_eq!(
-            canonical(&card).unwrap(),
+            crate::signing::canonical_card(&card).unwrap(),
             r#"{"capabilities":{"streaming":false},"name":"é","version":1.5e+30}"#
         );
     }
@@ -538,7 +506,7 @@ mod tests {
             sig["protected"].as_str().unwrap(),
             sig["signature"].as_str().unwrap(),
         );
-        let payload = canonical(&signed).unwrap();
+        let payload = crate::signing::canonical_card(&signed).unwrap();
         let input = format!(
             "{protected}.{}",
             base64::Engine::encode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, payload)

@@ -113,6 +113,87 @@ impl Signer {
     }
 }
 
+/// The form a card's signature covers: RFC 8785 (JCS) of the card without `signatures`
+/// and without empty (default-valued) members, as the official SDKs canonicalize.
+pub(crate) fn canonical_card(card: &Value) -> Result<String, serde_json::Error> {
+    let mut card = card.clone();
+    if let Some(obj) = card.as_object_mut() {
+        obj.remove("signatures");
+    }
+    let cleaned = without_empty(card).unwrap_or_else(|| json!({}));
+    serde_json_canonicalizer::to_string(&cleaned)
+}
+
+/// `value` without empty strings, arrays and objects, nor nulls, at any depth (an object
+/// or array left empty by that goes too).
+fn without_empty(value: Value) -> Option<Value> {
+    match value {
+        Value::Null => None,
+        Value::String(s) if s.is_empty() => None,
+        Value::Array(items) => {
+            let kept: Vec<Value> = items.into_iter().filter_map(without_empty).collect();
+            (!kept.is_empty()).then_some(Value::Array(kept))
+        }
+        Value::Object(members) => {
+            let kept: serde_json::Map<String, Value> = members
+                .into_iter()
+                .filter_map(|(k, v)| without_empty(v).map(|v| (k, v)))
+                .collect();
+            (!kept.is_empty()).then_some(Value::Object(kept))
+        }
+        other => Some(other),
+    }
+}
+
+/// Whether one of `card`'s signatures (detached JWS over [`canonical_card`]) verifies
+/// against `keys`, the key its header names (or any, when it names none). Only public-key
+/// algorithms: an HMAC signature cannot be checked with a JWKS's public keys.
+pub(crate) fn verify_card(card: &Value, keys: &jsonwebtoken::jwk::JwkSet) -> Result<(), String> {
+    let signatures = card["signatures"]
+        .as_array()
+        .filter(|s| !s.is_empty())
+        .ok_or("the card carries no signature")?;
+    let payload = canonical_card(card).map_err(|e| e.to_string())?;
+    let encoded = URL_SAFE_NO_PAD.encode(payload);
+    let mut why = String::from("no signature verifies against the keys");
+    for signature in signatures {
+        let (Some(protected), Some(value)) = (
+            signature["protected"].as_str(),
+            signature["signature"].as_str(),
+        ) else {
+            why = "a signature lacks its protected header or its value".into();
+            continue;
+        };
+        let header = URL_SAFE_NO_PAD
+            .decode(protected)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<jsonwebtoken::Header>(&bytes).ok());
+        let Some(header) = header else {
+            why = "a protected header does not decode".into();
+            continue;
+        };
+        use jsonwebtoken::Algorithm::{HS256, HS384, HS512};
+        if matches!(header.alg, HS256 | HS384 | HS512) {
+            why = format!("{:?} is not a public-key signature", header.alg);
+            continue;
+        }
+        let input = format!("{protected}.{encoded}");
+        let candidates = keys
+            .keys
+            .iter()
+            .filter(|k| header.kid.is_none() || k.common.key_id == header.kid);
+        for jwk in candidates {
+            let Ok(key) = jsonwebtoken::DecodingKey::from_jwk(jwk) else {
+                continue;
+            };
+            if jsonwebtoken::crypto::verify(value, input.as_bytes(), &key, header.alg) == Ok(true) {
+                return Ok(());
+            }
+        }
+    }
+    Err(why)
+}
+
 fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write as _;
     bytes.iter().fold(String::with_capacity(64), |mut out, b| {
@@ -145,6 +226,26 @@ fn pem_pkcs8(text: &str) -> Result<Vec<u8>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_signed_card_verifies_and_a_changed_one_does_not() {
+        let signer = Signer::load(None, "g", "k").unwrap();
+        let mut card = json!({"name": "a", "description": "b", "skills": []});
+        let payload = canonical_card(&card).unwrap();
+        let (protected, signature) = signer.detached(payload.as_bytes()).unwrap();
+        card["signatures"] = json!([{"protected": protected, "signature": signature}]);
+        let keys: jsonwebtoken::jwk::JwkSet = serde_json::from_value(signer.jwks()).unwrap();
+        assert_eq!(verify_card(&card, &keys), Ok(()));
+        card["description"] = json!("changed");
+        assert!(verify_card(&card, &keys).is_err());
+        let other = Signer::load(None, "g", "k").unwrap();
+        let others: jsonwebtoken::jwk::JwkSet = serde_json::from_value(other.jwks()).unwrap();
+        card["description"] = json!("b");
+        assert!(verify_card(&card, &others).is_err());
+        assert!(verify_card(&json!({"name": "a"}), &keys)
+            .unwrap_err()
+            .contains("no signature"));
+    }
 
     #[test]
     fn a_token_verifies_with_the_served_key_only_for_its_audience() {

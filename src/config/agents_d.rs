@@ -192,9 +192,12 @@ fn check_agent(
     }
     let mut backend = raw.backend;
     match &mut backend {
-        BackendSpec::A2a(cfg) => {
-            check_a2a(cfg, &mut |offset, msg| diags.push(at(offset, msg)), text)
-        }
+        BackendSpec::A2a(cfg) => check_a2a(
+            cfg,
+            &agent_dir(file),
+            &mut |offset, msg| diags.push(at(offset, msg)),
+            text,
+        ),
         BackendSpec::Command(cfg) => check_command(
             cfg,
             file,
@@ -338,7 +341,9 @@ fn check_what_reads(
                     Ok(BackendSpec::Command(mut cfg)) => {
                         check_command(&mut cfg, file, &mut report, text)
                     }
-                    Ok(BackendSpec::A2a(mut cfg)) => check_a2a(&mut cfg, &mut report, text),
+                    Ok(BackendSpec::A2a(mut cfg)) => {
+                        check_a2a(&mut cfg, &agent_dir(file), &mut report, text)
+                    }
                     Ok(BackendSpec::OpenAi(mut cfg)) => {
                         check_headers(&mut cfg.headers, &mut report, text);
                         cfg.check(&agent_dir(file), &mut report, text);
@@ -381,7 +386,7 @@ fn check_what_reads(
 /// Checks an upstream agent's settings and expands `${VAR}` in its headers. Values inside
 /// `[backend]` carry no spans (the table is read through its `kind` tag), so problems are
 /// located by finding the offending text in the file.
-fn check_a2a(cfg: &mut A2aConfig, report: &mut dyn FnMut(usize, String), text: &str) {
+fn check_a2a(cfg: &mut A2aConfig, dir: &Path, report: &mut dyn FnMut(usize, String), text: &str) {
     let find = |needle: &str| text.find(needle).unwrap_or(0);
     if !(cfg.url.starts_with("http://") || cfg.url.starts_with("https://")) {
         report(
@@ -408,6 +413,62 @@ fn check_a2a(cfg: &mut A2aConfig, report: &mut dyn FnMut(usize, String), text: &
         }
     }
     check_headers(&mut cfg.headers, report, text);
+    check_card_keys(cfg, dir, report, text);
+}
+
+/// A signature to check needs exactly one place to find the keys; a file is read now, so
+/// that a missing or broken one is a load error rather than an unhealthy agent.
+fn check_card_keys(
+    cfg: &mut A2aConfig,
+    dir: &Path,
+    report: &mut dyn FnMut(usize, String),
+    text: &str,
+) {
+    let find = |needle: &str| text.find(needle).unwrap_or(0);
+    let given = (cfg.card_jwks_url.is_some(), cfg.card_jwks_file.is_some());
+    if !cfg.verify_card_signature {
+        if given != (false, false) {
+            report(
+                find("card_jwks"),
+                "backend.card_jwks_url and card_jwks_file are read only with verify_card_signature = true".into(),
+            );
+        }
+        return;
+    }
+    if given.0 == given.1 {
+        report(
+            find("verify_card_signature"),
+            "verify_card_signature = true needs one of backend.card_jwks_url and backend.card_jwks_file".into(),
+        );
+        return;
+    }
+    if let Some(url) = &cfg.card_jwks_url {
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            report(
+                find(url),
+                format!("backend.card_jwks_url must be an http(s) URL, got \"{url}\""),
+            );
+        }
+    }
+    if let Some(file) = &mut cfg.card_jwks_file {
+        let path = dir.join(&*file);
+        let read = std::fs::read(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|bytes| {
+                serde_json::from_slice::<jsonwebtoken::jwk::JwkSet>(&bytes)
+                    .map_err(|e| e.to_string())
+            });
+        match read {
+            Ok(_) => *file = path,
+            Err(e) => report(
+                find("card_jwks_file"),
+                format!(
+                    "backend.card_jwks_file {}: not a JWKS ({e})",
+                    path.display()
+                ),
+            ),
+        }
+    }
 }
 
 /// Checks the `headers` of a backend that calls out over HTTP and expands `${VAR}` in them.

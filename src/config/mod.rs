@@ -926,6 +926,16 @@ pub struct A2aConfig {
     /// when this says so, and then without the file's `headers` (they never cross origins).
     #[serde(default)]
     pub follow_card_url: bool,
+    /// Serve the agent only while its card carries a signature that verifies against
+    /// `card_jwks_url` or `card_jwks_file` (one of them is required).
+    #[serde(default)]
+    pub verify_card_signature: bool,
+    /// The JWKS the card's signature is checked against, fetched with every card.
+    #[serde(default)]
+    pub card_jwks_url: Option<String>,
+    /// The same, from a file (relative to the agent file), read with every card.
+    #[serde(default)]
+    pub card_jwks_file: Option<PathBuf>,
 }
 
 fn default_upstream_timeout() -> u64 {

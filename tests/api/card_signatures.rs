@@ -146,3 +146,114 @@ async fn a_key_file_is_the_key_every_replica_signs_with() {
         .to_string();
     assert!(error.contains("cards.signing_key_file"), "{error}");
 }
+
+/// An upstream that signs its card (the official SDK's signer): served while the signature
+/// verifies against the keys its file names; a card changed after signing is refused and
+/// its agent is unhealthy, never served.
+#[tokio::test]
+async fn an_upstream_card_is_served_only_while_its_signature_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("upstream.pem");
+    let made = Command::new("openssl")
+        .args([
+            "genpkey",
+            "-algorithm",
+            "EC",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-out",
+        ])
+        .arg(&key)
+        .status()
+        .expect("openssl");
+    assert!(made.success());
+    let (key, jwks) = (
+        key.display().to_string(),
+        dir.path().join("upstream.jwks.json"),
+    );
+    let jwks = jwks.display().to_string();
+    let signed = ["--sign-key", key.as_str(), "--jwks-out", jwks.as_str()];
+    let honest = crate::peers::python_agent_with("1.0,0.3", &signed).await;
+    let tampered =
+        crate::peers::python_agent_with("1.0", &[&signed[..], &["--tamper"]].concat()).await;
+    let checked = format!("verify_card_signature = true\ncard_jwks_file = {jwks:?}\n");
+    let gw = spawn_with(
+        &[
+            (
+                "honest.toml",
+                &crate::peers::upstream_agent("honest", &honest.url(), &checked),
+            ),
+            (
+                "tampered.toml",
+                &crate::peers::upstream_agent("tampered", &tampered.url(), &checked),
+            ),
+        ],
+        "",
+    )
+    .await;
+    let health = gw.get_json("/a2a/health").await;
+    assert_eq!(health["agents"]["honest"], "healthy", "{health}");
+    assert_eq!(health["agents"]["tampered"], "unhealthy", "{health}");
+    let sent = gw
+        .call(
+            "/a2a/agents/honest",
+            crate::helpers::D::V10,
+            "SendMessage",
+            serde_json::json!({"message": crate::helpers::D::V10.message("hi")}),
+        )
+        .await;
+    assert!(sent.body.get("result").is_some(), "{}", sent.body);
+    let refused = gw
+        .call(
+            "/a2a/agents/tampered",
+            crate::helpers::D::V10,
+            "SendMessage",
+            serde_json::json!({"message": crate::helpers::D::V10.message("hi")}),
+        )
+        .await;
+    assert!(refused.body.get("error").is_some(), "{}", refused.body);
+    let card = gw.get_json("/a2a/agents/tampered/card").await;
+    assert!(
+        !card.to_string().contains("changed after signing"),
+        "{card}"
+    );
+    // The honest card, rewritten, is the gateway's to sign now.
+    let served = verify(&gw, "/a2a/agents/honest/card", &["--a2a-version", "1.0"]).await;
+    assert_verifies(&served, "the rewritten upstream card", true);
+}
+
+/// What an agent file must give to have its upstream's card checked, each mistake a load
+/// error naming it.
+#[test]
+fn checking_an_upstream_card_needs_one_place_for_its_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let agents = dir.path().join("agents.d");
+    std::fs::create_dir(&agents).unwrap();
+    let cases = [
+        (
+            "verify_card_signature = true\n",
+            "needs one of backend.card_jwks_url and backend.card_jwks_file",
+        ),
+        (
+            "verify_card_signature = true\ncard_jwks_file = \"missing.json\"\n",
+            "missing.json: not a JWKS",
+        ),
+        (
+            "card_jwks_url = \"https://keys.example/jwks.json\"\n",
+            "read only with verify_card_signature = true",
+        ),
+        (
+            "verify_card_signature = true\ncard_jwks_url = \"ftp://x\"\n",
+            "must be an http(s) URL",
+        ),
+    ];
+    for (extra, want) in cases {
+        let file = crate::peers::upstream_agent("up", "http://127.0.0.1:9", extra);
+        std::fs::write(agents.join("up.toml"), file).unwrap();
+        let error = a2a_gateway::config::load(None, &agents)
+            .err()
+            .unwrap_or_else(|| panic!("{extra} loads"))
+            .to_string();
+        assert!(error.contains(want), "{extra}: {error}");
+    }
+}

@@ -23,6 +23,9 @@ needs a 1.x header (else -32009), a 0.3 method a 0.x header or none (else
 --push turns on the SDK's push notifications (configs in memory, its own sender).
 --extended-key KEY offers an extended card (capabilities.extendedAgentCard) that adds the
   skill "upstream-vip", given only to a call carrying X-API-Key: KEY (else -32007).
+--sign-key PEM signs the card with the SDK's card signer (ES256, kid "upstream-key") and
+  writes the public key as a JWKS to --jwks-out; --tamper changes the description after
+  signing, as an attacker between the agent and the gateway would.
 --grpc serves A2A 1.0 over gRPC only (the SDK's GrpcHandler on a free port of --host);
   the HTTP port serves the card alone, whose one interface is that gRPC one.
 --port 0 binds a free port; --ready-file PATH gets that port (decimal, then a
@@ -43,6 +46,7 @@ Behaviour (text = the user message's text parts joined with ""):
 
 import argparse
 import asyncio
+import json
 import logging
 import re
 import uuid
@@ -253,9 +257,29 @@ def extended_parts(card: AgentCard, key: str | None) -> dict:
     return {'extended_agent_card': extended, 'extended_card_modifier': only_with_key}
 
 
+def sign_card(card: AgentCard, key_file: str, jwks_out: str, tamper: bool) -> None:
+    """Signs `card` as the SDK signs one, and publishes the key."""
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+    from jwt.algorithms import ECAlgorithm
+    from a2a.utils.signing import create_agent_card_signer
+
+    pem = open(key_file, 'rb').read()
+    jwk = ECAlgorithm.to_jwk(load_pem_private_key(pem, None).public_key(), as_dict=True)
+    jwk.update({'kid': 'upstream-key', 'alg': 'ES256', 'use': 'sig'})
+    with open(jwks_out, 'w') as out:
+        json.dump({'keys': [jwk]}, out)
+    header = {'kid': 'upstream-key', 'alg': 'ES256', 'jku': None, 'typ': 'JOSE'}
+    create_agent_card_signer(pem.decode(), header)(card)
+    if tamper:
+        card.description = 'Echoes text back; changed after signing.'
+
+
 def build_app(base_url: str, dialects: tuple[str, ...] = DIALECTS,
-              push: bool = False, extended_key: str | None = None) -> Starlette:
+              push: bool = False, extended_key: str | None = None,
+              signing: tuple[str, str, bool] | None = None) -> Starlette:
     card = agent_card(base_url, dialects, push)
+    if signing:
+        sign_card(card, *signing)
     extras = extended_parts(card, extended_key)
     if push:
         # The SDK's own push support: configs kept in memory, sent by its sender
@@ -335,6 +359,10 @@ def main() -> None:
                         help='send push notifications (the card says pushNotifications: true)')
     parser.add_argument('--extended-key',
                         help='offer an extended card to callers presenting this X-API-Key')
+    parser.add_argument('--sign-key', help='sign the card with this P-256 PEM key')
+    parser.add_argument('--jwks-out', help='with --sign-key: write the public key here')
+    parser.add_argument('--tamper', action='store_true',
+                        help='with --sign-key: change the card after signing it')
     parser.add_argument('--grpc', action='store_true',
                         help='serve over gRPC only; the HTTP port serves the card')
     args = parser.parse_args()
@@ -349,7 +377,8 @@ def main() -> None:
     if args.grpc:
         asyncio.run(serve_grpc_only(host, sock, args.ready_file, args.log_level))
         return
-    app = build_app(base_url, args.dialects, args.push, args.extended_key)
+    signing = (args.sign_key, args.jwks_out, args.tamper) if args.sign_key else None
+    app = build_app(base_url, args.dialects, args.push, args.extended_key, signing)
     config = uvicorn.Config(app, log_level=args.log_level,
                             timeout_graceful_shutdown=2)
     asyncio.run(serve(uvicorn.Server(config), sock, args.ready_file))

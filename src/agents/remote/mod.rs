@@ -322,53 +322,104 @@ impl RemoteAgent {
         let mut last_err = String::from("no card URL");
         for url in self.card_urls() {
             match self.fetch_card(&url).await {
-                Ok(card) => {
-                    let upstream = match self.pinned_endpoint() {
-                        // The file names the endpoint and its dialect: the card only describes.
-                        Some(up) => Ok(up),
-                        None => choose_upstream(&card, &url, self.forced)
-                            .ok_or_else(|| {
-                                "the remote card offers no JSON-RPC interface".to_string()
-                            })
-                            .and_then(|up| self.on_file_origin(up)),
-                    };
-                    let extended = match &upstream {
-                        Ok(up) if offers_extended_card(&card) => {
-                            match self.fetch_extended(up).await {
-                                Ok(extended) => Some(extended),
-                                Err(e) => {
-                                    tracing::warn!(agent = %self.name, error = %e, "the upstream's extended card could not be fetched: only its public card is served");
-                                    None
-                                }
-                            }
-                        }
-                        _ => None,
-                    };
-                    let mut state = self.write();
-                    match upstream {
-                        Ok(up) => {
-                            state.upstream = Some(Arc::new(up));
-                            let changed = state.card.as_deref() != Some(&card)
-                                || state.extended.as_deref() != extended.as_ref();
-                            if changed {
-                                state.card = Some(Arc::new(card));
-                                state.extended = extended.map(Arc::new);
-                                self.card_changes.bump();
-                            }
-                            state.healthy = true;
-                            return Ok(());
-                        }
+                Ok(card) if self.config.verify_card_signature => {
+                    match self.verify_signature(card).await {
+                        Ok(card) => return self.keep_card(card, &url).await,
                         Err(e) => {
-                            state.healthy = false;
-                            return Err(e);
+                            // Never served: not as this agent's card, not through its URLs.
+                            self.write().healthy = false;
+                            return Err(format!("the card at {url} is refused: {e}"));
                         }
                     }
                 }
+                Ok(card) => return self.keep_card(card, &url).await,
                 Err(e) => last_err = e,
             }
         }
         self.write().healthy = false;
         Err(last_err)
+    }
+
+    /// Checks the card's signature against the keys the agent file names; the card as it
+    /// was signed. A hybrid card (1.0 with 0.3's members added, as the Python SDK serves
+    /// one) may be signed in its 1.0 form only: then that form is the card kept, so that
+    /// nothing unsigned is used.
+    async fn verify_signature(&self, card: Value) -> Result<Value, String> {
+        let keys = match (&self.config.card_jwks_file, &self.config.card_jwks_url) {
+            (Some(file), _) => {
+                std::fs::read(file).map_err(|e| format!("{}: {e}", file.display()))?
+            }
+            (None, Some(url)) => self
+                .transport
+                .get_card(url)
+                .await
+                .map_err(|e| format!("fetching the keys at {url}: {e}"))?
+                .to_vec(),
+            (None, None) => return Err("no keys to check it with".into()),
+        };
+        let keys: jsonwebtoken::jwk::JwkSet =
+            serde_json::from_slice(&keys).map_err(|e| format!("the keys are not a JWKS: {e}"))?;
+        let whole = crate::signing::verify_card(&card, &keys);
+        if whole.is_ok() || card.get("supportedInterfaces").is_none() {
+            return whole
+                .map(|()| card)
+                .map_err(|e| format!("its signature: {e}"));
+        }
+        let mut v10 = card;
+        if let Some(obj) = v10.as_object_mut() {
+            for key in [
+                "url",
+                "protocolVersion",
+                "preferredTransport",
+                "additionalInterfaces",
+                "supportsAuthenticatedExtendedCard",
+                "security",
+            ] {
+                obj.remove(key);
+            }
+        }
+        crate::signing::verify_card(&v10, &keys)
+            .map(|()| v10)
+            .map_err(|e| format!("its signature: {e}"))
+    }
+
+    /// A fetched card, its endpoint chosen and its extended card fetched, kept.
+    async fn keep_card(&self, card: Value, url: &str) -> Result<(), String> {
+        let upstream = match self.pinned_endpoint() {
+            // The file names the endpoint and its dialect: the card only describes.
+            Some(up) => Ok(up),
+            None => choose_upstream(&card, url, self.forced)
+                .ok_or_else(|| "the remote card offers no JSON-RPC interface".to_string())
+                .and_then(|up| self.on_file_origin(up)),
+        };
+        let extended = match &upstream {
+            Ok(up) if offers_extended_card(&card) => match self.fetch_extended(up).await {
+                Ok(extended) => Some(extended),
+                Err(e) => {
+                    tracing::warn!(agent = %self.name, error = %e, "the upstream's extended card could not be fetched: only its public card is served");
+                    None
+                }
+            },
+            _ => None,
+        };
+        let mut state = self.write();
+        let up = match upstream {
+            Ok(up) => up,
+            Err(e) => {
+                state.healthy = false;
+                return Err(e);
+            }
+        };
+        state.upstream = Some(Arc::new(up));
+        let changed =
+            state.card.as_deref() != Some(&card) || state.extended.as_deref() != extended.as_ref();
+        if changed {
+            state.card = Some(Arc::new(card));
+            state.extended = extended.map(Arc::new);
+            self.card_changes.bump();
+        }
+        state.healthy = true;
+        Ok(())
     }
 
     async fn fetch_card(&self, url: &str) -> Result<Value, String> {
