@@ -110,6 +110,8 @@ impl Coding {
 /// once asked for.
 pub(crate) struct Rendered {
     plain: Encoded,
+    /// When it was rendered, to the second (`Last-Modified`).
+    modified: std::time::SystemTime,
     gzip: OnceLock<Option<Encoded>>,
     brotli: OnceLock<Option<Encoded>>,
 }
@@ -130,6 +132,7 @@ impl Rendered {
                 etag: crate::card::etag(&body),
                 body: Bytes::from(body),
             },
+            modified: whole_seconds(std::time::SystemTime::now()),
             gzip: OnceLock::new(),
             brotli: OnceLock::new(),
         }
@@ -138,6 +141,11 @@ impl Rendered {
     /// The card's JSON.
     pub(crate) fn json(&self) -> &Bytes {
         &self.plain.body
+    }
+
+    /// When it was rendered: an upstream card that changes, or a reload, renders it anew.
+    pub(crate) fn modified(&self) -> std::time::SystemTime {
+        self.modified
     }
 
     /// The body in `coding` (compressed once, then kept), or the plain body when
@@ -161,6 +169,15 @@ impl Rendered {
             None => (&self.plain, Coding::Identity),
         }
     }
+}
+
+/// `time` without its fraction of a second, as HTTP dates have it, so that a date read
+/// back from `If-Modified-Since` compares equal.
+fn whole_seconds(time: std::time::SystemTime) -> std::time::SystemTime {
+    let secs = time
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs)
 }
 
 fn gzip(body: &[u8]) -> Option<Bytes> {

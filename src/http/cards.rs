@@ -247,15 +247,21 @@ pub(super) async fn list_agents(req: HttpRequest, caller: Caller) -> HttpRespons
 fn card_response(req: &HttpRequest, live: &Live, card: &Rendered, coding: Coding) -> HttpResponse {
     let (Encoded { body, etag }, coding) = card.encoded(coding);
     let cache = format!("public, max-age={}", live.config.limits.card_max_age_secs);
-    let matches = req
-        .headers()
-        .get(header::IF_NONE_MATCH)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| {
+    let headers = req.headers();
+    // If-None-Match decides when it is sent; If-Modified-Since only without it (RFC 9110).
+    let matches = match headers.get(header::IF_NONE_MATCH) {
+        Some(tags) => tags.to_str().is_ok_and(|v| {
             v.split(',')
                 .map(|t| t.trim().trim_start_matches("W/"))
                 .any(|t| t == "*" || t == etag.as_str())
-        });
+        }),
+        None => headers
+            .get(header::IF_MODIFIED_SINCE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<header::HttpDate>().ok())
+            .is_some_and(|since| card.modified() <= std::time::SystemTime::from(since)),
+    };
+    let modified = header::HttpDate::from(card.modified()).to_string();
     let mut resp = if matches {
         HttpResponse::NotModified().finish()
     } else {
@@ -269,6 +275,7 @@ fn card_response(req: &HttpRequest, live: &Live, card: &Rendered, coding: Coding
     let headers = resp.headers_mut();
     for (name, value) in [
         (header::ETAG, etag.as_str()),
+        (header::LAST_MODIFIED, modified.as_str()),
         (header::CACHE_CONTROL, cache.as_str()),
         // Card URLs follow these headers unless a public URL is configured.
         (

@@ -159,6 +159,24 @@ async fn cards_are_cacheable_and_revalidate_with_304() {
     assert_eq!(resp.status(), 200);
     let (_, other, _) = get(&gw, "/a2a/agents/other/card", &[]).await;
     assert_ne!(other["etag"], headers["etag"]);
+
+    // Last-Modified, and If-Modified-Since where no If-None-Match is sent.
+    let modified = headers["last-modified"].to_str().unwrap().to_string();
+    let since = |date: &str, tag: Option<&str>| {
+        let mut req = gw
+            .client
+            .get(gw.url("/a2a/agents/echo/card"))
+            .header("If-Modified-Since", date);
+        if let Some(tag) = tag {
+            req = req.header("If-None-Match", tag);
+        }
+        async move { req.send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(since(&modified, None).await, 304);
+    assert_eq!(since("Sun, 06 Nov 1994 08:49:37 GMT", None).await, 200);
+    assert_eq!(since("not a date", None).await, 200);
+    // If-None-Match decides when both are sent.
+    assert_eq!(since(&modified, Some("\"other\"")).await, 200);
 }
 
 #[tokio::test]
