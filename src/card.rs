@@ -295,7 +295,42 @@ fn point_at_gateway(obj: &mut Map<String, Value>, url: &str, offers: Offers<'_>,
     obj.insert("preferredTransport".into(), json!("JSONRPC"));
 }
 
+/// The file's extensions in `capabilities.extensions`, after the card's own (a file's entry
+/// replaces the card's for the same URI).
+fn apply_extensions(obj: &mut Map<String, Value>, def: &AgentDef) {
+    if def.extensions.is_empty() {
+        return;
+    }
+    let caps = obj.entry("capabilities").or_insert_with(|| json!({}));
+    let Some(caps) = caps.as_object_mut() else {
+        return;
+    };
+    let listed = caps.entry("extensions").or_insert_with(|| json!([]));
+    if !listed.is_array() {
+        *listed = json!([]);
+    }
+    let Some(listed) = listed.as_array_mut() else {
+        return;
+    };
+    for extension in &def.extensions {
+        listed.retain(|e| e["uri"] != extension.uri.as_str());
+        let mut entry = Map::new();
+        entry.insert("uri".into(), json!(extension.uri));
+        if let Some(description) = &extension.description {
+            entry.insert("description".into(), json!(description));
+        }
+        if extension.required {
+            entry.insert("required".into(), json!(true));
+        }
+        if let Some(params) = &extension.params {
+            entry.insert("params".into(), Value::Object(params.clone()));
+        }
+        listed.push(Value::Object(entry));
+    }
+}
+
 fn apply_local_fields(obj: &mut Map<String, Value>, def: &AgentDef) {
+    apply_extensions(obj, def);
     if let Some(v) = &def.version {
         obj.insert("version".into(), json!(v));
     }

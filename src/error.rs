@@ -54,6 +54,9 @@ pub enum GatewayError {
     InvalidAgentResponse(String),
     #[error("This agent has no extended agent card")]
     ExtendedCardNotConfigured,
+    /// The agent requires an extension (its URI) the request did not ask for.
+    #[error("Extension support required: the agent requires {0}; ask for it in A2A-Extensions")]
+    ExtensionSupportRequired(String),
     #[error("A2A protocol version {requested} is not supported (supported: {supported})")]
     VersionNotSupported {
         requested: String,
@@ -352,6 +355,7 @@ impl GatewayError {
             },
             GatewayError::InvalidAgentResponse(_) => protocol_row(-32006),
             GatewayError::ExtendedCardNotConfigured => protocol_row(-32007),
+            GatewayError::ExtensionSupportRequired(_) => protocol_row(-32008),
             GatewayError::VersionNotSupported { .. } => protocol_row(-32009),
             GatewayError::Upstream { code, .. } => protocol_row(*code),
             GatewayError::AgentNotFound { .. } => ours(AGENT_NOT_FOUND, "AGENT_NOT_FOUND", 404),
@@ -490,6 +494,9 @@ impl GatewayError {
             | GatewayError::AgentUnavailable { agent: name, .. }
             | GatewayError::UpstreamTimeout { agent: name, .. } => {
                 m.insert("agent".into(), Value::String(name.clone()));
+            }
+            GatewayError::ExtensionSupportRequired(uri) => {
+                m.insert("extension".into(), Value::String(uri.clone()));
             }
             GatewayError::PayloadTooLarge(limit) => {
                 m.insert("limitBytes".into(), Value::String(limit.to_string()));

@@ -215,6 +215,31 @@ impl Agent {
             Backend::Local(_) => None,
         }
     }
+
+    /// The extensions a request to this agent must ask for: those its file or its
+    /// upstream's card marks required. Empty (and nothing allocated) for most agents.
+    pub(crate) fn required_extensions(&self) -> Vec<String> {
+        let mut required: Vec<String> = self
+            .def
+            .extensions
+            .iter()
+            .filter(|e| e.required)
+            .map(|e| e.uri.clone())
+            .collect();
+        let card = self.remote().and_then(|r| r.card());
+        let listed = card
+            .as_ref()
+            .and_then(|c| c["capabilities"]["extensions"].as_array());
+        for extension in listed.into_iter().flatten() {
+            let uri = extension["uri"]
+                .as_str()
+                .filter(|_| extension["required"] == true);
+            if let Some(uri) = uri.filter(|u| !required.iter().any(|r| r == u)) {
+                required.push(uri.to_string());
+            }
+        }
+        required
+    }
 }
 
 /// Counts changes of upstream cards, so what is built from them knows when to rebuild.
@@ -342,6 +367,7 @@ mod tests {
                     default_output_modes: None,
                     skills: Vec::new(),
                     extended: None,
+                    extensions: Vec::new(),
                     backend: BackendSpec::Echo(EchoConfig::default()),
                     mailbox: None,
                     max_concurrency: None,

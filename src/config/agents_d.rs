@@ -9,7 +9,7 @@ use toml::Spanned;
 
 use super::{
     A2aConfig, Access, AgentDef, BackendSpec, CommandConfig, Diagnostic, Diagnostics, ExtendedCard,
-    Provider, Skill,
+    Extension, Provider, Skill,
 };
 
 #[derive(Deserialize, schemars::JsonSchema)]
@@ -42,6 +42,10 @@ pub(crate) struct AgentFile {
     #[serde(default)]
     #[schemars(with = "Option<ExtendedCard>")]
     extended: Option<Spanned<ExtendedCard>>,
+    /// The A2A extensions the agent supports.
+    #[serde(default)]
+    #[schemars(with = "Vec<Extension>")]
+    extensions: Vec<Spanned<Extension>>,
     backend: BackendSpec,
     #[serde(default)]
     limits: AgentLimits,
@@ -251,6 +255,26 @@ fn check_agent(
             }
         }
     }
+    let mut uris: HashMap<&str, ()> = HashMap::new();
+    for extension in &raw.extensions {
+        let uri = extension.get_ref().uri.trim();
+        if uri.is_empty() {
+            diags.push(at(
+                extension.span().start,
+                "extension uri must not be empty".into(),
+            ));
+        } else if uris.insert(uri, ()).is_some() {
+            diags.push(at(
+                extension.span().start,
+                format!("extension \"{uri}\" is listed twice"),
+            ));
+        } else if reqwest::header::HeaderValue::from_str(uri).is_err() || uri.contains(',') {
+            diags.push(at(
+                extension.span().start,
+                format!("extension uri \"{uri}\" cannot travel in the A2A-Extensions header"),
+            ));
+        }
+    }
     for limit in [&raw.limits.mailbox, &raw.limits.max_concurrency]
         .into_iter()
         .flatten()
@@ -273,6 +297,11 @@ fn check_agent(
         default_output_modes: raw.default_output_modes.map(Spanned::into_inner),
         skills: raw.skills.into_iter().map(Spanned::into_inner).collect(),
         extended: raw.extended.map(Spanned::into_inner),
+        extensions: raw
+            .extensions
+            .into_iter()
+            .map(Spanned::into_inner)
+            .collect(),
         backend,
         mailbox: raw.limits.mailbox.map(Spanned::into_inner),
         max_concurrency: raw.limits.max_concurrency.map(Spanned::into_inner),
@@ -294,6 +323,7 @@ const AGENT_KEYS: &[&str] = &[
     "default_output_modes",
     "skills",
     "extended",
+    "extensions",
     "backend",
     "limits",
     "access",

@@ -733,6 +733,8 @@ pub struct AgentDef {
     pub skills: Vec<Skill>,
     /// What the agent's extended card adds (`[extended]`), for authenticated callers.
     pub extended: Option<ExtendedCard>,
+    /// The A2A extensions it supports (`[[extensions]]`), listed in its card.
+    pub extensions: Vec<Extension>,
     pub backend: BackendSpec,
     pub mailbox: Option<usize>,
     pub max_concurrency: Option<usize>,
@@ -756,6 +758,23 @@ pub struct Skill {
     pub input_modes: Vec<String>,
     #[serde(default)]
     pub output_modes: Vec<String>,
+}
+
+/// `[[extensions]]` in an agent file: an A2A extension the agent supports, as its card's
+/// `capabilities.extensions` lists it.
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Extension {
+    pub uri: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    /// A request must ask for it (`A2A-Extensions`), or it is refused (-32008).
+    #[serde(default)]
+    pub required: bool,
+    /// The extension's own parameters, as its specification defines them.
+    #[serde(default)]
+    #[schemars(with = "Option<serde_json::Map<String, serde_json::Value>>")]
+    pub params: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// `[extended]` in an agent file: what the agent's extended card adds to its public one,

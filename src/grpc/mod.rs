@@ -170,6 +170,12 @@ async fn call(
     let (framed, scope) = telemetry::observed(trace, framed);
     let answer = framed.await;
     let call = scope.take();
+    let mut answer = answer;
+    if let Some(activated) = call.extensions_activated.as_deref() {
+        if let Ok(value) = http::HeaderValue::from_str(activated) {
+            answer.headers_mut().insert("a2a-extensions", value);
+        }
+    }
     let status = grpc_status(&answer).map_or(0, |c| c as u16);
     let logged = path.as_deref().map(|path| crate::http::Logged {
         method: "POST",
@@ -234,6 +240,14 @@ impl Head for GrpcHead {
 
     fn keep_rate(&self, info: RateInfo) {
         self.rate.set(Some(info));
+    }
+
+    fn extensions(&self) -> Option<&str> {
+        let value = self
+            .headers
+            .get(admission::EXTENSIONS)
+            .or_else(|| self.headers.get(admission::EXTENSIONS_V03));
+        value.and_then(|v| v.to_str().ok())
     }
 }
 

@@ -36,6 +36,9 @@ pub(crate) trait Head {
     fn origin(&self) -> (Option<IpAddr>, Option<&str>);
     /// Keeps the caller's rate numbers for the answer, refusal or not.
     fn keep_rate(&self, info: RateInfo);
+    /// The extensions the call asks for: `A2A-Extensions` (1.0), else `X-A2A-Extensions`
+    /// (0.3), comma-separated URIs.
+    fn extensions(&self) -> Option<&str>;
 }
 
 impl Head for HttpRequest {
@@ -55,6 +58,42 @@ impl Head for HttpRequest {
         // The edge service writes them as `X-RateLimit-*` headers.
         self.extensions_mut().insert(info);
     }
+
+    fn extensions(&self) -> Option<&str> {
+        let headers = self.headers();
+        let value = headers
+            .get(EXTENSIONS)
+            .or_else(|| headers.get(EXTENSIONS_V03));
+        value.and_then(|v| v.to_str().ok())
+    }
+}
+
+/// The request header naming the extensions a call asks for, and 0.3's name for it.
+pub(crate) const EXTENSIONS: &str = "a2a-extensions";
+pub(crate) const EXTENSIONS_V03: &str = "x-a2a-extensions";
+
+/// Refuses a call to an agent that requires an extension the call did not ask for, and
+/// notes the ones asked for a call to an upstream agent carries on. Free for agents that
+/// neither require extensions nor are upstreams.
+fn check_extensions(head: &impl Head, agent: &Agent) -> Result<(), GatewayError> {
+    let required = agent.required_extensions();
+    if required.is_empty() && agent.remote().is_none() {
+        return Ok(());
+    }
+    let asked = head.extensions();
+    let asked_for = |uri: &str| {
+        asked
+            .into_iter()
+            .flat_map(|v| v.split(','))
+            .any(|a| a.trim() == uri)
+    };
+    if let Some(missing) = required.iter().find(|uri| !asked_for(uri)) {
+        return Err(GatewayError::ExtensionSupportRequired(missing.clone()));
+    }
+    if let (Some(asked), Some(_)) = (asked, agent.remote()) {
+        crate::telemetry::note(|c| c.extensions_asked = Some(asked.trim().into()));
+    }
+    Ok(())
 }
 
 /// What a call is about, which on the shared endpoints decides its agent.
@@ -179,10 +218,16 @@ pub(crate) async fn admit(
         };
         return Err(e.into());
     }
+    let served = Served::new(&agent, reason);
+    if let Err(error) = check_extensions(head, &agent) {
+        return Err(Refused {
+            error,
+            served: Some(served),
+        });
+    }
     state
         .admit(head, live, caller, &agent, target.sends())
         .await?;
-    let served = Served::new(&agent, reason);
     let slot = match streams {
         true => match state.open_stream(head, live, caller).await {
             Ok(slot) => Some(slot),

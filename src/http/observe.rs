@@ -265,6 +265,17 @@ fn finish<B: MessageBody + 'static>(
         }
     }
     cors.decorate(res.headers_mut());
+    if let Some(activated) = &call.extensions_activated {
+        // In the header the caller's dialect reads.
+        let name = match call.dialect {
+            Some("0.3") => "x-a2a-extensions",
+            _ => "a2a-extensions",
+        };
+        if let Ok(value) = HeaderValue::from_str(activated) {
+            res.headers_mut()
+                .insert(HeaderName::from_static(name), value);
+        }
+    }
     let status = res.status().as_u16();
     if let Some(state) = res.request().app_data::<web::Data<AppState>>() {
         let logged = head.as_ref().map(|(method, path)| Logged {

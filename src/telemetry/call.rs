@@ -23,6 +23,10 @@ pub(crate) struct Call {
     pub(crate) principal: Option<Arc<str>>,
     pub(crate) task_id: Option<String>,
     pub(crate) context_id: Option<String>,
+    /// The extensions the caller asked for, carried on to an upstream agent.
+    pub(crate) extensions_asked: Option<Arc<str>>,
+    /// The extensions the upstream agent says it activated, for the answer's header.
+    pub(crate) extensions_activated: Option<String>,
 }
 
 pub(crate) struct Scope {

@@ -12,6 +12,7 @@ mod console;
 mod deploy;
 mod errors;
 mod extended_cards;
+mod extensions;
 mod grpc;
 mod helpers;
 mod hostile;

@@ -6,7 +6,7 @@ cannot be made to misbehave: garbage bodies, non-JSON-RPC JSON, answers that
 take too long, canned upstream errors. Python standard library only.
 
     python fault_server.py --port N --mode garbage|invalid|slow|error|extended|malformed|redirect|huge|legacy03 [--delay SECS]
-                           [--host 127.0.0.1] [--ready-file PATH]
+                           [--host 127.0.0.1] [--ready-file PATH] [--extension URI]
 
 GET /.well-known/agent-card.json is always a VALID A2A 1.0 card (name "fault",
 one skill, capabilities.streaming true, one interface
@@ -166,6 +166,7 @@ class FaultHandler(BaseHTTPRequestHandler):
     card_interface = None
     card_redirect = None
     log_requests = None
+    extension = None
 
     def log_request_seen(self) -> None:
         if self.log_requests:
@@ -180,6 +181,7 @@ class FaultHandler(BaseHTTPRequestHandler):
     def send_body(self, status: int, content_type: str, body: bytes) -> None:
         self.send_response(status)
         self.send_header('Content-Type', content_type)
+        self.activated_header()
         self.send_header('Content-Length', str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -196,8 +198,13 @@ class FaultHandler(BaseHTTPRequestHandler):
             self.send_header('Content-Length', '0')
             self.end_headers()
         elif self.path.split('?', 1)[0] == CARD_PATH:
-            card = legacy_card if self.mode == 'legacy03' else agent_card
-            self.send_json(card(self.card_interface or self.base_url))
+            card = (legacy_card if self.mode == 'legacy03' else agent_card)(
+                self.card_interface or self.base_url)
+            if self.extension:
+                card['capabilities']['extensions'] = [
+                    {'uri': self.extension, 'description': 'required by --extension',
+                     'required': True}]
+            self.send_json(card)
         else:
             self.send_body(404, 'text/plain', b'not found\n')
 
@@ -282,9 +289,16 @@ class FaultHandler(BaseHTTPRequestHandler):
             self.send_json({'jsonrpc': '2.0', 'id': request_id,
                             'error': {'code': -32601, 'message': f'Method not found: {method}'}})
 
+    def activated_header(self) -> None:
+        """With --extension: says it activated it when the request asked for it."""
+        asked = self.headers.get('A2A-Extensions') or self.headers.get('X-A2A-Extensions') or ''
+        if self.extension and self.extension in [a.strip() for a in asked.split(',')]:
+            self.send_header('A2A-Extensions', self.extension)
+
     def send_sse(self, events: list, event: str = '') -> None:
         self.send_response(200)
         self.send_header('Content-Type', 'text/event-stream')
+        self.activated_header()
         self.send_header('Cache-Control', 'no-cache')
         self.send_header('Connection', 'close')
         self.end_headers()
@@ -313,6 +327,8 @@ def main() -> None:
     parser.add_argument('--card-interface', help="the URL the card's interface names")
     parser.add_argument('--card-redirect', help='answer the card GET with a 307 to this URL')
     parser.add_argument('--log-requests', help='append one JSON line per request here')
+    parser.add_argument('--extension', help='list this extension URI in the card, required, '
+                        'and answer A2A-Extensions with it when a request asks for it')
     args = parser.parse_args()
 
     if ':' in args.host:
@@ -330,6 +346,7 @@ def main() -> None:
     FaultHandler.card_interface = args.card_interface
     FaultHandler.card_redirect = args.card_redirect
     FaultHandler.log_requests = args.log_requests
+    FaultHandler.extension = args.extension
     if args.ready_file:
         tmp = f'{args.ready_file}.{os.getpid()}.tmp'
         with open(tmp, 'w') as f:

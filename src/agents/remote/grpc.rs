@@ -143,7 +143,8 @@ impl GrpcTransport {
         for (name, value) in headers {
             put_header(metadata, name, value);
         }
-        for (name, value) in super::transport::trace_headers() {
+        let extensions = super::transport::extension_header(Dialect::V10);
+        for (name, value) in super::transport::trace_headers().chain(extensions) {
             put_header(metadata, &name, &value);
         }
         Ok(Prepared {

@@ -540,6 +540,9 @@ impl RemoteAgent {
         if let Some((name, value)) = up.version_header() {
             req = req.header(name, value);
         }
+        if let Some((name, value)) = transport::extension_header(up.dialect) {
+            req = req.header(name, value);
+        }
         for (name, value) in transport::trace_headers() {
             req = req.header(name, value);
         }
@@ -574,7 +577,13 @@ impl RemoteAgent {
         let answer = match &up.grpc {
             None => {
                 self.transport
-                    .post_json(&up.uri, up.version_header(), up.secrets, body)
+                    .post_json(
+                        &up.uri,
+                        up.version_header(),
+                        transport::extension_header(up.dialect),
+                        up.secrets,
+                        body,
+                    )
                     .await
             }
             Some(tenant) => {
@@ -1081,6 +1090,7 @@ impl RemoteAgent {
             .await;
         self.took(started, resp.is_ok());
         let resp = resp.map_err(|e| self.reqwest_error(e))?;
+        transport::note_activated(resp.headers());
         self.note_alive();
         let is_sse = resp
             .headers()

@@ -20,6 +20,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use super::resolve::GuardedResolver;
 use crate::config::A2aConfig;
+use crate::protocol::Dialect;
 
 /// Why a call got no answer. Shared with the reqwest paths so both map failures alike.
 #[derive(Debug)]
@@ -133,7 +134,8 @@ impl Transport {
     pub(super) async fn post_json(
         &self,
         uri: &Uri,
-        extra: Option<(HeaderName, HeaderValue)>,
+        version: Option<(HeaderName, HeaderValue)>,
+        extensions: Option<(HeaderName, HeaderValue)>,
         secrets: bool,
         body: Vec<u8>,
     ) -> Result<Bytes, Failure> {
@@ -150,7 +152,8 @@ impl Transport {
         {
             h.insert(http::header::HOST, host);
         }
-        if let Some((name, value)) = extra {
+        let asked = extensions.is_some();
+        for (name, value) in version.into_iter().chain(extensions) {
             h.insert(name, value);
         }
         for (name, value) in trace_headers() {
@@ -166,6 +169,9 @@ impl Transport {
                 .request(req)
                 .await
                 .map_err(|e| Failure::classify(&e, e.is_connect()))?;
+            if asked {
+                note_activated(resp.headers());
+            }
             read_capped(resp.into_body()).await
         };
         tokio::time::timeout(self.timeout, exchange)
@@ -258,6 +264,31 @@ pub(super) fn tls_config() -> Result<rustls::ClientConfig, String> {
 
 /// The caller's trace context for the upstream (W3C `traceparent`, a child of the
 /// caller's, and its `tracestate`); none when the caller sent none.
+/// The extensions the caller asked for, in the header an upstream of `dialect` reads
+/// (`A2A-Extensions` in 1.0, `X-A2A-Extensions` in 0.3); none when it asked for none.
+pub(super) fn extension_header(dialect: Dialect) -> Option<(HeaderName, HeaderValue)> {
+    let asked = crate::telemetry::noted(|c| c.extensions_asked.clone()).flatten()?;
+    let name = match dialect {
+        Dialect::V10 => "a2a-extensions",
+        Dialect::V03 | Dialect::V01 => "x-a2a-extensions",
+    };
+    Some((
+        HeaderName::from_static(name),
+        HeaderValue::from_str(&asked).ok()?,
+    ))
+}
+
+/// Notes the extensions an upstream's answer says it activated, for the caller's answer.
+pub(super) fn note_activated(headers: &HeaderMap) {
+    let value = headers
+        .get("a2a-extensions")
+        .or_else(|| headers.get("x-a2a-extensions"))
+        .and_then(|v| v.to_str().ok());
+    if let Some(value) = value {
+        crate::telemetry::note(|c| c.extensions_activated = Some(value.to_string()));
+    }
+}
+
 pub(super) fn trace_headers() -> impl Iterator<Item = (HeaderName, HeaderValue)> {
     let (parent, state) = match crate::telemetry::outgoing_trace() {
         Some((parent, state)) => (Some(parent), state),
