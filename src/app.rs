@@ -132,6 +132,7 @@ pub(crate) fn build_state(ready: Ready) -> std::io::Result<(AppState, Vec<String
         grpc_port: None,
         http_port: 0,
         card_signer,
+        certificate: None,
     };
     Ok((state, failed))
 }
@@ -195,6 +196,13 @@ async fn start_upstreams(state: &AppState) {
     let first = remotes.into_iter().map(RemoteAgent::first_refresh);
     for refresh in futures_util::future::join_all(first).await {
         tokio::spawn(refresh);
+    }
+}
+
+/// Plain HTTP where others can reach it: said once, at start.
+fn warn_if_exposed(addr: std::net::SocketAddr) {
+    if !addr.ip().is_loopback() {
+        tracing::warn!(%addr, "serving plain HTTP on a non-loopback address: traffic (credentials included) is unencrypted; set [server.tls] or put a TLS proxy in front");
     }
 }
 
@@ -372,8 +380,34 @@ impl Application {
             .source
             .clone()
             .map(|source| (source, ready.settings.named_files()));
+        let tls = ready.settings.gateway.server.tls.clone();
+        let base = ready
+            .settings
+            .gateway_file
+            .parent()
+            .map(std::path::Path::to_path_buf)
+            .unwrap_or_default();
+        let certificate = match &tls {
+            Some(tls) => {
+                let cert = crate::http::Certificate::load(
+                    &base.join(&tls.cert_file),
+                    &base.join(&tls.key_file),
+                )
+                .map_err(std::io::Error::other)?;
+                Some(Arc::new(cert))
+            }
+            None => {
+                warn_if_exposed(addr);
+                None
+            }
+        };
+        let tls_config = match &certificate {
+            Some(cert) => Some(cert.server_config().map_err(std::io::Error::other)?),
+            None => None,
+        };
         let (mut state, lost) = build_state(ready)?;
         state.grpc_port = grpc_port;
+        state.certificate = certificate;
         state.http_port = addr.port();
         state.service.notify_lost(lost).await;
         start_upstreams(&state).await;
@@ -434,31 +468,47 @@ impl Application {
             server = server.workers(workers);
         }
         let grpc_connections = connections.clone();
-        server = server.listen("a2a-gateway", listener, move || {
-            let app = app()
-                .into_factory()
-                .map_err(|e: actix_web::Error| e.error_response());
+        // The one HTTP service, over TCP or over TLS (`secure`: its URLs say https).
+        macro_rules! http_service {
+            ($secure:expr) => {{
+                let app = app()
+                    .into_factory()
+                    .map_err(|e: actix_web::Error| e.error_response());
+                let mut http = actix_http::HttpService::build()
+                    .keep_alive(actix_http::KeepAlive::Timeout(Duration::from_secs(5)))
+                    // Slow clients cannot hold a worker: headers must arrive within this time.
+                    .client_request_timeout(header_timeout)
+                    // A client that closes its side has left: its handler is dropped and its
+                    // socket closed at once, rather than when a long blocking send ends (as
+                    // nginx does, 499). Clients that half-close and wait are not supported.
+                    .h1_allow_half_closed(false)
+                    // How long a closing connection may take: a rejected one reads what its
+                    // client still sends for at most this long (see http/rejections.rs).
+                    .client_disconnect_timeout(Duration::from_secs(2))
+                    .local_addr(addr);
+                if $secure {
+                    http = http.secure();
+                }
+                http.finish(actix_service::map_config(app, |_| AppConfig::default()))
+            }};
+        }
+        server = match tls_config {
             // HTTP/2 without TLS is detected by its preface, so gateways can be chained
             // over multiplexed connections (see the `http2` upstream option).
-            let http = actix_http::HttpService::build()
-                .keep_alive(actix_http::KeepAlive::Timeout(Duration::from_secs(5)))
-                // Slow clients cannot hold a worker: headers must arrive within this time.
-                .client_request_timeout(header_timeout)
-                // A client that closes its side has left: its handler is dropped and its
-                // socket closed at once, rather than when a long blocking send ends (as
-                // nginx does, 499). Clients that half-close and wait are not supported.
-                .h1_allow_half_closed(false)
-                // How long a closing connection may take: a rejected one reads what its
-                // client still sends for at most this long (see http/rejections.rs).
-                .client_disconnect_timeout(Duration::from_secs(2))
-                .local_addr(addr)
-                .finish(actix_service::map_config(app, |_| AppConfig::default()));
-            let http = crate::http::tcp_with_json_rejections(http);
-            Gate {
-                inner: http,
+            None => server.listen("a2a-gateway", listener, move || Gate {
+                inner: crate::http::tcp_with_json_rejections(http_service!(false)),
                 limits: connections.clone(),
-            }
-        })?;
+            })?,
+            // The handshake counts against the header deadline.
+            Some(tls) => server.listen("a2a-gateway", listener, move || Gate {
+                inner: crate::http::tls_with_json_rejections(
+                    http_service!(true),
+                    tls.clone(),
+                    header_timeout,
+                ),
+                limits: connections.clone(),
+            })?,
+        };
         if let Some(listener) = metrics_listener {
             let shared = shared.clone();
             server = server.listen("a2a-gateway-metrics", listener, move || {

@@ -200,6 +200,10 @@ fn serve(args: ServeArgs) -> ExitCode {
     let agents: Vec<String> = settings.agents.iter().map(|a| a.name.clone()).collect();
     let default_agent = settings.gateway.default_agent_name().map(str::to_string);
     let pid_file = args.pid_file.clone();
+    let scheme = match settings.gateway.server.tls {
+        Some(_) => "https",
+        None => "http",
+    };
 
     let result = actix_web::rt::System::new().block_on(async move {
         // SIGHUP's default action ends the process: taken over before anything slow
@@ -212,7 +216,7 @@ fn serve(args: ServeArgs) -> ExitCode {
                 return Err(e);
             }
         };
-        let base = public_url.unwrap_or_else(|| format!("http://{host}:{}", app.port()));
+        let base = public_url.unwrap_or_else(|| format!("{scheme}://{host}:{}", app.port()));
         let console = app.console_path();
         let _pid_file = match pid_file.map(PidFile::write).transpose() {
             Ok(f) => f,

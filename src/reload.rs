@@ -177,6 +177,12 @@ pub(crate) async fn reload(
     why: &str,
     force: bool,
 ) -> Option<Vec<PathBuf>> {
+    if let Some(certificate) = &state.certificate {
+        // Its files are among the watched ones; a broken one keeps the certificate in use.
+        if let Err(e) = certificate.reload() {
+            tracing::error!(error = %e, "TLS certificate not reloaded: the one in use stays");
+        }
+    }
     let loaded = {
         let source = source.clone();
         // Reading files (and key files) blocks: off the workers.

@@ -56,6 +56,9 @@ impl Settings {
             &self.gateway.cards.signing_key_file,
         ];
         files.extend(keys.into_iter().flatten().map(|key| base.join(key)));
+        if let Some(tls) = &self.gateway.server.tls {
+            files.extend([base.join(&tls.cert_file), base.join(&tls.key_file)]);
+        }
         for agent in &self.agents {
             match &agent.backend {
                 BackendSpec::Command(cmd) => files.extend(cmd.named_files()),
@@ -358,6 +361,20 @@ pub struct ServerConfig {
     /// this port of `host`; 0 picks a free one. Off when absent.
     #[serde(default)]
     pub grpc_port: Option<u16>,
+    /// HTTPS on the gateway's port (`[server.tls]`); plain HTTP when absent.
+    #[serde(default)]
+    pub tls: Option<TlsSettings>,
+}
+
+/// `[server.tls]`: the gateway's certificate, read at start and again when its files
+/// change or on SIGHUP.
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSettings {
+    /// The certificate chain, PEM, leaf first; relative to this file.
+    pub cert_file: PathBuf,
+    /// Its private key, PEM (PKCS#8, PKCS#1 or SEC1); relative to this file.
+    pub key_file: PathBuf,
 }
 
 fn default_shutdown_grace() -> u64 {
@@ -373,6 +390,7 @@ impl Default for ServerConfig {
             shutdown_grace_secs: default_shutdown_grace(),
             watch_config: true,
             grpc_port: None,
+            tls: None,
         }
     }
 }

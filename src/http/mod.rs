@@ -18,6 +18,7 @@ mod push;
 mod rejections;
 mod rest;
 mod sse;
+mod tls;
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -42,6 +43,7 @@ pub(crate) use live::{Live, LiveRef};
 pub(crate) use observe::{account, render_metrics, Edge, Logged};
 pub(crate) use rejections::tcp_with_json_rejections;
 pub(crate) use sse::watched;
+pub(crate) use tls::{tls_with_json_rejections, Certificate};
 
 /// Shared by every worker; built once. What a reload changes is in [`Live`], swapped whole.
 pub(crate) struct AppState {
@@ -66,6 +68,8 @@ pub(crate) struct AppState {
     pub(crate) http_port: u16,
     /// The key every card is signed with ([`crate::card::finish`]).
     pub(crate) card_signer: Arc<crate::signing::Signer>,
+    /// The TLS certificate, when `[server.tls]` is set (read again on reload).
+    pub(crate) certificate: Option<Arc<Certificate>>,
 }
 
 impl AppState {

@@ -33,4 +33,5 @@ mod running;
 mod store;
 mod streaming;
 mod thirdparty;
+mod tls;
 mod upstream;

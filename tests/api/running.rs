@@ -294,7 +294,7 @@ fn launch(
         .expect("banner");
     let base = first
         .split_whitespace()
-        .find(|w| w.starts_with("http://"))
+        .find(|w| w.starts_with("http://") || w.starts_with("https://"))
         .unwrap_or_else(|| {
             panic!(
                 "no URL in the banner: {first:?}; the log:\n{}",

@@ -1,0 +1,139 @@
+//! TLS at the front door: the gateway's certificate (`[server.tls]`), with HTTP/2 offered
+//! by ALPN, swapped in place when its files change or on SIGHUP so that a renewed
+//! certificate takes effect for new connections while open ones go on; a file that does
+//! not load keeps the certificate in use.
+
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_http::Protocol;
+use actix_service::{fn_service, ServiceFactory, ServiceFactoryExt as _};
+use arc_swap::ArcSwap;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use tokio::net::TcpStream;
+use tokio_rustls::server::TlsStream;
+
+use super::rejections::JsonRejections;
+
+/// The certificate in use, and the files it is read from again.
+#[derive(Debug)]
+pub(crate) struct Certificate {
+    current: ArcSwap<CertifiedKey>,
+    cert_file: PathBuf,
+    key_file: PathBuf,
+}
+
+impl Certificate {
+    /// The certificate chain and key in these PEM files; an error names the file.
+    pub(crate) fn load(cert_file: &Path, key_file: &Path) -> Result<Certificate, String> {
+        Ok(Certificate {
+            current: ArcSwap::from_pointee(read(cert_file, key_file)?),
+            cert_file: cert_file.to_path_buf(),
+            key_file: key_file.to_path_buf(),
+        })
+    }
+
+    /// Reads the files again: the new certificate serves new connections; a file that does
+    /// not load leaves the one in use, and says why.
+    pub(crate) fn reload(&self) -> Result<(), String> {
+        let fresh = read(&self.cert_file, &self.key_file)?;
+        if fresh.cert != self.current.load().cert {
+            self.current.store(Arc::new(fresh));
+            tracing::info!(cert = %self.cert_file.display(), "TLS certificate reloaded");
+        }
+        Ok(())
+    }
+
+    /// The server side of TLS with this certificate: TLS 1.2 and 1.3, HTTP/2 and HTTP/1.1
+    /// offered by ALPN, no client certificates.
+    pub(crate) fn server_config(self: &Arc<Self>) -> Result<Arc<rustls::ServerConfig>, String> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_no_client_auth()
+            .with_cert_resolver(self.clone());
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Ok(Arc::new(config))
+    }
+}
+
+impl ResolvesServerCert for Certificate {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current.load_full())
+    }
+}
+
+fn read(cert_file: &Path, key_file: &Path) -> Result<CertifiedKey, String> {
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert_file)
+        .and_then(|certs| certs.collect())
+        .map_err(|e| format!("server.tls.cert_file {}: {e}", cert_file.display()))?;
+    if chain.is_empty() {
+        return Err(format!(
+            "server.tls.cert_file {}: no certificate in it",
+            cert_file.display()
+        ));
+    }
+    let key = PrivateKeyDer::from_pem_file(key_file)
+        .map_err(|e| format!("server.tls.key_file {}: {e}", key_file.display()))?;
+    let provider = rustls::crypto::ring::default_provider();
+    let signer = provider
+        .key_provider
+        .load_private_key(key)
+        .map_err(|e| format!("server.tls.key_file {}: {e}", key_file.display()))?;
+    let key = CertifiedKey::new(chain, signer);
+    key.keys_match().map_err(|e| {
+        format!(
+            "server.tls: the key in {} is not the certificate's ({e})",
+            key_file.display()
+        )
+    })?;
+    Ok(key)
+}
+
+/// TLS in front of the HTTP service: the handshake must finish within `handshake` (the
+/// header deadline: a client that never finishes holds nothing longer than one that never
+/// sends its headers), then ALPN says which HTTP it speaks. A connection that is not TLS
+/// (plain HTTP to this port) fails its handshake and is closed.
+pub(crate) fn tls_with_json_rejections<F>(
+    http: F,
+    config: Arc<rustls::ServerConfig>,
+    handshake: Duration,
+) -> impl ServiceFactory<TcpStream, Config = (), Response = (), Error = F::Error, InitError = ()>
+where
+    F: ServiceFactory<
+        (
+            JsonRejections<TlsStream<TcpStream>>,
+            Protocol,
+            Option<SocketAddr>,
+        ),
+        Config = (),
+        Response = (),
+        InitError = (),
+    >,
+    F::Error: From<io::Error>,
+{
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    fn_service(move |io: TcpStream| {
+        let acceptor = acceptor.clone();
+        async move {
+            let peer = io.peer_addr().ok();
+            let tls = tokio::time::timeout(handshake, acceptor.accept(io))
+                .await
+                .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"))?
+                .inspect_err(|e| tracing::debug!(error = %e, ?peer, "TLS handshake failed"))?;
+            let protocol = match tls.get_ref().1.alpn_protocol() {
+                Some(b"h2") => Protocol::Http2,
+                _ => Protocol::Http1,
+            };
+            Ok::<_, F::Error>((JsonRejections::new(tls), protocol, peer))
+        }
+    })
+    .and_then(http)
+}

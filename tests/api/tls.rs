@@ -1,0 +1,148 @@
+//! TLS at the front door (`[server.tls]`): HTTPS with HTTP/2 offered by ALPN, https URLs
+//! in the banner and the cards, a renewed certificate taken on SIGHUP while an open
+//! connection goes on, a broken one kept out, and what is not TLS refused.
+
+use std::io::Read as _;
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::helpers::{D, ECHO};
+use crate::running::Running;
+
+/// A self-signed certificate for 127.0.0.1 and localhost, written as PEM into `dir`;
+/// the certificate's PEM.
+fn certificate(dir: &Path) -> String {
+    let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into(), "localhost".into()])
+        .expect("a certificate");
+    let pem = made.cert.pem();
+    std::fs::write(dir.join("cert.pem"), &pem).unwrap();
+    std::fs::write(dir.join("key.pem"), made.key_pair.serialize_pem()).unwrap();
+    pem
+}
+
+/// A client that trusts only `pem`.
+fn trusting(pem: &str) -> reqwest::Client {
+    reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(pem.as_bytes()).unwrap())
+        .tls_built_in_root_certs(false)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn https_serves_http2_and_takes_a_renewed_certificate_without_dropping_connections() {
+    let keys = tempfile::tempdir().unwrap();
+    let first = certificate(keys.path());
+    let tls = format!(
+        "default_agent = \"echo\"\n[limits]\nheader_timeout_secs = 1\n[server.tls]\ncert_file = {:?}\nkey_file = {:?}\n",
+        keys.path().join("cert.pem").display().to_string(),
+        keys.path().join("key.pem").display().to_string()
+    );
+    let gw = Running::start(&[("echo.toml", ECHO)], &tls, "info");
+    assert!(gw.base.starts_with("https://"), "{}", gw.base);
+    let old = trusting(&first);
+    let health = old.get(gw.url("/a2a/health")).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+    assert_eq!(health.version(), reqwest::Version::HTTP_2, "ALPN offers h2");
+    let card: serde_json::Value = old
+        .get(gw.url("/a2a/agents/echo/card"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let url = card["supportedInterfaces"][0]["url"].as_str().unwrap();
+    assert!(url.starts_with("https://"), "{card}");
+    let send = |client: &reqwest::Client| {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                          "params": {"message": D::V10.message("over tls")}});
+        client
+            .post(gw.url("/a2a"))
+            .header("A2A-Version", "1.0")
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+    };
+    let sent: serde_json::Value = send(&old).await.unwrap().json().await.unwrap();
+    assert_eq!(
+        sent["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{sent}"
+    );
+
+    // Plain HTTP to the TLS port: refused, and the gateway stays healthy.
+    let plain = gw.url("/a2a/health").replacen("https://", "http://", 1);
+    assert!(
+        reqwest::get(&plain).await.is_err(),
+        "plain HTTP was answered"
+    );
+    // A handshake that never comes is given up at the header deadline.
+    let addr = gw.base.trim_start_matches("https://").to_string();
+    let silent = tokio::task::spawn_blocking(move || {
+        let mut socket = std::net::TcpStream::connect(addr).unwrap();
+        socket
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let started = std::time::Instant::now();
+        let read = socket.read(&mut [0u8; 16]);
+        (read.map_err(|e| e.kind()), started.elapsed())
+    })
+    .await
+    .unwrap();
+    assert_eq!(silent.0, Ok(0), "the silent connection is closed");
+    assert!(silent.1 < Duration::from_secs(5), "{:?}", silent.1);
+
+    // A renewed certificate: new connections get it on SIGHUP, the open one goes on.
+    let renewed = certificate(keys.path());
+    gw.signal("HUP");
+    let new = trusting(&renewed);
+    let mut served = false;
+    for _ in 0..50 {
+        if new.get(gw.url("/a2a/health")).send().await.is_ok() {
+            served = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(served, "the renewed certificate is not served");
+    let again = send(&old).await.expect("the open connection goes on");
+    assert_eq!(again.status(), 200);
+    let fresh_old = trusting(&first);
+    assert!(
+        fresh_old.get(gw.url("/a2a/health")).send().await.is_err(),
+        "a new connection still got the old certificate"
+    );
+
+    // A broken file keeps the certificate in use, and says why.
+    std::fs::write(keys.path().join("cert.pem"), "not a certificate").unwrap();
+    gw.signal("HUP");
+    gw.wait_for_log("the refused certificate", |l| {
+        l["fields"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("TLS certificate not reloaded"))
+    })
+    .await;
+    let still = trusting(&renewed).get(gw.url("/a2a/health")).send().await;
+    assert_eq!(still.expect("still served").status(), 200);
+}
+
+/// A certificate that does not load stops the start, naming the setting.
+#[test]
+fn a_broken_certificate_stops_the_start() {
+    let keys = tempfile::tempdir().unwrap();
+    certificate(keys.path());
+    std::fs::write(keys.path().join("key.pem"), "not a key").unwrap();
+    let tls = format!(
+        "[server.tls]\ncert_file = {:?}\nkey_file = {:?}\n",
+        keys.path().join("cert.pem").display().to_string(),
+        keys.path().join("key.pem").display().to_string()
+    );
+    let gw = std::panic::catch_unwind(|| Running::start(&[("echo.toml", ECHO)], &tls, "info"));
+    let message = match gw {
+        Ok(_) => panic!("a gateway with a broken key started"),
+        Err(panic) => panic.downcast_ref::<String>().cloned().unwrap_or_default(),
+    };
+    assert!(message.contains("server.tls.key_file"), "{message}");
+}
