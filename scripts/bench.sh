@@ -2,7 +2,7 @@
 # Load benchmarks (benchmarks, not tests: absolute numbers vary with the machine and its
 # neighbours, so every figure is a ratio against a baseline measured in the same run).
 #
-#   scripts/bench.sh [core|proxy|grpc|auth|streams|burst|agents|ops|store|all]  (default: all)
+#   scripts/bench.sh [core|proxy|grpc|tls|auth|streams|burst|agents|ops|store|all]  (default: all)
 #
 # core    SendMessage to the echo agent through the gateway vs a bare actix-web handler
 #         returning a fixed result (examples/bare_jsonrpc.rs); the same for a message the
@@ -12,6 +12,8 @@
 #         then p99 latency at a fixed moderate rate: direct, via forwarder, via gateway.
 # grpc    SendMessage to the echo agent over gRPC vs over JSON-RPC, the same gateway and one
 #         load client for both (examples/loadgen.rs closed / grpc: a connection per client).
+# tls     SendMessage to the echo agent over HTTPS ([server.tls], keep-alive: the handshake
+#         once per connection) vs plain HTTP, the same build, in alternating rounds.
 # auth    the core benchmark with auth off, with an API-key caller and with an RS256 JWT
 #         caller (rate limiting on, with a tier too generous to refuse anything).
 # streams N SSE streams (default 10000) held open through the gateway to an upstream
@@ -94,7 +96,7 @@ gateway() {
     A2A_GATEWAY_LOG=warn "${GW_BIN:-$BIN}" serve --config "$TMP/gw-$1.toml" --agents-dir "$2" \
         --port "$1" --workers "$WORKERS" > "$TMP/gw-$1.log" 2>&1 &
     GW_PID=$!; PIDS+=("$GW_PID")
-    wait_up "http://127.0.0.1:$1/a2a/health"
+    wait_up "${GW_SCHEME:-http}://127.0.0.1:$1/a2a/health"
 }
 
 bench_core() {
@@ -363,8 +365,22 @@ bench_grpc() {
     printf 'ratio gRPC / JSON-RPC: rounds %s-> median %.2fx\n' "$ratios" "$(echo "$ratios" | tr ' ' '\n' | grep . | median)"
 }
 
+bench_tls() {
+    echo "== tls: SendMessage to the echo agent over HTTPS vs plain HTTP, $CONNECTIONS connections, $DURATION, $WORKERS workers =="
+    local pp pt
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj /CN=localhost \
+        -addext subjectAltName=IP:127.0.0.1 -keyout "$TMP/tls.key" -out "$TMP/tls.crt" 2> /dev/null
+    pp=$(free_port); gateway "$pp" "$ROOT/agents.d" 'default_agent = "echo"'
+    pt=$(free_port)
+    GW_SCHEME=https CURL_CA_BUNDLE="$TMP/tls.crt" gateway "$pt" "$ROOT/agents.d" \
+        "default_agent = \"echo\"\n[server.tls]\ncert_file = \"$TMP/tls.crt\"\nkey_file = \"$TMP/tls.key\""
+    rounds "gateway over HTTP" "http://127.0.0.1:$pp/a2a/agents/echo" \
+        "gateway over HTTPS" "https://127.0.0.1:$pt/a2a/agents/echo"
+}
+
 case "$SECTION" in
     core) bench_core ;;
+    tls) bench_tls ;;
     grpc) bench_grpc ;;
     store) bench_store ;;
     ops) bench_ops ;;
@@ -373,6 +389,6 @@ case "$SECTION" in
     auth) bench_auth ;;
     burst) bench_burst ;;
     agents) bench_agents ;;
-    all) bench_core; bench_ops; bench_store; bench_proxy; bench_grpc; bench_auth; bench_streams; bench_agents ;;
-    *) echo "usage: scripts/bench.sh [core|proxy|grpc|auth|streams|burst|agents|ops|store|all]" >&2; exit 2 ;;
+    all) bench_core; bench_ops; bench_store; bench_proxy; bench_grpc; bench_tls; bench_auth; bench_streams; bench_agents ;;
+    *) echo "usage: scripts/bench.sh [core|proxy|grpc|tls|auth|streams|burst|agents|ops|store|all]" >&2; exit 2 ;;
 esac

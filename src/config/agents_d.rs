@@ -444,6 +444,67 @@ fn check_a2a(cfg: &mut A2aConfig, dir: &Path, report: &mut dyn FnMut(usize, Stri
     }
     check_headers(&mut cfg.headers, report, text);
     check_card_keys(cfg, dir, report, text);
+    check_upstream_tls(cfg, dir, report, text);
+}
+
+/// The upstream's TLS files, resolved against the agent file's directory and read now, so
+/// that a missing or broken one is a load error rather than an unreachable agent.
+fn check_upstream_tls(
+    cfg: &mut A2aConfig,
+    dir: &Path,
+    report: &mut dyn FnMut(usize, String),
+    text: &str,
+) {
+    let find = |needle: &str| text.find(needle).unwrap_or(0);
+    if cfg.client_cert_file.is_some() != cfg.client_key_file.is_some() {
+        report(
+            find("client_"),
+            "backend.client_cert_file and client_key_file go together".into(),
+        );
+        return;
+    }
+    for file in [
+        &mut cfg.ca_file,
+        &mut cfg.client_cert_file,
+        &mut cfg.client_key_file,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        *file = dir.join(&*file);
+    }
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs = |path: &Path| {
+        CertificateDer::pem_file_iter(path).and_then(|certs| {
+            certs
+                .count()
+                .gt(&0)
+                .then_some(())
+                .ok_or(rustls::pki_types::pem::Error::NoItemsFound)
+        })
+    };
+    for (setting, file) in [
+        ("ca_file", &cfg.ca_file),
+        ("client_cert_file", &cfg.client_cert_file),
+    ] {
+        if let Some(path) = file {
+            if let Err(e) = certs(path) {
+                report(
+                    find(setting),
+                    format!("backend.{setting} {}: {e}", path.display()),
+                );
+            }
+        }
+    }
+    if let Some(path) = &cfg.client_key_file {
+        if let Err(e) = PrivateKeyDer::from_pem_file(path) {
+            report(
+                find("client_key_file"),
+                format!("backend.client_key_file {}: {e}", path.display()),
+            );
+        }
+    }
 }
 
 /// A signature to check needs exactly one place to find the keys; a file is read now, so

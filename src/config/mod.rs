@@ -973,6 +973,15 @@ pub struct A2aConfig {
     /// The same, from a file (relative to the agent file), read with every card.
     #[serde(default)]
     pub card_jwks_file: Option<PathBuf>,
+    /// Roots trusted for an `https` upstream besides the system's (PEM; relative to the
+    /// agent file).
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// The client certificate (PEM chain) and key the gateway presents to the upstream.
+    #[serde(default)]
+    pub client_cert_file: Option<PathBuf>,
+    #[serde(default)]
+    pub client_key_file: Option<PathBuf>,
 }
 
 fn default_upstream_timeout() -> u64 {

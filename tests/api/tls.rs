@@ -146,3 +146,154 @@ fn a_broken_certificate_stops_the_start() {
     };
     assert!(message.contains("server.tls.key_file"), "{message}");
 }
+
+/// A CA, a server certificate for 127.0.0.1 and a client certificate it signed, as PEM
+/// files in `dir`: ca.pem, server.pem/server.key, client.pem/client.key (made by openssl).
+fn test_pki(dir: &Path) {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+    ];
+    run(&[
+        &["req", "-x509"][..],
+        &ec,
+        &[
+            "-days",
+            "1",
+            "-subj",
+            "/CN=test-ca",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+        ],
+    ]
+    .concat());
+    for (name, san) in [("server", "IP:127.0.0.1"), ("client", "DNS:gateway.test")] {
+        let (key, csr, ext, pem) = (
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("{name}.ext"),
+            format!("{name}.pem"),
+        );
+        let subject = format!("/CN={name}");
+        run(&[
+            &["req"][..],
+            &ec,
+            &["-subj", &subject, "-keyout", &key, "-out", &csr],
+        ]
+        .concat());
+        std::fs::write(dir.join(&ext), format!("subjectAltName={san}\n")).unwrap();
+        run(&[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "1",
+            "-extfile",
+            &ext,
+            "-out",
+            &pem,
+        ]);
+    }
+}
+
+/// An upstream over HTTPS that wants a client certificate: reached with the agent file's
+/// CA and client certificate; without the certificate it is unhealthy, and a missing
+/// file is a load error.
+#[tokio::test]
+async fn an_upstream_is_reached_with_the_files_ca_and_client_certificate() {
+    let pki = tempfile::tempdir().unwrap();
+    test_pki(pki.path());
+    let file = |name: &str| pki.path().join(name).display().to_string();
+    let args = [
+        "--tls-cert",
+        &file("server.pem"),
+        "--tls-key",
+        &file("server.key"),
+        "--client-ca",
+        &file("ca.pem"),
+    ];
+    let peer = crate::peers::python_agent_with("1.0", &args).await;
+    let url = format!("https://127.0.0.1:{}", peer.port);
+    let with_cert = format!(
+        "ca_file = {:?}\nclient_cert_file = {:?}\nclient_key_file = {:?}\n",
+        file("ca.pem"),
+        file("client.pem"),
+        file("client.key")
+    );
+    let without = format!("ca_file = {:?}\n", file("ca.pem"));
+    let gw = crate::helpers::spawn_with(
+        &[
+            (
+                "up.toml",
+                &crate::peers::upstream_agent("up", &url, &with_cert),
+            ),
+            (
+                "nocert.toml",
+                &crate::peers::upstream_agent("nocert", &url, &without),
+            ),
+        ],
+        "",
+    )
+    .await;
+    let health = gw.get_json("/a2a/health").await;
+    assert_eq!(health["agents"]["up"], "healthy", "{health}");
+    assert_eq!(health["agents"]["nocert"], "unhealthy", "{health}");
+    let sent = gw
+        .call(
+            "/a2a/agents/up",
+            D::V10,
+            "SendMessage",
+            json!({"message": D::V10.message("over mtls")}),
+        )
+        .await;
+    let task = &sent.result()["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{task}");
+    let streamed = gw
+        .sse(
+            "/a2a/agents/up",
+            D::V10,
+            "SendStreamingMessage",
+            json!({"message": D::V10.message("a b c")}),
+        )
+        .await;
+    assert!(!streamed.is_empty());
+
+    let agents = tempfile::tempdir().unwrap();
+    let broken = format!(
+        "client_cert_file = {:?}\nclient_key_file = \"missing.key\"\n",
+        file("client.pem")
+    );
+    std::fs::write(
+        agents.path().join("up.toml"),
+        crate::peers::upstream_agent("up", &url, &broken),
+    )
+    .unwrap();
+    let error = a2a_gateway::config::load(None, agents.path())
+        .err()
+        .expect("a load error")
+        .to_string();
+    assert!(error.contains("backend.client_key_file"), "{error}");
+}

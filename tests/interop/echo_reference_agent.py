@@ -26,6 +26,8 @@ needs a 1.x header (else -32009), a 0.3 method a 0.x header or none (else
 --sign-key PEM signs the card with the SDK's card signer (ES256, kid "upstream-key") and
   writes the public key as a JWKS to --jwks-out; --tamper changes the description after
   signing, as an attacker between the agent and the gateway would.
+--tls-cert PEM --tls-key PEM serve HTTPS (the card's URLs say https); --client-ca PEM also
+  requires a client certificate signed by that CA.
 --grpc serves A2A 1.0 over gRPC only (the SDK's GrpcHandler on a free port of --host);
   the HTTP port serves the card alone, whose one interface is that gRPC one.
 --port 0 binds a free port; --ready-file PATH gets that port (decimal, then a
@@ -363,6 +365,10 @@ def main() -> None:
     parser.add_argument('--jwks-out', help='with --sign-key: write the public key here')
     parser.add_argument('--tamper', action='store_true',
                         help='with --sign-key: change the card after signing it')
+    parser.add_argument('--tls-cert', help='serve HTTPS with this certificate (PEM)')
+    parser.add_argument('--tls-key', help='the key of --tls-cert (PEM)')
+    parser.add_argument('--client-ca', help='with --tls-cert: require client certificates '
+                        'signed by this CA (PEM)')
     parser.add_argument('--grpc', action='store_true',
                         help='serve over gRPC only; the HTTP port serves the card')
     args = parser.parse_args()
@@ -373,14 +379,21 @@ def main() -> None:
         parser.exit(1, f'echo agent: cannot bind {args.host}:{args.port}: {e}\n')
     port = sock.getsockname()[1]
     host = f'[{args.host}]' if ':' in args.host else args.host
-    base_url = args.public_url or f'http://{host}:{port}/'
+    scheme = 'https' if args.tls_cert else 'http'
+    base_url = args.public_url or f'{scheme}://{host}:{port}/'
     if args.grpc:
         asyncio.run(serve_grpc_only(host, sock, args.ready_file, args.log_level))
         return
     signing = (args.sign_key, args.jwks_out, args.tamper) if args.sign_key else None
     app = build_app(base_url, args.dialects, args.push, args.extended_key, signing)
+    tls = {}
+    if args.tls_cert:
+        import ssl
+        tls = {'ssl_certfile': args.tls_cert, 'ssl_keyfile': args.tls_key}
+        if args.client_ca:
+            tls.update(ssl_ca_certs=args.client_ca, ssl_cert_reqs=ssl.CERT_REQUIRED)
     config = uvicorn.Config(app, log_level=args.log_level,
-                            timeout_graceful_shutdown=2)
+                            timeout_graceful_shutdown=2, **tls)
     asyncio.run(serve(uvicorn.Server(config), sock, args.ready_file))
 
 

@@ -82,7 +82,7 @@ impl GrpcTransport {
         http.set_nodelay(true);
         http.set_connect_timeout(Some(Duration::from_secs(config.connect_timeout_secs)));
         let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(super::transport::tls_config()?)
+            .with_tls_config(super::transport::tls_config(config)?)
             .https_or_http()
             .enable_http2()
             .wrap_connector(http);

@@ -163,6 +163,7 @@ impl RemoteAgent {
         // A JSON-RPC call is never replayed, with the file's headers, at an address the
         // agent file does not name: no redirects.
         let client = builder
+            .use_preconfigured_tls(transport::tls_config(&config)?)
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(Duration::from_secs(config.connect_timeout_secs))
             .pool_idle_timeout(Duration::from_secs(90))

@@ -110,7 +110,7 @@ impl Transport {
         http.set_nodelay(true);
         http.set_connect_timeout(Some(Duration::from_secs(config.connect_timeout_secs)));
         let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls_config()?)
+            .with_tls_config(tls_config(config)?)
             .https_or_http()
             .enable_http1()
             .enable_http2()
@@ -247,23 +247,48 @@ where
 
 /// The system's root certificates, as reqwest loads them: unreadable ones are skipped, and
 /// a machine with none still reaches plain-HTTP agents.
-pub(super) fn tls_config() -> Result<rustls::ClientConfig, String> {
+/// TLS towards the upstream: the system's roots, plus the agent file's `ca_file`, and its
+/// client certificate when it gives one. One configuration for every client of the agent
+/// (calls, streams, card fetches, gRPC).
+pub(super) fn tls_config(config: &A2aConfig) -> Result<rustls::ClientConfig, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let mut roots = rustls::RootCertStore::empty();
     let native = rustls_native_certs::load_native_certs();
     for e in &native.errors {
         tracing::debug!(error = %e, "skipping a system root certificate");
     }
     roots.add_parsable_certificates(native.certs);
+    let pem_certs = |path: &std::path::Path, setting: &str| {
+        CertificateDer::pem_file_iter(path)
+            .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| format!("backend.{setting} {}: {e}", path.display()))
+    };
+    if let Some(ca) = &config.ca_file {
+        for cert in pem_certs(ca, "ca_file")? {
+            roots
+                .add(cert)
+                .map_err(|e| format!("backend.ca_file {}: {e}", ca.display()))?;
+        }
+    }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    Ok(rustls::ClientConfig::builder_with_provider(provider)
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| format!("setting up TLS: {e}"))?
-        .with_root_certificates(roots)
-        .with_no_client_auth())
+        .with_root_certificates(roots);
+    match (&config.client_cert_file, &config.client_key_file) {
+        (Some(cert), Some(key)) => {
+            let chain = pem_certs(cert, "client_cert_file")?;
+            let key = PrivateKeyDer::from_pem_file(key)
+                .map_err(|e| format!("backend.client_key_file {}: {e}", key.display()))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| format!("backend.client_cert_file: {e}"))
+        }
+        _ => Ok(builder.with_no_client_auth()),
+    }
 }
 
-/// The caller's trace context for the upstream (W3C `traceparent`, a child of the
-/// caller's, and its `tracestate`); none when the caller sent none.
 /// The extensions the caller asked for, in the header an upstream of `dialect` reads
 /// (`A2A-Extensions` in 1.0, `X-A2A-Extensions` in 0.3); none when it asked for none.
 pub(super) fn extension_header(dialect: Dialect) -> Option<(HeaderName, HeaderValue)> {
@@ -289,6 +314,8 @@ pub(super) fn note_activated(headers: &HeaderMap) {
     }
 }
 
+/// The caller's trace context for the upstream (W3C `traceparent`, a child of the
+/// caller's, and its `tracestate`); none when the caller sent none.
 pub(super) fn trace_headers() -> impl Iterator<Item = (HeaderName, HeaderValue)> {
     let (parent, state) = match crate::telemetry::outgoing_trace() {
         Some((parent, state)) => (Some(parent), state),
