@@ -292,8 +292,7 @@ async fn an_upstream_is_reached_with_the_files_ca_and_client_certificate() {
     )
     .unwrap();
     let error = a2a_gateway::config::load(None, agents.path())
-        .err()
-        .expect("a load error")
+        .expect_err("a load error")
         .to_string();
     assert!(error.contains("backend.client_key_file"), "{error}");
 }
