@@ -216,29 +216,27 @@ impl Agent {
         }
     }
 
-    /// The extensions a request to this agent must ask for: those its file or its
-    /// upstream's card marks required. Empty (and nothing allocated) for most agents.
-    pub(crate) fn required_extensions(&self) -> Vec<String> {
-        let mut required: Vec<String> = self
-            .def
-            .extensions
-            .iter()
-            .filter(|e| e.required)
-            .map(|e| e.uri.clone())
-            .collect();
-        let card = self.remote().and_then(|r| r.card());
-        let listed = card
-            .as_ref()
-            .and_then(|c| c["capabilities"]["extensions"].as_array());
-        for extension in listed.into_iter().flatten() {
-            let uri = extension["uri"]
-                .as_str()
-                .filter(|_| extension["required"] == true);
-            if let Some(uri) = uri.filter(|u| !required.iter().any(|r| r == u)) {
-                required.push(uri.to_string());
-            }
+    /// Whether `asked` (a request's `A2A-Extensions`) names every extension this agent
+    /// requires (its file's and its upstream card's); the first one missing if not.
+    pub(crate) fn missing_extension(&self, asked: Option<&str>) -> Option<String> {
+        let asked_for = |uri: &str| {
+            asked
+                .into_iter()
+                .flat_map(|v| v.split(','))
+                .any(|a| a.trim() == uri)
+        };
+        let local = self.def.extensions.iter().filter(|e| e.required);
+        if let Some(e) = local.map(|e| e.uri.as_str()).find(|uri| !asked_for(uri)) {
+            return Some(e.to_string());
         }
-        required
+        let remote = self.remote()?.required_extensions();
+        remote.iter().find(|uri| !asked_for(uri)).cloned()
+    }
+
+    /// Whether a request to it may have to name extensions: it requires some, or it is an
+    /// upstream (which gets what the request names).
+    pub(crate) fn reads_extensions(&self) -> bool {
+        self.remote().is_some() || self.def.extensions.iter().any(|e| e.required)
     }
 }
 

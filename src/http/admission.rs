@@ -76,19 +76,12 @@ pub(crate) const EXTENSIONS_V03: &str = "x-a2a-extensions";
 /// notes the ones asked for a call to an upstream agent carries on. Free for agents that
 /// neither require extensions nor are upstreams.
 fn check_extensions(head: &impl Head, agent: &Agent) -> Result<(), GatewayError> {
-    let required = agent.required_extensions();
-    if required.is_empty() && agent.remote().is_none() {
+    if !agent.reads_extensions() {
         return Ok(());
     }
     let asked = head.extensions();
-    let asked_for = |uri: &str| {
-        asked
-            .into_iter()
-            .flat_map(|v| v.split(','))
-            .any(|a| a.trim() == uri)
-    };
-    if let Some(missing) = required.iter().find(|uri| !asked_for(uri)) {
-        return Err(GatewayError::ExtensionSupportRequired(missing.clone()));
+    if let Some(missing) = agent.missing_extension(asked) {
+        return Err(GatewayError::ExtensionSupportRequired(missing));
     }
     if let (Some(asked), Some(_)) = (asked, agent.remote()) {
         crate::telemetry::note(|c| c.extensions_asked = Some(asked.trim().into()));

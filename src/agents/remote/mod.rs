@@ -98,6 +98,8 @@ struct State {
     card: Option<Arc<Value>>,
     /// The extended card, fetched with the file's credentials when the card offers one.
     extended: Option<Arc<Value>>,
+    /// The extensions the card marks required, read once per card.
+    required_extensions: Arc<[String]>,
     upstream: Option<Arc<Upstream>>,
     healthy: bool,
 }
@@ -224,6 +226,11 @@ impl RemoteAgent {
     /// The remote card as last fetched, if ever.
     pub(crate) fn card(&self) -> Option<Arc<Value>> {
         self.read().card.clone()
+    }
+
+    /// The extensions the remote's card marks required.
+    pub(crate) fn required_extensions(&self) -> Arc<[String]> {
+        self.read().required_extensions.clone()
     }
 
     /// The remote's extended card as last fetched, when its card offers one.
@@ -415,6 +422,13 @@ impl RemoteAgent {
         let changed =
             state.card.as_deref() != Some(&card) || state.extended.as_deref() != extended.as_ref();
         if changed {
+            let listed = card["capabilities"]["extensions"].as_array();
+            state.required_extensions = listed
+                .into_iter()
+                .flatten()
+                .filter(|e| e["required"] == true)
+                .filter_map(|e| e["uri"].as_str().map(str::to_string))
+                .collect();
             state.card = Some(Arc::new(card));
             state.extended = extended.map(Arc::new);
             self.card_changes.bump();
