@@ -487,7 +487,10 @@ impl Application {
                     .client_disconnect_timeout(Duration::from_secs(2))
                     .local_addr(addr);
                 if $secure {
-                    http = http.secure();
+                    // Its requests' URLs say https, HTTP/1 ones too (see `Live::base_url`).
+                    http = http.secure().on_connect_ext(|_, ext| {
+                        ext.insert(crate::http::OverTls);
+                    });
                 }
                 http.finish(actix_service::map_config(app, |_| AppConfig::default()))
             }};
@@ -530,12 +533,32 @@ impl Application {
             // configuration snapshot and connection gate as HTTP's.
             let state = web::Data::from(shared.clone());
             let connections = grpc_connections;
+            // With [server.tls], the gRPC port speaks TLS too (h2 by ALPN), with the same
+            // certificate; the handshake counts against the header deadline.
+            let tls = match &shared.certificate {
+                Some(cert) => Some(cert.grpc_config().map_err(std::io::Error::other)?),
+                None => None,
+            };
             server = server.listen("a2a-gateway-grpc", listener, move || {
                 let state = state.clone();
+                let tls = tls.clone();
                 let grpc = actix_service::fn_service(move |stream: tokio::net::TcpStream| {
-                    let state = state.clone();
+                    let (state, tls) = (state.clone(), tls.clone());
                     async move {
-                        crate::grpc::serve_connection(stream, state).await;
+                        let peer = stream.peer_addr().ok();
+                        let _ = stream.set_nodelay(true);
+                        match tls {
+                            None => crate::grpc::serve_connection(stream, peer, state).await,
+                            Some(config) => {
+                                let accept = tokio_rustls::TlsAcceptor::from(config).accept(stream);
+                                match tokio::time::timeout(header_timeout, accept).await {
+                                    Ok(Ok(tls)) => {
+                                        crate::grpc::serve_connection(tls, peer, state).await
+                                    }
+                                    _ => tracing::debug!(?peer, "gRPC TLS handshake failed"),
+                                }
+                            }
+                        }
                         Ok::<_, std::convert::Infallible>(())
                     }
                 });

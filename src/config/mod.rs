@@ -357,7 +357,7 @@ pub struct ServerConfig {
     /// Reload when a file in agents.d/ or the gateway file changes (SIGHUP always does).
     #[serde(default = "default_true")]
     pub watch_config: bool,
-    /// Serve the gRPC binding (A2A 1.0's `lf.a2a.v1.A2AService`, HTTP/2 without TLS) on
+    /// Serve the gRPC binding (A2A 1.0's `lf.a2a.v1.A2AService`, HTTP/2; TLS with `tls`) on
     /// this port of `host`; 0 picks a free one. Off when absent.
     #[serde(default)]
     pub grpc_port: Option<u16>,

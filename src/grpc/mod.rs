@@ -55,9 +55,13 @@ impl<F: Future + 'static> hyper::rt::Executor<F> for LocalExec {
 /// Serves one connection (HTTP/2: gRPC has no other) until its client or the gateway
 /// closes it. The connection is pinged at the stream keep-alive period, so that a client
 /// gone away is noticed and a quiet stream is kept open through proxies.
-pub(crate) async fn serve_connection(stream: tokio::net::TcpStream, state: web::Data<AppState>) {
-    let peer = stream.peer_addr().ok();
-    let _ = stream.set_nodelay(true);
+pub(crate) async fn serve_connection<IO>(
+    stream: IO,
+    peer: Option<SocketAddr>,
+    state: web::Data<AppState>,
+) where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + 'static,
+{
     let keepalive = state.live().default_keepalive();
     let service = hyper::service::service_fn(move |req| {
         let state = state.clone();

@@ -90,7 +90,13 @@ impl Live {
             Some(url) => url.to_string(),
             None => {
                 let info = req.connection_info();
-                format!("{}://{}", info.scheme(), info.host())
+                // actix reads an HTTP/1 request's scheme from its app config, which does not
+                // know the connection; a TLS connection says so itself.
+                let scheme = match (info.scheme(), req.conn_data::<super::OverTls>()) {
+                    ("http", Some(_)) => "https",
+                    (scheme, _) => scheme,
+                };
+                format!("{scheme}://{}", info.host())
             }
         }
     }

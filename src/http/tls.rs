@@ -21,6 +21,10 @@ use tokio_rustls::server::TlsStream;
 
 use super::rejections::JsonRejections;
 
+/// Marks a connection that came over TLS (its requests' URLs say https).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct OverTls;
+
 /// The certificate in use, and the files it is read from again.
 #[derive(Debug)]
 pub(crate) struct Certificate {
@@ -53,13 +57,22 @@ impl Certificate {
     /// The server side of TLS with this certificate: TLS 1.2 and 1.3, HTTP/2 and HTTP/1.1
     /// offered by ALPN, no client certificates.
     pub(crate) fn server_config(self: &Arc<Self>) -> Result<Arc<rustls::ServerConfig>, String> {
+        self.config_for(&[b"h2", b"http/1.1"])
+    }
+
+    /// The same for the gRPC port, which speaks HTTP/2 only.
+    pub(crate) fn grpc_config(self: &Arc<Self>) -> Result<Arc<rustls::ServerConfig>, String> {
+        self.config_for(&[b"h2"])
+    }
+
+    fn config_for(self: &Arc<Self>, alpn: &[&[u8]]) -> Result<Arc<rustls::ServerConfig>, String> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut config = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|e| e.to_string())?
             .with_no_client_auth()
             .with_cert_resolver(self.clone());
-        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         Ok(Arc::new(config))
     }
 }

@@ -72,6 +72,35 @@ async fn https_serves_http2_and_takes_a_renewed_certificate_without_dropping_con
         "{sent}"
     );
 
+    // The official SDK's client over https (trusting the certificate through
+    // SSL_CERT_FILE, as httpx reads it): every check of the interop suite.
+    let script = crate::helpers::repo_root().join("tests/interop/sdk_client.py");
+    let card_url = gw.url("/a2a/agents/echo/card");
+    let cert = keys.path().join("cert.pem");
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(crate::interop::python())
+            .arg(script)
+            .args([
+                "--card-url",
+                &card_url,
+                "--dialect",
+                "1.0",
+                "--expect-name",
+                "echo",
+            ])
+            .env("SSL_CERT_FILE", cert)
+            .output()
+    })
+    .await
+    .unwrap()
+    .expect("the SDK client");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains(" passed, 0 failed"),
+        "the SDK client over https:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
     // Plain HTTP to the TLS port: refused, and the gateway stays healthy.
     let plain = gw.url("/a2a/health").replacen("https://", "http://", 1);
     assert!(
@@ -295,4 +324,28 @@ async fn an_upstream_is_reached_with_the_files_ca_and_client_certificate() {
         .expect_err("a load error")
         .to_string();
     assert!(error.contains("backend.client_key_file"), "{error}");
+}
+
+/// With `[server.tls]` the gRPC port speaks TLS too, with the same certificate: the SDK's
+/// message classes over a secure grpcio channel reach the echo agent; an insecure one
+/// does not.
+#[tokio::test]
+async fn the_grpc_port_speaks_tls_with_the_same_certificate() {
+    let keys = tempfile::tempdir().unwrap();
+    certificate(keys.path());
+    let tls = format!(
+        "[server.tls]\ncert_file = {:?}\nkey_file = {:?}\n",
+        keys.path().join("cert.pem").display().to_string(),
+        keys.path().join("key.pem").display().to_string()
+    );
+    let gw = crate::helpers::spawn_with_grpc(&[("echo.toml", ECHO)], &tls).await;
+    let call = json!([{"method": "SendMessage",
+        "request": {"tenant": "echo", "message": D::V10.message("over grpc tls")}}]);
+    let ca = keys.path().join("cert.pem");
+    let out = crate::grpc::probe_over(&gw, call.clone(), Some(&ca)).await;
+    assert_eq!(out[0]["code"], "OK", "{}", out[0]);
+    let state = &out[0]["response"]["task"]["status"]["state"];
+    assert_eq!(state, "TASK_STATE_COMPLETED", "{}", out[0]);
+    let plain = crate::grpc::probe(&gw, call).await;
+    assert_eq!(plain[0]["code"], "UNAVAILABLE", "{}", plain[0]);
 }

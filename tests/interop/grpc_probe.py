@@ -1,6 +1,6 @@
 """Raw gRPC calls to the gateway's A2A 1.0 service, for the tests that check each answer.
 
-    python grpc_probe.py TARGET < calls.json
+    python grpc_probe.py TARGET [CA_PEM] < calls.json   (with CA_PEM: over TLS)
 
 calls.json is a list of calls, made in order on one channel:
     {"method": "GetTask", "request": {...ProtoJSON...}, "metadata": {"x-api-key": "..."},
@@ -106,7 +106,14 @@ def main():
     target = sys.argv[1]
     calls = json.load(sys.stdin)
     options = [('grpc.max_send_message_length', 64 << 20)]
-    with grpc.insecure_channel(target, options=options) as channel:
+    if len(sys.argv) > 2:
+        # TLS, trusting only the CA (PEM) named here.
+        with open(sys.argv[2], 'rb') as f:
+            credentials = grpc.ssl_channel_credentials(root_certificates=f.read())
+        channel = grpc.secure_channel(target, credentials, options=options)
+    else:
+        channel = grpc.insecure_channel(target, options=options)
+    with channel:
         results = [call(channel, spec) for spec in calls]
     print(json.dumps(results))
 
