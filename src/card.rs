@@ -478,12 +478,7 @@ pub(crate) fn gateway_card<'a>(
 pub(crate) fn finish(mut card: Value, v10: bool, signer: &crate::signing::Signer) -> Value {
     if let Some(obj) = card.as_object_mut() {
         if v10 {
-            for key in [
-                "url",
-                "protocolVersion",
-                "preferredTransport",
-                "supportsAuthenticatedExtendedCard",
-            ] {
+            for key in crate::protocol::V03_CARD_MEMBERS {
                 obj.remove(key);
             }
         }

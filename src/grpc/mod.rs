@@ -177,7 +177,8 @@ async fn call(
     let mut answer = answer;
     if let Some(activated) = call.extensions_activated.as_deref() {
         if let Ok(value) = http::HeaderValue::from_str(activated) {
-            answer.headers_mut().insert("a2a-extensions", value);
+            let name = crate::protocol::extensions_header(Dialect::V10);
+            answer.headers_mut().insert(name, value);
         }
     }
     let status = grpc_status(&answer).map_or(0, |c| c as u16);
@@ -247,11 +248,7 @@ impl Head for GrpcHead {
     }
 
     fn extensions(&self) -> Option<&str> {
-        let value = self
-            .headers
-            .get(admission::EXTENSIONS)
-            .or_else(|| self.headers.get(admission::EXTENSIONS_V03));
-        value.and_then(|v| v.to_str().ok())
+        crate::protocol::extensions_in(|name| self.headers.get(name).map(|v| v.as_bytes()))
     }
 }
 

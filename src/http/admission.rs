@@ -60,17 +60,9 @@ impl Head for HttpRequest {
     }
 
     fn extensions(&self) -> Option<&str> {
-        let headers = self.headers();
-        let value = headers
-            .get(EXTENSIONS)
-            .or_else(|| headers.get(EXTENSIONS_V03));
-        value.and_then(|v| v.to_str().ok())
+        crate::protocol::extensions_in(|name| self.headers().get(name).map(|v| v.as_bytes()))
     }
 }
-
-/// The request header naming the extensions a call asks for, and 0.3's name for it.
-pub(crate) const EXTENSIONS: &str = "a2a-extensions";
-pub(crate) const EXTENSIONS_V03: &str = "x-a2a-extensions";
 
 /// Refuses a call to an agent that requires an extension the call did not ask for, and
 /// notes the ones asked for a call to an upstream agent carries on. Free for agents that

@@ -44,22 +44,38 @@ fn aggregated(
     v10: bool,
     extended: bool,
 ) -> Value {
+    let required = live.auth.default_access() == Access::Authenticated;
+    rendered_with(state, live, base, v10, required, |sec, offers| {
+        let visible = live
+            .registry
+            .iter()
+            .filter(|a| live.auth.authorize(caller, &a.def).is_ok());
+        card::gateway_card(&live.config, visible, base, sec, offers, extended)
+    })
+}
+
+/// What every card is rendered with: the credential schemes (in `v10`'s shapes, and
+/// `required` or not) and what the gateway offers at `base`.
+fn rendered_with<T>(
+    state: &AppState,
+    live: &Live,
+    base: &str,
+    v10: bool,
+    required: bool,
+    render: impl FnOnce(&card::Security, card::Offers<'_>) -> T,
+) -> T {
     let schemes = live.auth.schemes();
     let sec = card::Security {
         schemes: &schemes,
-        required: live.auth.default_access() == Access::Authenticated,
+        required,
         v10,
     };
-    let visible = live
-        .registry
-        .iter()
-        .filter(|a| live.auth.authorize(caller, &a.def).is_ok());
     let grpc = grpc_target(state, base);
     let offers = card::Offers {
         push: state.service.push().enabled(),
         grpc: grpc.as_deref(),
     };
-    card::gateway_card(&live.config, visible, base, &sec, offers, extended)
+    render(&sec, offers)
 }
 
 /// The extended card a caller asks for, on any binding, rendered and signed: the agent's
@@ -133,8 +149,11 @@ fn agent_card_rendered(
     v10: bool,
     extended: bool,
 ) -> Option<Arc<Rendered>> {
+    if extended && !card::has_extended(agent) {
+        return None;
+    }
     let key = CardKey {
-        which: Which::Agent(agent.def.name.as_str().into()),
+        which: Which::Agent(agent.name.clone()),
         extended,
         access: AccessKey::All,
         base: base.to_string(),
@@ -142,25 +161,20 @@ fn agent_card_rendered(
         registry: live.registry.id(),
         generation: live.registry.card_generation(),
     };
-    let schemes = live.auth.schemes();
-    let sec = card::Security {
-        schemes: &schemes,
-        required: live.auth.access_of(&agent.def) == Access::Authenticated,
-        v10,
-    };
-    let grpc = grpc_target(state, base);
-    let offers = card::Offers {
-        push: state.service.push().enabled(),
-        grpc: grpc.as_deref(),
-    };
-    if extended && !card::has_extended(agent) {
-        return None;
-    }
+    // Everything is built in here: a card kept costs a request only the lookup.
     let rendered = state.cards.get_or_render(&key, || {
-        let card = match extended {
-            true => card::extended_agent_card(agent, base, &sec, offers),
-            false => Some(card::agent_card(agent, base, &sec, offers)),
-        };
+        let required = live.auth.access_of(&agent.def) == Access::Authenticated;
+        let card = rendered_with(
+            state,
+            live,
+            base,
+            v10,
+            required,
+            |sec, offers| match extended {
+                true => card::extended_agent_card(agent, base, sec, offers),
+                false => Some(card::agent_card(agent, base, sec, offers)),
+            },
+        );
         serde_json::to_vec(&card::finish(
             card.unwrap_or_default(),
             v10,

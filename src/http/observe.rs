@@ -267,10 +267,10 @@ fn finish<B: MessageBody + 'static>(
     cors.decorate(res.headers_mut());
     if let Some(activated) = &call.extensions_activated {
         // In the header the caller's dialect reads.
-        let name = match call.dialect {
-            Some("0.3") => "x-a2a-extensions",
-            _ => "a2a-extensions",
-        };
+        let name = crate::protocol::extensions_header(match call.dialect {
+            Some("0.3") => crate::protocol::Dialect::V03,
+            _ => crate::protocol::Dialect::V10,
+        });
         if let Ok(value) = HeaderValue::from_str(activated) {
             res.headers_mut()
                 .insert(HeaderName::from_static(name), value);

@@ -20,6 +20,34 @@ mod roundtrip;
 
 use crate::error::GatewayError;
 
+/// The header naming the extensions a call asks for, and an answer those activated, in
+/// `dialect`'s spelling (1.0 `A2A-Extensions`, 0.3 `X-A2A-Extensions`).
+pub(crate) fn extensions_header(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::V10 => "a2a-extensions",
+        Dialect::V03 | Dialect::V01 => "x-a2a-extensions",
+    }
+}
+
+/// The extensions header's value in a header map of any kind (`get` reads one header),
+/// by either spelling, 1.0's first.
+pub(crate) fn extensions_in<'a>(get: impl Fn(&str) -> Option<&'a [u8]>) -> Option<&'a str> {
+    let value =
+        get(extensions_header(Dialect::V10)).or_else(|| get(extensions_header(Dialect::V03)));
+    value.and_then(|v| std::str::from_utf8(v).ok())
+}
+
+/// The 0.3 members a hybrid card carries beside 1.0's; a 1.0 card (its proto's JSON) has
+/// none of them.
+pub(crate) const V03_CARD_MEMBERS: [&str; 6] = [
+    "url",
+    "protocolVersion",
+    "preferredTransport",
+    "additionalInterfaces",
+    "supportsAuthenticatedExtendedCard",
+    "security",
+];
+
 /// The protocol generation a caller speaks; every answer goes out in the caller's dialect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Dialect {

@@ -42,6 +42,23 @@ async fn verify(gw: &TestGateway, path: &str, extra: &[&str]) -> Value {
     })
 }
 
+/// A P-256 key in PKCS#8 PEM at `path`, made by openssl.
+fn p256_key(path: &std::path::Path) {
+    let made = Command::new("openssl")
+        .args([
+            "genpkey",
+            "-algorithm",
+            "EC",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-out",
+        ])
+        .arg(path)
+        .status()
+        .expect("openssl");
+    assert!(made.success());
+}
+
 fn assert_verifies(got: &Value, what: &str, sdk: bool) {
     assert_eq!(got["jwcrypto"], true, "{what}: {got}");
     assert_eq!(got["jwcrypto_tampered"], false, "{what}: {got}");
@@ -101,19 +118,7 @@ async fn every_card_is_signed_and_verifies_against_the_published_jwks() {
 async fn a_key_file_is_the_key_every_replica_signs_with() {
     let dir = tempfile::tempdir().unwrap();
     let key = dir.path().join("cards.pem");
-    let made = Command::new("openssl")
-        .args([
-            "genpkey",
-            "-algorithm",
-            "EC",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-out",
-        ])
-        .arg(&key)
-        .status()
-        .expect("openssl");
-    assert!(made.success());
+    p256_key(&key);
     let config = format!(
         "[cards]\nsigning_key_file = {:?}\n",
         key.display().to_string()
@@ -154,19 +159,7 @@ async fn a_key_file_is_the_key_every_replica_signs_with() {
 async fn an_upstream_card_is_served_only_while_its_signature_verifies() {
     let dir = tempfile::tempdir().unwrap();
     let key = dir.path().join("upstream.pem");
-    let made = Command::new("openssl")
-        .args([
-            "genpkey",
-            "-algorithm",
-            "EC",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-out",
-        ])
-        .arg(&key)
-        .status()
-        .expect("openssl");
-    assert!(made.success());
+    p256_key(&key);
     let (key, jwks) = (
         key.display().to_string(),
         dir.path().join("upstream.jwks.json"),

@@ -40,19 +40,9 @@ fn keys() -> String {
 
 /// A JSON-RPC call with `key` (none: anonymous); the HTTP status and the body.
 async fn call(gw: &TestGateway, path: &str, key: Option<&str>, d: D, method: &str) -> (u16, Value) {
-    let body = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": {}});
-    let mut req = gw
-        .client
-        .post(gw.url(path))
-        .header("content-type", "application/json");
-    if let Some(v) = d.header() {
-        req = req.header("A2A-Version", v);
-    }
-    if let Some(key) = key {
-        req = req.header("X-API-Key", key);
-    }
-    let resp = req.body(body.to_string()).send().await.expect("request");
-    (resp.status().as_u16(), resp.json().await.expect("JSON"))
+    let key: Vec<(&str, &str)> = key.map(|k| ("X-API-Key", k)).into_iter().collect();
+    let reply = gw.call_with(path, d, method, json!({}), &key).await;
+    (reply.status, reply.body)
 }
 
 fn extended_method(d: D) -> &'static str {

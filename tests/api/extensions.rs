@@ -22,25 +22,14 @@ async fn send(
     d: D,
     extensions: Option<&str>,
 ) -> (reqwest::header::HeaderMap, Value) {
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": d.send(), "params": {"message": d.message("hi")}});
-    let mut req = gw
-        .client
-        .post(gw.url(path))
-        .header("content-type", "application/json");
-    if let Some(v) = d.header() {
-        req = req.header("A2A-Version", v);
-    }
-    if let Some(ext) = extensions {
-        let name = if d == D::V10 {
-            "A2A-Extensions"
-        } else {
-            "X-A2A-Extensions"
-        };
-        req = req.header(name, ext);
-    }
-    let resp = req.body(body.to_string()).send().await.expect("request");
-    let headers = resp.headers().clone();
-    (headers, resp.json().await.expect("JSON"))
+    let name = match d {
+        D::V10 => "A2A-Extensions",
+        D::V03 => "X-A2A-Extensions",
+    };
+    let asked: Vec<(&str, &str)> = extensions.map(|e| (name, e)).into_iter().collect();
+    let params = json!({"message": d.message("hi")});
+    let reply = gw.call_with(path, d, d.send(), params, &asked).await;
+    (reply.headers, reply.body)
 }
 
 #[tokio::test]

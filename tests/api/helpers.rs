@@ -290,11 +290,24 @@ impl TestGateway {
     }
 
     pub async fn call(&self, path: &str, d: D, method: &str, params: Value) -> Reply {
+        self.call_with(path, d, method, params, &[]).await
+    }
+
+    /// [`Self::call`], with `extra` headers (credentials, extensions).
+    pub async fn call_with(
+        &self,
+        path: &str,
+        d: D,
+        method: &str,
+        params: Value,
+        extra: &[(&str, &str)],
+    ) -> Reply {
         let body = json!({"jsonrpc":"2.0","id":"req-1","method":method,"params":params});
         let mut headers = vec![("content-type", "application/json")];
         if let Some(v) = d.header() {
             headers.push(("A2A-Version", v));
         }
+        headers.extend_from_slice(extra);
         self.post_raw(path, &headers, body.to_string()).await
     }
 

@@ -375,14 +375,7 @@ impl RemoteAgent {
         }
         let mut v10 = card;
         if let Some(obj) = v10.as_object_mut() {
-            for key in [
-                "url",
-                "protocolVersion",
-                "preferredTransport",
-                "additionalInterfaces",
-                "supportsAuthenticatedExtendedCard",
-                "security",
-            ] {
+            for key in crate::protocol::V03_CARD_MEMBERS {
                 obj.remove(key);
             }
         }

@@ -293,22 +293,13 @@ pub(super) fn tls_config(config: &A2aConfig) -> Result<rustls::ClientConfig, Str
 /// (`A2A-Extensions` in 1.0, `X-A2A-Extensions` in 0.3); none when it asked for none.
 pub(super) fn extension_header(dialect: Dialect) -> Option<(HeaderName, HeaderValue)> {
     let asked = crate::telemetry::noted(|c| c.extensions_asked.clone()).flatten()?;
-    let name = match dialect {
-        Dialect::V10 => "a2a-extensions",
-        Dialect::V03 | Dialect::V01 => "x-a2a-extensions",
-    };
-    Some((
-        HeaderName::from_static(name),
-        HeaderValue::from_str(&asked).ok()?,
-    ))
+    let name = HeaderName::from_static(crate::protocol::extensions_header(dialect));
+    Some((name, HeaderValue::from_str(&asked).ok()?))
 }
 
 /// Notes the extensions an upstream's answer says it activated, for the caller's answer.
 pub(super) fn note_activated(headers: &HeaderMap) {
-    let value = headers
-        .get("a2a-extensions")
-        .or_else(|| headers.get("x-a2a-extensions"))
-        .and_then(|v| v.to_str().ok());
+    let value = crate::protocol::extensions_in(|name| headers.get(name).map(|v| v.as_bytes()));
     if let Some(value) = value {
         crate::telemetry::note(|c| c.extensions_activated = Some(value.to_string()));
     }
