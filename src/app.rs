@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix_service::{IntoServiceFactory, ServiceFactoryExt};
-use actix_web::dev::{AppConfig, Server, ServerHandle};
+use actix_web::dev::{AppConfig, Extensions, Server, ServerHandle};
 use actix_web::{web, App};
 
 use crate::agents::RemoteAgent;
@@ -389,11 +389,8 @@ impl Application {
             .unwrap_or_default();
         let certificate = match &tls {
             Some(tls) => {
-                let cert = crate::http::Certificate::load(
-                    &base.join(&tls.cert_file),
-                    &base.join(&tls.key_file),
-                )
-                .map_err(std::io::Error::other)?;
+                let cert =
+                    crate::http::Certificate::load(tls, &base).map_err(std::io::Error::other)?;
                 Some(Arc::new(cert))
             }
             None => {
@@ -402,7 +399,10 @@ impl Application {
             }
         };
         let tls_config = match &certificate {
-            Some(cert) => Some(cert.server_config().map_err(std::io::Error::other)?),
+            Some(cert) => Some((
+                cert.server_config().map_err(std::io::Error::other)?,
+                cert.clone(),
+            )),
             None => None,
         };
         let (mut state, lost) = build_state(ready)?;
@@ -468,13 +468,14 @@ impl Application {
             server = server.workers(workers);
         }
         let grpc_connections = connections.clone();
-        // The one HTTP service, over TCP or over TLS (`secure`: its URLs say https).
+        // The one HTTP service, over TCP or over TLS (with what the connection tells its
+        // requests: that its URLs say https, and who its client certificate names).
         macro_rules! http_service {
-            ($secure:expr) => {{
+            ($($on_connect:expr)?) => {{
                 let app = app()
                     .into_factory()
                     .map_err(|e: actix_web::Error| e.error_response());
-                let mut http = actix_http::HttpService::build()
+                let http = actix_http::HttpService::build()
                     .keep_alive(actix_http::KeepAlive::Timeout(Duration::from_secs(5)))
                     // Slow clients cannot hold a worker: headers must arrive within this time.
                     .client_request_timeout(header_timeout)
@@ -486,12 +487,7 @@ impl Application {
                     // client still sends for at most this long (see http/rejections.rs).
                     .client_disconnect_timeout(Duration::from_secs(2))
                     .local_addr(addr);
-                if $secure {
-                    // Its requests' URLs say https, HTTP/1 ones too (see `Live::base_url`).
-                    http = http.secure().on_connect_ext(|_, ext| {
-                        ext.insert(crate::http::OverTls);
-                    });
-                }
+                $(let http = http.secure().on_connect_ext($on_connect);)?
                 http.finish(actix_service::map_config(app, |_| AppConfig::default()))
             }};
         }
@@ -499,17 +495,27 @@ impl Application {
             // HTTP/2 without TLS is detected by its preface, so gateways can be chained
             // over multiplexed connections (see the `http2` upstream option).
             None => server.listen("a2a-gateway", listener, move || Gate {
-                inner: crate::http::tcp_with_json_rejections(http_service!(false)),
+                inner: crate::http::tcp_with_json_rejections(http_service!()),
                 limits: connections.clone(),
             })?,
             // The handshake counts against the header deadline.
-            Some(tls) => server.listen("a2a-gateway", listener, move || Gate {
-                inner: crate::http::tls_with_json_rejections(
-                    http_service!(true),
-                    tls.clone(),
-                    header_timeout,
-                ),
-                limits: connections.clone(),
+            Some((tls, certificate)) => server.listen("a2a-gateway", listener, move || {
+                let certificate = certificate.clone();
+                let on_connect = move |io: &crate::http::TlsConnection, ext: &mut Extensions| {
+                    // Its requests' URLs say https, HTTP/1 ones too (see `Live::base_url`).
+                    ext.insert(crate::http::OverTls);
+                    if let Some(identity) = certificate.client_of(io.get_ref().get_ref().1) {
+                        ext.insert(crate::http::ClientCertificate(identity));
+                    }
+                };
+                Gate {
+                    inner: crate::http::tls_with_json_rejections(
+                        http_service!(on_connect),
+                        tls.clone(),
+                        header_timeout,
+                    ),
+                    limits: connections.clone(),
+                }
             })?,
         };
         if let Some(listener) = metrics_listener {
@@ -536,7 +542,10 @@ impl Application {
             // With [server.tls], the gRPC port speaks TLS too (h2 by ALPN), with the same
             // certificate; the handshake counts against the header deadline.
             let tls = match &shared.certificate {
-                Some(cert) => Some(cert.grpc_config().map_err(std::io::Error::other)?),
+                Some(cert) => Some((
+                    cert.grpc_config().map_err(std::io::Error::other)?,
+                    cert.clone(),
+                )),
                 None => None,
             };
             server = server.listen("a2a-gateway-grpc", listener, move || {
@@ -545,17 +554,24 @@ impl Application {
                 let grpc = actix_service::fn_service(move |stream: tokio::net::TcpStream| {
                     let (state, tls) = (state.clone(), tls.clone());
                     async move {
-                        let peer = stream.peer_addr().ok();
+                        let mut peer = crate::grpc::Peer {
+                            addr: stream.peer_addr().ok(),
+                            certificate: None,
+                        };
                         let _ = stream.set_nodelay(true);
                         match tls {
                             None => crate::grpc::serve_connection(stream, peer, state).await,
-                            Some(config) => {
+                            Some((config, certificate)) => {
                                 let accept = tokio_rustls::TlsAcceptor::from(config).accept(stream);
                                 match tokio::time::timeout(header_timeout, accept).await {
                                     Ok(Ok(tls)) => {
+                                        peer.certificate = certificate.client_of(tls.get_ref().1);
                                         crate::grpc::serve_connection(tls, peer, state).await
                                     }
-                                    _ => tracing::debug!(?peer, "gRPC TLS handshake failed"),
+                                    _ => tracing::debug!(
+                                        peer = ?peer.addr,
+                                        "gRPC TLS handshake failed"
+                                    ),
                                 }
                             }
                         }

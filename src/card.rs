@@ -106,6 +106,8 @@ fn scheme_json(kind: SchemeKind, v10: bool) -> Value {
             }
             json!({ "httpAuthSecurityScheme": s })
         }
+        (SchemeKind::MutualTls, false) => json!({"type": "mutualTLS"}),
+        (SchemeKind::MutualTls, true) => json!({"mtlsSecurityScheme": {}}),
     }
 }
 

@@ -4,7 +4,12 @@
 //
 //   node test/browser.mjs --gateway http://127.0.0.1:PORT --api-key KEY \
 //     --other-origin http://127.0.0.1:P2 --disallowed-origin http://127.0.0.1:P3 \
-//     --screenshots target/console-screenshots [--chromium /usr/bin/chromium]
+//     --screenshots target/console-screenshots [--chromium /usr/bin/chromium] \
+//     [--only name,name] [--trust-spki BASE64_SHA256]
+//
+// --only runs the scenarios named; --trust-spki makes the browser trust the one
+// certificate key given (an https gateway's self-signed certificate, say), and nothing
+// else it would otherwise refuse (node's own fetches trust it by NODE_EXTRA_CA_CERTS).
 import { randomUUID } from 'node:crypto';
 import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -19,6 +24,8 @@ const { values: args } = parseArgs({
     'disallowed-origin': { type: 'string' },
     screenshots: { type: 'string' },
     chromium: { type: 'string', default: '/usr/bin/chromium' },
+    only: { type: 'string' },
+    'trust-spki': { type: 'string' },
   },
 });
 const TIMEOUT = 15000;
@@ -27,7 +34,9 @@ mkdirSync(args.screenshots, { recursive: true });
 const browser = await chromium.launch({
   executablePath: args.chromium,
   headless: true,
-  args: ['--no-sandbox'],
+  args: ['--no-sandbox'].concat(
+    args['trust-spki'] ? [`--ignore-certificate-errors-spki-list=${args['trust-spki']}`] : [],
+  ),
 });
 
 function expect(cond, details) {
@@ -277,8 +286,11 @@ const scenarios = {
   },
 };
 
+const only = args.only ? new Set(args.only.split(',')) : null;
+for (const name of only ?? []) expect(name in scenarios, `no scenario ${name}`);
+const chosen = Object.entries(scenarios).filter(([name]) => !only || only.has(name));
 let failures = 0;
-for (const [name, run] of Object.entries(scenarios)) {
+for (const [name, run] of chosen) {
   let p = null;
   try {
     p = await run();
@@ -291,5 +303,5 @@ for (const [name, run] of Object.entries(scenarios)) {
   if (shot) await shot.screenshot({ path: join(args.screenshots, `${name}.png`), fullPage: true }).catch(() => {});
 }
 await browser.close();
-console.log(`${Object.keys(scenarios).length - failures} passed, ${failures} failed`);
+console.log(`${chosen.length - failures} passed, ${failures} failed`);
 process.exit(failures ? 1 : 0);

@@ -9,7 +9,7 @@ mod jwt;
 
 pub(crate) use jwt::JwksSource;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use actix_web::http::header::{HeaderMap, HeaderName};
@@ -24,12 +24,14 @@ pub(crate) const API_KEY_HEADER: &str = "X-API-Key";
 static API_KEY_HEADER_NAME: HeaderName = HeaderName::from_static("x-api-key");
 
 /// The credentials a request presents, whatever carries them (HTTP headers, gRPC metadata):
-/// the first `X-API-Key`, the first `Authorization`, and whether there was more than one.
+/// the first `X-API-Key`, the first `Authorization`, and whether there was more than one;
+/// and the identity of the client certificate its connection was verified with.
 #[derive(Default, Clone, Copy)]
 pub(crate) struct Presented<'a> {
     pub(crate) key: Option<&'a [u8]>,
     pub(crate) bearer: Option<&'a [u8]>,
     pub(crate) more: bool,
+    pub(crate) certificate: Option<&'a str>,
 }
 
 impl<'a> Presented<'a> {
@@ -51,6 +53,15 @@ impl<'a> Presented<'a> {
             key,
             bearer,
             more: keys.next().is_some() || bearers.next().is_some(),
+            certificate: None,
+        }
+    }
+
+    /// With the identity of the connection's client certificate, if it has one.
+    pub(crate) fn with_certificate(self, certificate: Option<&'a str>) -> Presented<'a> {
+        Presented {
+            certificate,
+            ..self
         }
     }
 }
@@ -94,7 +105,8 @@ pub(crate) enum AccessKey {
 /// there is no identity to keep tasks apart by.
 #[derive(Debug, Clone)]
 pub(crate) struct Principal {
-    /// Stable and unique per credential: `key:<id>`, `bearer:<id>`, `jwt:<id>:<sub>`.
+    /// Stable and unique per credential: `key:<id>`, `bearer:<id>`, `jwt:<id>:<sub>`,
+    /// `cert:<identity>`.
     pub(crate) id: Arc<str>,
     pub(crate) scope: Scope,
     pub(crate) anonymous: bool,
@@ -148,7 +160,8 @@ pub(crate) enum AuthError {
 }
 
 impl AuthError {
-    /// A metrics label: `missing`, `rejected_api_key`, `rejected_bearer`, `forbidden`.
+    /// A metrics label: `missing`, `rejected_api_key`, `rejected_bearer`,
+    /// `rejected_client_certificate`, `forbidden`.
     pub(crate) fn kind(&self) -> &'static str {
         match self {
             AuthError::Missing => "missing",
@@ -160,6 +173,10 @@ impl AuthError {
                 scheme: Scheme::Bearer,
                 ..
             } => "rejected_bearer",
+            AuthError::Rejected {
+                scheme: Scheme::ClientCertificate,
+                ..
+            } => "rejected_client_certificate",
             AuthError::Forbidden => "forbidden",
         }
     }
@@ -169,6 +186,14 @@ impl AuthError {
 pub(crate) enum Scheme {
     ApiKey,
     Bearer,
+    ClientCertificate,
+}
+
+/// What a verified client certificate with this identity may do.
+struct CertificateHolder {
+    scope: Scope,
+    revoked: bool,
+    tier: Arc<str>,
 }
 
 struct StaticCredential {
@@ -190,6 +215,8 @@ pub(crate) struct Authenticator {
     api_keys: Vec<StaticCredential>,
     bearer_tokens: Vec<StaticCredential>,
     jwt: Vec<JwtVerifier>,
+    /// Holders of client certificates by identity; `*` stands for any other.
+    certificate_holders: HashMap<String, CertificateHolder>,
     /// An RS256 check costs more than the rest of a request; a client sends the same
     /// token many times. Keyed by the token's digest; holds the principal and until when.
     verified: crate::tasks::FastMap<[u8; 32], (Principal, i64)>,
@@ -287,12 +314,23 @@ impl Authenticator {
                 Err(e) => errors.push(format!("jwt \"{}\": {e}", j.id)),
             }
         }
+        let certificate_holders = (cfg.client_certificates.iter())
+            .map(|c| {
+                let holder = CertificateHolder {
+                    scope: Scope::from_list(c.agents.iter().cloned()),
+                    revoked: c.revoked,
+                    tier: tier_of(&c.tier),
+                };
+                (c.identity.clone(), holder)
+            })
+            .collect();
         if errors.is_empty() {
             Ok(Authenticator {
                 default_access: cfg.default_access,
                 api_keys,
                 bearer_tokens,
                 jwt,
+                certificate_holders,
                 verified: Default::default(),
                 anonymous: Principal::anonymous(),
             })
@@ -308,7 +346,10 @@ impl Authenticator {
 
     /// Whether any credential is configured at all.
     pub(crate) fn enabled(&self) -> bool {
-        !(self.api_keys.is_empty() && self.bearer_tokens.is_empty() && self.jwt.is_empty())
+        !(self.api_keys.is_empty()
+            && self.bearer_tokens.is_empty()
+            && self.jwt.is_empty()
+            && self.certificate_holders.is_empty())
     }
 
     pub(crate) fn default_access(&self) -> Access {
@@ -319,11 +360,18 @@ impl Authenticator {
         agent.access.unwrap_or(self.default_access)
     }
 
-    /// The caller, from `X-API-Key` or `Authorization: Bearer`. Presented credentials that
-    /// are not accepted are an error even for public agents: a client with a broken key
-    /// should hear so, not be served as someone else.
+    /// The caller, from `X-API-Key` or `Authorization: Bearer`, else from the connection's
+    /// client certificate (a credential in a header is the request's own, and speaks for
+    /// it over the connection's). Presented credentials that are not accepted are an error
+    /// even for public agents: a client with a broken key should hear so, not be served as
+    /// someone else.
     pub(crate) fn authenticate(&self, presented: Presented<'_>) -> Result<Principal, AuthError> {
-        let Presented { key, bearer, more } = presented;
+        let Presented {
+            key,
+            bearer,
+            more,
+            certificate,
+        } = presented;
         // More than one credential (a key and a bearer, or either twice) is refused rather
         // than decided by which one is read first.
         if more || (key.is_some() && bearer.is_some()) {
@@ -353,7 +401,10 @@ impl Authenticator {
             };
         }
         let Some(auth) = bearer else {
-            return Ok(self.anonymous.clone());
+            return match certificate {
+                Some(identity) => self.certificate_holder(identity),
+                None => Ok(self.anonymous.clone()),
+            };
         };
         let rejected = |reason: String| AuthError::Rejected {
             scheme: Scheme::Bearer,
@@ -385,6 +436,37 @@ impl Authenticator {
             return self.verify_jwt(token).map_err(rejected);
         }
         Err(rejected("unknown bearer token".into()))
+    }
+
+    /// The holder of a verified client certificate: as listed under its identity, else as
+    /// `*` says, else a known caller that may call only public agents.
+    fn certificate_holder(&self, identity: &str) -> Result<Principal, AuthError> {
+        if identity.is_empty() {
+            return Err(AuthError::Rejected {
+                scheme: Scheme::ClientCertificate,
+                reason: "the client certificate lacks the name client_identity reads".into(),
+            });
+        }
+        let holder =
+            (self.certificate_holders.get(identity)).or_else(|| self.certificate_holders.get("*"));
+        match holder {
+            Some(h) if h.revoked => Err(AuthError::Rejected {
+                scheme: Scheme::ClientCertificate,
+                reason: format!("client certificate {identity} is revoked"),
+            }),
+            Some(h) => Ok(Principal {
+                id: Arc::from(format!("cert:{identity}")),
+                scope: h.scope.clone(),
+                anonymous: false,
+                tier: h.tier.clone(),
+            }),
+            None => Ok(Principal {
+                id: Arc::from(format!("cert:{identity}")),
+                scope: Scope::Agents(HashSet::new()),
+                anonymous: false,
+                tier: Arc::from(DEFAULT_TIER),
+            }),
+        }
     }
 
     fn verify_jwt(&self, token: &str) -> Result<Principal, String> {
@@ -429,13 +511,18 @@ impl Authenticator {
                 scheme: Scheme::ApiKey,
                 ..
             } => format!("ApiKey header=\"{API_KEY_HEADER}\", realm=\"a2a-gateway\""),
-            AuthError::Rejected { .. } => {
-                "Bearer realm=\"a2a-gateway\", error=\"invalid_token\"".to_string()
+            AuthError::Rejected {
+                scheme: Scheme::Bearer,
+                ..
+            } => "Bearer realm=\"a2a-gateway\", error=\"invalid_token\"".to_string(),
+            _ if !(self.bearer_tokens.is_empty() && self.jwt.is_empty()) => {
+                "Bearer realm=\"a2a-gateway\"".to_string()
             }
-            _ if self.bearer_tokens.is_empty() && self.jwt.is_empty() => {
+            _ if !self.api_keys.is_empty() => {
                 format!("ApiKey header=\"{API_KEY_HEADER}\", realm=\"a2a-gateway\"")
             }
-            _ => "Bearer realm=\"a2a-gateway\"".to_string(),
+            // HTTP has no scheme for a TLS client certificate; this names what is wanted.
+            _ => "ClientCertificate realm=\"a2a-gateway\"".to_string(),
         }
     }
 
@@ -450,6 +537,9 @@ impl Authenticator {
                 jwt: !self.jwt.is_empty(),
             });
         }
+        if !self.certificate_holders.is_empty() {
+            out.push(SchemeKind::MutualTls);
+        }
         out
     }
 }
@@ -459,6 +549,7 @@ impl Authenticator {
 pub(crate) enum SchemeKind {
     ApiKey,
     Bearer { jwt: bool },
+    MutualTls,
 }
 
 impl SchemeKind {
@@ -466,6 +557,7 @@ impl SchemeKind {
         match self {
             SchemeKind::ApiKey => "apiKey",
             SchemeKind::Bearer { .. } => "bearer",
+            SchemeKind::MutualTls => "mtls",
         }
     }
 }

@@ -375,6 +375,41 @@ pub struct TlsSettings {
     pub cert_file: PathBuf,
     /// Its private key, PEM (PKCS#8, PKCS#1 or SEC1); relative to this file.
     pub key_file: PathBuf,
+    /// Client certificates (mutual TLS): the CA certificates, PEM, whose certificates are
+    /// accepted as credentials (see `[[auth.client_certificates]]`); read at start.
+    #[serde(default)]
+    pub client_ca_file: Option<PathBuf>,
+    /// With `client_ca_file`: `optional` (a client may present a certificate) or
+    /// `required` (a handshake without a valid one fails).
+    #[serde(default)]
+    pub client_auth: ClientAuth,
+    /// Which name of a verified client certificate identifies its holder.
+    #[serde(default)]
+    pub client_identity: ClientIdentity,
+}
+
+/// Whether a client must present a certificate.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientAuth {
+    #[default]
+    Optional,
+    Required,
+}
+
+/// The name of a client certificate that becomes the caller's identity.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ClientIdentity {
+    /// The subject's common name (CN).
+    #[default]
+    CommonName,
+    /// The first DNS name among its subject alternative names.
+    Dns,
+    /// The first URI among them (a SPIFFE ID, say).
+    Uri,
+    /// The first e-mail address among them.
+    Email,
 }
 
 fn default_shutdown_grace() -> u64 {
@@ -578,6 +613,27 @@ pub struct AuthConfig {
     /// JWT issuers whose tokens are accepted as `Authorization: Bearer <jwt>`.
     #[serde(default)]
     pub jwt: Vec<JwtConfig>,
+    /// Holders of client certificates (mutual TLS, `[server.tls] client_ca_file`), by the
+    /// identity `client_identity` reads; `identity = "*"` covers every other verified one.
+    #[serde(default)]
+    pub client_certificates: Vec<ClientCertificateConfig>,
+}
+
+/// What the holder of a verified client certificate may do.
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClientCertificateConfig {
+    /// The certificate's identity (its common name, or the SAN `client_identity` names),
+    /// or `*` for any verified certificate not listed otherwise.
+    pub identity: String,
+    /// Agents it may call; `["*"]` (the default) means all.
+    #[serde(default = "all_agents")]
+    pub agents: Vec<String>,
+    #[serde(default)]
+    pub revoked: bool,
+    /// Rate-limit tier; unset: `default`.
+    #[serde(default)]
+    pub tier: Option<String>,
 }
 
 /// A shared secret, never inline: from an environment variable, a file, or given as the
@@ -1064,6 +1120,42 @@ fn load_gateway(path: Option<&Path>, diags: &mut Diagnostics) -> Option<GatewayC
     }
 }
 
+/// Client certificates are credentials only where the TLS port asks for them.
+fn check_client_certificates(gateway: &GatewayConfig, file: &Path, diags: &mut Diagnostics) {
+    let tls = gateway.server.tls.as_ref();
+    let asks = tls.is_some_and(|t| t.client_ca_file.is_some());
+    if !asks && tls.is_some_and(|t| t.client_auth == ClientAuth::Required) {
+        diags.push(Diagnostic::file(
+            file,
+            "server.tls: client_auth = \"required\" needs client_ca_file (the CA that issues client certificates)".to_string(),
+        ));
+    }
+    let listed = &gateway.auth.client_certificates;
+    if !asks && !listed.is_empty() {
+        diags.push(Diagnostic::file(
+            file,
+            "auth.client_certificates needs [server.tls] with client_ca_file: no client presents a certificate otherwise".to_string(),
+        ));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for c in listed {
+        if c.identity.is_empty() {
+            diags.push(Diagnostic::file(
+                file,
+                "auth.client_certificates: identity is empty".to_string(),
+            ));
+        } else if !seen.insert(c.identity.as_str()) {
+            diags.push(Diagnostic::file(
+                file,
+                format!(
+                    "auth.client_certificates: identity \"{}\" is listed twice",
+                    c.identity
+                ),
+            ));
+        }
+    }
+}
+
 fn validate_gateway(
     gateway: &mut GatewayConfig,
     file: &Path,
@@ -1116,6 +1208,7 @@ fn validate_gateway(
             ));
         }
     }
+    check_client_certificates(gateway, file, diags);
     for (i, rule) in gateway.routing.rules.iter().enumerate() {
         let at = rule.agent.span().start;
         if !agents.iter().any(|a| a.name == *rule.agent.get_ref()) {

@@ -15,6 +15,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -52,19 +53,24 @@ impl<F: Future + 'static> hyper::rt::Executor<F> for LocalExec {
     }
 }
 
+/// Who is at the other end of a connection: its address, and the identity of the client
+/// certificate its TLS session was verified with.
+#[derive(Clone, Default)]
+pub(crate) struct Peer {
+    pub(crate) addr: Option<SocketAddr>,
+    pub(crate) certificate: Option<Arc<str>>,
+}
+
 /// Serves one connection (HTTP/2: gRPC has no other) until its client or the gateway
 /// closes it. The connection is pinged at the stream keep-alive period, so that a client
 /// gone away is noticed and a quiet stream is kept open through proxies.
-pub(crate) async fn serve_connection<IO>(
-    stream: IO,
-    peer: Option<SocketAddr>,
-    state: web::Data<AppState>,
-) where
+pub(crate) async fn serve_connection<IO>(stream: IO, peer: Peer, state: web::Data<AppState>)
+where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + 'static,
 {
     let keepalive = state.live().default_keepalive();
     let service = hyper::service::service_fn(move |req| {
-        let state = state.clone();
+        let (state, peer) = (state.clone(), peer.clone());
         async move { Ok::<_, Infallible>(call(req, state, peer).await) }
     });
     let served = hyper::server::conn::http2::Builder::new(LocalExec)
@@ -85,7 +91,7 @@ type Answer = http::Response<tonic::body::Body>;
 async fn call(
     req: http::Request<hyper::body::Incoming>,
     state: web::Data<AppState>,
-    peer: Option<SocketAddr>,
+    peer: Peer,
 ) -> Answer {
     let start = Instant::now();
     let rpc = wire::rpc_at(req.uri().path());
@@ -104,7 +110,8 @@ async fn call(
     let (parts, body) = req.into_parts();
     let head = GrpcHead {
         headers: parts.headers.clone(),
-        peer: peer.map(|p| p.ip()),
+        peer: peer.addr.map(|p| p.ip()),
+        certificate: peer.certificate,
         rate: Cell::new(None),
     };
     let framed = {
@@ -221,6 +228,7 @@ fn grpc_timeout(headers: &http::HeaderMap) -> Option<Duration> {
 struct GrpcHead {
     headers: http::HeaderMap,
     peer: Option<IpAddr>,
+    certificate: Option<Arc<str>>,
     rate: Cell<Option<RateInfo>>,
 }
 
@@ -233,6 +241,7 @@ impl Head for GrpcHead {
                 .map(|v| v.as_bytes()),
             (self.headers.get_all(http::header::AUTHORIZATION).iter()).map(|v| v.as_bytes()),
         )
+        .with_certificate(self.certificate.as_deref())
     }
 
     fn origin(&self) -> (Option<IpAddr>, Option<&str>) {

@@ -43,7 +43,8 @@ pub(crate) trait Head {
 
 impl Head for HttpRequest {
     fn presented(&self) -> Presented<'_> {
-        Presented::in_headers(self.headers())
+        let certificate = self.conn_data::<super::ClientCertificate>();
+        Presented::in_headers(self.headers()).with_certificate(certificate.map(|c| &*c.0))
     }
 
     fn origin(&self) -> (Option<IpAddr>, Option<&str>) {

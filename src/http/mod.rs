@@ -43,7 +43,9 @@ pub(crate) use live::{Live, LiveRef};
 pub(crate) use observe::{account, render_metrics, Edge, Logged};
 pub(crate) use rejections::tcp_with_json_rejections;
 pub(crate) use sse::watched;
-pub(crate) use tls::{tls_with_json_rejections, Certificate, OverTls};
+pub(crate) use tls::{
+    tls_with_json_rejections, Certificate, ClientCertificate, OverTls, TlsConnection,
+};
 
 /// Shared by every worker; built once. What a reload changes is in [`Live`], swapped whole.
 pub(crate) struct AppState {

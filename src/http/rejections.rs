@@ -77,6 +77,10 @@ impl<IO> JsonRejections<IO> {
             linger: Linger::No,
         }
     }
+    /// The connection underneath (its TLS session, say).
+    pub(crate) fn get_ref(&self) -> &IO {
+        &self.io
+    }
 }
 
 impl<IO: AsyncWrite + Unpin> JsonRejections<IO> {

@@ -2,6 +2,10 @@
 //! by ALPN, swapped in place when its files change or on SIGHUP so that a renewed
 //! certificate takes effect for new connections while open ones go on; a file that does
 //! not load keeps the certificate in use.
+//!
+//! With `client_ca_file`, client certificates issued by that CA are verified in the
+//! handshake (expiry included) and become credentials: the connection carries the
+//! identity `client_identity` reads off the leaf, and `auth` decides what it may do.
 
 use std::io;
 use std::net::SocketAddr;
@@ -14,33 +18,62 @@ use actix_service::{fn_service, ServiceFactory, ServiceFactoryExt as _};
 use arc_swap::ArcSwap;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::server::danger::ClientCertVerifier;
+use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 
 use super::rejections::JsonRejections;
+use crate::config::{ClientAuth, ClientIdentity, TlsSettings};
+
+/// What the HTTP service is handed for a TLS connection.
+pub(crate) type TlsConnection = JsonRejections<TlsStream<TcpStream>>;
 
 /// Marks a connection that came over TLS (its requests' URLs say https).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct OverTls;
 
-/// The certificate in use, and the files it is read from again.
+/// The identity of the verified client certificate a connection presented.
+#[derive(Clone, Debug)]
+pub(crate) struct ClientCertificate(pub(crate) Arc<str>);
+
+/// The certificate in use, and the files it is read from again; and the verifier of
+/// client certificates, when they are asked for.
 #[derive(Debug)]
 pub(crate) struct Certificate {
     current: ArcSwap<CertifiedKey>,
     cert_file: PathBuf,
     key_file: PathBuf,
+    clients: Option<(Arc<dyn ClientCertVerifier>, ClientIdentity)>,
 }
 
 impl Certificate {
-    /// The certificate chain and key in these PEM files; an error names the file.
-    pub(crate) fn load(cert_file: &Path, key_file: &Path) -> Result<Certificate, String> {
+    /// The certificate chain and key in the PEM files `[server.tls]` names (relative to
+    /// `base`), and its client CA; an error names the file.
+    pub(crate) fn load(tls: &TlsSettings, base: &Path) -> Result<Certificate, String> {
+        let (cert_file, key_file) = (base.join(&tls.cert_file), base.join(&tls.key_file));
+        let clients = match &tls.client_ca_file {
+            Some(ca) => Some((
+                client_verifier(&base.join(ca), tls.client_auth)?,
+                tls.client_identity,
+            )),
+            None => None,
+        };
         Ok(Certificate {
-            current: ArcSwap::from_pointee(read(cert_file, key_file)?),
-            cert_file: cert_file.to_path_buf(),
-            key_file: key_file.to_path_buf(),
+            current: ArcSwap::from_pointee(read(&cert_file, &key_file)?),
+            cert_file,
+            key_file,
+            clients,
         })
+    }
+
+    /// The identity of the client certificate a TLS session was verified with; empty when
+    /// the certificate lacks the name `client_identity` reads (refused as a credential).
+    pub(crate) fn client_of(&self, session: &rustls::ServerConnection) -> Option<Arc<str>> {
+        let (_, kind) = self.clients.as_ref()?;
+        let leaf = session.peer_certificates()?.first()?;
+        Some(Arc::from(identity(leaf, *kind).unwrap_or_default()))
     }
 
     /// Reads the files again: the new certificate serves new connections; a file that does
@@ -55,7 +88,7 @@ impl Certificate {
     }
 
     /// The server side of TLS with this certificate: TLS 1.2 and 1.3, HTTP/2 and HTTP/1.1
-    /// offered by ALPN, no client certificates.
+    /// offered by ALPN, client certificates verified when they are asked for.
     pub(crate) fn server_config(self: &Arc<Self>) -> Result<Arc<rustls::ServerConfig>, String> {
         self.config_for(&[b"h2", b"http/1.1"])
     }
@@ -67,11 +100,14 @@ impl Certificate {
 
     fn config_for(self: &Arc<Self>, alpn: &[&[u8]]) -> Result<Arc<rustls::ServerConfig>, String> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        let builder = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
-            .with_no_client_auth()
-            .with_cert_resolver(self.clone());
+            .map_err(|e| e.to_string())?;
+        let builder = match &self.clients {
+            Some((verifier, _)) => builder.with_client_cert_verifier(verifier.clone()),
+            None => builder.with_no_client_auth(),
+        };
+        let mut config = builder.with_cert_resolver(self.clone());
         config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         Ok(Arc::new(config))
     }
@@ -81,6 +117,53 @@ impl ResolvesServerCert for Certificate {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         Some(self.current.load_full())
     }
+}
+
+/// Verifies client certificates against the CAs in `ca_file` (chain, expiry, client-auth
+/// usage); `optional` lets a client without one through as anonymous.
+fn client_verifier(
+    ca_file: &Path,
+    auth: ClientAuth,
+) -> Result<Arc<dyn ClientCertVerifier>, String> {
+    let error =
+        |e: &dyn std::fmt::Display| format!("server.tls.client_ca_file {}: {e}", ca_file.display());
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca_file).map_err(|e| error(&e))? {
+        roots
+            .add(cert.map_err(|e| error(&e))?)
+            .map_err(|e| error(&e))?;
+    }
+    if roots.is_empty() {
+        return Err(error(&"no certificate in it"));
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+    let builder = match auth {
+        ClientAuth::Optional => builder.allow_unauthenticated(),
+        ClientAuth::Required => builder,
+    };
+    builder.build().map_err(|e| error(&e))
+}
+
+/// The name `kind` reads off a certificate: its subject's common name, or its first
+/// subject alternative name of a type.
+fn identity(leaf: &CertificateDer<'_>, kind: ClientIdentity) -> Option<String> {
+    use x509_parser::extensions::GeneralName;
+    let (_, cert) = x509_parser::parse_x509_certificate(leaf.as_ref()).ok()?;
+    if kind == ClientIdentity::CommonName {
+        let cn = cert.subject().iter_common_name().next()?;
+        return cn.as_str().ok().map(str::to_owned);
+    }
+    let san = cert.subject_alternative_name().ok()??;
+    san.value
+        .general_names
+        .iter()
+        .find_map(|name| match (kind, name) {
+            (ClientIdentity::Dns, GeneralName::DNSName(n))
+            | (ClientIdentity::Uri, GeneralName::URI(n))
+            | (ClientIdentity::Email, GeneralName::RFC822Name(n)) => Some(n.to_string()),
+            _ => None,
+        })
 }
 
 fn read(cert_file: &Path, key_file: &Path) -> Result<CertifiedKey, String> {

@@ -124,6 +124,77 @@ async fn the_console_works_in_a_real_browser() {
     );
 }
 
+/// The console served over https (`[server.tls]`, a certificate the test makes, trusted
+/// by its key alone): the page, its calls and streams, a question answered, and a call
+/// from another origin through CORS, in Chromium.
+#[tokio::test]
+async fn the_console_works_over_https() {
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let chromium = browser().to_string();
+    let allowed = StaticServer::start();
+    let keys = tempfile::tempdir().unwrap();
+    let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()]).unwrap();
+    let (cert, key) = (keys.path().join("cert.pem"), keys.path().join("key.pem"));
+    std::fs::write(&cert, made.cert.pem()).unwrap();
+    std::fs::write(&key, made.key_pair.serialize_pem()).unwrap();
+    let spki = sha2::Sha256::digest(made.key_pair.public_key_der());
+    let gateway = format!(
+        "default_agent = \"echo\"\n[auth]\ndefault_access = \"authenticated\"\n[[auth.api_keys]]\nid = \"console\"\nsecret_sha256 = \"{}\"\n[cors]\nallowed_origins = [\"{}\"]\n[server.tls]\ncert_file = {:?}\nkey_file = {:?}\n",
+        sha("console-key"),
+        allowed.origin,
+        cert,
+        key
+    );
+    let gw = Running::start_with_agents(&repo_root().join("agents.d"), &gateway, "info");
+    assert!(gw.base.starts_with("https://"), "{}", gw.base);
+    let shots: PathBuf = repo_root().join("target/console-screenshots/https");
+    let scenarios = [
+        "list-agents",
+        "echo-streams-three-chunks",
+        "greet-asks-and-is-answered",
+        "other-origin-through-cors",
+    ];
+    let args = vec![
+        repo_root()
+            .join("console/test/browser.mjs")
+            .display()
+            .to_string(),
+        "--gateway".into(),
+        gw.base.clone(),
+        "--api-key".into(),
+        "console-key".into(),
+        "--other-origin".into(),
+        allowed.origin.clone(),
+        "--disallowed-origin".into(),
+        allowed.origin.clone(),
+        "--screenshots".into(),
+        shots.display().to_string(),
+        "--chromium".into(),
+        chromium,
+        "--only".into(),
+        scenarios.join(","),
+        "--trust-spki".into(),
+        base64::engine::general_purpose::STANDARD.encode(spki),
+    ];
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("node")
+            .args(&args)
+            .env("NODE_EXTRA_CA_CERTS", cert)
+            .output()
+    })
+    .await
+    .unwrap()
+    .expect("node");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains(&format!("{} passed, 0 failed", scenarios.len())),
+        "the console over https in Chromium:\n{stdout}\n{}\n(screenshots in {})",
+        String::from_utf8_lossy(&out.stderr),
+        shots.display()
+    );
+}
+
 /// The committed page is what its sources build (`node console/build.mjs`).
 #[test]
 fn the_committed_console_is_built_from_its_sources() {

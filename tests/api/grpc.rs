@@ -17,24 +17,25 @@ use crate::peers::{
 
 /// Runs `calls` (see grpc_probe.py) in order on one channel to the gateway's gRPC port.
 pub(crate) async fn probe(gw: &TestGateway, calls: Value) -> Vec<Value> {
-    probe_over(gw, calls, None).await
+    probe_over(gw, calls, &[]).await
 }
 
-/// [`probe`], over TLS trusting only the CA in `ca` when one is given.
+/// [`probe`], over TLS when `tls` names files: the CA trusted (alone), then a client
+/// certificate and its key.
 pub(crate) async fn probe_over(
     gw: &TestGateway,
     calls: Value,
-    ca: Option<&std::path::Path>,
+    tls: &[&std::path::Path],
 ) -> Vec<Value> {
     let target = gw.grpc.clone().expect("the gateway serves gRPC");
     let script = repo_root().join("tests/interop/grpc_probe.py");
     let python = python();
-    let ca = ca.map(std::path::Path::to_path_buf);
+    let tls: Vec<_> = tls.iter().map(|p| p.to_path_buf()).collect();
     let out = tokio::task::spawn_blocking(move || {
         let mut child = Command::new(python)
             .arg(script)
             .arg(target)
-            .args(ca)
+            .args(tls)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -21,6 +21,7 @@ mod layout;
 mod legacy;
 mod lifecycle;
 mod limits;
+mod mtls;
 mod openai;
 mod operations;
 mod paths;

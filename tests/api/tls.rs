@@ -342,7 +342,7 @@ async fn the_grpc_port_speaks_tls_with_the_same_certificate() {
     let call = json!([{"method": "SendMessage",
         "request": {"tenant": "echo", "message": D::V10.message("over grpc tls")}}]);
     let ca = keys.path().join("cert.pem");
-    let out = crate::grpc::probe_over(&gw, call.clone(), Some(&ca)).await;
+    let out = crate::grpc::probe_over(&gw, call.clone(), &[&ca]).await;
     assert_eq!(out[0]["code"], "OK", "{}", out[0]);
     let state = &out[0]["response"]["task"]["status"]["state"];
     assert_eq!(state, "TASK_STATE_COMPLETED", "{}", out[0]);

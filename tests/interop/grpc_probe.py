@@ -1,6 +1,7 @@
 """Raw gRPC calls to the gateway's A2A 1.0 service, for the tests that check each answer.
 
-    python grpc_probe.py TARGET [CA_PEM] < calls.json   (with CA_PEM: over TLS)
+    python grpc_probe.py TARGET [CA_PEM [CERT_PEM KEY_PEM]] < calls.json
+        (with CA_PEM: over TLS; with CERT_PEM and KEY_PEM: presenting that client certificate)
 
 calls.json is a list of calls, made in order on one channel:
     {"method": "GetTask", "request": {...ProtoJSON...}, "metadata": {"x-api-key": "..."},
@@ -108,8 +109,13 @@ def main():
     options = [('grpc.max_send_message_length', 64 << 20)]
     if len(sys.argv) > 2:
         # TLS, trusting only the CA (PEM) named here.
-        with open(sys.argv[2], 'rb') as f:
-            credentials = grpc.ssl_channel_credentials(root_certificates=f.read())
+        pems = []
+        for path in sys.argv[2:5]:
+            with open(path, 'rb') as f:
+                pems.append(f.read())
+        cert, key = (pems[1], pems[2]) if len(pems) == 3 else (None, None)
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=pems[0], private_key=key, certificate_chain=cert)
         channel = grpc.secure_channel(target, credentials, options=options)
     else:
         channel = grpc.insecure_channel(target, options=options)
