@@ -412,10 +412,15 @@ pub(crate) fn render_metrics(state: &AppState) -> HttpResponse {
         largest_task_bytes,
         writable: state.store.writes.writing(),
         outages: state.store.writes.outages(),
+        commit_failures: state.store.writes.commit_failures(),
+        commit_seconds: state.store.writes.commit_seconds(),
     };
-    let body = state
-        .metrics
-        .render(agents, &by_state, &store, state.connections.open());
+    let edge = crate::telemetry::EdgeGauges {
+        connections: state.connections.open(),
+        refused: state.connections.refused(),
+        spans_dropped: 0,
+    };
+    let body = state.metrics.render(agents, &by_state, &store, &edge);
     HttpResponse::Ok()
         .insert_header(("Cache-Control", "no-store"))
         .content_type("text/plain; version=0.0.4; charset=utf-8")

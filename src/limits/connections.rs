@@ -9,7 +9,7 @@ use std::future::Future;
 use std::net::IpAddr;
 use std::pin::Pin;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,6 +23,8 @@ pub(crate) struct ConnectionLimits {
     first_byte: Duration,
     open: AtomicUsize,
     by_ip: Mutex<HashMap<IpAddr, usize>>,
+    /// Refused at `max`, and at `per_ip`.
+    refused: [AtomicU64; 2],
 }
 
 /// A connection's place in the counts, given back when it closes.
@@ -54,6 +56,7 @@ impl ConnectionLimits {
             first_byte,
             open: AtomicUsize::new(0),
             by_ip: Mutex::default(),
+            refused: Default::default(),
         })
     }
 
@@ -65,6 +68,7 @@ impl ConnectionLimits {
     pub(crate) fn admit(self: &Arc<Self>, ip: Option<IpAddr>) -> Option<Admitted> {
         if self.open.fetch_add(1, Ordering::AcqRel) >= self.max {
             self.open.fetch_sub(1, Ordering::AcqRel);
+            self.refused[0].fetch_add(1, Ordering::Relaxed);
             return None;
         }
         if let Some(ip) = ip {
@@ -73,6 +77,7 @@ impl ConnectionLimits {
             if *n >= self.per_ip {
                 drop(by_ip);
                 self.open.fetch_sub(1, Ordering::AcqRel);
+                self.refused[1].fetch_add(1, Ordering::Relaxed);
                 return None;
             }
             *n += 1;
@@ -85,6 +90,15 @@ impl ConnectionLimits {
 
     pub(crate) fn open(&self) -> usize {
         self.open.load(Ordering::Acquire)
+    }
+
+    /// Connections refused so far, by the cap that refused them.
+    pub(crate) fn refused(&self) -> [(&'static str, u64); 2] {
+        let [max, per_ip] = &self.refused;
+        [
+            ("max_connections", max.load(Ordering::Relaxed)),
+            ("per_ip", per_ip.load(Ordering::Relaxed)),
+        ]
     }
 
     pub(crate) fn limit(&self) -> usize {

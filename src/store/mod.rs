@@ -112,14 +112,43 @@ pub(crate) trait Snapshots: Send + Sync + 'static {
 /// Whether the writer's commits go through. While they fail (a full disk, a read-only
 /// file system, a shared store away) the gateway takes no new tasks, whose durability it
 /// could not keep, and says so on readiness; it takes them again once a commit succeeds.
-#[derive(Default)]
 pub(crate) struct WriteHealth {
     failing: std::sync::atomic::AtomicBool,
     /// Times commits started failing.
     outages: std::sync::atomic::AtomicU64,
+    /// Commits that failed.
+    failures: std::sync::atomic::AtomicU64,
+    /// How long commits take (scraped with the gateway's metrics).
+    commit_seconds: prometheus::Histogram,
+}
+
+impl Default for WriteHealth {
+    fn default() -> Self {
+        let opts = prometheus::HistogramOpts::new(
+            "a2a_store_commit_seconds",
+            "Time the task store takes to commit a batch of changes.",
+        )
+        .buckets(vec![
+            0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+        ]);
+        WriteHealth {
+            failing: Default::default(),
+            outages: Default::default(),
+            failures: Default::default(),
+            commit_seconds: prometheus::Histogram::with_opts(opts).expect("valid histogram"),
+        }
+    }
 }
 
 impl WriteHealth {
+    pub(crate) fn commit_failures(&self) -> u64 {
+        self.failures.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub(crate) fn commit_seconds(&self) -> Option<prometheus::Histogram> {
+        Some(self.commit_seconds.clone())
+    }
+
     pub(crate) fn writing(&self) -> bool {
         !self.failing.load(std::sync::atomic::Ordering::Relaxed)
     }
@@ -132,6 +161,9 @@ impl WriteHealth {
     /// they succeed again (`quiet`: a shared store, whose own health logs it).
     fn saw(&self, result: &Result<(), String>, changes: usize, quiet: bool) {
         use std::sync::atomic::Ordering;
+        if result.is_err() {
+            self.failures.fetch_add(1, Ordering::Relaxed);
+        }
         match result {
             Err(e) if !self.failing.swap(true, Ordering::Relaxed) => {
                 self.outages.fetch_add(1, Ordering::Relaxed);
@@ -529,7 +561,11 @@ fn write_loop(
         let batch = pending.batch(tasks);
         let mut written = true;
         if !batch.is_empty() {
+            let started = Instant::now();
             let committed = backend.commit(&batch);
+            health
+                .commit_seconds
+                .observe(started.elapsed().as_secs_f64());
             health.saw(&committed, batch.len(), quiet);
             match committed {
                 Ok(()) => failures = 0,

@@ -142,6 +142,9 @@ pub(crate) struct Metrics {
     push: IntCounterVec,
     config: IntGaugeVec,
     connections: IntGauge,
+    connections_refused: IntCounterVec,
+    store_commit_failures: IntCounter,
+    spans_dropped: IntCounter,
     /// One scrape at a time: scrape-time counters catch up by difference.
     scraping: std::sync::Mutex<()>,
 }
@@ -156,6 +159,18 @@ pub(crate) struct StoreGauges {
     /// Whether commits go through, and how many times they stopped.
     pub(crate) writable: bool,
     pub(crate) outages: u64,
+    /// Commits that failed, and the time commits take (the store's own histogram).
+    pub(crate) commit_failures: u64,
+    pub(crate) commit_seconds: Option<Histogram>,
+}
+
+/// What the connection gate and the trace exporter report when scraped.
+pub(crate) struct EdgeGauges {
+    pub(crate) connections: usize,
+    /// Connections refused at the gate, by the cap that refused them.
+    pub(crate) refused: [(&'static str, u64); 2],
+    /// Spans the trace exporter dropped (its queue full, the collector away).
+    pub(crate) spans_dropped: u64,
 }
 
 /// What one agent reports when scraped.
@@ -221,8 +236,28 @@ impl Metrics {
             .expect("valid metric");
         r.register(Box::new(connections.clone()))
             .expect("unique metric");
+        let build = gauge(
+            &r,
+            "a2a_build_info",
+            "1, labelled by the gateway's version.",
+            &["version"],
+        );
+        build.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+        let lone = |name: &str, help: &str| {
+            let c = IntCounter::new(name, help).expect("valid metric");
+            r.register(Box::new(c.clone())).expect("unique metric");
+            c
+        };
+        let store_commit_failures = lone(
+            "a2a_store_commit_failures_total",
+            "Task store commits that failed (each is tried again).",
+        );
+        let spans_dropped = lone(
+            "a2a_trace_spans_dropped_total",
+            "Spans the OTLP exporter dropped: its queue was full or the collector did not take them.",
+        );
         let call = &["agent", "method", "dialect", "binding"];
-        Metrics {
+        let metrics = Metrics {
             id: INSTANCES.fetch_add(1, Ordering::Relaxed),
             enabled,
             requests: counter(
@@ -332,8 +367,44 @@ impl Metrics {
                 &["hash"],
             ),
             connections,
+            connections_refused: counter(
+                &r,
+                "a2a_connections_refused_total",
+                "Connections refused at the gate, by the cap reached (max_connections, per_ip).",
+                &["reason"],
+            ),
+            store_commit_failures,
+            spans_dropped,
             scraping: std::sync::Mutex::new(()),
             registry: r,
+        };
+        metrics.start_at_zero();
+        metrics
+    }
+
+    /// The counters whose labels take a few known values start at 0 for each, so that a
+    /// rate over them (a dashboard's panel, an alert) reads 0 before the first event
+    /// rather than nothing.
+    fn start_at_zero(&self) {
+        let known: [(&IntCounterVec, &[&str]); 4] = [
+            (&self.reloads, &["ok", "unchanged", "invalid"]),
+            (&self.push, &["delivered", "retried", "failed", "dropped"]),
+            (&self.connections_refused, &["max_connections", "per_ip"]),
+            (
+                &self.auth_failures,
+                &[
+                    "missing",
+                    "rejected_api_key",
+                    "rejected_bearer",
+                    "rejected_client_certificate",
+                    "forbidden",
+                ],
+            ),
+        ];
+        for (counter, values) in known {
+            for value in values {
+                counter.with_label_values(&[value]);
+            }
         }
     }
 
@@ -471,7 +542,7 @@ impl Metrics {
         agents: impl Iterator<Item = AgentGauges<'a>>,
         tasks_by_state: &[(&str, usize)],
         store: &StoreGauges,
-        connections: usize,
+        edge: &EdgeGauges,
     ) -> Vec<u8> {
         flush_local();
         let _one_at_a_time = self
@@ -516,10 +587,25 @@ impl Metrics {
         self.store_writable.set(i64::from(store.writable));
         self.store_outages
             .inc_by(store.outages.saturating_sub(self.store_outages.get()));
-        self.connections.set(connections as i64);
+        let catch_up = |counter: &IntCounter, total: u64| {
+            counter.inc_by(total.saturating_sub(counter.get()));
+        };
+        catch_up(&self.store_commit_failures, store.commit_failures);
+        catch_up(&self.spans_dropped, edge.spans_dropped);
+        self.connections.set(edge.connections as i64);
+        for (reason, total) in edge.refused {
+            catch_up(
+                &self.connections_refused.with_label_values(&[reason]),
+                total,
+            );
+        }
+        let mut families = self.registry.gather();
+        if let Some(commits) = &store.commit_seconds {
+            families.extend(prometheus::core::Collector::collect(commits));
+        }
         let mut out = Vec::with_capacity(16 * 1024);
         // Encoding into memory fails only on a metric that could not be registered.
-        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
+        let _ = TextEncoder::new().encode(&families, &mut out);
         out
     }
 }

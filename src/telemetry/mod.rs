@@ -12,6 +12,7 @@ pub(crate) use call::{
     note, note_method, note_task, noted, observed, outgoing_trace, Call, Observed, Scope,
 };
 pub(crate) use metrics::{
-    flush_periodically, AgentGauges, Metrics, StoreGauges, UpstreamCalls, UpstreamOutcome,
+    flush_periodically, AgentGauges, EdgeGauges, Metrics, StoreGauges, UpstreamCalls,
+    UpstreamOutcome,
 };
 pub(crate) use trace::TraceParent;

@@ -22,6 +22,7 @@ mod legacy;
 mod lifecycle;
 mod limits;
 mod mtls;
+mod observability;
 mod openai;
 mod operations;
 mod paths;
