@@ -2,7 +2,7 @@
 # Load benchmarks (benchmarks, not tests: absolute numbers vary with the machine and its
 # neighbours, so every figure is a ratio against a baseline measured in the same run).
 #
-#   scripts/bench.sh [core|proxy|grpc|tls|auth|streams|burst|agents|ops|store|all]  (default: all)
+#   scripts/bench.sh [core|proxy|grpc|tls|auth|streams|burst|agents|ops|otel|store|all]  (default: all)
 #
 # core    SendMessage to the echo agent through the gateway vs a bare actix-web handler
 #         returning a fixed result (examples/bare_jsonrpc.rs); the same for a message the
@@ -23,6 +23,9 @@
 #         (target >= 0.15x).
 # ops     the core benchmark with metrics off, on (the default; target >= 0.95x of off),
 #         and on with the access log written (info, JSON, to a file).
+# otel    the core benchmark with span export off, on at sample ratio 1.0 (to a local OTLP
+#         sink that takes every batch), and on with the collector away (a closed port: every
+#         span dropped and counted).
 # store   the echo benchmark with the memory, SQLite and Redis task stores (targets: SQLite
 #         >= 0.6x memory, Redis >= 0.5x; SQLite adds < 0.1 ms to the unloaded p50); memory
 #         per stored task in each.
@@ -308,6 +311,30 @@ bench_ops() {
     echo "(metrics on: target >= 0.95x of off)"
 }
 
+bench_otel() {
+    echo "== otel: SendMessage to the echo agent with span export off, on (ratio 1.0), and on with the collector away =="
+    local sink away poff pon paway
+    sink=$(free_port); away=$(free_port)
+    # The sink: answers every OTLP/HTTP export 200 and keeps nothing.
+    python3 -c '
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+class H(BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        self.send_response(200); self.send_header("content-length", "0"); self.end_headers()
+    def log_message(self, *a): pass
+ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()' "$sink" &
+    PIDS+=($!)
+    poff=$(free_port); gateway "$poff" "$ROOT/agents.d" 'default_agent = "echo"'
+    pon=$(free_port); gateway "$pon" "$ROOT/agents.d" "default_agent = \"echo\"\n[telemetry]\notlp_endpoint = \"http://127.0.0.1:$sink\""
+    paway=$(free_port); gateway "$paway" "$ROOT/agents.d" "default_agent = \"echo\"\n[telemetry]\notlp_endpoint = \"http://127.0.0.1:$away\""
+    rounds "gateway, export off" "http://127.0.0.1:$poff/a2a/agents/echo" \
+        "gateway, export on (ratio 1.0)" "http://127.0.0.1:$pon/a2a/agents/echo" \
+        "gateway, export on, collector away" "http://127.0.0.1:$paway/a2a/agents/echo"
+    echo "spans dropped with the collector away: $(curl -s "http://127.0.0.1:$paway/metrics" | awk '/^a2a_trace_spans_dropped_total/ {print $2}')"
+}
+
 # p50 PORT: the median latency of one connection sending one request at a time.
 p50_unloaded() {
     wrk -t1 -c1 -d"$DURATION" --latency -s "$LUA" "http://127.0.0.1:$1/a2a/agents/echo" | awk '/ 50%/ {print $2}'
@@ -384,11 +411,12 @@ case "$SECTION" in
     grpc) bench_grpc ;;
     store) bench_store ;;
     ops) bench_ops ;;
+    otel) bench_otel ;;
     proxy) bench_proxy ;;
     streams) bench_streams ;;
     auth) bench_auth ;;
     burst) bench_burst ;;
     agents) bench_agents ;;
     all) bench_core; bench_ops; bench_store; bench_proxy; bench_grpc; bench_tls; bench_auth; bench_streams; bench_agents ;;
-    *) echo "usage: scripts/bench.sh [core|proxy|grpc|tls|auth|streams|burst|agents|ops|store|all]" >&2; exit 2 ;;
+    *) echo "usage: scripts/bench.sh [core|proxy|grpc|tls|auth|streams|burst|agents|ops|otel|store|all]" >&2; exit 2 ;;
 esac

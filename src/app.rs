@@ -95,11 +95,14 @@ pub(crate) fn build_state(ready: Ready) -> std::io::Result<(AppState, Vec<String
     let legacy_names = loaded.kept(Table::LegacyNames, &store);
     let ledgers = loaded.kept(Table::Ledger, &store);
     let (push_signer, card_signer) = signers(gateway, &base)?;
+    let tracing =
+        crate::telemetry::Tracing::start(&gateway.telemetry).map_err(std::io::Error::other)?;
     let push = push_service(
         gateway,
         push_signer,
         loaded.kept(Table::PushConfigs, &store),
         &metrics,
+        tracing.clone(),
     )?;
     let router = crate::routing::Router::new(tasks.clone(), contexts);
     let stream_limit = limits
@@ -133,6 +136,7 @@ pub(crate) fn build_state(ready: Ready) -> std::io::Result<(AppState, Vec<String
         http_port: 0,
         card_signer,
         certificate: None,
+        tracing,
     };
     Ok((state, failed))
 }
@@ -166,6 +170,7 @@ fn push_service(
     signer: Arc<Signer>,
     kept: crate::store::Kept,
     metrics: &Arc<Metrics>,
+    tracing: Option<Arc<crate::telemetry::Tracing>>,
 ) -> std::io::Result<crate::service::push::Push> {
     let settings = &gateway.push;
     let public = gateway
@@ -174,7 +179,7 @@ fn push_service(
     let pusher = match settings.enabled {
         false => None,
         true => {
-            let pusher = crate::push::Pusher::new(settings, signer, metrics.clone())
+            let pusher = crate::push::Pusher::new(settings, signer, metrics.clone(), tracing)
                 .map_err(std::io::Error::other)?;
             Some(Arc::new(pusher))
         }
@@ -618,6 +623,9 @@ impl Application {
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
         let served = self.server.await;
         self.state.store.close();
+        if let Some(tracing) = &self.state.tracing {
+            tracing.flush();
+        }
         served
     }
 
@@ -670,6 +678,10 @@ impl Application {
         let served = server.await;
         stopping.abort();
         state.store.close();
+        // The last requests' spans go before the exit.
+        if let Some(tracing) = &state.tracing {
+            tracing.flush();
+        }
         if let Some(shared) = &state.store.shared {
             shared.release_lease().await;
         }

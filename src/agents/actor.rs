@@ -124,7 +124,8 @@ impl AgentActor {
         let ticket = self.enqueue(Some(context_id))?;
         // Boxed so the spawned task holds a pointer, not a copy of a large future that the
         // runtime would move around at every stage.
-        let job = Box::pin(job);
+        // Carried: its spans are the request's children.
+        let job = crate::telemetry::carried(job);
         tokio::spawn(async move {
             let _admission = ticket.ready().await;
             job.await;

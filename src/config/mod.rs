@@ -137,6 +137,8 @@ pub struct GatewayConfig {
     #[serde(default)]
     pub metrics: MetricsConfig,
     #[serde(default)]
+    pub telemetry: TelemetryConfig,
+    #[serde(default)]
     pub store: StoreConfig,
     #[serde(default)]
     pub console: ConsoleConfig,
@@ -291,6 +293,61 @@ fn default_true() -> bool {
     true
 }
 
+/// `[telemetry]`: spans exported over OTLP. Off unless an endpoint is given here or in
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` (or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`).
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// The collector: `http://host:4318` for HTTP/protobuf (spans go to `/v1/traces`
+    /// under it), `http://host:4317` with `otlp_protocol = "grpc"`.
+    #[serde(default)]
+    pub otlp_endpoint: Option<String>,
+    /// `http/protobuf` or `grpc`; unset: `OTEL_EXPORTER_OTLP_PROTOCOL`, else HTTP.
+    #[serde(default)]
+    pub otlp_protocol: Option<OtlpProtocol>,
+    /// The `service.name` resource attribute; `OTEL_SERVICE_NAME` wins, else
+    /// `a2a-gateway`. `OTEL_RESOURCE_ATTRIBUTES` adds attributes.
+    #[serde(default)]
+    pub service_name: Option<String>,
+    /// Traces started here are kept at this ratio (0 to 1); a caller's `traceparent`
+    /// decides for its own trace (parent-based sampling).
+    #[serde(default = "default_sample_ratio")]
+    pub sample_ratio: f64,
+    /// Ended spans waiting for export; past this, spans are dropped (and counted in
+    /// `a2a_trace_spans_dropped_total`) rather than requests slowed.
+    #[serde(default = "default_max_queued_spans")]
+    pub max_queued_spans: usize,
+}
+
+/// How spans reach the collector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+pub enum OtlpProtocol {
+    #[serde(rename = "http/protobuf")]
+    HttpProtobuf,
+    #[serde(rename = "grpc")]
+    Grpc,
+}
+
+fn default_sample_ratio() -> f64 {
+    1.0
+}
+
+fn default_max_queued_spans() -> usize {
+    2048
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        TelemetryConfig {
+            otlp_endpoint: None,
+            otlp_protocol: None,
+            service_name: None,
+            sample_ratio: default_sample_ratio(),
+            max_queued_spans: default_max_queued_spans(),
+        }
+    }
+}
+
 impl Default for GatewayConfig {
     fn default() -> Self {
         GatewayConfig {
@@ -308,6 +365,7 @@ impl Default for GatewayConfig {
             rate_limits: RateLimitConfig::default(),
             routing: RoutingConfig::default(),
             metrics: MetricsConfig::default(),
+            telemetry: TelemetryConfig::default(),
             store: StoreConfig::default(),
             console: ConsoleConfig::default(),
             push: PushSettings::default(),
@@ -1209,6 +1267,24 @@ fn validate_gateway(
         }
     }
     check_client_certificates(gateway, file, diags);
+    let t = &gateway.telemetry;
+    if !(0.0..=1.0).contains(&t.sample_ratio) {
+        diags.push(Diagnostic::file(
+            file,
+            format!(
+                "telemetry.sample_ratio must be between 0 and 1, got {}",
+                t.sample_ratio
+            ),
+        ));
+    }
+    if let Some(endpoint) = &t.otlp_endpoint {
+        if url::Url::parse(endpoint).map_or(true, |u| !matches!(u.scheme(), "http" | "https")) {
+            diags.push(Diagnostic::file(
+                file,
+                format!("telemetry.otlp_endpoint must be an http(s) URL, got \"{endpoint}\""),
+            ));
+        }
+    }
     for (i, rule) in gateway.routing.rules.iter().enumerate() {
         let at = rule.agent.span().start;
         if !agents.iter().any(|a| a.name == *rule.agent.get_ref()) {

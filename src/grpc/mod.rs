@@ -178,7 +178,15 @@ async fn call(
             }
         }
     };
-    let (framed, scope) = telemetry::observed(trace, framed);
+    let span = state.tracing.as_ref().map(|t| {
+        let attributes = vec![
+            opentelemetry::KeyValue::new("rpc.system", "grpc"),
+            opentelemetry::KeyValue::new("rpc.service", "lf.a2a.v1.A2AService"),
+            opentelemetry::KeyValue::new("a2a.binding", "grpc"),
+        ];
+        t.server_span(trace.as_ref(), "gRPC call".into(), attributes)
+    });
+    let (framed, scope) = telemetry::observed(trace, span, framed);
     let answer = framed.await;
     let call = scope.take();
     let mut answer = answer;
@@ -195,6 +203,13 @@ async fn call(
         status,
         trace_id: trace_id.as_deref(),
     });
+    if let Some(span) = scope.span() {
+        let route = answer
+            .headers()
+            .get("a2a-gateway-route")
+            .and_then(|v| v.to_str().ok());
+        span.finish(&call, status, true, route);
+    }
     crate::http::account(&state, &call, start.elapsed().as_secs_f64(), logged);
     answer
 }

@@ -72,6 +72,8 @@ pub(crate) struct AppState {
     pub(crate) card_signer: Arc<crate::signing::Signer>,
     /// The TLS certificate, when `[server.tls]` is set (read again on reload).
     pub(crate) certificate: Option<Arc<Certificate>>,
+    /// The span exporter, when `[telemetry]` (or the environment) names a collector.
+    pub(crate) tracing: Option<Arc<crate::telemetry::Tracing>>,
 }
 
 impl AppState {

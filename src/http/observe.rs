@@ -97,7 +97,7 @@ where
         }
         let start = Instant::now();
         let Some(state) = req.app_data::<web::Data<AppState>>().cloned() else {
-            let (inner, scope) = telemetry::observed(None, self.service.call(req));
+            let (inner, scope) = telemetry::observed(None, None, self.service.call(req));
             return EdgeFuture::Running {
                 inner,
                 watch: Some(Watch {
@@ -143,11 +143,16 @@ where
             ),
             false => tracing::Span::none(),
         };
+        // The exported span, when spans are exported.
+        let exported = state
+            .tracing
+            .as_ref()
+            .map(|t| t.server_span(trace.as_ref(), span_name(&req), span_attributes(&req)));
         let inner = {
             let _inside = span.enter();
             self.service.call(req)
         };
-        let (inner, scope) = telemetry::observed(trace, inner);
+        let (inner, scope) = telemetry::observed(trace, exported, inner);
         EdgeFuture::Running {
             inner,
             watch: Some(Watch {
@@ -228,7 +233,8 @@ where
                 if watch.shared && res.request().method() == actix_web::http::Method::POST {
                     // Only with a shared store is there something to wait for: boxed then.
                     let future = Box::pin(async move {
-                        shared_first(&res).await;
+                        let parent = watch.scope.span().map(|s| s.parent());
+                        shared_first(&res, parent).await;
                         Ok(finish(res, watch))
                     });
                     self.set(EdgeFuture::Finishing { future });
@@ -277,6 +283,13 @@ fn finish<B: MessageBody + 'static>(
         }
     }
     let status = res.status().as_u16();
+    if let Some(span) = scope.span() {
+        let route = res
+            .headers()
+            .get("a2a-gateway-route")
+            .and_then(|v| v.to_str().ok());
+        span.finish(&call, status, false, route);
+    }
     if let Some(state) = res.request().app_data::<web::Data<AppState>>() {
         let logged = head.as_ref().map(|(method, path)| Logged {
             method: method.as_str(),
@@ -287,6 +300,40 @@ fn finish<B: MessageBody + 'static>(
         account(state, &call, seconds, logged);
     }
     res.map_into_left_body()
+}
+
+/// A request span's first name (the A2A method replaces it once known).
+fn span_name(req: &ServiceRequest) -> String {
+    format!("{} {}", req.method(), req.path())
+}
+
+/// The HTTP attributes of a request's span.
+fn span_attributes(req: &ServiceRequest) -> Vec<opentelemetry::KeyValue> {
+    use opentelemetry::KeyValue;
+    let mut out = vec![
+        KeyValue::new("http.request.method", req.method().to_string()),
+        KeyValue::new("url.path", req.path().to_string()),
+        KeyValue::new("url.scheme", req.connection_info().scheme().to_string()),
+        KeyValue::new(
+            "network.protocol.version",
+            match req.version() {
+                actix_web::http::Version::HTTP_2 => "2",
+                actix_web::http::Version::HTTP_10 => "1.0",
+                _ => "1.1",
+            },
+        ),
+    ];
+    if let Some(peer) = req.peer_addr() {
+        out.push(KeyValue::new("client.address", peer.ip().to_string()));
+    }
+    if let Some(agent) = req
+        .headers()
+        .get("user-agent")
+        .and_then(|v| v.to_str().ok())
+    {
+        out.push(KeyValue::new("user_agent.original", agent.to_string()));
+    }
+    out
 }
 
 /// What the access log says of a request besides its call's note.
@@ -350,7 +397,7 @@ pub(crate) fn account(
 /// With a shared store, an answer leaves once what its call changed is where every replica
 /// reads it. If the store does not take it in time, the answer still goes (the work is
 /// done, and the changes are written when the store is back), and the log says so.
-async fn shared_first<B>(res: &ServiceResponse<B>) {
+async fn shared_first<B>(res: &ServiceResponse<B>, parent: Option<crate::telemetry::Parent>) {
     if res.request().method() != actix_web::http::Method::POST {
         return;
     }
@@ -361,10 +408,21 @@ async fn shared_first<B>(res: &ServiceResponse<B>) {
     else {
         return;
     };
+    // The wait's span, when spans are exported.
+    let mut span = parent.map(|p| {
+        p.child(
+            "store commit".into(),
+            opentelemetry::trace::SpanKind::Internal,
+            vec![opentelemetry::KeyValue::new("db.system.name", "redis")],
+        )
+    });
     if !matches!(
         tokio::time::timeout(std::time::Duration::from_secs(5), written).await,
         Ok(Ok(()))
     ) {
+        if let Some(span) = span.as_mut() {
+            span.fail("the shared store did not take the changes in time".into());
+        }
         tracing::warn!(
             path = %quoted(res.request().path()),
             "answered before the shared store took the call's changes: other replicas see them once it is back"
@@ -418,7 +476,7 @@ pub(crate) fn render_metrics(state: &AppState) -> HttpResponse {
     let edge = crate::telemetry::EdgeGauges {
         connections: state.connections.open(),
         refused: state.connections.refused(),
-        spans_dropped: 0,
+        spans_dropped: state.tracing.as_ref().map_or(0, |t| t.dropped()),
     };
     let body = state.metrics.render(agents, &by_state, &store, &edge);
     HttpResponse::Ok()

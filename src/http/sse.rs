@@ -64,6 +64,9 @@ pub(crate) fn watched(
     let observed = telemetry::noted(|c| (c.agent.clone(), c.method))
         .and_then(|(agent, method)| state.metrics.stream(agent.as_deref()?, method?));
     let mut watch = observed.map(|(first_event, open)| StreamWatch::new(first_event, open));
+    // The request's span, when spans are exported: it ends with the stream, and says the
+    // state the task was last seen in.
+    let span = telemetry::request_span();
     let drain = state.lifecycle.drain_token();
     let farewell = state.shutting_down();
     let items = items.take_until(drain.clone().cancelled_owned());
@@ -77,6 +80,17 @@ pub(crate) fn watched(
         let _open = &slot;
         if let Some(w) = watch.as_mut() {
             w.event();
+        }
+        if let (Some(span), Ok(item)) = (&span, &item) {
+            match item {
+                StreamItem::Task(t) => {
+                    span.task_event(&t.id, &t.context_id, Some(t.status.state.v03_name()));
+                }
+                StreamItem::StatusUpdate(u) => {
+                    span.task_event(&u.task_id, &u.context_id, Some(u.status.state.v03_name()));
+                }
+                StreamItem::Message(_) | StreamItem::ArtifactUpdate(_) => {}
+            }
         }
         item
     })

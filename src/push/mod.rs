@@ -62,6 +62,8 @@ pub(crate) struct Pusher {
     /// The queue of every config with notifications waiting or in flight.
     queues: DashMap<(String, String), Arc<Queue>, ahash::RandomState>,
     metrics: Arc<Metrics>,
+    /// Each attempt's span, when spans are exported.
+    tracing: Option<Arc<crate::telemetry::Tracing>>,
 }
 
 /// A worker runs while the queue has notifications, and leaves when it is empty.
@@ -100,6 +102,7 @@ impl Pusher {
         settings: &PushSettings,
         signer: Arc<Signer>,
         metrics: Arc<Metrics>,
+        tracing: Option<Arc<crate::telemetry::Tracing>>,
     ) -> Result<Pusher, String> {
         let policy = Arc::new(Policy::new(settings));
         let timeout = Duration::from_secs(settings.timeout_secs);
@@ -127,6 +130,7 @@ impl Pusher {
             destinations: DashMap::default(),
             queues: DashMap::default(),
             metrics,
+            tracing,
         })
     }
 
@@ -225,7 +229,7 @@ impl Pusher {
         let max_backoff = Duration::from_secs(self.settings.max_backoff_secs);
         let mut attempt = 1;
         let failure = loop {
-            match self.attempt(target, note).await {
+            match self.attempt(target, note, attempt).await {
                 Ok(()) => {
                     self.metrics.push("delivered");
                     tracing::debug!(task = %target.task_id, config = %target.config_id, attempt, "push notification delivered");
@@ -249,14 +253,55 @@ impl Pusher {
         tracing::warn!(task = %target.task_id, config = %target.config_id, destination = %destination(&target.url), attempts = attempt, error = %failure.why, "push notification given up");
     }
 
-    async fn attempt(&self, target: &Target, note: &Notification) -> Result<(), Failure> {
+    async fn attempt(
+        &self,
+        target: &Target,
+        note: &Notification,
+        attempt: u32,
+    ) -> Result<(), Failure> {
+        // Its own trace, linked to the request that made the task; the receiver gets it as
+        // its parent.
+        let mut span = self.tracing.as_ref().map(|t| {
+            use opentelemetry::KeyValue;
+            t.push_attempt(
+                &target.task_id,
+                vec![
+                    KeyValue::new("server.address", destination(&target.url)),
+                    KeyValue::new("a2a.task.id", target.task_id.clone()),
+                    KeyValue::new("a2a.push.config.id", target.config_id.clone()),
+                    KeyValue::new("a2a.push.attempt", i64::from(attempt)),
+                ],
+            )
+        });
+        let trace = span.as_ref().map(|s| s.header());
+        let outcome = self.attempt_traced(target, note, trace).await;
+        if let Some(span) = span.as_mut() {
+            let result = match &outcome {
+                Ok(()) => "delivered",
+                Err(f) if f.retry => "retry",
+                Err(_) => "failed",
+            };
+            span.set(opentelemetry::KeyValue::new("a2a.push.outcome", result));
+            if let Err(f) = &outcome {
+                span.fail(f.why.clone());
+            }
+        }
+        outcome
+    }
+
+    async fn attempt_traced(
+        &self,
+        target: &Target,
+        note: &Notification,
+        trace: Option<(String, Option<String>)>,
+    ) -> Result<(), Failure> {
         let permits = self.destination(&target.url);
         let _permit = permits.acquire().await.map_err(|_| Failure {
             why: "closed".into(),
             retry: false,
             wait: None,
         })?;
-        let outcome = self.post(target, note).await;
+        let outcome = self.post(target, note, trace).await;
         drop(_permit);
         self.destinations
             .remove_if(&destination(&target.url), |_, s| {
@@ -266,7 +311,12 @@ impl Pusher {
         outcome
     }
 
-    async fn post(&self, target: &Target, note: &Notification) -> Result<(), Failure> {
+    async fn post(
+        &self,
+        target: &Target,
+        note: &Notification,
+        trace: Option<(String, Option<String>)>,
+    ) -> Result<(), Failure> {
         // Checked when the config was made; checked again, as the policy may refuse
         // address literals only (names are checked as they are connected to).
         self.policy.check_form(&target.url).map_err(|why| Failure {
@@ -281,6 +331,12 @@ impl Pusher {
             .body(note.body.clone());
         if let Some(token) = &target.token {
             req = req.header(TOKEN_HEADER, token);
+        }
+        if let Some((parent, state)) = trace {
+            req = req.header("traceparent", parent);
+            if let Some(state) = state {
+                req = req.header("tracestate", state);
+            }
         }
         match &target.authorization {
             Authorization::None => {}

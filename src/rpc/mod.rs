@@ -111,6 +111,7 @@ pub(crate) async fn run(
                 let stamp = served.metadata_stamp();
                 let write = |task: &Task| {
                     note_task(&task.id, &task.context_id);
+                    crate::telemetry::note_task_state(task.status.state.v03_name());
                     match dialect {
                         Dialect::V10 => write::task_answer(&id, task, stamp).map_err(|e| {
                             GatewayError::Internal(format!("serializing result: {e}"))
@@ -356,7 +357,10 @@ fn note_task(task_id: &str, context_id: &str) {
 
 fn note_result(result: &SendResult) {
     match result {
-        SendResult::Task(t) => note_task(&t.id, &t.context_id),
+        SendResult::Task(t) => {
+            note_task(&t.id, &t.context_id);
+            crate::telemetry::note_task_state(t.status.state.v03_name());
+        }
         SendResult::Message(m) => {
             if let Some(task) = &m.task_id {
                 crate::telemetry::note_task(task, m.context_id.as_deref());

@@ -6,13 +6,16 @@ pub(crate) const ACCESS: &str = "a2a_gateway::access";
 
 mod call;
 mod metrics;
+mod otel;
 mod trace;
 
 pub(crate) use call::{
-    note, note_method, note_task, noted, observed, outgoing_trace, Call, Observed, Scope,
+    carried, child_span, note, note_method, note_task, note_task_state, noted, observed,
+    request_span, upstream_answered, upstream_call, Call, Observed, Scope,
 };
 pub(crate) use metrics::{
     flush_periodically, AgentGauges, EdgeGauges, Metrics, StoreGauges, UpstreamCalls,
     UpstreamOutcome,
 };
+pub(crate) use otel::{Child, Parent, ServerSpan, Tracing};
 pub(crate) use trace::TraceParent;

@@ -6,6 +6,7 @@
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct TraceParent {
     trace_id: [u8; 32],
+    parent_id: [u8; 16],
     flags: [u8; 2],
 }
 
@@ -38,9 +39,11 @@ impl TraceParent {
         }
         let mut out = TraceParent {
             trace_id: [0; 32],
+            parent_id: [0; 16],
             flags: [0; 2],
         };
         out.trace_id.copy_from_slice(trace);
+        out.parent_id.copy_from_slice(parent);
         out.flags.copy_from_slice(flags);
         Some(out)
     }
@@ -63,6 +66,16 @@ impl TraceParent {
     pub(crate) fn trace_id(&self) -> &str {
         // Checked to be ASCII hex when parsed.
         std::str::from_utf8(&self.trace_id).unwrap_or_default()
+    }
+
+    /// The caller's span id, in hex.
+    pub(crate) fn parent_id(&self) -> &str {
+        std::str::from_utf8(&self.parent_id).unwrap_or_default()
+    }
+
+    /// The flags, in hex (`01`: sampled).
+    pub(crate) fn flags(&self) -> &str {
+        std::str::from_utf8(&self.flags).unwrap_or("00")
     }
 
     /// The header for the next hop: the same trace, the gateway's own span as parent.
@@ -99,7 +112,12 @@ mod tests {
         );
         assert!(child.ends_with("-01"));
         assert_ne!(&child[36..52], "00f067aa0ba902b7", "a new parent id");
-        assert_eq!(TraceParent::parse(child.as_bytes()), Some(tp));
+        let again = TraceParent::parse(child.as_bytes()).unwrap();
+        assert_eq!(
+            (again.trace_id(), again.flags()),
+            (tp.trace_id(), tp.flags())
+        );
+        assert_eq!(tp.parent_id(), "00f067aa0ba902b7");
     }
 
     #[test]

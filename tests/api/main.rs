@@ -36,4 +36,5 @@ mod store;
 mod streaming;
 mod thirdparty;
 mod tls;
+mod traces;
 mod upstream;

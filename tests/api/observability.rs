@@ -146,7 +146,8 @@ fn dashboard_expressions(dashboard: &Value) -> Vec<(String, String)> {
             out.push((format!("annotation \"{}\"", a["name"]), e.into()));
         }
     }
-    let values = regex::Regex::new(r"^label_values\(([a-zA-Z0-9_:]+),\s*([a-zA-Z0-9_]+)\)$").unwrap();
+    let values =
+        regex::Regex::new(r"^label_values\(([a-zA-Z0-9_:]+),\s*([a-zA-Z0-9_]+)\)$").unwrap();
     for v in dashboard["templating"]["list"]
         .as_array()
         .into_iter()

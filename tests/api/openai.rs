@@ -31,7 +31,7 @@ const KEY_VAR: &str = "A2A_TEST_OPENAI_KEY";
 const KEY: &str = "sk-test-5f0c2d9b7a8e41d3b6c0";
 
 /// The key the agents' `api_key_env` names, set once for the whole test binary.
-fn set_key() {
+pub(crate) fn set_key() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| std::env::set_var(KEY_VAR, KEY));
 }
@@ -40,11 +40,11 @@ fn set_key() {
 // The stand-in.
 
 #[derive(Debug, Clone)]
-struct Request {
+pub(crate) struct Request {
     method: String,
     path: String,
     /// Lowercase names.
-    headers: HashMap<String, String>,
+    pub(crate) headers: HashMap<String, String>,
     body: Value,
 }
 
@@ -77,14 +77,14 @@ struct Seen {
     disconnects: AtomicUsize,
 }
 
-struct StandIn {
+pub(crate) struct StandIn {
     /// What an agent file's `base_url` names: `http://127.0.0.1:<port>/v1`.
-    base_url: String,
+    pub(crate) base_url: String,
     seen: Arc<Seen>,
 }
 
 impl StandIn {
-    async fn start() -> StandIn {
+    pub(crate) async fn start() -> StandIn {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let port = listener.local_addr().expect("address").port();
         let seen = Arc::new(Seen::default());
@@ -104,7 +104,7 @@ impl StandIn {
         self.seen.requests.lock().unwrap().clone()
     }
 
-    fn last(&self) -> Request {
+    pub(crate) fn last(&self) -> Request {
         self.requests()
             .pop()
             .expect("a request reached the stand-in")
@@ -405,7 +405,7 @@ const PATH: &str = "/a2a/agents/assistant";
 
 /// An openai agent named `name` in front of `base_url`; `more` goes into `[backend]`
 /// (tables of its own, like `[backend.extra]` or `[limits]`, after it).
-fn agent(name: &str, base_url: &str, more: &str) -> String {
+pub(crate) fn agent(name: &str, base_url: &str, more: &str) -> String {
     format!(
         r#"name = "{name}"
 description = "An assistant that answers in one sentence"

@@ -346,6 +346,17 @@ async def serve_grpc_only(host: str, sock, ready_file: str | None, log_level: st
         await server.stop(1)
 
 
+def logging_traceparent(app, path):
+    """The app, noting the trace context each POST arrives with (for the trace tests)."""
+    async def logged(scope, receive, send):
+        if scope['type'] == 'http' and scope['method'] == 'POST':
+            headers = dict(scope['headers'])
+            with open(path, 'a') as f:
+                f.write(headers.get(b'traceparent', b'-').decode() + '\n')
+        await app(scope, receive, send)
+    return logged
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--host', default='127.0.0.1')
@@ -369,6 +380,8 @@ def main() -> None:
     parser.add_argument('--tls-key', help='the key of --tls-cert (PEM)')
     parser.add_argument('--client-ca', help='with --tls-cert: require client certificates '
                         'signed by this CA (PEM)')
+    parser.add_argument('--log-traceparent',
+                        help="append each POST's traceparent header (or '-') to this file")
     parser.add_argument('--grpc', action='store_true',
                         help='serve over gRPC only; the HTTP port serves the card')
     args = parser.parse_args()
@@ -386,6 +399,8 @@ def main() -> None:
         return
     signing = (args.sign_key, args.jwks_out, args.tamper) if args.sign_key else None
     app = build_app(base_url, args.dialects, args.push, args.extended_key, signing)
+    if args.log_traceparent:
+        app = logging_traceparent(app, args.log_traceparent)
     tls = {}
     if args.tls_cert:
         import ssl

@@ -89,13 +89,35 @@ impl CommandBackend {
 
 impl AgentBackend for CommandBackend {
     fn execute(&self, exec: Execution) -> BoxFuture<'static, Result<(), BackendError>> {
-        Box::pin(run(
+        // The run's span, when spans are exported: from the wait for a slot to the end.
+        let span = crate::telemetry::child_span(
+            "command",
+            opentelemetry::trace::SpanKind::Internal,
+            vec![
+                opentelemetry::KeyValue::new(
+                    "process.executable.name",
+                    self.config.command.first().cloned().unwrap_or_default(),
+                ),
+                opentelemetry::KeyValue::new("a2a.task.id", exec.events.task_id().to_string()),
+            ],
+        );
+        let run = run(
             self.config.clone(),
             self.slots.clone(),
             self.parked.clone(),
             self.waiting.clone(),
             exec,
-        ))
+        );
+        match span {
+            None => Box::pin(run),
+            Some(mut span) => Box::pin(async move {
+                let outcome = run.await;
+                if let Err(e) = &outcome {
+                    span.fail(e.to_string());
+                }
+                outcome
+            }),
+        }
     }
 
     fn processes(&self) -> Option<(usize, usize)> {

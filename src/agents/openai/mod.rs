@@ -22,6 +22,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use futures_util::StreamExt;
+use opentelemetry::KeyValue;
 use reqwest::header::{
     HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE, USER_AGENT,
 };
@@ -213,6 +214,35 @@ struct Answer {
 }
 
 impl Answer {
+    /// The response attributes of the call's span.
+    fn describe(&self, span: &mut crate::telemetry::Child) {
+        if let Some(model) = &self.model {
+            span.set(KeyValue::new("gen_ai.response.model", model.clone()));
+        }
+        if let Some(reason) = &self.finish_reason {
+            let reasons = opentelemetry::Array::String(vec![reason.clone().into()]);
+            span.set(KeyValue::new(
+                "gen_ai.response.finish_reasons",
+                opentelemetry::Value::Array(reasons),
+            ));
+        }
+        let usage = self.usage.as_ref();
+        for (key, n) in [
+            (
+                "gen_ai.usage.input_tokens",
+                usage.and_then(|u| u.prompt_tokens),
+            ),
+            (
+                "gen_ai.usage.output_tokens",
+                usage.and_then(|u| u.completion_tokens),
+            ),
+        ] {
+            if let Some(n) = n {
+                span.set(KeyValue::new(key, i64::try_from(n).unwrap_or(i64::MAX)));
+            }
+        }
+    }
+
     /// What the task's metadata gets: `usage`, `model`, `finish_reason`, those known.
     fn metadata(&self) -> Option<Metadata> {
         let mut m = Metadata::new();
@@ -266,12 +296,36 @@ async fn run(inner: Arc<Inner>, exec: Execution) -> Result<(), BackendError> {
     let deadline = now
         .checked_add(Duration::from_secs(cfg.timeout_secs))
         .unwrap_or_else(|| now + Duration::from_secs(86400 * 365));
+    // The call's span (GenAI conventions), when spans are exported; the provider gets it
+    // as its parent.
+    let mut span = crate::telemetry::child_span(
+        format!("chat {}", cfg.model),
+        opentelemetry::trace::SpanKind::Client,
+        vec![
+            KeyValue::new("gen_ai.operation.name", "chat"),
+            KeyValue::new("gen_ai.provider.name", "openai"),
+            KeyValue::new("gen_ai.request.model", cfg.model.clone()),
+            KeyValue::new(
+                "server.address",
+                inner.endpoint.host_str().unwrap_or("").to_string(),
+            ),
+            KeyValue::new("a2a.agent", inner.agent.to_string()),
+        ],
+    );
+    let trace = span.as_ref().map(|s| s.header());
     // Dropping the call on cancel or timeout drops its connection: the provider sees the
     // client go and stops generating.
     let outcome = tokio::select! {
         _ = cancel.cancelled() => return Ok(()),
-        outcome = tokio::time::timeout_at(deadline, inner.answer(body, streaming, &mut events, deadline)) => outcome,
+        outcome = tokio::time::timeout_at(deadline, inner.answer(body, streaming, &mut events, deadline, trace)) => outcome,
     };
+    if let Some(span) = span.as_mut() {
+        match &outcome {
+            Ok(Ok(answer)) => answer.describe(span),
+            Ok(Err(f)) => span.fail(format!("{f:?}")),
+            Err(_) => span.fail("timed out".into()),
+        }
+    }
     let failure = match outcome {
         Ok(Ok(answer)) => {
             if !answer.streamed {
@@ -307,14 +361,22 @@ impl Inner {
         streaming: bool,
         events: &mut EventSink,
         deadline: Instant,
+        trace: Option<(String, Option<String>)>,
     ) -> Result<Answer, Failure> {
         let mut retries = 0;
         loop {
-            let resp = self
+            let mut request = self
                 .client
                 .post(self.endpoint.clone())
                 .headers(self.headers.clone())
-                .body(body.clone())
+                .body(body.clone());
+            if let Some((parent, state)) = &trace {
+                request = request.header("traceparent", parent);
+                if let Some(state) = state {
+                    request = request.header("tracestate", state);
+                }
+            }
+            let resp = request
                 .send()
                 .await
                 .map_err(|e| {

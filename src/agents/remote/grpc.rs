@@ -104,6 +104,7 @@ impl GrpcTransport {
     /// bounded.
     fn prepare(
         &self,
+        origin: &Uri,
         body: &[u8],
         dialect: Dialect,
         tenant: Option<&str>,
@@ -144,7 +145,7 @@ impl GrpcTransport {
             put_header(metadata, name, value);
         }
         let extensions = super::transport::extension_header(Dialect::V10);
-        for (name, value) in super::transport::trace_headers().chain(extensions) {
+        for (name, value) in super::transport::trace_headers(origin).chain(extensions) {
             put_header(metadata, &name, &value);
         }
         Ok(Prepared {
@@ -179,7 +180,7 @@ impl GrpcTransport {
             dialect,
             path,
             request,
-        } = self.prepare(body, dialect, tenant, headers, true)?;
+        } = self.prepare(origin, body, dialect, tenant, headers, true)?;
         let exchange = async {
             let mut client = self.client(origin).await?;
             Ok::<_, Refusal>(client.unary(request, path, RawCodec).await?)
@@ -211,7 +212,7 @@ impl GrpcTransport {
             dialect,
             path,
             request,
-        } = self.prepare(body, dialect, tenant, headers, false)?;
+        } = self.prepare(origin, body, dialect, tenant, headers, false)?;
         let opening = async {
             let mut client = self.client(origin).await?;
             Ok::<_, Refusal>(client.server_streaming(request, path, RawCodec).await?)

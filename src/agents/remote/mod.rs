@@ -551,7 +551,7 @@ impl RemoteAgent {
         if let Some((name, value)) = transport::extension_header(up.dialect) {
             req = req.header(name, value);
         }
-        for (name, value) in transport::trace_headers() {
+        for (name, value) in transport::trace_headers(&up.uri) {
             req = req.header(name, value);
         }
         req
@@ -609,6 +609,7 @@ impl RemoteAgent {
 
     /// Records an exchange's latency, and counts one that got no answer.
     fn took(&self, started: std::time::Instant, answered: bool) {
+        crate::telemetry::upstream_answered(answered);
         if let Some(calls) = &self.calls {
             calls.took(started.elapsed().as_secs_f64());
             if !answered {

@@ -156,7 +156,7 @@ impl Transport {
         for (name, value) in version.into_iter().chain(extensions) {
             h.insert(name, value);
         }
-        for (name, value) in trace_headers() {
+        for (name, value) in trace_headers(uri) {
             h.insert(name, value);
         }
         // The agent file's headers go only to the origin the file names.
@@ -305,10 +305,11 @@ pub(super) fn note_activated(headers: &HeaderMap) {
     }
 }
 
-/// The caller's trace context for the upstream (W3C `traceparent`, a child of the
-/// caller's, and its `tracestate`); none when the caller sent none.
-pub(super) fn trace_headers() -> impl Iterator<Item = (HeaderName, HeaderValue)> {
-    let (parent, state) = match crate::telemetry::outgoing_trace() {
+/// The trace context for a call to the upstream at `peer` (W3C `traceparent` and its
+/// `tracestate`): the call's client span when spans are exported, else a child of the
+/// caller's; none when there is neither.
+pub(super) fn trace_headers(peer: &Uri) -> impl Iterator<Item = (HeaderName, HeaderValue)> {
+    let (parent, state) = match crate::telemetry::upstream_call(peer) {
         Some((parent, state)) => (Some(parent), state),
         None => (None, None),
     };
