@@ -447,6 +447,15 @@ impl Application {
             tokio::spawn(watch_store(store));
             actix_web::rt::spawn(serve_replica_commands(Arc::downgrade(&shared)));
         }
+        // The MCP endpoint, one for every worker (its sessions are the gateway's).
+        let mcp = {
+            let config = &shared.live().config;
+            let hosts = crate::mcp::allowed_hosts(config);
+            (config.mcp.enabled).then(|| {
+                let endpoint = crate::mcp::Endpoint::new(shared.clone(), hosts);
+                (config.mcp.path.clone(), web::Data::new(endpoint))
+            })
+        };
         // Each worker builds its app once, on its own thread: where its metrics flush runs.
         let app = move || {
             if metrics_on {
@@ -455,6 +464,12 @@ impl Application {
             App::new()
                 .app_data(state.clone())
                 .configure(|cfg| routes(cfg, metrics_here, console.as_deref()))
+                .configure(|cfg| {
+                    if let Some((path, endpoint)) = &mcp {
+                        cfg.app_data(endpoint.clone())
+                            .service(web::resource(path.as_str()).to(crate::mcp::serve));
+                    }
+                })
                 // The one middleware: the trailing slash, drain, CORS preflights (before
                 // auth and any limit), then every answer's headers, metrics and log line.
                 .wrap(crate::http::Edge)

@@ -17,6 +17,7 @@ pub mod error;
 pub(crate) mod grpc;
 pub(crate) mod http;
 pub(crate) mod limits;
+pub(crate) mod mcp;
 pub mod protocol;
 pub(crate) mod push;
 pub(crate) mod reload;

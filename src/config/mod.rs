@@ -143,6 +143,8 @@ pub struct GatewayConfig {
     #[serde(default)]
     pub console: ConsoleConfig,
     #[serde(default)]
+    pub mcp: McpConfig,
+    #[serde(default)]
     pub push: PushSettings,
     #[serde(default)]
     pub cards: CardsConfig,
@@ -190,6 +192,36 @@ impl Default for ConsoleConfig {
 
 fn default_console_path() -> String {
     "/console".into()
+}
+
+/// `[mcp]`: every agent as an MCP tool, over Streamable HTTP.
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct McpConfig {
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// Where it is served: an absolute path of one or more segments.
+    #[serde(default = "default_mcp_path")]
+    pub path: String,
+    /// The `Host`s it answers, against DNS rebinding (a page on another name reaching a
+    /// gateway on this machine); `["*"]` for any. Unset: the loopback names, and the
+    /// host of `public_url` when set.
+    #[serde(default)]
+    pub allowed_hosts: Option<Vec<String>>,
+}
+
+impl Default for McpConfig {
+    fn default() -> Self {
+        McpConfig {
+            enabled: true,
+            path: default_mcp_path(),
+            allowed_hosts: None,
+        }
+    }
+}
+
+fn default_mcp_path() -> String {
+    "/mcp".into()
 }
 
 /// Where tasks and the gateway's records (context affinity, upstream task owners) live.
@@ -368,6 +400,7 @@ impl Default for GatewayConfig {
             telemetry: TelemetryConfig::default(),
             store: StoreConfig::default(),
             console: ConsoleConfig::default(),
+            mcp: McpConfig::default(),
             push: PushSettings::default(),
             cards: CardsConfig::default(),
         }
@@ -1331,19 +1364,29 @@ fn validate_gateway(
             diags.push(Diagnostic::file(file, format!("{key} must be at least 1")));
         }
     }
-    let console = &gateway.console.path;
     let reserved = ["/a2a", "/.well-known", "/metrics"];
-    if !console.starts_with('/')
-        || console.len() < 2
-        || console.ends_with('/')
-        || console.contains(['?', '#', ' '])
-        || reserved
-            .iter()
-            .any(|r| console == r || console.starts_with(&format!("{r}/")))
-    {
+    for (key, path, like) in [
+        ("console.path", &gateway.console.path, "/console"),
+        ("mcp.path", &gateway.mcp.path, "/mcp"),
+    ] {
+        if !path.starts_with('/')
+            || path.len() < 2
+            || path.ends_with('/')
+            || path.contains(['?', '#', ' ', '{', '}'])
+            || reserved
+                .iter()
+                .any(|r| path == r || path.starts_with(&format!("{r}/")))
+        {
+            diags.push(Diagnostic::file(
+                file,
+                format!("{key} {path:?}: an absolute path like \"{like}\", outside /a2a, /.well-known and /metrics"),
+            ));
+        }
+    }
+    if gateway.console.enabled && gateway.mcp.enabled && gateway.console.path == gateway.mcp.path {
         diags.push(Diagnostic::file(
             file,
-            format!("console.path {console:?}: an absolute path like \"/console\", outside /a2a, /.well-known and /metrics"),
+            format!("mcp.path {:?} is the console's too", gateway.mcp.path),
         ));
     }
     push::check(&gateway.push, file, diags);

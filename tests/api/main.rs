@@ -21,6 +21,7 @@ mod layout;
 mod legacy;
 mod lifecycle;
 mod limits;
+mod mcp;
 mod mtls;
 mod observability;
 mod openai;

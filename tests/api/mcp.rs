@@ -1,0 +1,303 @@
+//! Every agent as an MCP tool (`/mcp`, Streamable HTTP), driven by the official MCP Python
+//! SDK's client (tests/interop/mcp_client.py): the tools a caller may use, calls to the
+//! echo agent, a command agent that asks a question (answered through elicitation), an
+//! upstream agent and an LLM agent; progress, cancel, refusals, and sessions kept apart.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::{json, Value};
+
+use crate::helpers::{repo_root, sha, spawn_with, TestGateway, D, ECHO};
+
+fn mcp_python() -> PathBuf {
+    static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PathBuf::from(PATH.get_or_init(|| {
+        crate::helpers::provided_by("scripts/mcp-venv.sh", "set up the MCP client's venv")
+    }))
+}
+
+/// Runs a scenario of mcp_client.py; its JSON, or a panic with what it printed.
+async fn client(gw: &TestGateway, key: Option<&str>, mode: &str, args: &[&str]) -> Value {
+    let mut cmd = Command::new(mcp_python());
+    cmd.arg(repo_root().join("tests/interop/mcp_client.py"))
+        .arg(gw.url("/mcp"))
+        .args(args)
+        .args(["--mode", mode]);
+    if let Some(key) = key {
+        cmd.args(["--api-key", key]);
+    }
+    let out = tokio::task::spawn_blocking(move || cmd.output())
+        .await
+        .unwrap()
+        .expect("mcp_client.py");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout.lines().last().unwrap_or_default();
+    match serde_json::from_str(last) {
+        Ok(v) if out.status.success() => v,
+        _ => panic!(
+            "mcp_client.py {args:?} failed ({}):\n{stdout}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    }
+}
+
+fn text_of(result: &Value) -> String {
+    result["content"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["text"].as_str())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn greet() -> String {
+    let script = repo_root().join("agents.d/scripts/greet.py");
+    format!(
+        "name = \"greet\"\ndescription = \"Greets you by name\"\n[[skills]]\nid = \"greet\"\nname = \"Greet\"\ndescription = \"Asks for a name, then greets.\"\n[backend]\nkind = \"command\"\ncommand = [\"python3\", {:?}]\nio = \"jsonl\"\n",
+        script.display().to_string()
+    )
+}
+
+const PRIVATE: &str = r#"
+name = "vault"
+description = "Only for the ops key"
+access = "authenticated"
+[backend]
+kind = "echo"
+"#;
+
+async fn gateway() -> TestGateway {
+    let keys = format!(
+        "[[auth.api_keys]]\nid = \"ops\"\nsecret_sha256 = \"{}\"\nagents = [\"*\"]\n",
+        sha("ops-key")
+    );
+    spawn_with(
+        &[
+            ("echo.toml", ECHO),
+            ("greet.toml", &greet()),
+            ("vault.toml", PRIVATE),
+        ],
+        &keys,
+    )
+    .await
+}
+
+#[tokio::test]
+async fn tools_are_the_agents_a_caller_may_use_and_a_call_is_a_task() {
+    let gw = gateway().await;
+    for mode in ["auto", "legacy"] {
+        // Anonymous: the public agents; with the key, the private one too.
+        let listed = client(&gw, None, mode, &["list"]).await;
+        let names: Vec<&str> = listed["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|t| t["name"].as_str())
+            .collect();
+        assert_eq!(names, ["echo", "greet"], "{mode}: {listed}");
+        let echo = &listed["tools"][0];
+        assert_eq!(
+            echo["inputSchema"]["required"],
+            json!(["message"]),
+            "{echo}"
+        );
+        assert!(
+            echo["description"].as_str().unwrap().contains("echo"),
+            "{echo}"
+        );
+        let keyed = client(&gw, Some("ops-key"), mode, &["list"]).await;
+        assert_eq!(
+            keyed["tools"].as_array().unwrap().len(),
+            3,
+            "{mode}: {keyed}"
+        );
+
+        // A call: the agent's artifact as text, the task and its conversation in _meta.
+        let called = client(&gw, None, mode, &["call", "echo", "hello tools"]).await;
+        let result = &called["result"];
+        assert_eq!(result["isError"], false, "{mode}: {called}");
+        assert_eq!(text_of(result), "hello tools", "{mode}: {called}");
+        let task = result["_meta"]["a2a-gateway/taskId"].as_str().unwrap();
+        assert_eq!(result["_meta"]["a2a-gateway/state"], "completed");
+        // The task is the caller's A2A task, readable over A2A.
+        let got = gw
+            .call("/a2a/agents/echo", D::V10, "GetTask", json!({"id": task}))
+            .await;
+        assert_eq!(
+            got.result()["status"]["state"],
+            "TASK_STATE_COMPLETED",
+            "{}",
+            got.body
+        );
+
+        // Progress: the task's states and the artifact's chunks, as they come.
+        let progressed = client(&gw, None, mode, &["progress", "echo", "one two three"]).await;
+        let seen = progressed["progress"].as_array().unwrap();
+        assert!(seen.len() >= 3, "{mode}: {progressed}");
+        assert!(
+            seen.iter().any(|p| p["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("working"))),
+            "{progressed}"
+        );
+        assert_eq!(text_of(&progressed["result"]), "one two three");
+
+        // A failed task is an error result with the agent's words.
+        let failed = client(&gw, None, mode, &["call", "echo", "/fail out of coffee"]).await;
+        assert_eq!(failed["result"]["isError"], true, "{failed}");
+        assert!(
+            text_of(&failed["result"]).contains("out of coffee"),
+            "{failed}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_question_is_asked_through_elicitation_and_answered_on_the_same_task() {
+    let gw = gateway().await;
+    for mode in ["auto", "legacy"] {
+        let asked = client(&gw, None, mode, &["elicit", "greet", "hello", "Ada"]).await;
+        assert_eq!(
+            asked["asked"].as_array().map(Vec::len),
+            Some(1),
+            "{mode}: {asked}"
+        );
+        let result = &asked["result"];
+        assert_eq!(result["isError"], false, "{mode}: {asked}");
+        assert!(text_of(result).contains("Ada"), "{mode}: {asked}");
+        assert_eq!(result["_meta"]["a2a-gateway/state"], "completed", "{asked}");
+    }
+    // A client that cannot elicit: the result says how to answer, with the ids to answer on.
+    let waiting = client(&gw, None, "legacy", &["noelicit", "greet", "hello"]).await;
+    let result = &waiting["result"];
+    assert_eq!(
+        result["_meta"]["a2a-gateway/state"], "input-required",
+        "{waiting}"
+    );
+    let task = result["_meta"]["a2a-gateway/taskId"].as_str().unwrap();
+    let context = result["_meta"]["a2a-gateway/contextId"].as_str().unwrap();
+    assert!(text_of(result).contains(task), "{waiting}");
+    let more = json!({"task_id": task, "context_id": context}).to_string();
+    let answered = client(&gw, None, "legacy", &["call", "greet", "Grace", &more]).await;
+    assert!(text_of(&answered["result"]).contains("Grace"), "{answered}");
+}
+
+#[tokio::test]
+async fn refusals_are_precise_and_a_session_is_its_openers() {
+    let gw = gateway().await;
+    // A tool the caller may not use does not exist for it; arguments are checked.
+    let post = |body: Value, key: Option<&'static str>, session: Option<String>| {
+        let mut req = gw
+            .client
+            .post(gw.url("/mcp"))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25");
+        if let Some(key) = key {
+            req = req.header("X-API-Key", key);
+        }
+        if let Some(s) = session {
+            req = req.header("mcp-session-id", s);
+        }
+        req.json(&body).send()
+    };
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "test", "version": "1"}}});
+    let opened = post(init.clone(), Some("ops-key"), None).await.unwrap();
+    assert_eq!(opened.status(), 200);
+    let session = opened.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let _ = opened.text().await;
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let _ = post(initialized, Some("ops-key"), Some(session.clone()))
+        .await
+        .unwrap();
+    // Another caller (anonymous) with that session id: no such session.
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    let stolen = post(list.clone(), None, Some(session.clone()))
+        .await
+        .unwrap();
+    assert_eq!(stolen.status(), 404);
+    // A wrong key: refused at the door, as on the A2A endpoints.
+    let wrong = post(init, Some("wrong-key"), None).await.unwrap();
+    assert_eq!(wrong.status(), 401);
+    assert!(wrong.headers().contains_key("www-authenticate"));
+    let body: Value = wrong.json().await.unwrap();
+    assert_eq!(body["error"]["code"], -32041, "{body}");
+
+    let call = |args: Value| {
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+               "params": {"name": "echo", "arguments": args}})
+    };
+    let read = |text: String| -> Value {
+        let data = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .next_back()
+            .map(str::to_owned)
+            .unwrap_or(text);
+        serde_json::from_str(&data).unwrap_or(Value::Null)
+    };
+    for (args, why) in [
+        (json!({}), "message"),
+        (json!({"message": "hi", "colour": "red"}), "colour"),
+        (json!({"message": 7}), "string"),
+    ] {
+        let r = post(call(args), Some("ops-key"), Some(session.clone()))
+            .await
+            .unwrap();
+        let answer = read(r.text().await.unwrap());
+        assert_eq!(answer["error"]["code"], -32602, "{answer}");
+        assert!(
+            answer["error"]["message"].as_str().unwrap().contains(why),
+            "{answer}"
+        );
+    }
+    let unknown = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+                         "params": {"name": "nope", "arguments": {"message": "hi"}}});
+    let r = post(unknown, Some("ops-key"), Some(session.clone()))
+        .await
+        .unwrap();
+    let answer = read(r.text().await.unwrap());
+    assert_eq!(answer["error"]["code"], -32602, "{answer}");
+    // The private agent, to an anonymous MCP client: an unknown tool.
+    let anonymous = client(&gw, None, "legacy", &["list"]).await;
+    assert!(!anonymous.to_string().contains("vault"), "{anonymous}");
+    // The gateway is healthy after all of it.
+    assert_eq!(gw.get_json("/a2a/health").await["status"], "ok");
+}
+
+#[tokio::test]
+async fn a_canceled_call_cancels_its_task() {
+    let gw = gateway().await;
+    let gave_up = client(
+        &gw,
+        None,
+        "legacy",
+        &["cancel", "echo", "/delay 30 slow", "1.5"],
+    )
+    .await;
+    assert!(
+        gave_up["outcome"].as_str().unwrap().starts_with("gave up"),
+        "{gave_up}"
+    );
+    // The task the call made is canceled.
+    let mut state = Value::Null;
+    for _ in 0..50 {
+        let listed = gw
+            .call("/a2a/agents/echo", D::V10, "ListTasks", json!({}))
+            .await;
+        state = listed.result()["tasks"][0]["status"]["state"].clone();
+        if state == "TASK_STATE_CANCELED" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(state, "TASK_STATE_CANCELED");
+}

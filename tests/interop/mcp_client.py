@@ -1,0 +1,100 @@
+"""The official MCP Python SDK's client against the gateway's MCP endpoint, for the tests.
+
+    python mcp_client.py URL SCENARIO [--api-key KEY] [--mode auto|legacy] [args...]
+
+Scenarios (each prints one JSON object on its last line):
+    list                         the tools: [{name, description, inputSchema}]
+    call TOOL MESSAGE [ARGS]     a call (ARGS: JSON of more arguments): {content, isError, meta}
+    progress TOOL MESSAGE        a call with a progress token: the result and the progress seen
+    elicit TOOL MESSAGE ANSWER   a call whose question the elicitation callback answers
+    noelicit TOOL MESSAGE        a call from a client that cannot elicit
+    cancel TOOL MESSAGE SECS     a call given up after SECS (the client sends notifications/cancelled)
+    stdio COMMAND...             list and call echo through a server launched over stdio
+"""
+
+import argparse
+import asyncio
+import json
+import sys
+
+import mcp.types as types
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+
+def dump(result):
+    if hasattr(result, 'model_dump'):
+        return result.model_dump(mode='json', by_alias=True, exclude_none=True)
+    return result
+
+
+def client_for(url, args, **kw):
+    headers = {'X-API-Key': args.api_key} if args.api_key else {}
+    transport = streamable_http_client(url, http_client=create_mcp_http_client(headers=headers))
+    return Client(transport, mode=args.mode, **kw)
+
+
+async def main():
+    p = argparse.ArgumentParser()
+    p.add_argument('url')
+    p.add_argument('scenario')
+    p.add_argument('rest', nargs='*')
+    p.add_argument('--api-key')
+    p.add_argument('--mode', default='auto')
+    args = p.parse_args()
+    rest = args.rest
+    out = {}
+    if args.scenario == 'stdio':
+        params = StdioServerParameters(command=rest[0], args=rest[1:])
+        async with Client(params, mode=args.mode) as c:
+            tools = await c.list_tools()
+            out['tools'] = [t.name for t in tools.tools]
+            out['result'] = dump(await c.call_tool('echo', {'message': 'over stdio'}))
+        print(json.dumps(out))
+        return
+    if args.scenario == 'list':
+        async with client_for(args.url, args) as c:
+            tools = await c.list_tools()
+            out['tools'] = [dump(t) for t in tools.tools]
+    elif args.scenario == 'call':
+        more = json.loads(rest[2]) if len(rest) > 2 else {}
+        async with client_for(args.url, args) as c:
+            out['result'] = dump(await c.call_tool(rest[0], {'message': rest[1], **more}))
+    elif args.scenario == 'progress':
+        seen = []
+
+        async def progress(done, total, message):
+            seen.append({'progress': done, 'message': message})
+
+        async with client_for(args.url, args) as c:
+            out['result'] = dump(await c.call_tool(rest[0], {'message': rest[1]},
+                                                   progress_callback=progress))
+        out['progress'] = seen
+    elif args.scenario in ('elicit', 'noelicit'):
+        asked = []
+
+        async def elicit(context, params):
+            asked.append(params.message)
+            return types.ElicitResult(action='accept', content={'answer': rest[2]})
+
+        kw = {'elicitation_callback': elicit} if args.scenario == 'elicit' else {}
+        async with client_for(args.url, args, **kw) as c:
+            out['result'] = dump(await c.call_tool(rest[0], {'message': rest[1]}))
+        out['asked'] = asked
+    elif args.scenario == 'cancel':
+        async with client_for(args.url, args) as c:
+            try:
+                await c.call_tool(rest[0], {'message': rest[1]},
+                                  read_timeout_seconds=float(rest[2]))
+                out['outcome'] = 'answered'
+            except Exception as e:  # the SDK raises on its own timeout
+                out['outcome'] = f'gave up: {type(e).__name__}'
+            await asyncio.sleep(1)
+    else:
+        sys.exit(f'unknown scenario {args.scenario}')
+    print(json.dumps(out))
+
+
+if __name__ == '__main__':
+    asyncio.run(main())
