@@ -137,6 +137,7 @@ pub(crate) fn build_state(ready: Ready) -> std::io::Result<(AppState, Vec<String
         card_signer,
         certificate: None,
         tracing,
+        reloaded: tokio::sync::watch::channel(0).0,
     };
     Ok((state, failed))
 }

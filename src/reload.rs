@@ -274,6 +274,7 @@ pub(crate) async fn apply(
     .await;
     let live = live(ready, registry.clone(), state.metrics.clone(), hash.clone());
     state.live.store(Arc::new(live));
+    state.reloaded.send_modify(|n| *n += 1);
     state.metrics.reload("ok");
     state.metrics.config_loaded(&hash);
     for keep_fresh in keep_cards_fresh {

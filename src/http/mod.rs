@@ -72,6 +72,9 @@ pub(crate) struct AppState {
     pub(crate) card_signer: Arc<crate::signing::Signer>,
     /// The TLS certificate, when `[server.tls]` is set (read again on reload).
     pub(crate) certificate: Option<Arc<Certificate>>,
+    /// Bumped by every reload that takes: what watches the agent set (MCP sessions, for
+    /// `notifications/tools/list_changed`) hears of it.
+    pub(crate) reloaded: tokio::sync::watch::Sender<u64>,
     /// The span exporter, when `[telemetry]` (or the environment) names a collector.
     pub(crate) tracing: Option<Arc<crate::telemetry::Tracing>>,
 }

@@ -74,6 +74,20 @@ impl ServerHandler for Tools {
             )
     }
 
+    /// A session with a stream for the server's messages hears of reloads (the tools may
+    /// have changed) until it closes.
+    async fn on_initialized(&self, context: rmcp::service::NotificationContext<RoleServer>) {
+        let mut reloads = self.state.reloaded.subscribe();
+        let peer = context.peer;
+        tokio::spawn(async move {
+            while reloads.changed().await.is_ok() {
+                if peer.notify_tool_list_changed().await.is_err() {
+                    break;
+                }
+            }
+        });
+    }
+
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,

@@ -19,9 +19,13 @@ fn mcp_python() -> PathBuf {
 
 /// Runs a scenario of mcp_client.py; its JSON, or a panic with what it printed.
 async fn client(gw: &TestGateway, key: Option<&str>, mode: &str, args: &[&str]) -> Value {
+    client_at(&gw.url("/mcp"), key, mode, args).await
+}
+
+async fn client_at(url: &str, key: Option<&str>, mode: &str, args: &[&str]) -> Value {
     let mut cmd = Command::new(mcp_python());
     cmd.arg(repo_root().join("tests/interop/mcp_client.py"))
-        .arg(gw.url("/mcp"))
+        .arg(url)
         .args(args)
         .args(["--mode", mode]);
     if let Some(key) = key {
@@ -300,4 +304,80 @@ async fn a_canceled_call_cancels_its_task() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     assert_eq!(state, "TASK_STATE_CANCELED");
+}
+
+#[tokio::test]
+async fn upstream_and_llm_agents_answer_as_tools_counted_as_mcp_calls() {
+    let upstream = crate::peers::python_agent_with("1.0", &[]).await;
+    let llm = crate::openai::StandIn::start().await;
+    crate::openai::set_key();
+    let gw = spawn_with(
+        &[
+            (
+                "up.toml",
+                &crate::peers::upstream_agent("up", &upstream.url(), ""),
+            ),
+            (
+                "assistant.toml",
+                &crate::openai::agent("assistant", &llm.base_url, ""),
+            ),
+        ],
+        "",
+    )
+    .await;
+    let relayed = client(&gw, None, "auto", &["call", "up", "through the gateway"]).await;
+    assert_eq!(relayed["result"]["isError"], false, "{relayed}");
+    assert!(
+        text_of(&relayed["result"]).contains("through the gateway"),
+        "{relayed}"
+    );
+    let asked = client(&gw, None, "auto", &["call", "assistant", "what is A2A?"]).await;
+    assert_eq!(asked["result"]["isError"], false, "{asked}");
+    assert!(
+        text_of(&asked["result"]).contains("echo: what is A2A?"),
+        "{asked}"
+    );
+    let metrics = gw
+        .client
+        .get(gw.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for agent in ["up", "assistant"] {
+        let line = format!(
+            "a2a_requests_total{{agent=\"{agent}\",binding=\"mcp\",dialect=\"1.0\",method=\"SendStreamingMessage\",outcome=\"ok\"}} 1"
+        );
+        assert!(metrics.contains(&line), "{line} not in\n{metrics}");
+    }
+}
+
+/// A reload that adds an agent: a session with the server's stream open hears that the
+/// tools changed, and lists the new one.
+#[test]
+fn a_reload_tells_sessions_the_tools_changed() {
+    use std::io::BufRead as _;
+    let gw = crate::running::Running::start(&[("echo.toml", ECHO)], "", "info");
+    let mut child = Command::new(mcp_python())
+        .arg(repo_root().join("tests/interop/mcp_client.py"))
+        .arg(gw.url("/mcp"))
+        .args(["watch", "30", "--mode", "legacy"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("mcp_client.py");
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = std::io::BufReader::new(stdout).lines();
+    let first = lines.next();
+    assert_eq!(first.and_then(Result::ok).as_deref(), Some("listening"));
+    let other = ECHO.replace("name = \"echo\"", "name = \"second\"");
+    std::fs::write(gw.agents.join("second.toml"), other).unwrap();
+    gw.signal("HUP");
+    let last = lines.map_while(Result::ok).last().unwrap_or_default();
+    let _ = child.wait();
+    let watched: Value = serde_json::from_str(&last).unwrap_or(Value::Null);
+    assert_eq!(watched["before"], json!(["echo"]), "{last}");
+    assert_eq!(watched["notified"], true, "{last}");
+    assert_eq!(watched["after"], json!(["echo", "second"]), "{last}");
 }

@@ -9,6 +9,8 @@ Scenarios (each prints one JSON object on its last line):
     elicit TOOL MESSAGE ANSWER   a call whose question the elicitation callback answers
     noelicit TOOL MESSAGE        a call from a client that cannot elicit
     cancel TOOL MESSAGE SECS     a call given up after SECS (the client sends notifications/cancelled)
+    watch SECS                   the tools, then again once the server says they changed
+                                 (waiting SECS at most): {before, after, notified}
     stdio COMMAND...             list and call echo through a server launched over stdio
 """
 
@@ -91,6 +93,22 @@ async def main():
             except Exception as e:  # the SDK raises on its own timeout
                 out['outcome'] = f'gave up: {type(e).__name__}'
             await asyncio.sleep(1)
+    elif args.scenario == 'watch':
+        changed = asyncio.Event()
+
+        async def on_message(message):
+            if isinstance(message, types.ToolListChangedNotification):
+                changed.set()
+
+        async with client_for(args.url, args, message_handler=on_message) as c:
+            out['before'] = [t.name for t in (await c.list_tools()).tools]
+            print('listening', flush=True)
+            try:
+                await asyncio.wait_for(changed.wait(), float(rest[0]))
+                out['notified'] = True
+            except asyncio.TimeoutError:
+                out['notified'] = False
+            out['after'] = [t.name for t in (await c.list_tools()).tools]
     else:
         sys.exit(f'unknown scenario {args.scenario}')
     print(json.dumps(out))
