@@ -381,3 +381,66 @@ fn a_reload_tells_sessions_the_tools_changed() {
     assert_eq!(watched["notified"], true, "{last}");
     assert_eq!(watched["after"], json!(["echo", "second"]), "{last}");
 }
+
+/// The MCP Inspector's command-line mode (npm), as users check a server with it.
+#[tokio::test]
+async fn the_mcp_inspector_lists_and_calls_the_tools() {
+    let gw = gateway().await;
+    let inspector = crate::helpers::provided_by("scripts/mcp-node.sh", "install the MCP Inspector");
+    let url = gw.url("/mcp");
+    // Its catalog (it keeps one) in a directory of this test's own, not the user's home.
+    let catalog = tempfile::tempdir().unwrap();
+    let catalog_file = catalog.path().join("mcp.json");
+    let run = move |args: Vec<String>| {
+        let out = Command::new(&inspector)
+            .arg("--cli")
+            .arg(&url)
+            .args(&args)
+            .env(
+                "MCP_CATALOG_PATH",
+                std::env::temp_dir().join("a2a-gateway-inspector.json"),
+            )
+            .output()
+            .expect("mcp-inspector");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "mcp-inspector {args:?}: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_str::<Value>(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+    };
+    let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let (list, keyed, call) = tokio::task::spawn_blocking(move || {
+        let list = run(args(&["--method", "tools/list"]));
+        let keyed = run(args(&[
+            "--method",
+            "tools/list",
+            "--header",
+            "X-API-Key: ops-key",
+        ]));
+        let call = run(args(&[
+            "--method",
+            "tools/call",
+            "--tool-name",
+            "echo",
+            "--tool-arg",
+            "message=hello inspector",
+        ]));
+        (list, keyed, call)
+    })
+    .await
+    .unwrap();
+    let names = |v: &Value| -> Vec<String> {
+        v["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t["name"].as_str().map(String::from))
+            .collect()
+    };
+    assert_eq!(names(&list), ["echo", "greet"], "{list}");
+    assert_eq!(names(&keyed), ["echo", "greet", "vault"], "{keyed}");
+    assert_eq!(text_of(&call), "hello inspector", "{call}");
+    assert_eq!(call["_meta"]["a2a-gateway/state"], "completed", "{call}");
+}
