@@ -35,6 +35,23 @@ enum Command {
         #[arg(value_enum)]
         of: config::SchemaOf,
     },
+    /// Speak MCP on stdin/stdout, relaying to a running gateway's MCP endpoint: for MCP
+    /// clients that launch a local server.
+    Mcp(McpArgs),
+}
+
+#[derive(Args)]
+struct McpArgs {
+    /// The gateway's MCP endpoint
+    #[arg(
+        long,
+        env = "A2A_GATEWAY_MCP_URL",
+        default_value = "http://127.0.0.1:8080/mcp"
+    )]
+    url: String,
+    /// The environment variable holding an API key to send as X-API-Key
+    #[arg(long)]
+    api_key_env: Option<String>,
 }
 
 #[derive(Args)]
@@ -92,11 +109,43 @@ pub fn run() -> ExitCode {
     match cli.command {
         Command::Check(args) => check(&args),
         Command::Serve(args) => serve(args),
+        Command::Mcp(args) => mcp(&args),
         Command::Schema { of } => {
             let text = serde_json::to_string_pretty(&config::schema(of)).unwrap_or_default();
             use std::io::Write as _;
             let _ = writeln!(std::io::stdout().lock(), "{text}");
             ExitCode::SUCCESS
+        }
+    }
+}
+
+/// `mcp`: the stdio bridge. Stdout carries the protocol, so what goes wrong goes to stderr.
+fn mcp(args: &McpArgs) -> ExitCode {
+    let key = match &args.api_key_env {
+        Some(name) => match std::env::var(name) {
+            Ok(key) if !key.trim().is_empty() => Some(key.trim().to_string()),
+            _ => {
+                eprintln!("mcp: the environment variable {name} (--api-key-env) is not set");
+                return ExitCode::from(EXIT_BAD_CONFIG);
+            }
+        },
+        None => None,
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("mcp: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(crate::mcp::bridge(&args.url, key)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mcp: {e}");
+            ExitCode::FAILURE
         }
     }
 }

@@ -11,6 +11,7 @@
 mod content;
 mod dispatch;
 mod server;
+mod stdio;
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -30,6 +31,7 @@ use crate::protocol::Dialect;
 use crate::rpc::RpcReply;
 
 pub(crate) use dispatch::Dispatch;
+pub(crate) use stdio::bridge;
 
 /// Sessions remembered with their caller; past this, the ones rmcp has closed are let go.
 const SESSIONS_PRUNED_PAST: usize = 4096;

@@ -444,3 +444,25 @@ async fn the_mcp_inspector_lists_and_calls_the_tools() {
     assert_eq!(text_of(&call), "hello inspector", "{call}");
     assert_eq!(call["_meta"]["a2a-gateway/state"], "completed", "{call}");
 }
+
+/// `a2a-gateway mcp --url …`, launched by the SDK's client as a stdio server: the tools the
+/// key may use, a call with its progress, and greet's question answered through the
+/// client's elicitation, in both protocol eras.
+#[tokio::test]
+async fn the_stdio_bridge_relays_to_a_running_gateway() {
+    let gw = gateway().await;
+    let bin = env!("CARGO_BIN_EXE_a2a-gateway");
+    for mode in ["auto", "legacy"] {
+        let out = client(&gw, Some("ops-key"), mode, &["stdio", bin]).await;
+        assert_eq!(
+            out["tools"],
+            json!(["echo", "greet", "vault"]),
+            "{mode}: {out}"
+        );
+        assert_eq!(text_of(&out["result"]), "over stdio", "{mode}: {out}");
+        let progress = out["progress"].as_array().unwrap();
+        assert!(progress.iter().any(|p| p == "completed"), "{mode}: {out}");
+        assert_eq!(out["asked"], json!(["What is your name?"]), "{mode}: {out}");
+        assert!(text_of(&out["greeted"]).contains("Ada"), "{mode}: {out}");
+    }
+}

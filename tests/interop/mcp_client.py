@@ -11,12 +11,15 @@ Scenarios (each prints one JSON object on its last line):
     cancel TOOL MESSAGE SECS     a call given up after SECS (the client sends notifications/cancelled)
     watch SECS                   the tools, then again once the server says they changed
                                  (waiting SECS at most): {before, after, notified}
-    stdio COMMAND...             list and call echo through a server launched over stdio
+    stdio BIN                    `BIN mcp --url URL` launched over stdio (with --api-key:
+                                 passed in $MCP_TEST_KEY): the tools, echo called, a question
+                                 answered through elicitation
 """
 
 import argparse
 import asyncio
 import json
+import os
 import sys
 
 import mcp.types as types
@@ -48,11 +51,32 @@ async def main():
     rest = args.rest
     out = {}
     if args.scenario == 'stdio':
-        params = StdioServerParameters(command=rest[0], args=rest[1:])
-        async with Client(params, mode=args.mode) as c:
+        bridge = ['mcp', '--url', args.url]
+        env = dict(os.environ)
+        if args.api_key:
+            bridge += ['--api-key-env', 'MCP_TEST_KEY']
+            env['MCP_TEST_KEY'] = args.api_key
+        params = StdioServerParameters(command=rest[0], args=bridge, env=env)
+        asked = []
+
+        async def elicit(context, params):
+            asked.append(params.message)
+            return types.ElicitResult(action='accept', content={'answer': 'Ada'})
+
+        seen = []
+
+        async def progress(done, total, message):
+            seen.append(message)
+
+        async with Client(params, mode=args.mode, elicitation_callback=elicit) as c:
             tools = await c.list_tools()
             out['tools'] = [t.name for t in tools.tools]
-            out['result'] = dump(await c.call_tool('echo', {'message': 'over stdio'}))
+            out['result'] = dump(await c.call_tool('echo', {'message': 'over stdio'},
+                                                   progress_callback=progress))
+            out['progress'] = seen
+            if 'greet' in out['tools']:
+                out['greeted'] = dump(await c.call_tool('greet', {'message': 'hello'}))
+                out['asked'] = asked
         print(json.dumps(out))
         return
     if args.scenario == 'list':
