@@ -393,6 +393,7 @@ async fn the_mcp_inspector_lists_and_calls_the_tools() {
     let catalog_file = catalog.path().join("mcp.json");
     let run = move |args: Vec<String>| {
         let out = Command::new(&inspector)
+            .env("MCP_CATALOG_PATH", &catalog_file)
             .arg("--cli")
             .arg(&url)
             .args(&args)
