@@ -397,10 +397,6 @@ async fn the_mcp_inspector_lists_and_calls_the_tools() {
             .arg("--cli")
             .arg(&url)
             .args(&args)
-            .env(
-                "MCP_CATALOG_PATH",
-                std::env::temp_dir().join("a2a-gateway-inspector.json"),
-            )
             .output()
             .expect("mcp-inspector");
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
