@@ -370,6 +370,7 @@ mod tests {
                     mailbox: None,
                     max_concurrency: None,
                     access: None,
+                    mcp_tools: Default::default(),
                     source: "a.toml".into(),
                 };
                 let limits = ActorLimits {

@@ -8,8 +8,8 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::{
-    A2aConfig, Access, AgentDef, BackendSpec, CommandConfig, Diagnostic, Diagnostics, ExtendedCard,
-    Extension, Provider, Skill,
+    A2aConfig, Access, AgentDef, AgentMcp, BackendSpec, CommandConfig, Diagnostic, Diagnostics,
+    ExtendedCard, Extension, Provider, Skill,
 };
 
 #[derive(Deserialize, schemars::JsonSchema)]
@@ -51,6 +51,8 @@ pub(crate) struct AgentFile {
     limits: AgentLimits,
     #[serde(default)]
     access: Option<Access>,
+    #[serde(default)]
+    mcp: AgentMcp,
 }
 
 #[derive(Default, Deserialize, schemars::JsonSchema)]
@@ -306,6 +308,7 @@ fn check_agent(
         mailbox: raw.limits.mailbox.map(Spanned::into_inner),
         max_concurrency: raw.limits.max_concurrency.map(Spanned::into_inner),
         access: raw.access,
+        mcp_tools: raw.mcp.tools,
         source: file.to_path_buf(),
     };
     Some(def)
@@ -327,6 +330,7 @@ const AGENT_KEYS: &[&str] = &[
     "backend",
     "limits",
     "access",
+    "mcp",
 ];
 
 /// A file that does not parse as an agent may have more problems than the first one serde

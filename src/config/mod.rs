@@ -905,8 +905,28 @@ pub struct AgentDef {
     pub max_concurrency: Option<usize>,
     /// Unset: `auth.default_access`.
     pub access: Option<Access>,
+    /// How it shows as MCP tools (`[mcp] tools` in its file).
+    pub mcp_tools: McpTools,
     /// The file it came from, for messages.
     pub source: PathBuf,
+}
+
+/// `[mcp]` in an agent file: how the agent shows in the gateway's MCP endpoint.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AgentMcp {
+    #[serde(default)]
+    pub tools: McpTools,
+}
+
+/// One tool for the agent (the default), or one per skill (named `<agent>.<skill id>`;
+/// the message then says which skill in its metadata, `a2a-gateway/skill`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum McpTools {
+    #[default]
+    Agent,
+    Skills,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]

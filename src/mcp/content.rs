@@ -7,12 +7,15 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use crate::agents::Agent;
+use crate::config::{McpTools, Skill};
 use crate::protocol::model::{Artifact, Message, Part, PartContent, StreamItem, TaskState};
 
 /// `_meta` keys of a result: the A2A task, its conversation and its state.
 pub(super) const META_TASK: &str = "a2a-gateway/taskId";
 pub(super) const META_CONTEXT: &str = "a2a-gateway/contextId";
 pub(super) const META_STATE: &str = "a2a-gateway/state";
+/// The message metadata naming the skill a skill's tool was called for.
+pub(super) const META_SKILL: &str = "a2a-gateway/skill";
 
 /// An agent's tool name: its name where MCP allows it (letters, digits, `_`, `-`, `.`, at
 /// most 128), else with `_` for what it does not.
@@ -27,22 +30,65 @@ pub(super) fn tool_name(agent: &str) -> String {
         .collect()
 }
 
-/// The tool that sends a message to `agent`: its description and skills as the card says.
-pub(super) fn tool_for(agent: &Agent) -> Option<Tool> {
-    let def = &agent.def;
+/// A tool of the gateway's: an agent, or one of its skills (`[mcp] tools = "skills"`).
+pub(super) struct Named<'a> {
+    pub(super) agent: &'a Agent,
+    pub(super) skill: Option<&'a Skill>,
+}
+
+impl Named<'_> {
+    pub(super) fn name(&self) -> String {
+        match self.skill {
+            None => tool_name(&self.agent.name),
+            Some(s) => tool_name(&format!("{}.{}", self.agent.name, s.id)),
+        }
+    }
+}
+
+/// The tools of `agent`: one, or one per skill when its file asks for that.
+pub(super) fn tools_of(agent: &Agent) -> Vec<Named<'_>> {
+    match agent.def.mcp_tools {
+        McpTools::Skills if !agent.def.skills.is_empty() => (agent.def.skills.iter())
+            .map(|skill| Named {
+                agent,
+                skill: Some(skill),
+            })
+            .collect(),
+        _ => vec![Named { agent, skill: None }],
+    }
+}
+
+fn describe(skill: &Skill) -> String {
+    let mut out = format!("{}: {}", skill.name, skill.description);
+    if !skill.examples.is_empty() {
+        out.push_str(&format!(" (e.g. \"{}\")", skill.examples.join("\", \"")));
+    }
+    out
+}
+
+/// The tool that sends a message to an agent: its description and skills as the card
+/// says (or the one skill's).
+pub(super) fn tool_for(named: &Named<'_>) -> Option<Tool> {
+    let def = &named.agent.def;
     let mut description = match def.description.trim() {
         "" => format!("The A2A agent \"{}\", behind the gateway.", def.name),
         d => d.to_string(),
     };
-    for skill in &def.skills {
-        description.push_str(&format!("\n- {}: {}", skill.name, skill.description));
-        if !skill.examples.is_empty() {
-            description.push_str(&format!(" (e.g. \"{}\")", skill.examples.join("\", \"")));
+    match named.skill {
+        Some(skill) => description = format!("{}\n{description}", describe(skill)),
+        None => {
+            for skill in &def.skills {
+                description.push_str(&format!("\n- {}", describe(skill)));
+            }
         }
     }
+    let title = match named.skill {
+        Some(skill) => format!("{}: {}", def.name, skill.name),
+        None => def.name.clone(),
+    };
     let tool = json!({
-        "name": tool_name(&def.name),
-        "title": def.name,
+        "name": named.name(),
+        "title": title,
         "description": description.trim(),
         "inputSchema": {
             "type": "object",
@@ -115,8 +161,9 @@ impl Input {
         Ok(input)
     }
 
-    /// The 1.0 `SendMessage` params this call makes.
-    pub(super) fn params(&self) -> Value {
+    /// The 1.0 `SendMessage` params this call makes (for a skill's tool, the message's
+    /// metadata names the skill).
+    pub(super) fn params(&self, skill: Option<&str>) -> Value {
         let mut parts = vec![json!({"text": self.message})];
         if let Some(data) = &self.data {
             parts.push(json!({"data": data}));
@@ -135,7 +182,11 @@ impl Input {
             }
             parts.push(part);
         }
-        message_params(parts, self.task_id.as_deref(), self.context_id.as_deref())
+        let mut params = message_params(parts, self.task_id.as_deref(), self.context_id.as_deref());
+        if let Some(skill) = skill {
+            params["message"]["metadata"] = json!({META_SKILL: skill});
+        }
+        params
     }
 }
 

@@ -94,10 +94,10 @@ impl ServerHandler for Tools {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let door = door_of(&context)?;
-        let tools = self
-            .agents(&door)
-            .iter()
-            .filter_map(|a| content::tool_for(a))
+        let agents = self.agents(&door);
+        let tools = (agents.iter())
+            .flat_map(|a| content::tools_of(a))
+            .filter_map(|named| content::tool_for(&named))
             .collect();
         Ok(ListToolsResult::with_all_items(tools))
     }
@@ -109,10 +109,11 @@ impl ServerHandler for Tools {
     ) -> Result<CallToolResponse, McpError> {
         let door = door_of(&context)?;
         // An agent the caller may not use is a tool that does not exist, as in the list.
-        let agent = self
-            .agents(&door)
-            .into_iter()
-            .find(|a| content::tool_name(&a.name) == request.name)
+        let agents = self.agents(&door);
+        let (agent, skill) = (agents.iter())
+            .flat_map(|a| content::tools_of(a))
+            .find(|named| named.name() == request.name)
+            .map(|named| (named.agent.name.clone(), named.skill.map(|s| s.id.clone())))
             .ok_or_else(|| {
                 McpError::invalid_params(format!("unknown tool: {}", request.name), None)
             })?;
@@ -125,12 +126,12 @@ impl ServerHandler for Tools {
             _ => {
                 let input = Input::parse(request.arguments.clone())
                     .map_err(|why| McpError::invalid_params(why, None))?;
-                input.params()
+                input.params(skill.as_deref())
             }
         };
         let call = Call {
             door: &door,
-            agent: &agent.name,
+            agent: &agent,
             context: &context,
             progress: context.meta.get_progress_token(),
         };

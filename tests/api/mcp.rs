@@ -270,6 +270,12 @@ async fn refusals_are_precise_and_a_session_is_its_openers() {
         .unwrap();
     let answer = read(r.text().await.unwrap());
     assert_eq!(answer["error"]["code"], -32602, "{answer}");
+    // Arguments past the body limit: refused before rmcp reads them.
+    let huge = call(json!({"message": "x".repeat(12 << 20)}));
+    let r = post(huge, Some("ops-key"), Some(session.clone()))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
     // The private agent, to an anonymous MCP client: an unknown tool.
     let anonymous = client(&gw, None, "legacy", &["list"]).await;
     assert!(!anonymous.to_string().contains("vault"), "{anonymous}");
@@ -462,4 +468,48 @@ async fn the_stdio_bridge_relays_to_a_running_gateway() {
         assert_eq!(out["asked"], json!(["What is your name?"]), "{mode}: {out}");
         assert!(text_of(&out["greeted"]).contains("Ada"), "{mode}: {out}");
     }
+}
+
+/// `[mcp] tools = "skills"` in an agent file: a tool per skill, and the message says which.
+#[tokio::test]
+async fn an_agent_may_show_as_one_tool_per_skill() {
+    let multi = "name = \"multi\"\ndescription = \"Two things\"\n\
+        [[skills]]\nid = \"upper\"\nname = \"Upper\"\ndescription = \"Shouts\"\n\
+        [[skills]]\nid = \"lower\"\nname = \"Lower\"\ndescription = \"Whispers\"\n\
+        [backend]\nkind = \"echo\"\n[mcp]\ntools = \"skills\"\n";
+    let gw = spawn_with(&[("echo.toml", ECHO), ("multi.toml", multi)], "").await;
+    let listed = client(&gw, None, "auto", &["list"]).await;
+    let names: Vec<&str> = listed["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert_eq!(names, ["echo", "multi.upper", "multi.lower"], "{listed}");
+    let lower = &listed["tools"][2];
+    assert!(
+        lower["description"]
+            .as_str()
+            .unwrap()
+            .starts_with("Lower: Whispers"),
+        "{lower}"
+    );
+    let called = client(&gw, None, "auto", &["call", "multi.lower", "psst"]).await;
+    let task = called["result"]["_meta"]["a2a-gateway/taskId"]
+        .as_str()
+        .unwrap();
+    let got = gw
+        .call(
+            "/a2a/agents/multi",
+            D::V10,
+            "GetTask",
+            json!({"id": task, "historyLength": 10}),
+        )
+        .await;
+    let history = &got.result()["history"];
+    assert_eq!(
+        history[0]["metadata"]["a2a-gateway/skill"], "lower",
+        "{}",
+        got.body
+    );
 }
