@@ -513,3 +513,51 @@ async fn an_agent_may_show_as_one_tool_per_skill() {
         got.body
     );
 }
+
+/// A client that goes away mid-call (its request dropped, no cancel sent): the task is left
+/// to finish, and the gateway goes on serving.
+#[tokio::test]
+async fn a_call_whose_client_goes_away_is_left_to_finish() {
+    let gw = gateway().await;
+    let post = |body: Value, session: Option<&str>| {
+        let mut req = gw
+            .client
+            .post(gw.url("/mcp"))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25");
+        if let Some(s) = session {
+            req = req.header("mcp-session-id", s);
+        }
+        req.json(&body).send()
+    };
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "test", "version": "1"}}});
+    let opened = post(init, None).await.unwrap();
+    let session = opened.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let _ = opened.text().await;
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let _ = post(initialized, Some(&session)).await.unwrap();
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"message": "/delay 1 still here"}}});
+    let answering = post(call, Some(&session)).await.unwrap();
+    assert_eq!(answering.status(), 200);
+    drop(answering);
+    let mut state = Value::Null;
+    for _ in 0..60 {
+        let listed = gw
+            .call("/a2a/agents/echo", D::V10, "ListTasks", json!({}))
+            .await;
+        state = listed.result()["tasks"][0]["status"]["state"].clone();
+        if state == "TASK_STATE_COMPLETED" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(state, "TASK_STATE_COMPLETED");
+    assert_eq!(gw.get_json("/a2a/health").await["status"], "ok");
+}

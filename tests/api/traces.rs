@@ -354,20 +354,24 @@ async fn spans_follow_a_request_upstream_to_the_llm_and_to_webhooks() {
 #[tokio::test]
 async fn spans_go_over_grpc_and_a_request_without_traceparent_starts_the_trace() {
     let otlp = Receiver::start(&[]).await;
+    // A shared store, whose commits calls wait for, and a command agent.
+    let url = crate::replicas::redis_url();
+    let prefix = crate::replicas::Prefix::new(url);
     let gateway = format!(
-        "[telemetry]\notlp_endpoint = \"http://127.0.0.1:{}\"\notlp_protocol = \"grpc\"\n",
-        otlp.grpc
+        "[telemetry]\notlp_endpoint = \"http://127.0.0.1:{}\"\notlp_protocol = \"grpc\"\n\
+         [store]\nkind = \"redis\"\nurl = \"{url}\"\nkey_prefix = \"{}\"\n",
+        otlp.grpc, prefix.prefix
     );
-    let gw = spawn_with(&[("echo.toml", ECHO)], &gateway).await;
-    let sent = gw
-        .call(
-            "/a2a/agents/echo",
-            D::V10,
-            "SendMessage",
-            json!({"message": D::V10.message("over grpc")}),
-        )
-        .await;
-    assert!(sent.body.get("result").is_some(), "{}", sent.body);
+    let upper = "name = \"upper\"\ndescription = \"test\"\n[backend]\nkind = \"command\"\nio = \"text\"\ncommand = [\"tr\", \"a-z\", \"A-Z\"]\n";
+    // The real binary: a shared store's replica duties run on the gateway's own runtime.
+    let gw = crate::running::Running::start(
+        &[("echo.toml", ECHO), ("upper.toml", upper)],
+        &gateway,
+        "warn",
+    );
+    let message = json!({"message": D::V10.message("over grpc")});
+    let sent = gw.call("/a2a/agents/echo", "SendMessage", message).await;
+    assert!(sent.get("result").is_some(), "{sent}");
     let spans = otlp
         .wait("a span over gRPC", |s| {
             s.iter().any(|x| x["name"] == "SendMessage")
@@ -378,6 +382,34 @@ async fn spans_go_over_grpc_and_a_request_without_traceparent_starts_the_trace()
     assert_eq!(span["parent_span_id"], "", "a root: {span}");
     assert_eq!(span["attributes"]["a2a.task.state"], "completed", "{span}");
     assert_eq!(span["resource"]["service.name"], "a2a-gateway");
+    // The call waited for the shared store to take its changes: a child span says how long.
+    let spans = otlp
+        .wait("the store commit's span", |s| {
+            s.iter().any(|x| x["name"] == "store commit")
+        })
+        .await;
+    let commit = spans.iter().find(|s| s["name"] == "store commit").unwrap();
+    assert_eq!(commit["trace_id"], span["trace_id"], "{commit}");
+    assert_eq!(commit["parent_span_id"], span["span_id"], "{commit}");
+    // A command agent's run.
+    let message = json!({"message": D::V10.message("quiet")});
+    let shouted = gw.call("/a2a/agents/upper", "SendMessage", message).await;
+    assert!(shouted.get("result").is_some(), "{shouted}");
+    let spans = otlp
+        .wait("the command's span", |s| {
+            s.iter().any(|x| x["name"] == "command")
+        })
+        .await;
+    let command = spans.iter().find(|s| s["name"] == "command").unwrap();
+    assert_eq!(
+        command["attributes"]["process.executable.name"], "tr",
+        "{command}"
+    );
+    let server = spans
+        .iter()
+        .find(|s| s["span_id"] == command["parent_span_id"])
+        .unwrap_or_else(|| panic!("the command's parent: {}", pretty(&spans)));
+    assert_eq!(server["attributes"]["a2a.agent"], "upper", "{server}");
 }
 
 /// A collector that is away, or too slow for the spans made: spans are dropped and
