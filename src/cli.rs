@@ -131,6 +131,9 @@ fn mcp(args: &McpArgs) -> ExitCode {
         },
         None => None,
     };
+    // rmcp's HTTP client (reqwest, rustls) takes the process's provider: ring, as the
+    // gateway's own TLS uses.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -10,10 +10,11 @@ use actix_web::HttpResponse;
 
 use crate::config::CorsConfig;
 
-const ALLOWED_METHODS: &str = "GET, POST, OPTIONS";
+// DELETE: an HTTP+JSON push config's, and an MCP session's end.
+const ALLOWED_METHODS: &str = "GET, POST, DELETE, OPTIONS";
 const ALLOWED_HEADERS: &str =
-    "authorization, x-api-key, a2a-version, content-type, a2a-extensions, x-a2a-extensions, last-event-id, traceparent, tracestate";
-const EXPOSED_HEADERS: &str = "x-ratelimit-limit, x-ratelimit-remaining, x-ratelimit-reset, retry-after, www-authenticate, a2a-gateway-agent, a2a-gateway-route, a2a-extensions";
+    "authorization, x-api-key, a2a-version, content-type, a2a-extensions, x-a2a-extensions, last-event-id, traceparent, tracestate, mcp-session-id, mcp-protocol-version";
+const EXPOSED_HEADERS: &str = "x-ratelimit-limit, x-ratelimit-remaining, x-ratelimit-reset, retry-after, www-authenticate, a2a-gateway-agent, a2a-gateway-route, a2a-extensions, mcp-session-id";
 
 /// What `Access-Control-Allow-Origin` says for `origin`, if it is allowed.
 fn allow_origin(cfg: &CorsConfig, origin: &HeaderValue) -> Option<HeaderValue> {

@@ -561,3 +561,56 @@ async fn a_call_whose_client_goes_away_is_left_to_finish() {
     assert_eq!(state, "TASK_STATE_COMPLETED");
     assert_eq!(gw.get_json("/a2a/health").await["status"], "ok");
 }
+
+/// A browser MCP client on an allowed origin: its preflight (DELETE, the MCP headers) is
+/// answered, and the session id it needs is exposed.
+#[tokio::test]
+async fn a_browser_client_on_an_allowed_origin_may_use_mcp() {
+    let gw = spawn_with(
+        &[("echo.toml", ECHO)],
+        "[cors]\nallowed_origins = [\"https://app.example\"]\n",
+    )
+    .await;
+    let preflight = gw
+        .client
+        .request(reqwest::Method::OPTIONS, gw.url("/mcp"))
+        .header("Origin", "https://app.example")
+        .header("Access-Control-Request-Method", "DELETE")
+        .header(
+            "Access-Control-Request-Headers",
+            "content-type, mcp-session-id, mcp-protocol-version",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert!(preflight.status().is_success(), "{}", preflight.status());
+    let allowed = |name: &str| {
+        preflight.headers()[name]
+            .to_str()
+            .unwrap()
+            .to_ascii_lowercase()
+    };
+    assert!(allowed("access-control-allow-methods").contains("delete"));
+    let headers = allowed("access-control-allow-headers");
+    for h in ["mcp-session-id", "mcp-protocol-version"] {
+        assert!(headers.contains(h), "{headers}");
+    }
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "browser", "version": "1"}}});
+    let opened = gw
+        .client
+        .post(gw.url("/mcp"))
+        .header("Origin", "https://app.example")
+        .header("accept", "application/json, text/event-stream")
+        .json(&init)
+        .send()
+        .await
+        .unwrap();
+    let exposed = opened.headers()["access-control-expose-headers"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(exposed.contains("mcp-session-id"), "{exposed}");
+    assert!(opened.headers().contains_key("mcp-session-id"));
+}
