@@ -177,9 +177,9 @@ pub(super) async fn unknown_endpoint(
     respond(&req, &state, RpcReply::error(&id, dialect, &error))
 }
 
-/// A call refused before it is read (the gateway is draining), as a JSON-RPC error in
-/// the dialect its header names.
-pub(super) fn refusal(req: &HttpRequest, state: &AppState, error: &GatewayError) -> HttpResponse {
+/// A call refused before it is read (the gateway is draining; a door's credentials), as a
+/// JSON-RPC error in the dialect its header names.
+pub(crate) fn refusal(req: &HttpRequest, state: &AppState, error: &GatewayError) -> HttpResponse {
     let dialect = Dialect::from_version_header(version_header(req).as_deref())
         .ok()
         .flatten()
@@ -189,6 +189,32 @@ pub(super) fn refusal(req: &HttpRequest, state: &AppState, error: &GatewayError)
 
 fn respond(req: &HttpRequest, state: &AppState, reply: RpcReply) -> HttpResponse {
     respond_with(req, state, reply, None)
+}
+
+/// A JSON-RPC answer as its HTTP response: its status, `Retry-After` for overload answers,
+/// `WWW-Authenticate` for a 401, and `Connection: close` where the connection is done.
+fn json_response(
+    status: u16,
+    body: Vec<u8>,
+    retry_after: Option<u64>,
+    challenge: Option<String>,
+    closes: bool,
+) -> HttpResponse {
+    let code =
+        actix_web::http::StatusCode::from_u16(status).unwrap_or(actix_web::http::StatusCode::OK);
+    let mut resp = HttpResponse::build(code);
+    static JSON: header::HeaderValue = header::HeaderValue::from_static("application/json");
+    resp.insert_header((header::CONTENT_TYPE, JSON.clone()));
+    if closes {
+        resp.force_close();
+    }
+    if let Some(secs) = retry_after {
+        resp.insert_header((header::RETRY_AFTER, secs.to_string()));
+    }
+    if let Some(c) = challenge {
+        resp.insert_header((header::WWW_AUTHENTICATE, c));
+    }
+    resp.body(body)
 }
 
 /// Renders a reply; a stream needs the slot taken for it before dispatch.
@@ -208,23 +234,7 @@ fn respond_with(
                 closes,
             },
             _,
-        ) => {
-            let code = actix_web::http::StatusCode::from_u16(status)
-                .unwrap_or(actix_web::http::StatusCode::OK);
-            let mut resp = HttpResponse::build(code);
-            static JSON: header::HeaderValue = header::HeaderValue::from_static("application/json");
-            resp.insert_header((header::CONTENT_TYPE, JSON.clone()));
-            if closes {
-                resp.force_close();
-            }
-            if let Some(secs) = retry_after {
-                resp.insert_header((header::RETRY_AFTER, secs.to_string()));
-            }
-            if let Some(c) = challenge {
-                resp.insert_header((header::WWW_AUTHENTICATE, c));
-            }
-            resp.body(body)
-        }
+        ) => json_response(status, body, retry_after, challenge, closes),
         (
             RpcReply::Stream {
                 id,

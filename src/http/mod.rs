@@ -38,6 +38,7 @@ pub(crate) use body::{read_chunks, BodyLimits};
 pub(crate) use caller::Caller;
 pub(crate) use card_cache::CardCache;
 pub(crate) use cards::extended as extended_card;
+pub(crate) use jsonrpc::refusal;
 pub(crate) use lifecycle::Lifecycle;
 pub(crate) use live::{Live, LiveRef};
 pub(crate) use observe::{account, render_metrics, Edge, Logged};

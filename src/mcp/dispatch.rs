@@ -5,6 +5,7 @@
 //! JSON-RPC result, or a stream of events (which is `Send`).
 
 use std::cell::RefCell;
+use std::sync::Arc;
 use std::time::Instant;
 
 use actix_web::web;
@@ -33,7 +34,7 @@ pub(crate) enum Answer {
 
 /// One A2A call for the worker to make: 1.0 `method` with `params`, on agent `agent`.
 struct Job {
-    head: McpHead,
+    head: Arc<McpHead>,
     agent: String,
     method: Method,
     params: Box<RawValue>,
@@ -71,7 +72,7 @@ impl Dispatch {
     /// Makes the call on the worker, as the caller whose head `head` is.
     pub(crate) async fn call(
         &self,
-        head: &McpHead,
+        head: &Arc<McpHead>,
         agent: &str,
         method: Method,
         params: Box<RawValue>,

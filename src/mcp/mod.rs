@@ -25,10 +25,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use crate::auth::Principal;
 use crate::error::GatewayError;
 use crate::http::admission::{self, Head};
-use crate::http::{Addressed, AppState, Caller};
-use crate::protocol::jsonrpc::RpcId;
-use crate::protocol::Dialect;
-use crate::rpc::RpcReply;
+use crate::http::{refusal, Addressed, AppState, Caller};
 
 pub(crate) use dispatch::Dispatch;
 pub(crate) use stdio::bridge;
@@ -90,13 +87,13 @@ pub(crate) fn allowed_hosts(config: &crate::config::GatewayConfig) -> Vec<String
 /// it comes from, and the worker to run its A2A call on.
 #[derive(Clone)]
 pub(crate) struct Door {
-    pub(crate) head: McpHead,
+    /// Shared by the session's calls, not copied per call.
+    pub(crate) head: Arc<McpHead>,
     pub(crate) principal: Principal,
     pub(crate) dispatch: Dispatch,
 }
 
 /// The head admission reads of an MCP request.
-#[derive(Clone)]
 pub(crate) struct McpHead {
     headers: actix_web::http::header::HeaderMap,
     peer: Option<IpAddr>,
@@ -140,7 +137,7 @@ pub(crate) async fn serve(req: HttpRequest, body: web::Payload) -> HttpResponse 
     let live = caller.live;
     let principal = match admission::at_the_door(&live, caller.principal, &Addressed::Shared) {
         Ok(p) => p,
-        Err(e) => return refusal(&e),
+        Err(e) => return refusal(&req, &state, &e),
     };
     // A session is its opener's: another caller's session id is one that does not exist.
     let session = req
@@ -155,23 +152,23 @@ pub(crate) async fn serve(req: HttpRequest, body: web::Payload) -> HttpResponse 
                 .body(r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"Session not found"}}"#);
         }
     }
-    let head = McpHead {
+    let head = Arc::new(McpHead {
         headers: req.headers().clone(),
         peer: req.peer_addr().map(|a| a.ip()),
         certificate: req
             .conn_data::<crate::http::ClientCertificate>()
             .map(|c| c.0.clone()),
-    };
+    });
     let declared = req
         .headers()
         .get(actix_web::http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse().ok());
-    let payer = |h: &ahash::RandomState| live.caller_hash(&head, Some(&principal), h);
+    let payer = |h: &ahash::RandomState| live.caller_hash(&*head, Some(&principal), h);
     let limit = state.bodies.max_bytes();
     let bytes = match crate::http::read_chunks(body, declared, limit, &state.bodies, &payer).await {
         Ok(b) => b,
-        Err(e) => return refusal(&e),
+        Err(e) => return refusal(&req, &state, &e),
     };
     let mut forwarded = http::Request::builder()
         .method(req.method().as_str())
@@ -180,7 +177,8 @@ pub(crate) async fn serve(req: HttpRequest, body: web::Payload) -> HttpResponse 
         forwarded = forwarded.header(name.as_str(), value.as_bytes());
     }
     let Ok(mut forwarded) = forwarded.body(http_body_util::Full::new(bytes)) else {
-        return refusal(&GatewayError::Internal("an MCP request's head".into()));
+        let e = GatewayError::Internal("an MCP request's head".into());
+        return refusal(&req, &state, &e);
     };
     let opener = principal.id.clone();
     forwarded.extensions_mut().insert(Door {
@@ -249,31 +247,4 @@ fn into_actix(
     let chunks = http_body_util::BodyExt::into_data_stream(body)
         .map(|chunk| chunk.map_err(|e| actix_web::error::ErrorInternalServerError(e.to_string())));
     out.streaming(chunks)
-}
-
-/// A refusal at the door, as the A2A endpoints answer it: the error table's status and a
-/// JSON-RPC error body (with `WWW-Authenticate` for a 401).
-fn refusal(error: &GatewayError) -> HttpResponse {
-    match RpcReply::error(&RpcId::NULL, Dialect::V10, error) {
-        RpcReply::Json {
-            status,
-            body,
-            challenge,
-            retry_after,
-            ..
-        } => {
-            let code = actix_web::http::StatusCode::from_u16(status)
-                .unwrap_or(actix_web::http::StatusCode::BAD_REQUEST);
-            let mut out = HttpResponse::build(code);
-            out.content_type("application/json");
-            if let Some(c) = challenge {
-                out.insert_header((actix_web::http::header::WWW_AUTHENTICATE, c));
-            }
-            if let Some(secs) = retry_after {
-                out.insert_header((actix_web::http::header::RETRY_AFTER, secs.to_string()));
-            }
-            out.body(body)
-        }
-        RpcReply::Stream { .. } => HttpResponse::InternalServerError().finish(),
-    }
 }

@@ -69,6 +69,57 @@ impl Drop for StaticServer {
     }
 }
 
+/// A run of console/test/browser.mjs against a gateway, with the key "console-key".
+struct Browser {
+    gateway: String,
+    other_origin: String,
+    disallowed_origin: String,
+    /// Under the repository.
+    screenshots: &'static str,
+    extra: Vec<String>,
+    env: Vec<(&'static str, String)>,
+}
+
+impl Browser {
+    /// Runs the scenarios in `chromium`; fails the test unless all `count` pass.
+    async fn passes(self, chromium: String, count: usize) {
+        let shots: PathBuf = repo_root().join(self.screenshots);
+        let mut args = vec![
+            repo_root()
+                .join("console/test/browser.mjs")
+                .display()
+                .to_string(),
+            "--gateway".into(),
+            self.gateway,
+            "--api-key".into(),
+            "console-key".into(),
+            "--other-origin".into(),
+            self.other_origin,
+            "--disallowed-origin".into(),
+            self.disallowed_origin,
+            "--screenshots".into(),
+            shots.display().to_string(),
+            "--chromium".into(),
+            chromium,
+        ];
+        args.extend(self.extra);
+        let env = self.env;
+        let out = tokio::task::spawn_blocking(move || {
+            Command::new("node").args(&args).envs(env).output()
+        })
+        .await
+        .unwrap()
+        .expect("node");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains(&format!("{count} passed, 0 failed")),
+            "the console in Chromium:\n{stdout}\n{}\n(screenshots in {})",
+            String::from_utf8_lossy(&out.stderr),
+            shots.display()
+        );
+    }
+}
+
 #[tokio::test]
 async fn the_console_works_in_a_real_browser() {
     let chromium = browser().to_string();
@@ -80,36 +131,15 @@ async fn the_console_works_in_a_real_browser() {
         allowed.origin
     );
     let gw = Running::start_with_agents(&repo_root().join("agents.d"), &gateway, "info");
-    let shots: PathBuf = repo_root().join("target/console-screenshots");
-    let args = vec![
-        repo_root()
-            .join("console/test/browser.mjs")
-            .display()
-            .to_string(),
-        "--gateway".into(),
-        gw.base.clone(),
-        "--api-key".into(),
-        "console-key".into(),
-        "--other-origin".into(),
-        allowed.origin.clone(),
-        "--disallowed-origin".into(),
-        refused.origin.clone(),
-        "--screenshots".into(),
-        shots.display().to_string(),
-        "--chromium".into(),
-        chromium,
-    ];
-    let out = tokio::task::spawn_blocking(move || Command::new("node").args(&args).output())
-        .await
-        .unwrap()
-        .expect("node");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("11 passed, 0 failed"),
-        "the console in Chromium:\n{stdout}\n{}\n(screenshots in {})",
-        String::from_utf8_lossy(&out.stderr),
-        shots.display()
-    );
+    let run = Browser {
+        gateway: gw.base.clone(),
+        other_origin: allowed.origin.clone(),
+        disallowed_origin: refused.origin.clone(),
+        screenshots: "target/console-screenshots",
+        extra: Vec::new(),
+        env: Vec::new(),
+    };
+    run.passes(chromium, 11).await;
     // The console learns which agents a credential may call without reading made-up tasks:
     // no "task not found" was counted, for any agent.
     let metrics = gw.metrics().await;
@@ -148,51 +178,26 @@ async fn the_console_works_over_https() {
     );
     let gw = Running::start_with_agents(&repo_root().join("agents.d"), &gateway, "info");
     assert!(gw.base.starts_with("https://"), "{}", gw.base);
-    let shots: PathBuf = repo_root().join("target/console-screenshots/https");
     let scenarios = [
         "list-agents",
         "echo-streams-three-chunks",
         "greet-asks-and-is-answered",
         "other-origin-through-cors",
     ];
-    let args = vec![
-        repo_root()
-            .join("console/test/browser.mjs")
-            .display()
-            .to_string(),
-        "--gateway".into(),
-        gw.base.clone(),
-        "--api-key".into(),
-        "console-key".into(),
-        "--other-origin".into(),
-        allowed.origin.clone(),
-        "--disallowed-origin".into(),
-        allowed.origin.clone(),
-        "--screenshots".into(),
-        shots.display().to_string(),
-        "--chromium".into(),
-        chromium,
-        "--only".into(),
-        scenarios.join(","),
-        "--trust-spki".into(),
-        base64::engine::general_purpose::STANDARD.encode(spki),
-    ];
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new("node")
-            .args(&args)
-            .env("NODE_EXTRA_CA_CERTS", cert)
-            .output()
-    })
-    .await
-    .unwrap()
-    .expect("node");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains(&format!("{} passed, 0 failed", scenarios.len())),
-        "the console over https in Chromium:\n{stdout}\n{}\n(screenshots in {})",
-        String::from_utf8_lossy(&out.stderr),
-        shots.display()
-    );
+    let run = Browser {
+        gateway: gw.base.clone(),
+        other_origin: allowed.origin.clone(),
+        disallowed_origin: allowed.origin.clone(),
+        screenshots: "target/console-screenshots/https",
+        extra: vec![
+            "--only".into(),
+            scenarios.join(","),
+            "--trust-spki".into(),
+            base64::engine::general_purpose::STANDARD.encode(spki),
+        ],
+        env: vec![("NODE_EXTRA_CA_CERTS", cert.display().to_string())],
+    };
+    run.passes(chromium, scenarios.len()).await;
 }
 
 /// The committed page is what its sources build (`node console/build.mjs`).

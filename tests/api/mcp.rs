@@ -57,6 +57,50 @@ fn text_of(result: &Value) -> String {
         .join("\n")
 }
 
+/// A raw MCP message to `/mcp` (handshake era), as `key`, on `session`.
+fn raw_post(
+    gw: &TestGateway,
+    body: &Value,
+    key: Option<&str>,
+    session: Option<&str>,
+) -> impl std::future::Future<Output = reqwest::Result<reqwest::Response>> {
+    let mut req = gw
+        .client
+        .post(gw.url("/mcp"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25");
+    if let Some(key) = key {
+        req = req.header("X-API-Key", key);
+    }
+    if let Some(s) = session {
+        req = req.header("mcp-session-id", s);
+    }
+    req.json(body).send()
+}
+
+fn initialize() -> Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "test", "version": "1"}}})
+}
+
+/// A handshake-era session opened by raw messages, as `key`: its id.
+async fn raw_session(gw: &TestGateway, key: Option<&str>) -> String {
+    let opened = raw_post(gw, &initialize(), key, None).await.unwrap();
+    assert_eq!(opened.status(), 200);
+    let session = opened.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let _ = opened.text().await;
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let _ = raw_post(gw, &initialized, key, Some(&session))
+        .await
+        .unwrap();
+    session
+}
+
 fn greet() -> String {
     let script = repo_root().join("agents.d/scripts/greet.py");
     format!(
@@ -194,34 +238,9 @@ async fn refusals_are_precise_and_a_session_is_its_openers() {
     let gw = gateway().await;
     // A tool the caller may not use does not exist for it; arguments are checked.
     let post = |body: Value, key: Option<&'static str>, session: Option<String>| {
-        let mut req = gw
-            .client
-            .post(gw.url("/mcp"))
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2025-11-25");
-        if let Some(key) = key {
-            req = req.header("X-API-Key", key);
-        }
-        if let Some(s) = session {
-            req = req.header("mcp-session-id", s);
-        }
-        req.json(&body).send()
+        raw_post(&gw, &body, key, session.as_deref())
     };
-    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {},
-        "clientInfo": {"name": "test", "version": "1"}}});
-    let opened = post(init.clone(), Some("ops-key"), None).await.unwrap();
-    assert_eq!(opened.status(), 200);
-    let session = opened.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
-    let _ = opened.text().await;
-    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-    let _ = post(initialized, Some("ops-key"), Some(session.clone()))
-        .await
-        .unwrap();
+    let session = raw_session(&gw, Some("ops-key")).await;
     // Another caller (anonymous) with that session id: no such session.
     let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
     let stolen = post(list.clone(), None, Some(session.clone()))
@@ -229,7 +248,7 @@ async fn refusals_are_precise_and_a_session_is_its_openers() {
         .unwrap();
     assert_eq!(stolen.status(), 404);
     // A wrong key: refused at the door, as on the A2A endpoints.
-    let wrong = post(init, Some("wrong-key"), None).await.unwrap();
+    let wrong = post(initialize(), Some("wrong-key"), None).await.unwrap();
     assert_eq!(wrong.status(), 401);
     assert!(wrong.headers().contains_key("www-authenticate"));
     let body: Value = wrong.json().await.unwrap();
@@ -343,15 +362,7 @@ async fn upstream_and_llm_agents_answer_as_tools_counted_as_mcp_calls() {
         text_of(&asked["result"]).contains("echo: what is A2A?"),
         "{asked}"
     );
-    let metrics = gw
-        .client
-        .get(gw.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = gw.metrics().await;
     for agent in ["up", "assistant"] {
         let line = format!(
             "a2a_requests_total{{agent=\"{agent}\",binding=\"mcp\",dialect=\"1.0\",method=\"SendStreamingMessage\",outcome=\"ok\"}} 1"
@@ -519,32 +530,10 @@ async fn an_agent_may_show_as_one_tool_per_skill() {
 #[tokio::test]
 async fn a_call_whose_client_goes_away_is_left_to_finish() {
     let gw = gateway().await;
-    let post = |body: Value, session: Option<&str>| {
-        let mut req = gw
-            .client
-            .post(gw.url("/mcp"))
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2025-11-25");
-        if let Some(s) = session {
-            req = req.header("mcp-session-id", s);
-        }
-        req.json(&body).send()
-    };
-    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {},
-        "clientInfo": {"name": "test", "version": "1"}}});
-    let opened = post(init, None).await.unwrap();
-    let session = opened.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
-    let _ = opened.text().await;
-    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-    let _ = post(initialized, Some(&session)).await.unwrap();
+    let session = raw_session(&gw, None).await;
     let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
         "params": {"name": "echo", "arguments": {"message": "/delay 1 still here"}}});
-    let answering = post(call, Some(&session)).await.unwrap();
+    let answering = raw_post(&gw, &call, None, Some(&session)).await.unwrap();
     assert_eq!(answering.status(), 200);
     drop(answering);
     let mut state = Value::Null;
@@ -595,15 +584,12 @@ async fn a_browser_client_on_an_allowed_origin_may_use_mcp() {
     for h in ["mcp-session-id", "mcp-protocol-version"] {
         assert!(headers.contains(h), "{headers}");
     }
-    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {},
-        "clientInfo": {"name": "browser", "version": "1"}}});
     let opened = gw
         .client
         .post(gw.url("/mcp"))
         .header("Origin", "https://app.example")
         .header("accept", "application/json, text/event-stream")
-        .json(&init)
+        .json(&initialize())
         .send()
         .await
         .unwrap();

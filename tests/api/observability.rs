@@ -278,15 +278,7 @@ async fn after_a_mixed_workload() -> (TestGateway, String, crate::peers::Peer) {
 async fn wait_for_metrics(gw: &TestGateway, want: &[&str]) -> String {
     let mut text = String::new();
     for _ in 0..100 {
-        text = gw
-            .client
-            .get(gw.url("/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        text = gw.metrics().await;
         if want.iter().all(|w| text.contains(w)) {
             return text;
         }

@@ -442,15 +442,7 @@ async fn a_collector_away_or_slow_costs_spans_not_requests() {
 async fn wait_for_dropped(gw: &TestGateway) -> u64 {
     let mut last = 0;
     for _ in 0..100 {
-        let text = gw
-            .client
-            .get(gw.url("/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let text = gw.metrics().await;
         last = text
             .lines()
             .find_map(|l| l.strip_prefix("a2a_trace_spans_dropped_total "))
