@@ -2,7 +2,7 @@
 # Load benchmarks (benchmarks, not tests: absolute numbers vary with the machine and its
 # neighbours, so every figure is a ratio against a baseline measured in the same run).
 #
-#   scripts/bench.sh [core|proxy|grpc|tls|auth|streams|burst|agents|ops|otel|store|all]  (default: all)
+#   scripts/bench.sh [core|proxy|grpc|tls|auth|streams|burst|agents|ops|otel|policy|store|all]  (default: all)
 #
 # core    SendMessage to the echo agent through the gateway vs a bare actix-web handler
 #         returning a fixed result (examples/bare_jsonrpc.rs); the same for a message the
@@ -26,6 +26,9 @@
 # otel    the core benchmark with span export off, on at sample ratio 1.0 (to a local OTLP
 #         sink that takes every batch), and on with the collector away (a closed port: every
 #         span dropped and counted).
+# policy  the core benchmark with no policy and with one simple one (a deny rule on the
+#         method, evaluated on every call and never holding); the difference in CPU time
+#         per request (WORKERS cores busy / throughput).
 # store   the echo benchmark with the memory, SQLite and Redis task stores (targets: SQLite
 #         >= 0.6x memory, Redis >= 0.5x; SQLite adds < 0.1 ms to the unloaded p50); memory
 #         per stored task in each.
@@ -335,6 +338,21 @@ ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()' "$sink"
     echo "spans dropped with the collector away: $(curl -s "http://127.0.0.1:$paway/metrics" | awk '/^a2a_trace_spans_dropped_total/ {print $2}')"
 }
 
+bench_policy() {
+    echo "== policy: SendMessage to the echo agent with no policy and with one =="
+    local pnone pone out
+    pnone=$(free_port); gateway "$pnone" "$ROOT/agents.d" 'default_agent = "echo"'
+    pone=$(free_port); gateway "$pone" "$ROOT/agents.d" "default_agent = \"echo\"\n[[auth.policies]]\nid = \"no-cancel\"\neffect = \"deny\"\nwhen = \"a2a.method == 'CancelTask'\""
+    out=$(rounds "gateway, no policy" "http://127.0.0.1:$pnone/a2a/agents/echo" \
+        "gateway, one policy" "http://127.0.0.1:$pone/a2a/agents/echo")
+    echo "$out"
+    # An upper bound: wrk shares the machine's cores with the gateway.
+    echo "$out" | awk -v w="$WORKERS" '/req\/s/ { for (i = 1; i <= NF; i++) if ($i == "req/s") v = $(i - 1)
+            if (/no policy/) { n += v; cn++ } else { o += v; co++ } }
+        END { a = w * 1e6 * cn / n; b = w * 1e6 * co / o
+              printf "CPU per request (at most %d cores / throughput): no policy %.2f us, one policy %.2f us (%+.2f us)\n", w, a, b, b - a }'
+}
+
 # p50 PORT: the median latency of one connection sending one request at a time.
 p50_unloaded() {
     wrk -t1 -c1 -d"$DURATION" --latency -s "$LUA" "http://127.0.0.1:$1/a2a/agents/echo" | awk '/ 50%/ {print $2}'
@@ -412,11 +430,12 @@ case "$SECTION" in
     store) bench_store ;;
     ops) bench_ops ;;
     otel) bench_otel ;;
+    policy) bench_policy ;;
     proxy) bench_proxy ;;
     streams) bench_streams ;;
     auth) bench_auth ;;
     burst) bench_burst ;;
     agents) bench_agents ;;
     all) bench_core; bench_ops; bench_store; bench_proxy; bench_grpc; bench_tls; bench_auth; bench_streams; bench_agents ;;
-    *) echo "usage: scripts/bench.sh [core|proxy|grpc|tls|auth|streams|burst|agents|ops|otel|store|all]" >&2; exit 2 ;;
+    *) echo "usage: scripts/bench.sh [core|proxy|grpc|tls|auth|streams|burst|agents|ops|otel|policy|store|all]" >&2; exit 2 ;;
 esac

@@ -67,6 +67,9 @@ pub enum GatewayError {
     Unauthenticated { message: String, challenge: String },
     #[error("Forbidden: these credentials may not call this agent")]
     Forbidden,
+    /// A policy refused the call; names the rule, never its expression.
+    #[error("Forbidden: refused by policy \"{0}\"")]
+    PolicyDenied(std::sync::Arc<str>),
     #[error("Unknown agent: {name}")]
     AgentNotFound {
         name: String,
@@ -363,7 +366,9 @@ impl GatewayError {
                 ours(ENDPOINT_NOT_FOUND, "ENDPOINT_NOT_FOUND", 404)
             }
             GatewayError::Unauthenticated { .. } => ours(UNAUTHENTICATED, "UNAUTHENTICATED", 401),
-            GatewayError::Forbidden => ours(FORBIDDEN, "PERMISSION_DENIED", 403),
+            GatewayError::Forbidden | GatewayError::PolicyDenied(_) => {
+                ours(FORBIDDEN, "PERMISSION_DENIED", 403)
+            }
             GatewayError::AgentBusy(_) => ours(AGENT_BUSY, "AGENT_BUSY", 503).retry(),
             GatewayError::AgentUnavailable { .. } => {
                 ours(AGENT_UNAVAILABLE, "AGENT_UNAVAILABLE", 503).retry()

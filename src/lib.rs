@@ -18,6 +18,7 @@ pub(crate) mod grpc;
 pub(crate) mod http;
 pub(crate) mod limits;
 pub(crate) mod mcp;
+pub(crate) mod policy;
 pub mod protocol;
 pub(crate) mod push;
 pub(crate) mod reload;

@@ -155,17 +155,16 @@ pub(crate) fn live(
         auth,
         rates,
         rules,
+        policies,
         ..
     } = ready;
-    Live::new(
-        settings.gateway,
+    let parts = crate::http::Parts {
         auth,
         rates,
         rules,
-        registry,
-        metrics,
-        fingerprint,
-    )
+        policies,
+    };
+    Live::new(settings.gateway, parts, registry, metrics, fingerprint)
 }
 
 /// Reads the configuration again and puts it in force if it is valid. `force`: also when

@@ -34,6 +34,8 @@ use crate::tasks::Tasks;
 pub(crate) const AGENT_KEY: &str = "gateway/agent";
 pub(crate) const SKILL_KEY: &str = "gateway/skill";
 pub(crate) const TAGS_KEY: &str = "gateway/tags";
+/// The skill an MCP tool made for one skill names in its message's metadata.
+pub(crate) const TOOL_SKILL_KEY: &str = "a2a-gateway/skill";
 /// Reply metadata: why the shared endpoint chose the agent (see [`Reason`]).
 pub(crate) const ROUTE_KEY: &str = "gateway/route";
 /// The same two facts as the transport's headers (HTTP) or metadata (gRPC).
@@ -432,6 +434,28 @@ pub(crate) fn owner<'a>(
     }
     let owner = tasks.owner(task_id)?;
     registry.get(&owner)
+}
+
+/// The skill a send's metadata names (the message's, else the request's): the skill part of
+/// `gateway/skill` (`agent/skill`), else `a2a-gateway/skill` (which an MCP tool for one
+/// skill sets).
+pub(crate) fn skill_named(params: &serde_json::value::RawValue) -> Option<String> {
+    let probe = Probe::read(Some(params));
+    let meta = |key: &str| {
+        let message = probe.message.as_ref().and_then(|m| m.metadata.as_ref());
+        (message.and_then(|m| m.get(key)))
+            .or_else(|| probe.metadata.as_ref().and_then(|m| m.get(key)))
+            .and_then(Value::as_str)
+    };
+    if let Some(named) = meta(SKILL_KEY) {
+        return Some(
+            named
+                .split_once('/')
+                .map_or(named, |(_, skill)| skill)
+                .into(),
+        );
+    }
+    meta(TOOL_SKILL_KEY).map(str::to_string)
 }
 
 fn text_of(message: &MessageProbe) -> String {

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use crate::auth::Authenticator;
 use crate::config::{self, Diagnostic, Diagnostics, Settings};
 use crate::limits::RateLimits;
+use crate::policy::Policies;
 use crate::routing::Rule;
 
 /// Settings with their parts built.
@@ -19,6 +20,7 @@ pub struct Ready {
     pub(crate) auth: Authenticator,
     pub(crate) rates: RateLimits,
     pub(crate) rules: Vec<Rule>,
+    pub(crate) policies: Policies,
     /// Where they were read from, to read them again on reload; none for settings made
     /// in memory (which then cannot be reloaded).
     pub source: Option<Source>,
@@ -66,11 +68,12 @@ impl Source {
         }
         let parts = parts(&settings, &mut diags);
         match parts {
-            Some((auth, rates, rules)) if diags.0.is_empty() => Ok(Ready {
+            Some((auth, rates, rules, policies)) if diags.0.is_empty() => Ok(Ready {
                 settings,
                 auth,
                 rates,
                 rules,
+                policies,
                 source: Some(self.clone()),
             }),
             _ => Err(diags),
@@ -83,11 +86,12 @@ pub fn load(config_path: Option<&Path>, agents_dir: &Path) -> Result<Ready, Diag
     let (settings, mut diags) = config::read(config_path, agents_dir);
     let parts = parts(&settings, &mut diags);
     match parts {
-        Some((auth, rates, rules)) if diags.0.is_empty() => Ok(Ready {
+        Some((auth, rates, rules, policies)) if diags.0.is_empty() => Ok(Ready {
             settings,
             auth,
             rates,
             rules,
+            policies,
             source: None,
         }),
         _ => Err(diags),
@@ -98,11 +102,12 @@ pub fn load(config_path: Option<&Path>, agents_dir: &Path) -> Result<Ready, Diag
 pub fn build(settings: Settings) -> Result<Ready, Diagnostics> {
     let mut diags = Diagnostics::default();
     match parts(&settings, &mut diags) {
-        Some((auth, rates, rules)) => Ok(Ready {
+        Some((auth, rates, rules, policies)) => Ok(Ready {
             settings,
             auth,
             rates,
             rules,
+            policies,
             source: None,
         }),
         None => Err(diags),
@@ -112,7 +117,7 @@ pub fn build(settings: Settings) -> Result<Ready, Diagnostics> {
 fn parts(
     settings: &Settings,
     diags: &mut Diagnostics,
-) -> Option<(Authenticator, RateLimits, Vec<Rule>)> {
+) -> Option<(Authenticator, RateLimits, Vec<Rule>, Policies)> {
     let gateway = &settings.gateway;
     let file = settings.gateway_file.as_path();
     let before = diags.0.len();
@@ -148,8 +153,34 @@ fn parts(
             }
         }
     }
+    let policies = Policies::build(file, &gateway.auth.policies, &settings.agents)
+        .map_err(|errors| {
+            for e in errors {
+                let text = std::fs::read_to_string(&e.file).unwrap_or_default();
+                let at = expression_start(&text, e.when_at) + e.offset;
+                diags.push(Diagnostic::at(&e.file, &text, at, e.message));
+            }
+        })
+        .ok();
     if diags.0.len() > before {
         return None;
     }
-    Some((auth?, rates?, rules))
+    Some((auth?, rates?, rules, policies?))
+}
+
+/// Where the text of the TOML string at `at` begins: past its opening quotes, and past
+/// the newline right after `"""` or `'''` (which TOML drops). Offsets inside it are exact
+/// for strings without escapes.
+fn expression_start(text: &str, at: usize) -> usize {
+    let rest = text.get(at..).unwrap_or_default();
+    for quotes in ["\"\"\"", "'''"] {
+        if let Some(after) = rest.strip_prefix(quotes) {
+            let newline = [("\r\n", 2), ("\n", 1)]
+                .iter()
+                .find(|(nl, _)| after.starts_with(nl))
+                .map_or(0, |(_, n)| *n);
+            return at + 3 + newline;
+        }
+    }
+    at + 1
 }

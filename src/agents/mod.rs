@@ -371,6 +371,7 @@ mod tests {
                     max_concurrency: None,
                     access: None,
                     mcp_tools: Default::default(),
+                    policies: Vec::new(),
                     source: "a.toml".into(),
                 };
                 let limits = ActorLimits {

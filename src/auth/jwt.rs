@@ -252,8 +252,9 @@ impl JwtVerifier {
             Value::String(s) => s.split_whitespace().map(str::to_string).collect(),
             _ => Vec::new(),
         };
+        let id = Arc::from(format!("jwt:{}:{sub}", self.id));
         let principal = Principal {
-            id: Arc::from(format!("jwt:{}:{sub}", self.id)),
+            id,
             scope: if agents.is_empty() {
                 Scope::Agents(HashSet::new())
             } else {
@@ -261,6 +262,11 @@ impl JwtVerifier {
             },
             anonymous: false,
             tier: self.tier.clone(),
+            // Kept for policies (`caller.claims`).
+            claims: match claims {
+                Value::Object(map) => Some(Arc::new(map)),
+                _ => None,
+            },
         };
         Ok((principal, exp))
     }

@@ -112,6 +112,8 @@ pub(crate) struct Principal {
     pub(crate) anonymous: bool,
     /// Rate-limit tier.
     pub(crate) tier: Arc<str>,
+    /// A JWT's claims, for policies (`caller.claims`); none for other credentials.
+    pub(crate) claims: Option<Arc<serde_json::Map<String, serde_json::Value>>>,
 }
 
 impl Principal {
@@ -129,12 +131,26 @@ impl Principal {
         }
     }
 
+    /// How the caller is known, for policies: `anonymous`, `api_key`, `bearer`, `jwt`,
+    /// `client_certificate`.
+    pub(crate) fn kind(&self) -> &'static str {
+        match self.id.split_once(':').map(|(kind, _)| kind) {
+            _ if self.anonymous => "anonymous",
+            Some("key") => "api_key",
+            Some("bearer") => "bearer",
+            Some("jwt") => "jwt",
+            Some("cert") => "client_certificate",
+            _ => "anonymous",
+        }
+    }
+
     pub(crate) fn anonymous() -> Principal {
         Principal {
             id: Arc::from("anonymous"),
             scope: Scope::Agents(HashSet::new()),
             anonymous: true,
             tier: Arc::from(DEFAULT_TIER),
+            claims: None,
         }
     }
 }
@@ -396,6 +412,7 @@ impl Authenticator {
                     scope: c.scope.clone(),
                     anonymous: false,
                     tier: c.tier.clone(),
+                    claims: None,
                 }),
                 None => Err(rejected("unknown api key")),
             };
@@ -430,6 +447,7 @@ impl Authenticator {
                 scope: c.scope.clone(),
                 anonymous: false,
                 tier: c.tier.clone(),
+                claims: None,
             });
         }
         if token.split('.').count() == 3 && !self.jwt.is_empty() {
@@ -459,12 +477,14 @@ impl Authenticator {
                 scope: h.scope.clone(),
                 anonymous: false,
                 tier: h.tier.clone(),
+                claims: None,
             }),
             None => Ok(Principal {
                 id: Arc::from(format!("cert:{identity}")),
                 scope: Scope::Agents(HashSet::new()),
                 anonymous: false,
                 tier: Arc::from(DEFAULT_TIER),
+                claims: None,
             }),
         }
     }

@@ -9,7 +9,7 @@ use toml::Spanned;
 
 use super::{
     A2aConfig, Access, AgentDef, AgentMcp, BackendSpec, CommandConfig, Diagnostic, Diagnostics,
-    ExtendedCard, Extension, Provider, Skill,
+    ExtendedCard, Extension, PolicyConfig, Provider, Skill,
 };
 
 #[derive(Deserialize, schemars::JsonSchema)]
@@ -53,6 +53,9 @@ pub(crate) struct AgentFile {
     access: Option<Access>,
     #[serde(default)]
     mcp: AgentMcp,
+    /// Rules for calls to this agent (see `[[auth.policies]]` in gateway.toml).
+    #[serde(default)]
+    policies: Vec<PolicyConfig>,
 }
 
 #[derive(Default, Deserialize, schemars::JsonSchema)]
@@ -285,6 +288,27 @@ fn check_agent(
             diags.push(at(limit.span().start, "limits must be at least 1".into()));
         }
     }
+    let mut policy_ids: HashMap<&str, ()> = HashMap::new();
+    for policy in &raw.policies {
+        let at_rule = policy.when.span().start;
+        if !policy.agents.is_empty() {
+            diags.push(at(
+                at_rule,
+                format!(
+                    "policy \"{}\": an agent file's policies apply to its agent; drop agents",
+                    policy.id
+                ),
+            ));
+        }
+        if let Err(e) = super::check_policy_id(&policy.id) {
+            diags.push(at(at_rule, e));
+        } else if policy_ids.insert(&policy.id, ()).is_some() {
+            diags.push(at(
+                at_rule,
+                format!("policy \"{}\" is defined twice", policy.id),
+            ));
+        }
+    }
     if diags.0.len() > before {
         return None;
     }
@@ -309,6 +333,7 @@ fn check_agent(
         max_concurrency: raw.limits.max_concurrency.map(Spanned::into_inner),
         access: raw.access,
         mcp_tools: raw.mcp.tools,
+        policies: raw.policies,
         source: file.to_path_buf(),
     };
     Some(def)
@@ -331,6 +356,7 @@ const AGENT_KEYS: &[&str] = &[
     "limits",
     "access",
     "mcp",
+    "policies",
 ];
 
 /// A file that does not parse as an agent may have more problems than the first one serde

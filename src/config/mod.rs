@@ -708,6 +708,36 @@ pub struct AuthConfig {
     /// identity `client_identity` reads; `identity = "*"` covers every other verified one.
     #[serde(default)]
     pub client_certificates: Vec<ClientCertificateConfig>,
+    /// Rules over a request's facts (its caller, agent, method, skill, headers, time) in
+    /// CEL; see docs/security.md#policies.
+    #[serde(default)]
+    pub policies: Vec<PolicyConfig>,
+}
+
+/// One policy rule: when `when` holds for a request to one of `agents` (all agents when
+/// empty), `effect` applies.
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyConfig {
+    /// Named in refusals, logs and `a2a_policy_denials_total{rule}`; never the expression.
+    pub id: String,
+    pub effect: Effect,
+    /// Agents it applies to; empty (the default): every agent. Not allowed in an agent
+    /// file, whose rules apply to its agent.
+    #[serde(default)]
+    pub agents: Vec<String>,
+    /// A CEL expression that yields a bool.
+    #[schemars(with = "String")]
+    pub when: Spanned<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Effect {
+    /// A request matching any deny rule is refused.
+    Deny,
+    /// Where allow rules apply to an agent, a request to it must match one.
+    Allow,
 }
 
 /// What the holder of a verified client certificate may do.
@@ -838,6 +868,10 @@ pub struct TierConfig {
     /// Streams one caller may hold open.
     #[serde(default)]
     pub max_streams: Option<usize>,
+    /// What a call costs against the allowance, by its 1.0 method name
+    /// (`{ SendMessage = 5, GetTask = 1 }`); unnamed methods cost 1.
+    #[serde(default)]
+    pub weights: std::collections::BTreeMap<String, u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
@@ -907,6 +941,8 @@ pub struct AgentDef {
     pub access: Option<Access>,
     /// How it shows as MCP tools (`[mcp] tools` in its file).
     pub mcp_tools: McpTools,
+    /// `[[policies]]` of the agent file: rules for calls to this agent.
+    pub policies: Vec<PolicyConfig>,
     /// The file it came from, for messages.
     pub source: PathBuf,
 }
@@ -986,6 +1022,18 @@ pub enum BackendSpec {
     Command(CommandConfig),
     /// An OpenAI-compatible chat completions endpoint.
     OpenAi(OpenAiConfig),
+}
+
+impl BackendSpec {
+    /// The `kind` the agent file gives it: `echo`, `a2a`, `command`, `openai`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            BackendSpec::Echo(_) => "echo",
+            BackendSpec::A2a(_) => "a2a",
+            BackendSpec::Command(_) => "command",
+            BackendSpec::OpenAi(_) => "openai",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
@@ -1231,6 +1279,18 @@ fn load_gateway(path: Option<&Path>, diags: &mut Diagnostics) -> Option<GatewayC
     }
 }
 
+/// A policy id travels in refusals and as a metric label: letters, digits and `-_.:`,
+/// at most 64 of them.
+pub(crate) fn check_policy_id(id: &str) -> Result<(), String> {
+    let fits = |c: char| c.is_ascii_alphanumeric() || "-_.:".contains(c);
+    if id.is_empty() || id.len() > 64 || !id.chars().all(fits) {
+        return Err(format!(
+            "policy id \"{id}\" must be 1 to 64 letters, digits or -_.: characters"
+        ));
+    }
+    Ok(())
+}
+
 /// Client certificates are credentials only where the TLS port asks for them.
 fn check_client_certificates(gateway: &GatewayConfig, file: &Path, diags: &mut Diagnostics) {
     let tls = gateway.server.tls.as_ref();
@@ -1351,6 +1411,26 @@ fn validate_gateway(
                     rule.agent.get_ref()
                 ),
             ));
+        }
+    }
+    let mut policy_ids = std::collections::HashSet::new();
+    for policy in &gateway.auth.policies {
+        let at = |message: String| Diagnostic::at(file, &text, policy.when.span().start, message);
+        if let Err(e) = check_policy_id(&policy.id) {
+            diags.push(at(format!("auth.policies: {e}")));
+        } else if !policy_ids.insert(policy.id.as_str()) {
+            diags.push(at(format!(
+                "auth.policies: policy \"{}\" is defined twice",
+                policy.id
+            )));
+        }
+        for name in &policy.agents {
+            if !agents.iter().any(|a| &a.name == name) {
+                diags.push(at(format!(
+                    "auth.policies: policy \"{}\": agent \"{name}\" is not defined in agents.d",
+                    policy.id
+                )));
+            }
         }
     }
     for name in gateway.rate_limits.agents.keys() {

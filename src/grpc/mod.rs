@@ -271,6 +271,10 @@ impl Head for GrpcHead {
         self.rate.set(Some(info));
     }
 
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
     fn extensions(&self) -> Option<&str> {
         crate::protocol::extensions_in(|name| self.headers.get(name).map(|v| v.as_bytes()))
     }

@@ -21,6 +21,7 @@ use crate::agents::Agent;
 use crate::auth::{Presented, Principal};
 use crate::error::GatewayError;
 use crate::limits::{RateInfo, StreamSlot};
+use crate::policy::Facts;
 use crate::protocol::jsonrpc::{Method, RpcRequest};
 use crate::protocol::params::{self, TaskIdParams};
 use crate::protocol::Dialect;
@@ -36,6 +37,8 @@ pub(crate) trait Head {
     fn origin(&self) -> (Option<IpAddr>, Option<&str>);
     /// Keeps the caller's rate numbers for the answer, refusal or not.
     fn keep_rate(&self, info: RateInfo);
+    /// A header's (or gRPC metadata entry's) value, if it is text.
+    fn header(&self, name: &str) -> Option<&str>;
     /// The extensions the call asks for: `A2A-Extensions` (1.0), else `X-A2A-Extensions`
     /// (0.3), comma-separated URIs.
     fn extensions(&self) -> Option<&str>;
@@ -60,6 +63,10 @@ impl Head for HttpRequest {
         self.extensions_mut().insert(info);
     }
 
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers().get(name).and_then(|v| v.to_str().ok())
+    }
+
     fn extensions(&self) -> Option<&str> {
         crate::protocol::extensions_in(|name| self.headers().get(name).map(|v| v.as_bytes()))
     }
@@ -80,6 +87,46 @@ fn check_extensions(head: &impl Head, agent: &Agent) -> Result<(), GatewayError>
         crate::telemetry::note(|c| c.extensions_asked = Some(asked.trim().into()));
     }
     Ok(())
+}
+
+/// Refuses a call a policy denies. The method, dialect and binding are the request's
+/// note's (each binding notes them as it reads the call).
+fn check_policies(
+    head: &impl Head,
+    live: &Live,
+    caller: &Principal,
+    agent: &Agent,
+    target: Target<'_>,
+    streams: bool,
+) -> Result<(), GatewayError> {
+    let policies = &live.policies;
+    let noted = crate::telemetry::noted(|c| (c.method, c.dialect, c.binding));
+    let (method, dialect, binding) = noted.unwrap_or_default();
+    let skill = match policies.reads_skill() {
+        true => target.skill(agent),
+        false => None,
+    };
+    let headers: Vec<(&str, &str)> = (policies.headers().iter())
+        .filter_map(|name| head.header(name).map(|value| (name.as_str(), value)))
+        .collect();
+    let facts = Facts {
+        caller_id: &caller.id,
+        caller_kind: caller.kind(),
+        caller_tier: &caller.tier,
+        claims: caller.claims.as_deref(),
+        agent_name: &agent.name,
+        agent_kind: agent.def.backend.kind(),
+        method: method.unwrap_or_default(),
+        dialect: dialect.unwrap_or_default(),
+        binding: binding.unwrap_or_default(),
+        skill: skill.as_deref().unwrap_or_default(),
+        streaming: streams,
+        headers: &headers,
+    };
+    policies.decide(&facts).map_err(|denial| {
+        live.policy_denied(&denial.rule);
+        GatewayError::PolicyDenied(denial.rule)
+    })
 }
 
 /// What a call is about, which on the shared endpoints decides its agent.
@@ -104,6 +151,22 @@ impl Target<'_> {
             Target::Send(_) => true,
             Target::Task(_) | Target::TaskList => false,
         }
+    }
+
+    /// The skill a send names: its metadata's `gateway/skill` (`agent/skill`) or
+    /// `a2a-gateway/skill` (an MCP tool's), else the agent's only skill, if it has one.
+    fn skill(&self, agent: &Agent) -> Option<String> {
+        let params = match self {
+            Target::Rpc(rpc) if self.sends() => rpc.params,
+            Target::Send(params) => Some(*params),
+            _ => None,
+        };
+        let named = params.and_then(routing::skill_named);
+        let only = || match agent.def.skills.as_slice() {
+            [skill] => Some(skill.id.clone()),
+            _ => None,
+        };
+        named.or_else(only)
     }
 
     /// The task id a call on a task names, for the answer to a caller who may not see it.
@@ -205,6 +268,14 @@ pub(crate) async fn admit(
         return Err(e.into());
     }
     let served = Served::new(&agent, reason);
+    if !live.policies.is_empty() {
+        if let Err(error) = check_policies(head, live, caller, &agent, target, streams) {
+            return Err(Refused {
+                error,
+                served: Some(served),
+            });
+        }
+    }
     if let Err(error) = check_extensions(head, &agent) {
         return Err(Refused {
             error,

@@ -13,6 +13,7 @@ use crate::auth::{AuthError, Authenticator, Principal};
 use crate::config::{Access, GatewayConfig};
 use crate::error::GatewayError;
 use crate::limits::RateLimits;
+use crate::policy::Policies;
 use crate::routing::Rule;
 use crate::store::redis::Shared;
 use crate::telemetry::Metrics;
@@ -45,6 +46,7 @@ pub(crate) struct Live {
     pub(crate) auth: Authenticator,
     pub(crate) rates: RateLimits,
     pub(crate) rules: Vec<Rule>,
+    pub(crate) policies: Policies,
     pub(crate) registry: Arc<Registry>,
     /// No credentials configured and every agent public: access has nothing to check.
     pub(crate) open_to_all: bool,
@@ -57,16 +59,33 @@ pub(crate) struct Live {
     metrics: Arc<Metrics>,
 }
 
+/// The request's A2A method, as its binding noted it: what a tier's `weights` read.
+fn noted_method() -> Option<&'static str> {
+    crate::telemetry::noted(|c| c.method).flatten()
+}
+
+/// What a configuration builds for the requests to use (see `setup`).
+pub(crate) struct Parts {
+    pub(crate) auth: Authenticator,
+    pub(crate) rates: RateLimits,
+    pub(crate) rules: Vec<Rule>,
+    pub(crate) policies: Policies,
+}
+
 impl Live {
     pub(crate) fn new(
         config: GatewayConfig,
-        auth: Authenticator,
-        rates: RateLimits,
-        rules: Vec<Rule>,
+        parts: Parts,
         registry: Arc<Registry>,
         metrics: Arc<Metrics>,
         fingerprint: String,
     ) -> Live {
+        let Parts {
+            auth,
+            rates,
+            rules,
+            policies,
+        } = parts;
         let public = |a: &Arc<Agent>| auth.access_of(&a.def) == Access::Public;
         let open_to_all = !auth.enabled() && registry.iter().all(public);
         let no_public_agent = !registry.iter().any(public);
@@ -75,6 +94,7 @@ impl Live {
             auth,
             rates,
             rules,
+            policies,
             registry,
             open_to_all,
             no_public_agent,
@@ -140,6 +160,11 @@ impl Live {
             .map_err(|e| self.auth_error(e))
     }
 
+    pub(crate) fn policy_denied(&self, rule: &str) {
+        self.metrics.policy_denied(rule);
+        tracing::info!(%rule, "refused by policy");
+    }
+
     pub(crate) fn auth_error(&self, e: AuthError) -> GatewayError {
         self.metrics.auth_failure(e.kind());
         if let AuthError::Rejected { reason, .. } = &e {
@@ -188,7 +213,7 @@ impl Live {
         agent: &Agent,
     ) -> Result<(), GatewayError> {
         let key = || self.caller_key(head, caller);
-        let counted = self.rates.check(caller, key, &agent.def.name);
+        let counted = (self.rates).check(caller, key, &agent.def.name, noted_method);
         self.counted(head, agent, counted)
     }
 
@@ -203,7 +228,7 @@ impl Live {
         let key = || self.caller_key(head, caller);
         let counted = self
             .rates
-            .check_shared(shared, caller, key, &agent.def.name)
+            .check_shared(shared, caller, key, &agent.def.name, noted_method)
             .await;
         self.counted(head, agent, counted)
     }

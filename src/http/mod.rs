@@ -40,7 +40,7 @@ pub(crate) use card_cache::CardCache;
 pub(crate) use cards::extended as extended_card;
 pub(crate) use jsonrpc::refusal;
 pub(crate) use lifecycle::Lifecycle;
-pub(crate) use live::{Live, LiveRef};
+pub(crate) use live::{Live, LiveRef, Parts};
 pub(crate) use observe::{account, render_metrics, Edge, Logged};
 pub(crate) use rejections::tcp_with_json_rejections;
 pub(crate) use sse::watched;

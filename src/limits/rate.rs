@@ -17,6 +17,8 @@ use governor::{Quota, RateLimiter};
 use crate::auth::Principal;
 use crate::config::{AuthConfig, RateLimitConfig};
 use crate::error::GatewayError;
+use crate::protocol::jsonrpc::Method;
+use crate::protocol::Dialect;
 use crate::store::redis::Shared;
 
 type Keyed =
@@ -47,6 +49,53 @@ struct Tier {
     limiter: Keyed,
     quota: Quota,
     max_streams: Option<usize>,
+    /// What a call of a method costs, where not 1.
+    weights: Vec<(&'static str, NonZeroU32)>,
+}
+
+impl Tier {
+    /// What a call costs; `method` is asked only when the tier weighs methods.
+    fn cost(&self, method: impl FnOnce() -> Option<&'static str>) -> NonZeroU32 {
+        if self.weights.is_empty() {
+            return NonZeroU32::MIN;
+        }
+        let method = method();
+        let weight = method.and_then(|m| self.weights.iter().find(|(w, _)| *w == m));
+        weight.map_or(NonZeroU32::MIN, |(_, n)| *n)
+    }
+}
+
+/// Checks a tier's `weights`: 1.0 method names, each weight from 1 to the burst (a call
+/// that costs more than the burst could never pass).
+fn weights(
+    name: &str,
+    weights: &std::collections::BTreeMap<String, u32>,
+    quota: Quota,
+) -> Result<Vec<(&'static str, NonZeroU32)>, Vec<String>> {
+    let mut out = Vec::new();
+    let mut errors = Vec::new();
+    for (method, weight) in weights {
+        let known = match Method::lookup(method) {
+            Some((m, Dialect::V10)) => m.name(),
+            _ => {
+                errors.push(format!(
+                    "tiers.{name}.weights: \"{method}\" is not an A2A 1.0 method name (SendMessage, GetTask, ...)"
+                ));
+                continue;
+            }
+        };
+        match NonZeroU32::new(*weight) {
+            Some(n) if n <= quota.burst_size() => out.push((known, n)),
+            _ => errors.push(format!(
+                "tiers.{name}.weights.{method}: {weight} must be from 1 to the burst ({})",
+                quota.burst_size()
+            )),
+        }
+    }
+    match errors.is_empty() {
+        true => Ok(out),
+        false => Err(errors),
+    }
 }
 
 struct AgentLimit {
@@ -110,16 +159,20 @@ impl RateLimits {
         let mut tiers = HashMap::new();
         for (name, t) in &cfg.tiers {
             match quota(t.requests_per_minute, t.burst) {
-                Ok(q) => {
-                    tiers.insert(
-                        name.clone(),
-                        Tier {
-                            limiter: RateLimiter::keyed(q).with_middleware(),
-                            quota: q,
-                            max_streams: t.max_streams,
-                        },
-                    );
-                }
+                Ok(q) => match weights(name, &t.weights, q) {
+                    Ok(weights) => {
+                        tiers.insert(
+                            name.clone(),
+                            Tier {
+                                limiter: RateLimiter::keyed(q).with_middleware(),
+                                quota: q,
+                                max_streams: t.max_streams,
+                                weights,
+                            },
+                        );
+                    }
+                    Err(e) => errors.extend(e),
+                },
                 Err(e) => errors.push(format!("tiers.{name}: {e}")),
             }
         }
@@ -250,6 +303,7 @@ impl RateLimits {
         caller: &Principal,
         key: impl FnOnce() -> String,
         agent: &str,
+        method: impl FnOnce() -> Option<&'static str>,
     ) -> Result<Option<RateInfo>, (GatewayError, RateInfo)> {
         let mut info: Option<RateInfo> = None;
         let mut tighten = |i: RateInfo| {
@@ -258,7 +312,15 @@ impl RateLimits {
             }
         };
         if let Some(tier) = self.tier(caller) {
-            let outcome = tier.limiter.check_key(&key());
+            let outcome = match tier.cost(method) {
+                NonZeroU32::MIN => tier.limiter.check_key(&key()),
+                n => {
+                    let key = key();
+                    // Never more than the burst (checked at load): always within capacity.
+                    let checked = tier.limiter.check_key_n(&key, n);
+                    checked.unwrap_or_else(|_| tier.limiter.check_key(&key))
+                }
+            };
             tighten(self.outcome(outcome, tier.quota, "caller")?);
         }
         if let Some(a) = self.agents.get(agent) {
@@ -275,15 +337,18 @@ impl RateLimits {
         caller: &Principal,
         key: impl FnOnce() -> String,
         agent: &str,
+        method: impl FnOnce() -> Option<&'static str>,
     ) -> Result<Option<RateInfo>, (GatewayError, RateInfo)> {
         let mut info: Option<RateInfo> = None;
         if let Some(tier) = self.tier(caller) {
             let bucket = format!("tier:{}:{}", caller.tier, key());
-            let i = gcra(shared, &bucket, tier.quota, "caller").await?;
+            let cost = tier.cost(method);
+            let i = gcra(shared, &bucket, tier.quota, cost, "caller").await?;
             info = Some(i);
         }
         if let Some(a) = self.agents.get(agent) {
-            let i = gcra(shared, &format!("agent:{agent}"), a.quota, "agent").await?;
+            let bucket = format!("agent:{agent}");
+            let i = gcra(shared, &bucket, a.quota, NonZeroU32::MIN, "agent").await?;
             if info.is_none_or(|cur| i.remaining < cur.remaining) {
                 info = Some(i);
             }
@@ -338,9 +403,10 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local interval = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
+local cost = tonumber(ARGV[3])
 local tat = tonumber(redis.call('GET', KEYS[1]) or now)
 if tat < now then tat = now end
-local new_tat = tat + interval
+local new_tat = tat + interval * cost
 local allow_at = new_tat - interval * burst
 if now < allow_at then
   return {0, 0, allow_at - now, tat - now}
@@ -353,6 +419,7 @@ async fn gcra(
     shared: &Shared,
     bucket: &str,
     quota: Quota,
+    cost: NonZeroU32,
     scope: &'static str,
 ) -> Result<RateInfo, (GatewayError, RateInfo)> {
     static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
@@ -366,6 +433,7 @@ async fn gcra(
                 .key(key)
                 .arg(interval)
                 .arg(limit)
+                .arg(cost.get())
                 .invoke_async(&mut c)
                 .await
         })
@@ -418,6 +486,7 @@ mod tests {
                 requests_per_minute: 600_000,
                 burst: Some(1),
                 max_streams: None,
+                weights: Default::default(),
             },
         );
         let limits = RateLimits::build(&cfg, &AuthConfig::default()).unwrap();
@@ -428,7 +497,12 @@ mod tests {
             .unwrap();
         for i in 0..1000 {
             limits
-                .check(&caller, || format!("ip:10.0.{}.{}", i / 256, i % 256), "a")
+                .check(
+                    &caller,
+                    || format!("ip:10.0.{}.{}", i / 256, i % 256),
+                    "a",
+                    || None,
+                )
                 .unwrap();
         }
         assert_eq!(limits.tracked_callers(), 1000);

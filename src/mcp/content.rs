@@ -15,7 +15,7 @@ pub(super) const META_TASK: &str = "a2a-gateway/taskId";
 pub(super) const META_CONTEXT: &str = "a2a-gateway/contextId";
 pub(super) const META_STATE: &str = "a2a-gateway/state";
 /// The message metadata naming the skill a skill's tool was called for.
-pub(super) const META_SKILL: &str = "a2a-gateway/skill";
+pub(super) const META_SKILL: &str = crate::routing::TOOL_SKILL_KEY;
 
 /// An agent's tool name: its name where MCP allows it (letters, digits, `_`, `-`, `.`, at
 /// most 128), else with `_` for what it does not.

@@ -118,6 +118,10 @@ impl Head for McpHead {
         // An MCP answer is the client's session's; the numbers are in the refusal's text.
     }
 
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
     fn extensions(&self) -> Option<&str> {
         crate::protocol::extensions_in(|name| self.headers.get(name).map(|v| v.as_bytes()))
     }

@@ -300,6 +300,7 @@ impl A2aService {
                     scope: crate::auth::Scope::All,
                     anonymous,
                     tier: Arc::from(""),
+                    claims: None,
                 };
                 let req = SendRequest {
                     message: *message,

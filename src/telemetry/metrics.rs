@@ -137,6 +137,7 @@ pub(crate) struct Metrics {
     mailbox_depth: IntGaugeVec,
     mailbox_rejections: IntCounterVec,
     auth_failures: IntCounterVec,
+    policy_denials: IntCounterVec,
     rate_limited: IntCounterVec,
     reloads: IntCounterVec,
     push: IntCounterVec,
@@ -342,6 +343,12 @@ impl Metrics {
                 "Requests refused by authentication or authorization, by kind.",
                 &["kind"],
             ),
+            policy_denials: counter(
+                &r,
+                "a2a_policy_denials_total",
+                "Requests refused by a policy, by the rule that refused (\"(no allow rule matched)\" when allow rules applied and none held).",
+                &["rule"],
+            ),
             rate_limited: counter(
                 &r,
                 "a2a_rate_limited_total",
@@ -505,6 +512,12 @@ impl Metrics {
     pub(crate) fn push(&self, outcome: &'static str) {
         if self.enabled {
             self.push.with_label_values(&[outcome]).inc();
+        }
+    }
+
+    pub(crate) fn policy_denied(&self, rule: &str) {
+        if self.enabled {
+            self.policy_denials.with_label_values(&[rule]).inc();
         }
     }
 

@@ -261,3 +261,70 @@ fn the_shipped_schemas_are_current_and_the_shipped_files_follow_them() {
     let bad = serde_json::json!({"name": "a", "backend": {"kind": "telepathy"}});
     assert!(!agent.is_valid(&bad));
 }
+
+#[test]
+fn a_policy_that_does_not_compile_points_at_the_spot_in_its_expression() {
+    let gateway = r#"[[auth.policies]]
+id = "typo"
+effect = "deny"
+when = "a2a.method == 'CancelTask' && caller.nmae == 'x'"
+
+[[auth.policies]]
+id = "multi"
+effect = "deny"
+when = """
+a2a.method == 'GetTask' &&
+  request.header('Authorization') != ''"""
+
+[[auth.policies]]
+id = "typo"
+effect = "allow"
+agents = ["ghost"]
+when = "a2a.method =="
+
+[[auth.policies]]
+id = "bad id!"
+effect = "deny"
+when = "true"
+
+[rate_limits.tiers.default]
+requests_per_minute = 60
+burst = 4
+weights = { SendMesage = 2, GetTask = 9 }
+"#;
+    let agent = format!(
+        "{ECHO}\n[[policies]]\nid = \"p\"\neffect = \"deny\"\nagents = [\"echo\"]\nwhen = \"agent.colour == 'red'\"\n"
+    );
+    let got = problems(&[("echo.toml", &agent)], Some(gateway));
+    let want = [
+        // The field's position inside the string: column 8 is the expression's first.
+        "gateway.toml:4:39: policy \"typo\": caller has no field \"nmae\"",
+        // A multi-line string: the line of the expression, past the newline TOML drops.
+        "gateway.toml:11:3: policy \"multi\": request.header('authorization'): a policy may not read credentials",
+        "gateway.toml:17:8: auth.policies: policy \"typo\" is defined twice",
+        "gateway.toml:17:8: auth.policies: policy \"typo\": agent \"ghost\" is not defined",
+        "gateway.toml:22:8: auth.policies: policy id \"bad id!\" must be",
+        "echo.toml:16:8: policy \"p\": an agent file's policies apply to its agent",
+        "gateway.toml:0:0: rate_limits: tiers.default.weights: \"SendMesage\" is not an A2A 1.0 method name",
+        "gateway.toml:0:0: rate_limits: tiers.default.weights.GetTask: 9 must be from 1 to the burst (4)",
+    ];
+    for want in want {
+        assert!(
+            got.iter().any(|g| g.starts_with(want)),
+            "wanted {want:?} in {got:?}"
+        );
+    }
+    // Once the file's own problems are fixed, the expressions are compiled: a parse error
+    // and an unknown field in an agent file, each at its spot.
+    let agent = format!(
+        "{ECHO}\n[[policies]]\nid = \"p\"\neffect = \"deny\"\nwhen = \"agent.colour == 'red'\"\n"
+    );
+    let gateway = "[[auth.policies]]\nid = \"cut\"\neffect = \"deny\"\nwhen = \"a2a.method ==\"\n";
+    let got = problems(&[("echo.toml", &agent)], Some(gateway));
+    for want in [
+        "gateway.toml:4:22: policy \"cut\": ",
+        "echo.toml:15:9: policy \"p\": agent has no field \"colour\" (it has: agent.name, agent.kind)",
+    ] {
+        assert!(got.iter().any(|g| g.starts_with(want)), "wanted {want:?} in {got:?}");
+    }
+}

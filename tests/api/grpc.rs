@@ -56,7 +56,7 @@ pub(crate) async fn probe_over(
 }
 
 /// One call's outcome.
-async fn probe_one(gw: &TestGateway, call: Value) -> Value {
+pub(crate) async fn probe_one(gw: &TestGateway, call: Value) -> Value {
     probe(gw, json!([call])).await.remove(0)
 }
 
@@ -74,7 +74,7 @@ async fn rest_post(gw: &TestGateway, path: &str, body: Value) -> Value {
     response.json().await.expect("a JSON answer")
 }
 
-fn message(text: &str) -> Value {
+pub(crate) fn message(text: &str) -> Value {
     D::V10.message(text)
 }
 

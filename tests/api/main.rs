@@ -28,6 +28,7 @@ mod openai;
 mod operations;
 mod paths;
 mod peers;
+mod policies;
 mod push;
 mod replicas;
 mod rest;

@@ -58,7 +58,7 @@ fn text_of(result: &Value) -> String {
 }
 
 /// A raw MCP message to `/mcp` (handshake era), as `key`, on `session`.
-fn raw_post(
+pub(crate) fn raw_post(
     gw: &TestGateway,
     body: &Value,
     key: Option<&str>,
@@ -86,7 +86,7 @@ fn initialize() -> Value {
 }
 
 /// A handshake-era session opened by raw messages, as `key`: its id.
-async fn raw_session(gw: &TestGateway, key: Option<&str>) -> String {
+pub(crate) async fn raw_session(gw: &TestGateway, key: Option<&str>) -> String {
     let opened = raw_post(gw, &initialize(), key, None).await.unwrap();
     assert_eq!(opened.status(), 200);
     let session = opened.headers()["mcp-session-id"]
