@@ -14,7 +14,6 @@
 
 use std::sync::Arc;
 
-use futures_util::StreamExt;
 use regex::Regex;
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -159,7 +158,7 @@ impl Served {
 
     /// Every item of a stream: each event says who sent it.
     pub(crate) fn stamp_stream(self, items: ItemStream) -> ItemStream {
-        Box::pin(items.map(move |mut item| {
+        items.map_items(move |mut item| {
             if let Ok(item) = &mut item {
                 match item {
                     StreamItem::Task(t) => self.stamp(&mut t.metadata),
@@ -169,7 +168,7 @@ impl Served {
                 }
             }
             item
-        }))
+        })
     }
 }
 

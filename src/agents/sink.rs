@@ -23,10 +23,11 @@ pub(crate) struct SinkClosed;
 /// What the caller of an execution receives, in order.
 #[derive(Debug)]
 pub(crate) enum Update {
-    /// A stream item, for callers that relay every event (streaming calls). Boxed: the
-    /// channel allocates its slots 32 at a time, and an unboxed item made each open local
-    /// stream carry 10 KiB of mostly empty slots.
-    Item(Box<StreamItem>),
+    /// A stream item, for callers that relay every event (streaming calls), with the
+    /// version it made its task (none for a Message, or an event that said nothing new).
+    /// Boxed: the channel allocates its slots 32 at a time, and an unboxed item made each
+    /// open local stream carry 10 KiB of mostly empty slots.
+    Item(Box<StreamItem>, Option<u64>),
     /// For callers that only wait (blocking and non-blocking sends): the task moved on, and
     /// whether it reached a state that ends a stream. Saves copying every event.
     Progress { ends_stream: bool },
@@ -139,15 +140,17 @@ impl EventSink {
         };
         let task = Task::submitted(self.task_id.clone(), self.context_id.clone(), message);
         let update = if self.relay {
-            Update::Item(Box::new(StreamItem::Task(task.clone())))
+            Update::Item(Box::new(StreamItem::Task(task.clone())), Some(0))
         } else {
             Update::Progress { ends_stream: false }
         };
-        match self.tasks.create(
+        // A streamed task keeps its events, for a client that loses its stream.
+        match self.tasks.create_logged(
             self.agent.clone(),
             self.owner.clone(),
             task,
             Some(self.cancel.clone()),
+            self.relay,
         ) {
             Ok(()) => {
                 self.phase.set(HAS_TASK);
@@ -164,10 +167,10 @@ impl EventSink {
 
     async fn emit(&mut self, event: TaskEvent) -> Result<(), SinkClosed> {
         self.ensure_task().await?;
-        match self.tasks.apply(&self.task_id, &event) {
-            Applied::Yes => {
+        match self.tasks.apply_at(&self.task_id, &event) {
+            (Applied::Yes, version) => {
                 let update = if self.relay {
-                    Update::Item(Box::new(event.into()))
+                    Update::Item(Box::new(event.into()), version)
                 } else {
                     Update::Progress {
                         ends_stream: event.ends_stream(),
@@ -176,7 +179,7 @@ impl EventSink {
                 self.forward(Ok(update)).await;
                 Ok(())
             }
-            Applied::TaskFinished | Applied::NotFound => Err(SinkClosed),
+            (Applied::TaskFinished | Applied::NotFound, _) => Err(SinkClosed),
         }
     }
 
@@ -271,8 +274,11 @@ impl EventSink {
             }
         }
         let message = message.placed(None, &self.context_id);
-        self.forward(Ok(Update::Item(Box::new(StreamItem::Message(message)))))
-            .await;
+        self.forward(Ok(Update::Item(
+            Box::new(StreamItem::Message(message)),
+            None,
+        )))
+        .await;
         Ok(())
     }
 }

@@ -364,6 +364,7 @@ impl Handler {
             dialect: Dialect::V10,
             params: Some(&*params),
             send: None,
+            resume: None,
         };
         let streams = method.is_streaming();
         let target = Target::Rpc(&rpc);

@@ -8,7 +8,7 @@ use super::admission::{self, Admitted, Refused, Target};
 use super::body::{check_content_type, read_body};
 use super::caller::Caller;
 use super::sse::event_stream;
-use super::{served_headers, version_header, Addressed, AppState};
+use super::{resume_from, served_headers, version_header, Addressed, AppState};
 use crate::error::GatewayError;
 use crate::limits::StreamSlot;
 use crate::protocol::jsonrpc::{
@@ -94,10 +94,16 @@ pub(super) async fn handle(
             parse_request_for_agent(&bytes, header_dialect)
         }
     };
-    let rpc = match parsed {
+    let mut rpc = match parsed {
         Ok(r) => r,
         Err(f) => return respond(&req, &state, RpcReply::error(&f.id, f.dialect, &f.error)),
     };
+    if rpc.method.is_streaming() {
+        match resume_from(&req) {
+            Ok(from) => rpc.resume = from,
+            Err(e) => return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &e)),
+        }
+    }
     telemetry::note_method(rpc.method.name(), rpc.dialect.version(), "jsonrpc");
     if rpc.method == Method::GetExtendedAgentCard && !matches!(addressed, Addressed::Unknown(_)) {
         let base = live.base_url(&req);

@@ -175,10 +175,14 @@ async fn stream(
         slot,
     } = routed.admitted;
     let opened = async {
-        let items = state
-            .service
-            .stream(&agent, &routed.caller, routed.send?)
-            .await?;
+        // The same request again after a dropped stream picks that stream up.
+        let items = match super::resume_from(&req)? {
+            Some(from) => state.service.resume(&agent, &routed.caller, &from).await?,
+            None => {
+                let send = routed.send?;
+                state.service.stream(&agent, &routed.caller, send).await?
+            }
+        };
         Ok::<_, GatewayError>((items, slot))
     }
     .await;
@@ -327,7 +331,14 @@ async fn subscribe(req: &HttpRequest, state: &AppState, caller: Caller, id: &str
         Err(resp) => return resp,
     };
     let opened = async {
-        let items = state.service.subscribe(&agent, &caller, id).await?;
+        let items = match super::resume_from(req)? {
+            // An event id of another task is as good as an unknown task.
+            Some(from) if from.task_id != id => {
+                return Err(GatewayError::TaskNotFound(from.task_id))
+            }
+            Some(from) => state.service.resume(&agent, &caller, &from).await?,
+            None => state.service.subscribe(&agent, &caller, id).await?,
+        };
         Ok::<_, GatewayError>((items, slot))
     }
     .await;

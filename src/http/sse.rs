@@ -12,7 +12,7 @@ use super::AppState;
 use crate::error::GatewayError;
 use crate::limits::StreamSlot;
 use crate::protocol::model::StreamItem;
-use crate::protocol::ops::ItemStream;
+use crate::protocol::ops::{ItemStream, Positioned};
 use crate::telemetry;
 
 /// Streams `items` as SSE, each rendered by `render` into a `data:` payload (an error goes
@@ -29,11 +29,22 @@ pub(super) fn event_stream<R>(
 where
     R: Fn(&Result<StreamItem, GatewayError>) -> (bool, Vec<u8>) + 'static,
 {
-    let events = watched(state, items, slot).map(move |item| {
+    let events = watched_positioned(state, items, slot).map(move |positioned| {
+        let (item, at) = match positioned {
+            Ok((item, at)) => (Ok(item), at),
+            Err(e) => (Err(e), None),
+        };
         let (is_error, body) = render(&item);
         let text = String::from_utf8(body)
             .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
         let data = sse::Data::new(text);
+        let data = match (&item, at) {
+            (Ok(item), Some(version)) => match item.task_id() {
+                Some(task) => data.id(crate::protocol::resume::event_id(task, version)),
+                None => data,
+            },
+            _ => data,
+        };
         Ok::<_, Infallible>(sse::Event::Data(if is_error {
             data.event("error")
         } else {
@@ -61,6 +72,16 @@ pub(crate) fn watched(
     items: ItemStream,
     slot: StreamSlot,
 ) -> impl futures_util::Stream<Item = Result<StreamItem, GatewayError>> + Send + 'static {
+    watched_positioned(state, items, slot).map(|r| r.map(|(item, _)| item))
+}
+
+/// [`watched`], each item with its place among its task's events.
+fn watched_positioned(
+    state: &AppState,
+    items: ItemStream,
+    slot: StreamSlot,
+) -> impl futures_util::Stream<Item = Positioned> + Send + 'static {
+    let items = items.with_positions();
     let observed = telemetry::noted(|c| (c.agent.clone(), c.method))
         .and_then(|(agent, method)| state.metrics.stream(agent.as_deref()?, method?));
     let mut watch = observed.map(|(first_event, open)| StreamWatch::new(first_event, open));
@@ -81,7 +102,7 @@ pub(crate) fn watched(
         if let Some(w) = watch.as_mut() {
             w.event();
         }
-        if let (Some(span), Ok(item)) = (&span, &item) {
+        if let (Some(span), Ok((item, _))) = (&span, &item) {
             match item {
                 StreamItem::Task(t) => {
                     span.task_event(&t.id, &t.context_id, Some(t.status.state.v03_name()));

@@ -150,6 +150,7 @@ async fn call(
         dialect: Dialect::V10,
         params: Some(params),
         send: None,
+        resume: None,
     };
     let streams = method.is_streaming();
     let admitted = admission::admit(

@@ -146,6 +146,9 @@ pub struct RpcRequest<'a> {
     pub params: Option<&'a RawValue>,
     /// Boxed: the request is moved several times on its way, and a send's params are large.
     pub send: Option<Box<SendParams>>,
+    /// Where a stream a client lost picks up (its `Last-Event-ID`), for the bindings that
+    /// stream over SSE.
+    pub resume: Option<super::resume::ResumeFrom>,
 }
 
 /// A request that failed before it could be dispatched, with what is needed to answer it.
@@ -191,6 +194,7 @@ pub fn parse_request_for_agent(
             dialect,
             params: None,
             send: Some(send.params),
+            resume: None,
         });
     }
     match serde_json::from_str::<OnePass>(text) {
@@ -213,6 +217,7 @@ pub fn parse_request_for_agent(
             dialect,
             params,
             send,
+            resume: None,
         }),
         _ => parse_request(body, header),
     }
@@ -402,6 +407,7 @@ pub fn parse_request(body: &[u8], header: Option<Dialect>) -> Result<RpcRequest<
         dialect,
         params: env.params,
         send: None,
+        resume: None,
     })
 }
 

@@ -10,6 +10,7 @@ pub mod ops;
 pub mod params;
 pub mod push;
 pub mod relay;
+pub mod resume;
 mod scan;
 pub mod v01;
 pub mod v03;

@@ -975,6 +975,16 @@ impl From<TaskEvent> for StreamItem {
 }
 
 impl StreamItem {
+    /// The task the item is about; none for a Message.
+    pub fn task_id(&self) -> Option<&str> {
+        match self {
+            StreamItem::Task(t) => Some(&t.id),
+            StreamItem::StatusUpdate(s) => Some(&s.task_id),
+            StreamItem::ArtifactUpdate(a) => Some(&a.task_id),
+            StreamItem::Message(_) => None,
+        }
+    }
+
     /// Whether the stream closes after this item.
     pub fn ends_stream(&self) -> bool {
         match self {

@@ -11,8 +11,62 @@ use super::model::{Message, StreamItem, Task};
 use super::relay::Relayed;
 use crate::error::GatewayError;
 
-/// A stream of task events in order; ends after the item that closes it.
-pub type ItemStream = Pin<Box<dyn Stream<Item = Result<StreamItem, GatewayError>> + Send>>;
+/// An item of an [`ItemStream`], with the version its task had once it was applied, where
+/// the gateway keeps the task's events (its own tasks; none for an upstream's).
+pub type Positioned = Result<(StreamItem, Option<u64>), GatewayError>;
+
+/// A stream of task events in order; ends after the item that closes it. Read as a stream
+/// of items; [`ItemStream::positioned`] also gives each one's place among its task's
+/// events, which a resumable stream (SSE) sends as the event's id.
+pub struct ItemStream(Pin<Box<dyn Stream<Item = Positioned> + Send>>);
+
+impl ItemStream {
+    /// Items whose place is not known.
+    pub fn new(
+        items: impl Stream<Item = Result<StreamItem, GatewayError>> + Send + 'static,
+    ) -> Self {
+        use futures_util::StreamExt;
+        ItemStream(Box::pin(items.map(|r| r.map(|item| (item, None)))))
+    }
+
+    /// Items with their place.
+    pub fn positioned(items: impl Stream<Item = Positioned> + Send + 'static) -> Self {
+        ItemStream(Box::pin(items))
+    }
+
+    /// The items, each with its place.
+    pub fn with_positions(self) -> Pin<Box<dyn Stream<Item = Positioned> + Send>> {
+        self.0
+    }
+
+    /// Changes each item (and keeps its place).
+    pub fn map_items(
+        self,
+        mut f: impl FnMut(Result<StreamItem, GatewayError>) -> Result<StreamItem, GatewayError>
+            + Send
+            + 'static,
+    ) -> Self {
+        use futures_util::StreamExt;
+        ItemStream(Box::pin(self.0.map(move |r| match r {
+            Ok((item, at)) => f(Ok(item)).map(|item| (item, at)),
+            Err(e) => f(Err(e)).map(|item| (item, None)),
+        })))
+    }
+}
+
+impl Stream for ItemStream {
+    type Item = Result<StreamItem, GatewayError>;
+
+    fn poll_next(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        self.0
+            .as_mut()
+            .poll_next(cx)
+            .map(|o| o.map(|r| r.map(|(item, _)| item)))
+    }
+}
 
 /// A send, checked and ready to run.
 #[derive(Debug, Clone)]

@@ -87,6 +87,7 @@ pub(crate) async fn run(
         dialect,
         params,
         send: decoded,
+        resume,
     } = req;
     let send_params = || decoded.map_or_else(|| params::decode(params), |p| Ok(*p));
     let outcome: Result<RpcReply, GatewayError> = async {
@@ -133,8 +134,15 @@ pub(crate) async fn run(
                 }
             }
             Method::SendStreamingMessage => {
-                let send = send_request(send_params()?, dialect)?;
-                let items = service.stream(agent, caller, send).await?;
+                // The same stream request again, after a dropped stream: its task's stream
+                // picks up where the client left it, and the message is not sent again.
+                let items = match &resume {
+                    Some(from) => service.resume(agent, caller, from).await?,
+                    None => {
+                        let send = send_request(send_params()?, dialect)?;
+                        service.stream(agent, caller, send).await?
+                    }
+                };
                 Ok(stream(
                     &id,
                     dialect,
@@ -165,7 +173,14 @@ pub(crate) async fn run(
             Method::SubscribeToTask => {
                 let p: TaskIdParams = params::decode(params)?;
                 crate::telemetry::note_task(&p.id, None);
-                let items = service.subscribe(agent, caller, &p.id).await?;
+                let items = match &resume {
+                    // An event id of another task is as good as an unknown task.
+                    Some(from) if from.task_id != p.id => {
+                        return Err(GatewayError::TaskNotFound(from.task_id.clone()))
+                    }
+                    Some(from) => service.resume(agent, caller, from).await?,
+                    None => service.subscribe(agent, caller, &p.id).await?,
+                };
                 Ok(stream(
                     &id,
                     dialect,

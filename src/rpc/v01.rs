@@ -59,7 +59,7 @@ pub(super) async fn dispatch(
                         renamed(item, &name)
                     })
                 });
-                return Ok(stream_reply(id, agent, served, Box::pin(items)));
+                return Ok(stream_reply(id, agent, served, ItemStream::new(items)));
             }
             let result = service.send(agent, caller, send).await?;
             if let (SendResult::Task(t), None) = (&result, &known) {
@@ -169,7 +169,7 @@ async fn subscribe(
         Some((item, more.then_some(items)))
     })
     .map(move |item| item.map(|item| renamed(item, &name)));
-    Ok(stream_reply(id, agent, served, Box::pin(items)))
+    Ok(stream_reply(id, agent, served, ItemStream::new(items)))
 }
 
 fn stream_reply(id: &RpcId, agent: &Agent, served: &Served, items: ItemStream) -> RpcReply {

@@ -20,10 +20,11 @@ use crate::error::GatewayError;
 use crate::protocol::model::{
     new_id, Message, StreamEnd, StreamItem, Task, TaskState, TaskStatus, TaskStatusUpdateEvent,
 };
-use crate::protocol::ops::{ItemStream, ListTasksResponse, SendRequest, SendResult};
+use crate::protocol::ops::{ItemStream, ListTasksResponse, Positioned, SendRequest, SendResult};
 use crate::protocol::params::ListQuery;
+use crate::protocol::resume::ResumeFrom;
 use crate::routing::{conversation, ContextIndex};
-use crate::tasks::{Applied, TaskPage, Tasks, Viewer};
+use crate::tasks::{Applied, Logged, Resumed, TaskPage, Tasks, Viewer};
 
 use super::replicas::{self, Answer, Command, Forward};
 
@@ -193,6 +194,22 @@ impl Operations for LocalOps {
             }
         })
     }
+
+    fn resume<'a>(
+        &'a self,
+        agent: &'a Agent,
+        caller: &'a Principal,
+        from: &'a ResumeFrom,
+    ) -> LocalBoxFuture<'a, Result<ItemStream, GatewayError>> {
+        Box::pin(async move {
+            let id = from.task_id.as_str();
+            // Another replica's task: its events are not kept here (yet); a subscription.
+            if self.forward.is_some() && !self.tasks.holds(id) {
+                return self.subscribe(agent, caller, id).await;
+            }
+            self.resume_local(viewer(agent, caller), id, from.version)
+        })
+    }
 }
 
 impl LocalOps {
@@ -302,7 +319,7 @@ impl LocalOps {
         let mut saw_task = false;
         while let Some(update) = updates.recv().await {
             let ends_stream = match update? {
-                Update::Item(item) => match *item {
+                Update::Item(item, _) => match *item {
                     StreamItem::Message(m) => return Ok(Sent::Result(SendResult::Message(m))),
                     item => item.ends_stream(),
                 },
@@ -515,7 +532,7 @@ impl LocalOps {
     }
 
     fn subscribe_local(&self, v: Viewer<'_>, id: &str) -> Result<ItemStream, GatewayError> {
-        let (task, rx) = self
+        let (task, version, rx) = self
             .tasks
             .subscribe(v, id)
             .ok_or_else(|| GatewayError::TaskNotFound(id.to_string()))?;
@@ -523,26 +540,37 @@ impl LocalOps {
             return Err(terminal_task_error(id, task.status.state));
         }
         // Open until the task ends, through input-required and its answer (spec 3.1.6).
-        let first = StreamItem::Task(task);
-        let rest = stream::unfold(Some(rx), |rx| async move {
-            let mut rx = rx?;
-            match rx.recv().await {
-                Ok(item) => {
-                    let item = (*item).clone();
-                    let next = (!StreamEnd::Terminal.closes(&item)).then_some(rx);
-                    Some((Ok(item), next))
-                }
-                Err(broadcast::error::RecvError::Lagged(n)) => Some((
-                    Err(GatewayError::Internal(format!(
-                        "subscriber fell {n} events behind and was disconnected"
-                    ))),
-                    None,
-                )),
-                Err(broadcast::error::RecvError::Closed) => None,
-            }
-        });
-        Ok(Box::pin(
-            stream::once(async { Ok(first) }).chain_items(rest),
+        let first = (StreamItem::Task(task), Some(version));
+        Ok(ItemStream::positioned(
+            stream::once(async { Ok(first) }).chain_items(live(Some(rx))),
+        ))
+    }
+
+    /// A stream picked up after the event that made task `id` version `version`: the
+    /// events after it that the task's log holds, else the task as it is now; then the
+    /// live ones, to the task's end. A finished task's stream ends after the replay.
+    fn resume_local(
+        &self,
+        v: Viewer<'_>,
+        id: &str,
+        version: u64,
+    ) -> Result<ItemStream, GatewayError> {
+        let (resumed, rx) = self
+            .tasks
+            .resume(v, id, version)
+            .ok_or_else(|| GatewayError::TaskNotFound(id.to_string()))?;
+        let missed: Vec<Positioned> = match resumed {
+            Resumed::Events(events) => (events.iter())
+                .map(|e| Ok((e.item.clone(), Some(e.version))))
+                .collect(),
+            Resumed::Snapshot(task, at) => vec![Ok((StreamItem::Task(*task), Some(at)))],
+        };
+        let ended = missed
+            .iter()
+            .any(|m| matches!(m, Ok((item, _)) if item.finishes_task()));
+        let rx = rx.filter(|_| !ended);
+        Ok(ItemStream::positioned(
+            stream::iter(missed).chain_items(live(rx)),
         ))
     }
 }
@@ -620,6 +648,30 @@ struct Launched {
     history_length: Option<usize>,
 }
 
+/// A task's events as they come, each at its version, until the task ends (or the
+/// subscriber falls too far behind, which ends the stream with an error).
+fn live(
+    rx: Option<broadcast::Receiver<Arc<Logged>>>,
+) -> impl Stream<Item = Positioned> + Send + 'static {
+    stream::unfold(rx, |rx| async move {
+        let mut rx = rx?;
+        match rx.recv().await {
+            Ok(logged) => {
+                let item = logged.item.clone();
+                let next = (!StreamEnd::Terminal.closes(&item)).then_some(rx);
+                Some((Ok((item, Some(logged.version))), next))
+            }
+            Err(broadcast::error::RecvError::Lagged(n)) => Some((
+                Err(GatewayError::Internal(format!(
+                    "subscriber fell {n} events behind and was disconnected"
+                ))),
+                None,
+            )),
+            Err(broadcast::error::RecvError::Closed) => None,
+        }
+    })
+}
+
 /// `futures::StreamExt::chain` under a name that reads well at the call site.
 trait ChainItems: Stream + Sized {
     fn chain_items<S: Stream<Item = Self::Item>>(self, next: S) -> stream::Chain<Self, S> {
@@ -643,16 +695,16 @@ fn not_cancelable(id: &str, state: TaskState) -> GatewayError {
 /// follow-up's stream opens with its task already working again: see
 /// `Tasks::continue_with`.)
 fn until_stream_ends(updates: mpsc::Receiver<Result<Update, GatewayError>>) -> ItemStream {
-    Box::pin(stream::unfold(Some(updates), |rx| async move {
+    ItemStream::positioned(stream::unfold(Some(updates), |rx| async move {
         let mut rx = rx?;
         loop {
             let item = match rx.recv().await? {
-                Ok(Update::Item(item)) => Ok(*item),
+                Ok(Update::Item(item, version)) => Ok((*item, version)),
                 // A relaying sink sends no bare progress; nothing to show if one came.
                 Ok(Update::Progress { .. }) => continue,
                 Err(e) => Err(e),
             };
-            let more = matches!(&item, Ok(i) if !i.ends_stream());
+            let more = matches!(&item, Ok((i, _)) if !i.ends_stream());
             return Some((item, more.then_some(rx)));
         }
     }))
@@ -674,9 +726,9 @@ struct Job {
 }
 
 impl Job {
-    fn update_for(&self, task: &Task) -> Update {
+    fn update_for(&self, task: &Task, version: u64) -> Update {
         if self.streaming {
-            Update::Item(Box::new(StreamItem::Task(task.clone())))
+            Update::Item(Box::new(StreamItem::Task(task.clone())), Some(version))
         } else {
             Update::Progress { ends_stream: false }
         }
@@ -706,16 +758,17 @@ impl Job {
         };
         let status = self
             .tasks
-            .inspect(viewer, &self.task_id, |t| t.status.clone())
-            .filter(|s| s.state.is_terminal());
-        if let Some(status) = status {
+            .status_at(viewer, &self.task_id)
+            .filter(|(s, _)| s.state.is_terminal());
+        if let Some((status, version)) = status {
             let item = StreamItem::StatusUpdate(TaskStatusUpdateEvent {
                 task_id: self.task_id.clone(),
                 context_id: self.context_id.clone(),
                 status,
                 metadata: None,
             });
-            let _ = self.tx.send(Ok(Update::Item(Box::new(item)))).await;
+            let update = Update::Item(Box::new(item), Some(version));
+            let _ = self.tx.send(Ok(update)).await;
         }
     }
 
@@ -724,14 +777,14 @@ impl Job {
         let mut current = None;
         if let Some(id) = &self.continuing {
             // The task may have finished while this message waited for its turn.
-            match self.tasks.continue_with(id, &self.message, &cancel) {
-                Some(t) if !t.status.state.is_terminal() => {
+            match (self.tasks).continue_with(id, &self.message, &cancel, self.streaming) {
+                Some((t, version)) if !t.status.state.is_terminal() => {
                     // A caller that already left does not stop the work: it may come
                     // back with GetTask.
-                    let _ = self.tx.send(Ok(self.update_for(&t))).await;
+                    let _ = self.tx.send(Ok(self.update_for(&t, version))).await;
                     current = Some(t);
                 }
-                Some(t) => {
+                Some((t, _)) => {
                     let _ = self
                         .tx
                         .send(Err(terminal_task_error(id, t.status.state)))

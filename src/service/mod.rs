@@ -23,6 +23,7 @@ use crate::error::GatewayError;
 use crate::protocol::model::Task;
 use crate::protocol::ops::{ItemStream, ListTasksResponse, SendRequest, SendResult};
 use crate::protocol::params::ListQuery;
+use crate::protocol::resume::ResumeFrom;
 use crate::routing::{BoundedMap, ContextIndex};
 use crate::store::Kept;
 use crate::tasks::{Tasks, Viewer};
@@ -124,6 +125,18 @@ pub(crate) trait Operations {
         caller: &'a Principal,
         id: &'a str,
     ) -> LocalBoxFuture<'a, Result<ItemStream, GatewayError>>;
+
+    /// A stream picked up after the event that made the task `from.version`: the events
+    /// the client missed, then the live ones. Where the events are not kept here (an
+    /// upstream's task), the task as it is now, then the live ones (a subscription).
+    fn resume<'a>(
+        &'a self,
+        agent: &'a Agent,
+        caller: &'a Principal,
+        from: &'a ResumeFrom,
+    ) -> LocalBoxFuture<'a, Result<ItemStream, GatewayError>> {
+        self.subscribe(agent, caller, &from.task_id)
+    }
 }
 
 impl A2aService {
@@ -258,6 +271,17 @@ impl A2aService {
         id: &str,
     ) -> Result<ItemStream, GatewayError> {
         self.ops(agent).subscribe(agent, caller, id).await
+    }
+
+    /// A stream a client lost, picked up where it left it (`Last-Event-ID`): see
+    /// [`Operations::resume`].
+    pub(crate) async fn resume(
+        &self,
+        agent: &Agent,
+        caller: &Principal,
+        from: &ResumeFrom,
+    ) -> Result<ItemStream, GatewayError> {
+        self.ops(agent).resume(agent, caller, from).await
     }
 }
 

@@ -535,12 +535,14 @@ impl A2aService {
         mut req: SendRequest,
     ) -> Result<ItemStream, GatewayError> {
         let config = self.push.take_checked(&mut req).await?;
-        let mut items = self.ops(agent).stream(agent, caller, req).await?;
+        let items = self.ops(agent).stream(agent, caller, req).await?;
+        let mut items = items.with_positions();
         let first = items.next().await;
-        if let (Some(Ok(StreamItem::Task(task))), Some(config)) = (&first, config) {
+        if let (Some(Ok((StreamItem::Task(task), _))), Some(config)) = (&first, config) {
             self.push_inline(agent, caller, task.clone(), *config).await;
         }
-        Ok(Box::pin(futures_util::stream::iter(first).chain(items)))
+        let items = futures_util::stream::iter(first).chain(items);
+        Ok(ItemStream::positioned(items))
     }
 
     /// Stores a config a send gave inline for the task it started (or continued), and

@@ -150,15 +150,16 @@ pub(super) fn follow(
     };
     let rest = events
         .filter(move |p| std::future::ready(p.version > version))
-        .map(|p| StreamItem::from(TaskEvent::from(p.event)));
+        .map(|p| (StreamItem::from(TaskEvent::from(p.event)), p.version));
     let rest = (!done).then(|| Box::pin(rest));
     let rest = stream::unfold(rest, move |rest| async move {
         let mut rest = rest?;
-        let item = rest.next().await?;
+        let (item, at) = rest.next().await?;
         let next = (!end.closes(&item)).then_some(rest);
-        Some((Ok(item), next))
+        Some((Ok((item, Some(at))), next))
     });
-    Box::pin(stream::once(async move { Ok(first) }).chain(rest))
+    let first = (first, Some(version));
+    ItemStream::positioned(stream::once(async move { Ok(first) }).chain(rest))
 }
 
 /// `task` after the events that come until one ends a send (input needed, or finished).

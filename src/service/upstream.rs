@@ -5,7 +5,6 @@
 use std::sync::Arc;
 
 use futures_util::future::LocalBoxFuture;
-use futures_util::stream::StreamExt;
 
 use super::{Operations, Sent, TaskWriter};
 use crate::agents::{Admission, Agent, RemoteAgent};
@@ -143,7 +142,7 @@ impl Operations for UpstreamOps {
             let (caller, anonymous) = (caller.id.clone(), caller.anonymous);
             let agent_name = agent.name.clone();
             let remote = remote.clone();
-            let items: ItemStream = Box::pin(items.map(move |item| {
+            let items = items.map_items(move |item| {
                 let _held = &turn;
                 if let Ok(item) = &item {
                     remote.note_item(&caller, item);
@@ -153,7 +152,7 @@ impl Operations for UpstreamOps {
                     contexts.record(&caller, &t.context_id, &agent_name);
                 }
                 item
-            }));
+            });
             Ok(items)
         })
     }
@@ -221,11 +220,12 @@ impl Operations for UpstreamOps {
             let remote = self.callers_task(agent, caller, id).await?;
             let items = remote.subscribe(id).await?;
             let (remote, owner) = (remote.clone(), caller.id.clone());
-            let items: ItemStream = Box::pin(items.inspect(move |item| {
-                if let Ok(item) = item {
+            let items = items.map_items(move |item| {
+                if let Ok(item) = &item {
                     remote.note_item(&owner, item);
                 }
-            }));
+                item
+            });
             Ok(items)
         })
     }

@@ -335,6 +335,7 @@ mod tests {
             replica: None,
             cancel: None,
             bytes: 100,
+            log: None,
         }
     }
 

@@ -57,6 +57,54 @@ pub(crate) struct StoredTask {
     /// What the task takes in memory, approximately ([`ApproxBytes`]); the store's byte
     /// bound counts it.
     pub(crate) bytes: usize,
+    /// The task's latest events, kept from when it was first streamed so that a client
+    /// that lost its stream can resume it; none for a task nobody streamed.
+    pub(crate) log: Option<Box<EventLog>>,
+}
+
+/// One event of a task with the version it made.
+#[derive(Debug)]
+pub(crate) struct Logged {
+    pub(crate) version: u64,
+    pub(crate) item: StreamItem,
+}
+
+/// How many of a task's latest events a stream can be resumed from.
+pub(crate) const RESUME_EVENTS: usize = 256;
+
+/// A task's latest events, oldest first, at most [`RESUME_EVENTS`].
+#[derive(Debug, Default, Clone)]
+pub(crate) struct EventLog(std::collections::VecDeque<Arc<Logged>>);
+
+impl EventLog {
+    fn push(&mut self, entry: Arc<Logged>) {
+        if self.0.len() == RESUME_EVENTS {
+            self.0.pop_front();
+        }
+        self.0.push_back(entry);
+    }
+
+    /// The events after `version`, if the log reaches back to the one right after it.
+    fn after(&self, version: u64) -> Option<Vec<Arc<Logged>>> {
+        let oldest = self.0.front().map(|e| e.version);
+        match oldest {
+            Some(oldest) if oldest > version + 1 => None,
+            _ => Some(
+                (self.0.iter())
+                    .filter(|e| e.version > version)
+                    .cloned()
+                    .collect(),
+            ),
+        }
+    }
+}
+
+/// Where a resumed stream starts (see [`Tasks::resume`]).
+pub(crate) enum Resumed {
+    /// The events after the client's last, from the log.
+    Events(Vec<Arc<Logged>>),
+    /// The log does not reach back that far: the task as it is now, at its version.
+    Snapshot(Box<Task>, u64),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -127,6 +175,7 @@ impl StoredTask {
             replica,
             cancel: None,
             bytes,
+            log: None,
         }
     }
 }
@@ -148,7 +197,7 @@ impl Viewer<'_> {
 /// nothing here.
 #[derive(Default)]
 struct Fanout {
-    channels: FastMap<String, broadcast::Sender<Arc<StreamItem>>>,
+    channels: FastMap<String, broadcast::Sender<Arc<Logged>>>,
 }
 
 /// Small on purpose: subscribers that fall this far behind are told and cut off rather
@@ -156,19 +205,39 @@ struct Fanout {
 const SUBSCRIBER_BUFFER: usize = 128;
 
 impl Fanout {
-    fn subscribe(&self, id: &str) -> broadcast::Receiver<Arc<StreamItem>> {
+    fn subscribe(&self, id: &str) -> broadcast::Receiver<Arc<Logged>> {
         self.channels
             .entry(id.to_string())
             .or_insert_with(|| broadcast::channel(SUBSCRIBER_BUFFER).0)
             .subscribe()
     }
 
-    /// `item` is only built when someone listens: most tasks never have a subscriber.
-    fn publish(&self, id: &str, item: impl FnOnce() -> StreamItem, ends: bool) {
-        let Some(tx) = self.channels.get(id) else {
+    /// Publishes the event that made a task `version`, and keeps it in the task's `log`.
+    /// `item` is only built when someone listens or a log keeps it: most tasks have
+    /// neither.
+    fn publish(
+        &self,
+        id: &str,
+        version: u64,
+        item: impl FnOnce() -> StreamItem,
+        ends: bool,
+        log: Option<&mut EventLog>,
+    ) {
+        let tx = self.channels.get(id);
+        if tx.is_none() && log.is_none() {
+            return;
+        }
+        let entry = Arc::new(Logged {
+            version,
+            item: item(),
+        });
+        if let Some(log) = log {
+            log.push(entry.clone());
+        }
+        let Some(tx) = tx else {
             return;
         };
-        let abandoned = tx.send(Arc::new(item())).is_err();
+        let abandoned = tx.send(entry).is_err();
         drop(tx);
         if ends || abandoned {
             self.channels.remove(id);
@@ -342,6 +411,18 @@ impl Tasks {
         task: Task,
         cancel: Option<CancellationToken>,
     ) -> Result<(), StoreError> {
+        self.create_logged(agent, owner, task, cancel, false)
+    }
+
+    /// [`Self::create`]; `streamed`: the task's events are kept for resuming its stream.
+    pub(crate) fn create_logged(
+        &self,
+        agent: Arc<str>,
+        owner: Arc<str>,
+        task: Task,
+        cancel: Option<CancellationToken>,
+        streamed: bool,
+    ) -> Result<(), StoreError> {
         let counted = !task.status.state.is_terminal();
         let bytes = task.approx_bytes();
         if counted {
@@ -373,6 +454,7 @@ impl Tasks {
             replica: None,
             cancel,
             bytes,
+            log: streamed.then(Box::default),
         });
         if inserted.is_err() && counted {
             self.finished(&owner, bytes);
@@ -508,6 +590,12 @@ impl Tasks {
     /// Stores and publishes one event. Events for finished tasks are dropped, which is what
     /// makes cancel final even while the backend is still producing output.
     pub(crate) fn apply(&self, id: &str, event: &TaskEvent) -> Applied {
+        self.apply_at(id, event).0
+    }
+
+    /// [`Self::apply`], with the version the event made (none when it was dropped or said
+    /// nothing new).
+    pub(crate) fn apply_at(&self, id: &str, event: &TaskEvent) -> (Applied, Option<u64>) {
         let mut applied = Applied::TaskFinished;
         let mut version = None;
         let found = self.store.update(id, &mut |st| {
@@ -540,16 +628,17 @@ impl Tasks {
             version = Some(st.version);
             self.fanout.publish(
                 id,
+                st.version,
                 || StreamItem::from(event.clone()),
                 event.finishes_task(),
+                st.log.as_deref_mut(),
             );
             applied = Applied::Yes;
         });
         self.share_event(id, version, event);
-        if found {
-            applied
-        } else {
-            Applied::NotFound
+        match found {
+            true => (applied, version),
+            false => (Applied::NotFound, None),
         }
     }
 
@@ -557,15 +646,20 @@ impl Tasks {
     /// token; returns the task with the message taken in (finished ones unchanged). A task
     /// that was waiting for this answer is working again from here on, and its
     /// subscribers are told so.
+    /// `streamed`: the follow-up streams, so the task's events are kept from here on.
     pub(crate) fn continue_with(
         &self,
         id: &str,
         message: &Message,
         cancel: &CancellationToken,
-    ) -> Option<Task> {
+        streamed: bool,
+    ) -> Option<(Task, u64)> {
         let mut out = None;
         let mut working = None;
         self.store.update(id, &mut |st| {
+            if streamed {
+                st.log.get_or_insert_with(Box::default);
+            }
             if !st.task.status.state.is_terminal() {
                 st.task.history.push(message.clone());
                 st.cancel = Some(cancel.clone());
@@ -582,13 +676,14 @@ impl Tasks {
                 });
                 st.task.apply(&event);
                 st.version += 1;
-                self.fanout
-                    .publish(id, || StreamItem::from(event.clone()), false);
+                let log = st.log.as_deref_mut();
+                let item = || StreamItem::from(event.clone());
+                self.fanout.publish(id, st.version, item, false, log);
                 working = Some((st.version, event));
             }
             // Taken after the answer moved the task on: a streamed follow-up opens with
             // this snapshot, and a client reading its state must not see the question again.
-            out = Some(st.task.clone());
+            out = Some((st.task.clone(), st.version));
         });
         if let Some((version, event)) = working {
             self.share_event(id, Some(version), &event);
@@ -606,16 +701,55 @@ impl Tasks {
         }
     }
 
-    /// The current task and a receiver of every later event, taken atomically.
+    /// The current task, its version and a receiver of every later event, taken
+    /// atomically. From here on the task's events are kept for resuming.
     pub(crate) fn subscribe(
         &self,
         viewer: Viewer<'_>,
         id: &str,
-    ) -> Option<(Task, broadcast::Receiver<Arc<StreamItem>>)> {
+    ) -> Option<(Task, u64, broadcast::Receiver<Arc<Logged>>)> {
+        let mut out = None;
+        self.store.update(id, &mut |st| {
+            if viewer.sees(st) {
+                st.log.get_or_insert_with(Box::default);
+                out = Some((st.task.clone(), st.version, self.fanout.subscribe(id)));
+            }
+        });
+        out
+    }
+
+    /// A stream resumed after the event that made the task `version`: what the client
+    /// missed and, for an unfinished task, a receiver of every later event, taken
+    /// atomically. None for a task the viewer does not see, or a version it never had.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn resume(
+        &self,
+        viewer: Viewer<'_>,
+        id: &str,
+        version: u64,
+    ) -> Option<(Resumed, Option<broadcast::Receiver<Arc<Logged>>>)> {
+        let mut out = None;
+        self.store.update(id, &mut |st| {
+            if !viewer.sees(st) || version > st.version {
+                return;
+            }
+            let finished = st.task.status.state.is_terminal();
+            let log = st.log.get_or_insert_with(Box::default);
+            let resumed = match log.after(version) {
+                Some(events) => Resumed::Events(events),
+                None => Resumed::Snapshot(Box::new(st.task.clone()), st.version),
+            };
+            out = Some((resumed, (!finished).then(|| self.fanout.subscribe(id))));
+        });
+        out
+    }
+
+    /// The task's status and version, for a stream that must end with it.
+    pub(crate) fn status_at(&self, viewer: Viewer<'_>, id: &str) -> Option<(TaskStatus, u64)> {
         let mut out = None;
         self.store.read(id, &mut |st| {
             if viewer.sees(st) {
-                out = Some((st.task.clone(), self.fanout.subscribe(id)));
+                out = Some((st.task.status.clone(), st.version));
             }
         });
         out
@@ -658,5 +792,47 @@ impl From<StoreError> for crate::error::GatewayError {
             ),
             other => crate::error::GatewayError::Internal(other.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod log_tests {
+    use super::*;
+
+    fn logged(version: u64) -> Arc<Logged> {
+        let status = TaskStatus::now(TaskState::Working, None);
+        let event = TaskStatusUpdateEvent {
+            task_id: "t".into(),
+            context_id: "c".into(),
+            status,
+            metadata: None,
+        };
+        Arc::new(Logged {
+            version,
+            item: StreamItem::StatusUpdate(event),
+        })
+    }
+
+    #[test]
+    fn a_log_replays_what_it_holds_and_says_when_it_does_not_reach_back() {
+        let mut log = EventLog::default();
+        let versions =
+            |events: Vec<Arc<Logged>>| events.iter().map(|e| e.version).collect::<Vec<_>>();
+        assert_eq!(log.after(0).map(versions), Some(vec![]));
+        for v in 1..=(RESUME_EVENTS as u64 + 10) {
+            log.push(logged(v));
+        }
+        // The oldest 10 are gone: from 11 on.
+        assert!(log.after(9).is_none());
+        assert_eq!(
+            log.after(10).map(versions).map(|v| v.len()),
+            Some(RESUME_EVENTS)
+        );
+        let last = RESUME_EVENTS as u64 + 10;
+        assert_eq!(
+            log.after(last - 2).map(versions),
+            Some(vec![last - 1, last])
+        );
+        assert_eq!(log.after(last).map(versions), Some(vec![]));
     }
 }

@@ -32,6 +32,7 @@ mod policies;
 mod push;
 mod replicas;
 mod rest;
+mod resume;
 mod routing;
 mod running;
 mod store;

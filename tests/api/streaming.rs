@@ -232,7 +232,14 @@ async fn sse_framing_and_headers() {
     assert_eq!(resp.headers()["content-type"], "text/event-stream");
     assert_eq!(resp.headers()["x-accel-buffering"], "no");
     let text = resp.text().await.unwrap();
-    assert!(text.starts_with("data: {"), "{text}");
+    // Each event names its task and place (for Last-Event-ID), then its data.
+    assert!(text.starts_with("id: "), "{text}");
+    let first = text.split("\n\n").next().unwrap();
+    let (id, data) = first.split_once('\n').unwrap();
+    assert!(data.starts_with("data: {"), "{text}");
+    let task: Value = serde_json::from_str(data.trim_start_matches("data: ")).unwrap();
+    let task_id = task["result"]["task"]["id"].as_str().unwrap();
+    assert_eq!(id, format!("id: {task_id}:0"));
     assert!(text.ends_with("\n\n"));
 }
 

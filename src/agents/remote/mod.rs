@@ -814,9 +814,9 @@ impl RemoteAgent {
             _ = tokio::time::sleep(FIRST_EVENT_GRACE.min(limit)) => {
                 let items = futures_util::stream::once(open).flat_map(|relay| match relay {
                     Ok(relay) => relay.into_stream(),
-                    Err(e) => Box::pin(futures_util::stream::iter([Err(e)])),
+                    Err(e) => ItemStream::new(futures_util::stream::iter([Err(e)])),
                 });
-                Ok(Box::pin(items))
+                Ok(ItemStream::new(items))
             }
         }
     }

@@ -110,7 +110,7 @@ impl Relay {
     }
 
     pub(super) fn into_stream(self) -> ItemStream {
-        Box::pin(stream::unfold(self, |mut r| async move {
+        ItemStream::new(stream::unfold(self, |mut r| async move {
             let item = r.next_item().await?;
             Some((item, r))
         }))
