@@ -203,11 +203,26 @@ impl Operations for LocalOps {
     ) -> LocalBoxFuture<'a, Result<ItemStream, GatewayError>> {
         Box::pin(async move {
             let id = from.task_id.as_str();
-            // Another replica's task: its events are not kept here (yet); a subscription.
-            if self.forward.is_some() && !self.tasks.holds(id) {
-                return self.subscribe(agent, caller, id).await;
+            let v = viewer(agent, caller);
+            let Some(forward) = self.forward.as_ref().filter(|_| !self.tasks.holds(id)) else {
+                return self.resume_local(v, id, from.version);
+            };
+            // Another replica's task: its log is in the shared store. Subscribed before
+            // the log and the task are read: no event falls between.
+            let events = forward.events(id).await?;
+            let logged = forward.logged(id).await?;
+            self.tasks.hydrate(id).await?;
+            match self.tasks.held_elsewhere(v, id) {
+                Some((_, task, version)) if from.version <= version => Ok(replicas::resume(
+                    task,
+                    version,
+                    from.version,
+                    logged,
+                    events,
+                )),
+                Some(_) => Err(GatewayError::TaskNotFound(id.to_string())),
+                None => self.resume_local(v, id, from.version),
             }
-            self.resume_local(viewer(agent, caller), id, from.version)
         })
     }
 }

@@ -134,6 +134,70 @@ impl Forward {
     }
 }
 
+impl Forward {
+    /// The events a streamed task's log holds in the shared store, oldest first (none
+    /// for a task nobody streamed).
+    pub(super) async fn logged(&self, task_id: &str) -> Result<Vec<Published>, GatewayError> {
+        let key = self.shared.keys.log(task_id);
+        let entries: Vec<String> = self
+            .shared
+            .with(|mut c| async move { c.lrange(key, 0, -1).await })
+            .await
+            .map_err(unavailable)?;
+        Ok((entries.iter())
+            .filter_map(|json| serde_json::from_str(json).ok())
+            .collect())
+    }
+}
+
+/// A stream of a task another replica runs, picked up after the event that made it
+/// version `after`: the events after it from the task's log (`logged`), else the task as it
+/// is now (`task`, at `version`); then the live `events`, to the task's end.
+pub(super) fn resume(
+    task: Task,
+    version: u64,
+    after: u64,
+    logged: Vec<Published>,
+    events: impl Stream<Item = Published> + Send + 'static,
+) -> ItemStream {
+    let reaches = logged
+        .first()
+        .map_or(after == version, |p| p.version <= after + 1);
+    if !reaches {
+        return follow(task, version, events, StreamEnd::Terminal);
+    }
+    let missed: Vec<(StreamItem, u64)> = (logged.into_iter())
+        .filter(|p| p.version > after)
+        .map(|p| (StreamItem::from(TaskEvent::from(p.event)), p.version))
+        .collect();
+    let seen = missed.last().map_or(after, |(_, v)| *v);
+    let ended = missed.iter().any(|(item, _)| item.finishes_task());
+    // Finished, its last event not in the log (written as the log was read): that event.
+    let finish = (!ended && task.status.state.is_terminal() && seen < version).then(|| {
+        let status = crate::protocol::model::TaskStatusUpdateEvent {
+            task_id: task.id.clone(),
+            context_id: task.context_id.clone(),
+            status: task.status.clone(),
+            metadata: None,
+        };
+        (StreamItem::StatusUpdate(status), version)
+    });
+    let done = ended || finish.is_some();
+    let replayed =
+        stream::iter(missed.into_iter().chain(finish)).map(|(item, at)| Ok((item, Some(at))));
+    let live = events
+        .filter(move |p| std::future::ready(p.version > seen))
+        .map(|p| (StreamItem::from(TaskEvent::from(p.event)), p.version));
+    let live = (!done).then(|| Box::pin(live));
+    let live = stream::unfold(live, |live| async move {
+        let mut live = live?;
+        let (item, at) = live.next().await?;
+        let next = (!StreamEnd::Terminal.closes(&item)).then_some(live);
+        Some((Ok((item, Some(at))), next))
+    });
+    ItemStream::positioned(replayed.chain(live))
+}
+
 /// The caller's stream of a task another replica runs: `first`, then every event after
 /// `version` until `end` closes the stream.
 pub(super) fn follow(

@@ -89,8 +89,9 @@ enum Change {
     /// The task is gone from memory (evicted, past retention): its id and creation number,
     /// and for a shared store, where it is not deleted, what it was.
     TaskRemoved(String, u64, Option<Box<Snapshot>>),
-    /// A task's event, for other replicas' subscribers (shared stores only).
-    Event(String, u64, Box<TaskEvent>),
+    /// A task's event, for other replicas' subscribers (shared stores only); whether the
+    /// task's events are kept for resuming streams (it was streamed).
+    Event(String, u64, Box<TaskEvent>, bool),
     /// Answered once everything sent before it is written.
     Barrier(tokio::sync::oneshot::Sender<()>),
     Record {
@@ -208,13 +209,15 @@ impl Journal {
         self.send(Change::TaskRemoved(id, seq, last));
     }
 
-    /// A task took an event, which made its version `version`.
-    pub(crate) fn event(&self, id: &str, version: u64, event: &TaskEvent) {
+    /// A task took an event, which made its version `version`; `logged`: the task's events
+    /// are kept for resuming its streams, there too.
+    pub(crate) fn event(&self, id: &str, version: u64, event: &TaskEvent, logged: bool) {
         if self.shares_events {
             self.send(Change::Event(
                 id.to_string(),
                 version,
                 Box::new(event.clone()),
+                logged,
             ));
         }
     }
@@ -263,7 +266,8 @@ pub(crate) struct Batch {
     pub(crate) removed: Vec<(String, u64)>,
     pub(crate) records: Vec<(Table, String, String)>,
     /// In the order they happened, after the tasks they changed.
-    pub(crate) events: Vec<(String, u64, Box<TaskEvent>)>,
+    /// Each with whether the task's events are kept for resuming (see [`Journal::event`]).
+    pub(crate) events: Vec<(String, u64, Box<TaskEvent>, bool)>,
 }
 
 impl Batch {
@@ -288,7 +292,7 @@ struct Pending {
     /// Tasks memory let go of, as they were (shared stores).
     last: Vec<Snapshot>,
     records: HashMap<(Table, String), String>,
-    events: Vec<(String, u64, Box<TaskEvent>)>,
+    events: Vec<(String, u64, Box<TaskEvent>, bool)>,
     flushes: Vec<SyncSender<()>>,
     barriers: Vec<tokio::sync::oneshot::Sender<()>>,
     stop: bool,
@@ -308,7 +312,7 @@ impl Pending {
                 }
                 self.removed.push((id, seq));
             }
-            Change::Event(id, version, event) => {
+            Change::Event(id, version, event, logged) => {
                 // The task is written in the same batch as its event: a reader never finds
                 // the event published and the task older than it.
                 if let Ok(uuid) = uuid::Uuid::try_parse(&id) {
@@ -316,7 +320,7 @@ impl Pending {
                         self.tasks.push(uuid.as_u128());
                     }
                 }
-                self.events.push((id, version, event));
+                self.events.push((id, version, event, logged));
             }
             Change::Barrier(done) => self.barriers.push(done),
             Change::Record { table, key, value } => {

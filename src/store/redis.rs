@@ -66,6 +66,10 @@ impl Keys {
     pub(crate) fn events(&self, id: &str) -> String {
         format!("{}events:{id}", self.prefix)
     }
+    /// A streamed task's latest events, for resuming its streams through any replica.
+    pub(crate) fn log(&self, id: &str) -> String {
+        format!("{}log:{id}", self.prefix)
+    }
     pub(crate) fn commands(&self, replica: &str) -> String {
         format!("{}commands:{replica}", self.prefix)
     }
@@ -117,6 +121,17 @@ struct EnvelopeOut<'a> {
 
 fn encode_error(e: serde_json::Error) -> redis::RedisError {
     redis::RedisError::from((redis::ErrorKind::Client, "encode", e.to_string()))
+}
+
+/// Appends a published event to a task's log, keeping the latest
+/// [`crate::tasks::RESUME_EVENTS`]; the log expires with its task.
+fn log_event(pipe: &mut redis::Pipeline, key: &str, json: &str, retention_secs: u64) {
+    let keep = crate::tasks::RESUME_EVENTS as isize;
+    pipe.rpush(key, json).ignore();
+    pipe.ltrim(key, -keep, -1).ignore();
+    if retention_secs > 0 {
+        pipe.expire(key, retention_secs as i64).ignore();
+    }
 }
 
 /// One published event of a task.
@@ -247,12 +262,15 @@ impl RedisBackend {
                 pipe.sadd(&running, &row.id).ignore();
             }
         }
-        for (id, version, event) in &batch.events {
+        for (id, version, event, logged) in &batch.events {
             let published = Published {
                 version: *version,
                 event: PublishedEvent::from(event.as_ref()),
             };
             let json = serde_json::to_string(&published).map_err(encode_error)?;
+            if *logged {
+                log_event(&mut pipe, &self.keys.log(id), &json, self.retention_secs);
+            }
             pipe.publish(self.keys.events(id), json).ignore();
         }
         for (table, key, value) in &batch.records {
@@ -674,6 +692,7 @@ impl Shared {
         let body = serde_json::to_string(&envelope).map_err(|e| e.to_string())?;
         let published = serde_json::to_string(&published).map_err(|e| e.to_string())?;
         let (key, channel) = (self.keys.task(id), self.keys.events(id));
+        let log = self.keys.log(id);
         self.with(|mut c| async move {
             let mut pipe = redis::pipe();
             pipe.atomic();
@@ -681,6 +700,8 @@ impl Shared {
                 0 => pipe.set(key, body).ignore(),
                 secs => pipe.set_ex(key, body, secs).ignore(),
             };
+            // Into the task's log only if it has one (it was streamed).
+            pipe.rpush_exists(&log, &published).ignore();
             pipe.publish(channel, published).ignore();
             pipe.query_async::<()>(&mut c).await
         })

@@ -598,6 +598,7 @@ impl Tasks {
     pub(crate) fn apply_at(&self, id: &str, event: &TaskEvent) -> (Applied, Option<u64>) {
         let mut applied = Applied::TaskFinished;
         let mut version = None;
+        let mut logged = false;
         let found = self.store.update(id, &mut |st| {
             if st.task.status.state.is_terminal() {
                 return;
@@ -626,6 +627,7 @@ impl Tasks {
             }
             st.version += 1;
             version = Some(st.version);
+            logged = st.log.is_some();
             self.fanout.publish(
                 id,
                 st.version,
@@ -635,7 +637,7 @@ impl Tasks {
             );
             applied = Applied::Yes;
         });
-        self.share_event(id, version, event);
+        self.share_event(id, version, event, logged);
         match found {
             true => (applied, version),
             false => (Applied::NotFound, None),
@@ -677,16 +679,17 @@ impl Tasks {
                 st.task.apply(&event);
                 st.version += 1;
                 let log = st.log.as_deref_mut();
+                let logged = log.is_some();
                 let item = || StreamItem::from(event.clone());
                 self.fanout.publish(id, st.version, item, false, log);
-                working = Some((st.version, event));
+                working = Some((st.version, event, logged));
             }
             // Taken after the answer moved the task on: a streamed follow-up opens with
             // this snapshot, and a client reading its state must not see the question again.
             out = Some((st.task.clone(), st.version));
         });
-        if let Some((version, event)) = working {
-            self.share_event(id, Some(version), &event);
+        if let Some((version, event, logged)) = working {
+            self.share_event(id, Some(version), &event, logged);
         }
         out
     }
@@ -695,9 +698,9 @@ impl Tasks {
     /// task's lock is let go, since the journal may make a sender wait for the writer,
     /// which reads tasks under their locks. (A cancel racing its task's own last event
     /// may so reach other replicas first; the cancel ends their streams either way.)
-    fn share_event(&self, id: &str, version: Option<u64>, event: &TaskEvent) {
+    fn share_event(&self, id: &str, version: Option<u64>, event: &TaskEvent, logged: bool) {
         if let (Some((journal, _)), Some(version)) = (self.shared.get(), version) {
-            journal.event(id, version, event);
+            journal.event(id, version, event, logged);
         }
     }
 

@@ -103,7 +103,7 @@ struct Logged {
 }
 
 /// nginx running the shipped configuration in front of replicas; stopped when dropped.
-struct Nginx {
+pub(crate) struct Nginx {
     child: Child,
     port: u16,
     dir: tempfile::TempDir,
@@ -117,7 +117,7 @@ impl Drop for Nginx {
 }
 
 impl Nginx {
-    fn start(replicas: &[Running]) -> Nginx {
+    pub(crate) fn start(replicas: &[Running]) -> Nginx {
         let nginx = nginx_bin();
         let shipped = std::fs::read_to_string(repo_root().join("deploy/compose/nginx.conf"))
             .expect("deploy/compose/nginx.conf");
@@ -164,7 +164,7 @@ impl Nginx {
         Nginx { child, port, dir }
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.port)
     }
 

@@ -2,13 +2,16 @@
 //! client that lost its connection comes back with `Last-Event-ID` and gets what it missed,
 //! in order and once, then the live events, then the end.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use crate::balancer::Nginx;
 use crate::helpers::{parse_sse, rpc, spawn_with, TestGateway, D};
+use crate::replicas::{redis_url, Prefix};
+use crate::running::Running;
 
 /// A program that writes six lines, a fifth of a second apart: six artifact chunks.
 fn ticker() -> String {
@@ -44,14 +47,16 @@ fn gist(e: &Event) -> String {
     format!("other {r}")
 }
 
-/// Opens a stream by hand on a raw connection (so that the test decides how it ends):
-/// the request, with `last_event_id` if given; returns the socket, read past the head.
-fn open(
-    base: &str,
-    method: &str,
-    params: Value,
-    last_event_id: Option<&str>,
-) -> BufReader<TcpStream> {
+/// A stream read by hand off a raw connection (so that the test decides how it ends).
+struct Raw {
+    reader: BufReader<TcpStream>,
+    /// Decoded body not yet read as events.
+    buf: String,
+    ended: bool,
+}
+
+/// Opens a stream (`POST path` on `base`), with `last_event_id` if given; read past the head.
+fn open(base: &str, method: &str, params: Value, last_event_id: Option<&str>) -> Raw {
     let addr = base.trim_start_matches("http://").to_string();
     let mut socket = TcpStream::connect(&addr).unwrap();
     socket
@@ -70,47 +75,66 @@ fn open(
     loop {
         line.clear();
         reader.read_line(&mut line).unwrap();
+        assert!(!line.is_empty(), "the connection closed before the head");
         if line == "\r\n" {
             break;
         }
     }
-    reader
+    Raw {
+        reader,
+        buf: String::new(),
+        ended: false,
+    }
 }
 
-/// Reads events until `n` are read (or the stream ends: `n` = usize::MAX).
-fn read_events(reader: &mut BufReader<TcpStream>, n: usize) -> Vec<Event> {
-    let mut events = Vec::new();
-    let (mut id, mut data) = (None, String::new());
-    let mut line = String::new();
-    while events.len() < n {
-        line.clear();
-        // Chunked encoding: size lines and data lines interleave; only SSE fields count.
-        match reader.read_line(&mut line) {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
-        }
-        let text = line.trim_end_matches(['\r', '\n']);
-        if let Some(v) = text.strip_prefix("id:") {
-            id = Some(v.trim().to_string());
-        } else if let Some(v) = text.strip_prefix("data:") {
-            data.push_str(v.trim_start());
-        } else if text.is_empty() && !data.is_empty() {
-            events.push(Event {
-                id: id.take(),
-                data: serde_json::from_str(&data).unwrap(),
-            });
-            data.clear();
-        } else if text == "0" {
-            // The last chunk: the stream ended.
-            break;
+impl Raw {
+    /// The next event; none once the stream ended.
+    fn next_event(&mut self) -> Option<Event> {
+        loop {
+            if let Some(at) = self.buf.find("\n\n") {
+                let block: String = self.buf.drain(..at + 2).collect();
+                let (mut id, mut data) = (None, String::new());
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("id:") {
+                        id = Some(v.trim().to_string());
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push_str(v.trim_start());
+                    }
+                }
+                if !data.is_empty() {
+                    let data = serde_json::from_str(&data).unwrap();
+                    return Some(Event { id, data });
+                }
+                continue;
+            }
+            if self.ended {
+                return None;
+            }
+            // One chunk of the chunked body (a proxy may cut events anywhere).
+            let mut size = String::new();
+            if self.reader.read_line(&mut size).unwrap_or(0) == 0 {
+                self.ended = true;
+                continue;
+            }
+            let size = usize::from_str_radix(size.trim(), 16).expect("a chunk size");
+            let mut chunk = vec![0; size + 2];
+            if size == 0 || self.reader.read_exact(&mut chunk).is_err() {
+                self.ended = true;
+                continue;
+            }
+            self.buf.push_str(&String::from_utf8_lossy(&chunk[..size]));
         }
     }
-    events
+
+    /// Up to `n` events (all of them, to the end: `usize::MAX`).
+    fn events(&mut self, n: usize) -> Vec<Event> {
+        std::iter::from_fn(|| self.next_event()).take(n).collect()
+    }
 }
 
 /// Drops a connection abruptly: a reset instead of a close.
-fn reset(reader: BufReader<TcpStream>) {
-    let socket = reader.into_inner();
+fn reset(raw: Raw) {
+    let socket = raw.reader.into_inner();
     socket2::SockRef::from(&socket)
         .set_linger(Some(Duration::ZERO))
         .unwrap();
@@ -159,7 +183,7 @@ async fn a_dropped_stream_resumes_where_it_left_off() {
         let (first, rest) = tokio::task::spawn_blocking({
             move || {
                 let mut stream = open(&base, "SendStreamingMessage", send_params(), None);
-                let first = read_events(&mut stream, 4);
+                let first = stream.events(4);
                 match how {
                     "rst" => reset(stream),
                     _ => drop(stream),
@@ -177,8 +201,7 @@ async fn a_dropped_stream_resumes_where_it_left_off() {
                     "SubscribeToTask" => json!({"id": task}),
                     _ => send_params(),
                 };
-                let mut again = open(&base, method, params, Some(&id));
-                let rest = read_events(&mut again, usize::MAX);
+                let rest = open(&base, method, params, Some(&id)).events(usize::MAX);
                 (first, rest)
             }
         })
@@ -290,4 +313,118 @@ async fn an_id_of_another_task_or_caller_is_refused_like_an_unknown_task() {
     );
     // The gateway is none the worse.
     assert_eq!(whole_stream(gw).await.len(), 9);
+}
+
+/// Versions of events as their ids say.
+fn versions(events: &[Event]) -> Vec<u64> {
+    (events.iter())
+        .map(|e| {
+            e.id.as_deref()
+                .expect("an id")
+                .rsplit(':')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect()
+}
+
+/// Through the shipped nginx in front of three replicas sharing Redis: a stream dropped and
+/// picked up through whichever replica nginx picks; then one whose replica is killed while
+/// the client is away, picked up through a survivor: what it missed up to the kill, then
+/// the task's failure once the replica's lease runs out.
+#[tokio::test]
+async fn a_stream_resumes_through_another_replica_behind_nginx_even_when_its_replica_died() {
+    let url = redis_url();
+    let prefix = Prefix::new(url);
+    let gateway = format!(
+        "[store]\nkind = \"redis\"\nurl = \"{url}\"\nkey_prefix = \"{}\"\nlease_secs = 2\n",
+        prefix.prefix
+    );
+    let ticker = ticker();
+    let mut gws: Vec<Running> = (0..3)
+        .map(|_| Running::start(&[("ticker.toml", &ticker)], &gateway, "info"))
+        .collect();
+    let nginx = Nginx::start(&gws);
+    let through = nginx.url("");
+    let first_replica = gws[0].base.clone();
+    let (whole, joined, seams) = tokio::task::spawn_blocking(move || {
+        let whole = open(&through, "SendStreamingMessage", send_params(), None).events(usize::MAX);
+        let mut joined = Vec::new();
+        let mut seams = Vec::new();
+        for _ in 0..3 {
+            let mut stream = open(&through, "SendStreamingMessage", send_params(), None);
+            let first = stream.events(4);
+            drop(stream);
+            std::thread::sleep(Duration::from_millis(400));
+            let task = first[0].data["result"]["task"]["id"]
+                .as_str()
+                .unwrap()
+                .to_string();
+            let id = first.last().unwrap().id.clone().unwrap();
+            let rest = open(&through, "SubscribeToTask", json!({"id": task}), Some(&id))
+                .events(usize::MAX);
+            seams.push((versions(&first), versions(&rest)));
+            joined.push(first.iter().chain(&rest).map(gist).collect::<Vec<_>>());
+        }
+        (whole, joined, seams)
+    })
+    .await
+    .unwrap();
+    let whole: Vec<String> = whole.iter().map(gist).collect();
+    assert_eq!(whole.len(), 9, "{whole:?}");
+    for (joined, seam) in joined.iter().zip(&seams) {
+        assert_eq!(joined, &whole, "{seam:?}");
+    }
+
+    // The replica running the task dies while its client is away.
+    let (first, stream_task) = tokio::task::spawn_blocking(move || {
+        let mut stream = open(&first_replica, "SendStreamingMessage", send_params(), None);
+        let first = stream.events(3);
+        reset(stream);
+        let task = first[0].data["result"]["task"]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        (first, task)
+    })
+    .await
+    .unwrap();
+    gws[0].kill_hard();
+    let through = nginx.url("");
+    let id = first.last().unwrap().id.clone().unwrap();
+    let rest = tokio::task::spawn_blocking(move || {
+        open(
+            &through,
+            "SubscribeToTask",
+            json!({"id": stream_task}),
+            Some(&id),
+        )
+        .events(usize::MAX)
+    })
+    .await
+    .unwrap();
+    let all: Vec<u64> = versions(&first)
+        .into_iter()
+        .chain(versions(&rest))
+        .collect();
+    assert!(all.windows(2).all(|w| w[1] == w[0] + 1), "{all:?}");
+    let last =
+        &rest.last().expect("events after the seam").data["result"]["statusUpdate"]["status"];
+    assert_eq!(last["state"], "TASK_STATE_FAILED", "{rest:?}");
+    assert!(
+        last["message"]["parts"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("did not survive"),
+        "{last}"
+    );
+    // What came before the failure is what an uninterrupted stream had at those places.
+    let before: Vec<String> = first
+        .iter()
+        .chain(&rest[..rest.len() - 1])
+        .map(gist)
+        .collect();
+    assert_eq!(before, whole[..before.len()], "{before:?}");
 }
