@@ -76,8 +76,9 @@ pub(crate) fn build_state(ready: Ready) -> std::io::Result<(AppState, Vec<String
         crate::store::open(&gateway.store, &base, memory.clone()).map_err(std::io::Error::other)?;
     if let Some(journal) = &store.journal {
         memory.write_behind(journal.clone());
-        if let Some(shared) = &store.shared {
-            tasks.share(journal.clone(), shared.clone());
+        match &store.shared {
+            Some(shared) => tasks.share(journal.clone(), shared.clone()),
+            None => tasks.keep_events(journal.clone()),
         }
     }
     let rows = std::mem::take(&mut loaded.tasks);

@@ -29,6 +29,9 @@ pub(crate) struct TaskRow {
     pub(crate) owner: Arc<str>,
     pub(crate) seq: u64,
     pub(crate) version: u64,
+    /// The latest events of a streamed task, with the versions they made, oldest first
+    /// (kept for resuming its streams; empty for a task nobody streamed).
+    pub(crate) events: Vec<(u64, TaskEvent)>,
 }
 
 /// A task as it is to be written: read from memory when its batch is written, its body
@@ -192,6 +195,12 @@ pub(crate) struct Journal {
 
 const JOURNAL_BACKLOG: usize = 65_536;
 
+/// How far past its last written version a task's failure is numbered when the process
+/// that ran it died (a crash, a dead replica): that process may have sent events it had not
+/// written, at most what its journal held and the batch it was writing. A client that saw
+/// one resumes past it and still gets the failure.
+pub(crate) const UNWRITTEN_EVENTS: u64 = 2 * JOURNAL_BACKLOG as u64;
+
 impl Journal {
     pub(crate) fn task_changed(&self, key: TaskKey) {
         self.send(Change::Task(key));
@@ -212,7 +221,7 @@ impl Journal {
     /// A task took an event, which made its version `version`; `logged`: the task's events
     /// are kept for resuming its streams, there too.
     pub(crate) fn event(&self, id: &str, version: u64, event: &TaskEvent, logged: bool) {
-        if self.shares_events {
+        if self.shares_events || logged {
             self.send(Change::Event(
                 id.to_string(),
                 version,

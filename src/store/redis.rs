@@ -507,6 +507,7 @@ impl From<Envelope> for TaskRow {
             owner: e.owner.into(),
             seq: e.seq,
             version: e.version,
+            events: Vec::new(),
         }
     }
 }
@@ -684,7 +685,8 @@ impl Shared {
             metadata: None,
         };
         task.apply(&TaskEvent::Status(event.clone()));
-        envelope.version += 1;
+        // Past whatever the dead replica sent its clients without writing it.
+        envelope.version += super::UNWRITTEN_EVENTS;
         let published = Published {
             version: envelope.version,
             event: PublishedEvent::Status(event),

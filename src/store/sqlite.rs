@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
+use super::redis::PublishedEvent;
 use super::{Backend, Batch, Loaded, Table, TaskRow};
-use crate::protocol::model::Task;
+use crate::protocol::model::{Task, TaskEvent};
 
 pub(crate) const FILE_NAME: &str = "gateway.db";
 
@@ -35,6 +36,14 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (tbl, key)
     ) WITHOUT ROWID;
     CREATE INDEX records_by_age ON records (tbl, written_ms);",
+    // Version 2. The latest events of streamed tasks, for resuming their streams after a
+    // restart: each as its JSON ({"status": ...} or {"artifact": ...}).
+    "CREATE TABLE events (
+        task_id TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        body TEXT NOT NULL,
+        PRIMARY KEY (task_id, version)
+    ) WITHOUT ROWID;",
 ];
 
 /// Records kept per table (the newest), as many as the memory maps they fill hold.
@@ -142,10 +151,12 @@ fn load(conn: &Connection) -> rusqlite::Result<Loaded> {
             r.get::<_, String>(4)?,
         ))
     })?;
+    let mut events = load_events(conn)?;
     for row in tasks {
         let (agent, owner, seq, version, body) = row?;
         match serde_json::from_str::<Task>(&body) {
             Ok(task) => loaded.tasks.push(TaskRow {
+                events: events.remove(&task.id).unwrap_or_default(),
                 task,
                 agent: agent.into(),
                 owner: owner.into(),
@@ -170,6 +181,33 @@ fn load(conn: &Connection) -> rusqlite::Result<Loaded> {
         loaded.records.insert(table, entries);
     }
     Ok(loaded)
+}
+
+/// Streamed tasks' kept events, by task, oldest first.
+fn load_events(
+    conn: &Connection,
+) -> rusqlite::Result<std::collections::HashMap<String, Vec<(u64, TaskEvent)>>> {
+    let mut by_task: std::collections::HashMap<String, Vec<(u64, TaskEvent)>> = Default::default();
+    let mut rows =
+        conn.prepare("SELECT task_id, version, body FROM events ORDER BY task_id, version")?;
+    let events = rows.query_map([], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, i64>(1)?,
+            r.get::<_, String>(2)?,
+        ))
+    })?;
+    for event in events {
+        let (task, version, body) = event?;
+        if let Ok(event) = serde_json::from_str::<PublishedEvent>(&body) {
+            let event = TaskEvent::from(event);
+            by_task
+                .entry(task)
+                .or_default()
+                .push((version.max(0) as u64, event));
+        }
+    }
+    Ok(by_task)
 }
 
 fn now_ms() -> i64 {
@@ -201,8 +239,34 @@ impl Backend for SqliteBackend {
             let mut remove = tx
                 .prepare_cached("DELETE FROM tasks WHERE seq = ?1")
                 .map_err(|e| e.to_string())?;
-            for (_, seq) in &batch.removed {
+            let mut forget = tx
+                .prepare_cached("DELETE FROM events WHERE task_id = ?1")
+                .map_err(|e| e.to_string())?;
+            for (id, seq) in &batch.removed {
                 remove.execute([*seq as i64]).map_err(|e| e.to_string())?;
+                forget.execute([id]).map_err(|e| e.to_string())?;
+            }
+            let mut keep = tx
+                .prepare_cached(
+                    "INSERT OR REPLACE INTO events (task_id, version, body) VALUES (?1, ?2, ?3)",
+                )
+                .map_err(|e| e.to_string())?;
+            let mut trim = tx
+                .prepare_cached("DELETE FROM events WHERE task_id = ?1 AND version <= ?2")
+                .map_err(|e| e.to_string())?;
+            for (id, version, event, logged) in &batch.events {
+                if !logged {
+                    continue;
+                }
+                let body = serde_json::to_string(&PublishedEvent::from(event.as_ref()))
+                    .map_err(|e| e.to_string())?;
+                keep.execute(params![id, *version as i64, body])
+                    .map_err(|e| e.to_string())?;
+                let oldest = *version as i64 - crate::tasks::RESUME_EVENTS as i64;
+                if oldest > 0 {
+                    trim.execute(params![id, oldest])
+                        .map_err(|e| e.to_string())?;
+                }
             }
             let mut record = tx
                 .prepare_cached(

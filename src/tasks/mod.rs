@@ -166,6 +166,14 @@ impl StoredTask {
     /// A task a store held, as `replica` runs it (None: this one), with no work here.
     fn read_back(row: TaskRow, replica: Option<Arc<str>>) -> StoredTask {
         let bytes = row.task.approx_bytes();
+        let log = (!row.events.is_empty()).then(|| {
+            let mut log = Box::<EventLog>::default();
+            for (version, event) in row.events {
+                let item = StreamItem::from(event);
+                log.push(Arc::new(Logged { version, item }));
+            }
+            log
+        });
         StoredTask {
             task: row.task,
             agent: row.agent,
@@ -175,7 +183,7 @@ impl StoredTask {
             replica,
             cancel: None,
             bytes,
-            log: None,
+            log,
         }
     }
 }
@@ -265,6 +273,9 @@ pub(crate) struct Tasks {
     /// With a store other replicas share: where events go for their subscribers, and
     /// where their tasks are read.
     shared: std::sync::OnceLock<(crate::store::Journal, Arc<Shared>)>,
+    /// With a durable store: where the events of streamed tasks are kept (and, for a
+    /// shared store, every event goes for other replicas).
+    journal: std::sync::OnceLock<crate::store::Journal>,
 }
 
 /// What one owner's unfinished tasks hold.
@@ -298,12 +309,19 @@ impl Tasks {
                 bytes: quota.bytes.max(1),
             },
             shared: std::sync::OnceLock::new(),
+            journal: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Keeps the events of streamed tasks in a durable store, through `journal`.
+    pub(crate) fn keep_events(&self, journal: crate::store::Journal) {
+        let _ = self.journal.set(journal);
     }
 
     /// Shares tasks with other replicas: every later event goes through `journal` too,
     /// and their tasks are read from `shared`.
     pub(crate) fn share(&self, journal: crate::store::Journal, shared: Arc<Shared>) {
+        let _ = self.journal.set(journal.clone());
         let _ = self.shared.set((journal, shared));
     }
 
@@ -480,8 +498,22 @@ impl Tasks {
             if unfinished {
                 let note = Message::agent_text(lost_work(work_of(&stored.agent)))
                     .placed(Some(&task.id), &task.context_id);
-                task.set_status(TaskStatus::now(TaskState::Failed, Some(note)));
+                let status = TaskStatus::now(TaskState::Failed, Some(note));
+                task.set_status(status.clone());
                 failed.push(task.id.clone());
+                // An event like any other: a stream picked up after the restart ends with it,
+                // numbered past whatever the crashed process sent without writing it.
+                stored.version += crate::store::UNWRITTEN_EVENTS;
+                if let Some(log) = stored.log.as_deref_mut() {
+                    let item = StreamItem::StatusUpdate(TaskStatusUpdateEvent {
+                        task_id: stored.task.id.clone(),
+                        context_id: stored.task.context_id.clone(),
+                        status,
+                        metadata: None,
+                    });
+                    let version = stored.version;
+                    log.push(Arc::new(Logged { version, item }));
+                }
             }
             match unfinished {
                 true => self.store.insert(stored),
@@ -699,7 +731,7 @@ impl Tasks {
     /// which reads tasks under their locks. (A cancel racing its task's own last event
     /// may so reach other replicas first; the cancel ends their streams either way.)
     fn share_event(&self, id: &str, version: Option<u64>, event: &TaskEvent, logged: bool) {
-        if let (Some((journal, _)), Some(version)) = (self.shared.get(), version) {
+        if let (Some(journal), Some(version)) = (self.journal.get(), version) {
             journal.event(id, version, event, logged);
         }
     }
@@ -739,7 +771,22 @@ impl Tasks {
             let finished = st.task.status.state.is_terminal();
             let log = st.log.get_or_insert_with(Box::default);
             let resumed = match log.after(version) {
-                Some(events) => Resumed::Events(events),
+                Some(mut events) => {
+                    // A finished task whose last event the log lacks (kept from before it
+                    // was streamed, or lost with a crash): its final status ends the replay.
+                    let seen = events.last().map_or(version, |e| e.version);
+                    if finished && seen < st.version {
+                        let item = StreamItem::StatusUpdate(TaskStatusUpdateEvent {
+                            task_id: st.task.id.clone(),
+                            context_id: st.task.context_id.clone(),
+                            status: st.task.status.clone(),
+                            metadata: None,
+                        });
+                        let version = st.version;
+                        events.push(Arc::new(Logged { version, item }));
+                    }
+                    Resumed::Events(events)
+                }
                 None => Resumed::Snapshot(Box::new(st.task.clone()), st.version),
             };
             out = Some((resumed, (!finished).then(|| self.fanout.subscribe(id))));

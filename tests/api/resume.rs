@@ -405,11 +405,15 @@ async fn a_stream_resumes_through_another_replica_behind_nginx_even_when_its_rep
     })
     .await
     .unwrap();
+    // One after the other, then the failure, numbered past what the dead replica may
+    // have sent without writing.
     let all: Vec<u64> = versions(&first)
         .into_iter()
         .chain(versions(&rest))
         .collect();
-    assert!(all.windows(2).all(|w| w[1] == w[0] + 1), "{all:?}");
+    let (failure, before) = all.split_last().unwrap();
+    assert!(before.windows(2).all(|w| w[1] == w[0] + 1), "{all:?}");
+    assert!(failure > before.last().unwrap(), "{all:?}");
     let last =
         &rest.last().expect("events after the seam").data["result"]["statusUpdate"]["status"];
     assert_eq!(last["state"], "TASK_STATE_FAILED", "{rest:?}");
@@ -427,4 +431,132 @@ async fn a_stream_resumes_through_another_replica_behind_nginx_even_when_its_rep
         .map(gist)
         .collect();
     assert_eq!(before, whole[..before.len()], "{before:?}");
+}
+
+#[tokio::test]
+async fn another_callers_event_id_is_an_unknown_task() {
+    let keys = format!(
+        "[[auth.api_keys]]\nid = \"alice\"\nsecret_sha256 = \"{}\"\n[[auth.api_keys]]\nid = \"bob\"\nsecret_sha256 = \"{}\"\n",
+        crate::helpers::sha("alice-key"),
+        crate::helpers::sha("bob-key")
+    );
+    let gw = spawn_with(&[("ticker.toml", &ticker())], &keys).await;
+    let alice = gw
+        .client
+        .post(gw.url("/a2a/agents/ticker"))
+        .header("content-type", "application/json")
+        .header("A2A-Version", "1.0")
+        .header("X-API-Key", "alice-key")
+        .body(rpc("SendStreamingMessage", send_params()))
+        .send()
+        .await
+        .unwrap();
+    let events = parse_sse(&alice.text().await.unwrap());
+    let task = events[0].data["result"]["task"]["id"].as_str().unwrap();
+    let id = format!("{task}:3");
+    for (key, expect) in [("bob-key", -32001), ("alice-key", 0)] {
+        let headers = [
+            ("content-type", "application/json"),
+            ("A2A-Version", "1.0"),
+            ("X-API-Key", key),
+            ("Last-Event-ID", id.as_str()),
+        ];
+        let params = json!({"id": task});
+        let resp = gw
+            .client
+            .post(gw.url("/a2a/agents/ticker"))
+            .headers(
+                headers
+                    .iter()
+                    .map(|(k, v)| (k.parse().unwrap(), v.parse().unwrap()))
+                    .collect(),
+            )
+            .body(rpc("SubscribeToTask", params))
+            .send()
+            .await
+            .unwrap();
+        let text = resp.text().await.unwrap();
+        match expect {
+            0 => assert_eq!(parse_sse(&text).len(), 5, "versions 4 to 8: {text}"),
+            code => {
+                let body: Value = serde_json::from_str(&text).unwrap();
+                assert_eq!(body["error"]["code"], code, "{body}");
+                assert!(
+                    body["error"]["message"].as_str().unwrap().contains(task),
+                    "{body}"
+                );
+            }
+        }
+    }
+}
+
+/// With the SQLite store a streamed task's events outlive the process: a client whose
+/// gateway restarted picks its stream up there. A task that finished while the client was
+/// away replays to its end; one the crash cut short replays to where it got, then ends
+/// with its failure (its work did not survive).
+#[tokio::test]
+async fn a_stream_resumes_after_the_gateway_restarts_with_the_sqlite_store() {
+    let gateway = "[store]\nkind = \"sqlite\"\ndata_dir = \"data\"\ncommit_interval_ms = 5\n";
+    let mut gw = Running::start(&[("ticker.toml", &ticker())], gateway, "info");
+    let base = gw.base.clone();
+    let (whole, first) = tokio::task::spawn_blocking(move || {
+        let whole = open(&base, "SendStreamingMessage", send_params(), None).events(usize::MAX);
+        let mut stream = open(&base, "SendStreamingMessage", send_params(), None);
+        let first = stream.events(4);
+        drop(stream);
+        // The task finishes while the client is away; then a graceful restart.
+        std::thread::sleep(Duration::from_millis(1500));
+        (whole, first)
+    })
+    .await
+    .unwrap();
+    gw.signal("TERM");
+    let _ = gw.wait_exit(Duration::from_secs(20));
+    gw.restart();
+    let base = gw.base.clone();
+    let id = first.last().unwrap().id.clone().unwrap();
+    let task = first[0].data["result"]["task"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (rest, cut, cut_rest) = tokio::task::spawn_blocking(move || {
+        let rest =
+            open(&base, "SubscribeToTask", json!({"id": task}), Some(&id)).events(usize::MAX);
+        let mut stream = open(&base, "SendStreamingMessage", send_params(), None);
+        let cut = stream.events(4);
+        (rest, cut, stream)
+    })
+    .await
+    .unwrap();
+    let whole: Vec<String> = whole.iter().map(gist).collect();
+    let joined: Vec<String> = first.iter().chain(&rest).map(gist).collect();
+    assert_eq!(joined, whole);
+    // A crash (SIGKILL) while the client is away, 4 events in; then a restart.
+    reset(cut_rest);
+    gw.kill_hard();
+    gw.restart();
+    let base = gw.base.clone();
+    let id = cut.last().unwrap().id.clone().unwrap();
+    let task = cut[0].data["result"]["task"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let rest = tokio::task::spawn_blocking(move || {
+        open(&base, "SubscribeToTask", json!({"id": task}), Some(&id)).events(usize::MAX)
+    })
+    .await
+    .unwrap();
+    // What was written before the crash, then the failure, numbered past what the crash
+    // may have sent without writing.
+    let all: Vec<u64> = versions(&cut).into_iter().chain(versions(&rest)).collect();
+    assert!(all.windows(2).all(|w| w[1] > w[0]), "{all:?}");
+    let last = &rest.last().expect("the failure").data["result"]["statusUpdate"]["status"];
+    assert_eq!(last["state"], "TASK_STATE_FAILED", "{rest:?}");
+    assert!(
+        last["message"]["parts"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("did not survive"),
+        "{last}"
+    );
 }
