@@ -1128,6 +1128,63 @@ impl RemoteAgent {
     }
 }
 
+impl RemoteAgent {
+    /// The stream of task `id` (as the gateway names it) after the upstream's event
+    /// `last_id`: a subscription with `Last-Event-ID`, for a stream whose connection broke.
+    /// JSON-RPC upstreams only (gRPC streams carry no event ids).
+    pub(super) async fn resume_stream(
+        self: &Arc<Self>,
+        id: &str,
+        last_id: &str,
+    ) -> Result<
+        futures_util::stream::BoxStream<'static, Result<bytes::Bytes, BoxError>>,
+        GatewayError,
+    > {
+        let up = self.upstream()?;
+        if up.grpc.is_some() {
+            return Err(GatewayError::UnsupportedOperation(
+                "resuming a gRPC upstream stream".into(),
+            ));
+        }
+        let remote_id = self.inward(id)?;
+        let body = wire::task_body(
+            up.dialect,
+            TaskOp::Subscribe,
+            self.request_id(),
+            remote_id,
+            None,
+        )?;
+        let resp = self
+            .post(&up, body)
+            .header(ACCEPT, "text/event-stream")
+            .header("last-event-id", last_id)
+            .send()
+            .await
+            .map_err(|e| self.reqwest_error(e))?;
+        let is_sse = resp
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| {
+                v.trim_start()
+                    .to_ascii_lowercase()
+                    .starts_with("text/event-stream")
+            });
+        if !is_sse {
+            return Err(GatewayError::InvalidAgentResponse(format!(
+                "agent {} did not resume its stream (status {})",
+                self.name,
+                resp.status()
+            )));
+        }
+        self.note_alive();
+        Ok(resp
+            .bytes_stream()
+            .map(|r| r.map_err(BoxError::from))
+            .boxed())
+    }
+}
+
 /// An upstream's refusal of a subscription that `GetTask` may show to be wrong: task not
 /// found, unsupported operation, no such method, or invalid params (a2a-sdk 0.3.x's answer
 /// for a finished task, which the spec answers as unsupported).

@@ -1,5 +1,6 @@
 //! A small SSE decoder for upstream streams: LF, CR and CRLF line ends, comments, multi-line
-//! `data:`, `event:` names; events are capped in size.
+//! `data:`, `event:` names, `id:` (the last event id, kept from event to event as the SSE
+//! standard says, for resuming the stream); events are capped in size.
 
 use std::collections::VecDeque;
 
@@ -10,6 +11,9 @@ pub const MAX_EVENT_BYTES: usize = 4 * 1024 * 1024;
 pub struct SseEvent {
     pub event: Option<String>,
     pub data: String,
+    /// The stream's last event id when the event was dispatched (its own, or an earlier
+    /// one's), if the server sent any.
+    pub id: Option<String>,
 }
 
 #[derive(Default)]
@@ -18,6 +22,7 @@ pub struct SseDecoder {
     event: Option<String>,
     data: String,
     has_data: bool,
+    last_id: Option<String>,
 }
 
 impl SseDecoder {
@@ -58,6 +63,7 @@ impl SseDecoder {
                 out.push_back(SseEvent {
                     event: self.event.take(),
                     data: std::mem::take(&mut self.data),
+                    id: self.last_id.clone(),
                 });
             }
             self.event = None;
@@ -80,6 +86,10 @@ impl SseDecoder {
                 self.has_data = true;
             }
             "event" => self.event = Some(value.to_string()),
+            // An id with a NUL is ignored (the standard); an empty one resets it.
+            "id" if !value.contains('\0') => {
+                self.last_id = (!value.is_empty()).then(|| value.to_string());
+            }
             _ => {}
         }
     }
@@ -103,6 +113,7 @@ mod tests {
         let ev = |event: Option<&str>, data: &str| SseEvent {
             event: event.map(str::to_string),
             data: data.into(),
+            id: None,
         };
         assert_eq!(
             decode(&[
@@ -116,5 +127,16 @@ mod tests {
             decode(&[b"data:1\r\rdata: 2\n\n"]),
             vec![ev(None, "1"), ev(None, "2")]
         );
+    }
+
+    #[test]
+    fn the_last_event_id_carries_over_until_changed() {
+        let ids: Vec<Option<String>> =
+            decode(&[b"id: t:1\ndata: a\n\ndata: b\n\nid: t:2\ndata: c\n\nid\ndata: d\n\n"])
+                .into_iter()
+                .map(|e| e.id)
+                .collect();
+        let id = |s: &str| Some(s.to_string());
+        assert_eq!(ids, vec![id("t:1"), id("t:1"), id("t:2"), None]);
     }
 }

@@ -3,7 +3,9 @@
 //! A send's stream ends where the caller's does (a Message, a terminal or interrupted
 //! state). A subscription's stays open until the task ends; an upstream that closes it
 //! sooner (servers that stop at `input-required`) is followed with `tasks/get` from there
-//! on, and the caller sees the same kind of events either way. An error as the upstream's
+//! on, and the caller sees the same kind of events either way. An upstream whose events
+//! carry ids and whose connection breaks is asked to resume the task's stream after the
+//! last one (`Last-Event-ID` on a subscription) before anything else is tried. An error as the upstream's
 //! first event is returned as an error, so the caller gets a plain JSON-RPC error rather
 //! than a stream holding one.
 
@@ -27,6 +29,9 @@ use crate::protocol::ops::ItemStream;
 /// How often a subscription whose upstream stream ended early asks for the task.
 const POLL_INTERVAL: Duration = Duration::from_secs(1);
 
+/// Times one relayed stream reconnects to an upstream that resumes streams.
+const MAX_RESUMES: u8 = 3;
+
 /// State of one relayed upstream stream.
 pub(super) struct Relay {
     agent: Arc<RemoteAgent>,
@@ -45,6 +50,12 @@ pub(super) struct Relay {
     artifacts: HashSet<String>,
     /// The upstream ended a subscription before the task ended: follow it with tasks/get.
     polling: bool,
+    /// The id of the upstream's last event, if it sends ids (then it can resume).
+    last_id: Option<String>,
+    /// Times the stream was resumed after its connection broke.
+    resumes: u8,
+    /// The stream was resumed: a task snapshot from here on is shown as what changed.
+    resumed: bool,
     done: bool,
 }
 
@@ -66,6 +77,9 @@ impl Relay {
             shown: Shown::default(),
             artifacts: HashSet::new(),
             polling,
+            last_id: None,
+            resumes: 0,
+            resumed: false,
             done: false,
         }
     }
@@ -153,6 +167,9 @@ impl Relay {
                 }
                 Some(Err(e)) => {
                     tracing::warn!(agent = %self.agent.name, error = %root_cause(&*e), "upstream stream broke");
+                    if self.resume().await {
+                        continue;
+                    }
                     "the upstream connection broke mid-stream"
                 }
                 None => "the upstream closed the stream before the task finished",
@@ -163,6 +180,33 @@ impl Relay {
                 return self.poll().await;
             }
             return Some(self.broken(why));
+        }
+    }
+
+    /// Reconnects a broken stream to an upstream that sends event ids: a subscription to
+    /// the task with `Last-Event-ID`. False when it cannot (no ids, no task yet, too many
+    /// tries, refused): the caller then follows the task another way.
+    async fn resume(&mut self) -> bool {
+        let (Some(last_id), Some((task_id, _))) = (self.last_id.clone(), self.task.clone()) else {
+            return false;
+        };
+        if self.resumes >= MAX_RESUMES {
+            return false;
+        }
+        self.resumes += 1;
+        match self.agent.resume_stream(&task_id, &last_id).await {
+            Ok(body) => {
+                tracing::info!(agent = %self.agent.name, task = %task_id, "upstream stream resumed after its last event");
+                self.body = body;
+                self.decoder = SseDecoder::default();
+                self.pending.clear();
+                self.resumed = true;
+                true
+            }
+            Err(e) => {
+                tracing::warn!(agent = %self.agent.name, task = %task_id, error = %e, "the upstream did not resume its stream");
+                false
+            }
         }
     }
 
@@ -190,6 +234,9 @@ impl Relay {
 
     fn convert(&mut self, event: SseEvent) -> Result<StreamItem, GatewayError> {
         let name = &self.agent.name;
+        if event.id.is_some() {
+            self.last_id.clone_from(&event.id);
+        }
         let raw = wire::read_response(name, event.data.as_bytes())?;
         let mut item = wire::read_stream_item(name, raw)?.ok_or_else(|| {
             GatewayError::InvalidAgentResponse(format!("agent {name} sent an empty stream event"))
@@ -201,6 +248,25 @@ impl Relay {
         if let StreamItem::ArtifactUpdate(a) = &mut item {
             if a.append && !self.artifacts.contains(&a.artifact.artifact_id) {
                 a.append = false;
+            }
+        }
+        // An upstream that opened the resumed stream with the task (rather than the
+        // events after the id) shows what changed since, as polling does.
+        if let (true, StreamItem::Task(task)) = (self.resumed, &item) {
+            let mut changes = self.shown.changes(task.clone()).into_iter();
+            match changes.next() {
+                Some(first) => {
+                    self.ready.extend(changes);
+                    item = first;
+                }
+                None => {
+                    return Ok(StreamItem::StatusUpdate(TaskStatusUpdateEvent {
+                        task_id: task.id.clone(),
+                        context_id: task.context_id.clone(),
+                        status: task.status.clone(),
+                        metadata: None,
+                    }))
+                }
             }
         }
         self.note(&item);
@@ -228,9 +294,8 @@ impl Relay {
                 StreamItem::Message(_) => None,
             };
         }
-        if self.end == StreamEnd::Terminal {
-            self.shown.saw(item);
-        }
+        // Kept for every stream: what a resumed or polled one picks up from.
+        self.shown.saw(item);
     }
 
     /// Ends the caller's stream with a failed status rather than leaving it hanging.
