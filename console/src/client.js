@@ -36,13 +36,16 @@ export class Gateway {
     return h;
   }
 
-  /** `fetch` with the credential, noting each answer's status in `seen`. */
+  /** `fetch` with the credential, noting each answer's status in `seen`, and for an event
+   * stream the id of the last event read (`seen.lastEventId`); a request made while
+   * `seen.resume` is set carries it as `Last-Event-ID` (picking a stream up). */
   fetcher(seen = {}) {
     const auth = this.headers();
     delete auth['A2A-Version'];
     return async (input, init = {}) => {
       const headers = new Headers(init.headers || {});
       for (const [k, v] of Object.entries(auth)) headers.set(k, v);
+      if (seen.resume) headers.set('Last-Event-ID', seen.resume);
       let resp;
       try {
         resp = await fetch(input, { ...init, headers });
@@ -51,6 +54,14 @@ export class Gateway {
         throw unreachable(this.base, e);
       }
       seen.status = resp.status;
+      const type = resp.headers.get('content-type') || '';
+      if (resp.body && type.startsWith('text/event-stream')) {
+        resp = new Response(resp.body.pipeThrough(eventIds(seen)), {
+          status: resp.status,
+          statusText: resp.statusText,
+          headers: resp.headers,
+        });
+      }
       return resp;
     };
   }
@@ -101,19 +112,33 @@ export class Gateway {
     }
   }
 
-  /** A streaming call (`SendStreamingMessage`, `SubscribeToTask`): each event as 1.0 JSON. */
-  async *stream(path, method, params, signal) {
+  /** A streaming call (`SendStreamingMessage`, `SubscribeToTask`): each event as 1.0 JSON.
+   * A stream whose connection drops is picked up where it was (a subscription to its task
+   * with `Last-Event-ID`: the gateway sends what was missed, then the rest), a few times;
+   * `onResume(attempt)` is told each time. */
+  async *stream(path, method, params, signal, onResume = () => {}) {
     const seen = {};
     const client = await this.client(path, seen);
-    const events =
+    let events =
       method === 'SubscribeToTask'
         ? client.resubscribeTask(SubscribeToTaskRequest.fromJSON(params), { signal })
         : client.sendMessageStream(SendMessageRequest.fromJSON(params), { signal });
-    try {
-      for await (const event of events) yield StreamResponse.toJSON(event);
-    } catch (e) {
-      if (signal && signal.aborted) return;
-      throw asCallError(e, seen);
+    for (let attempt = 1; ; attempt++) {
+      try {
+        for await (const event of events) yield StreamResponse.toJSON(event);
+        return;
+      } catch (e) {
+        if (signal && signal.aborted) return;
+        // An answer (an error event, a refusal) is not a dropped connection.
+        const dropped = !(e instanceof CallError) && e.envelopeCode === undefined;
+        if (!dropped || !seen.lastEventId || attempt > RESUME_ATTEMPTS) throw asCallError(e, seen);
+        onResume(attempt);
+        await new Promise((done) => setTimeout(done, 300 * attempt));
+        const id = seen.lastEventId;
+        seen.resume = id;
+        const task = id.slice(0, id.lastIndexOf(':'));
+        events = client.resubscribeTask(SubscribeToTaskRequest.fromJSON({ id: task }), { signal });
+      }
     }
   }
 
@@ -131,6 +156,26 @@ export class Gateway {
     if (!resp.ok || !answer) throw httpError(resp.status, answer);
     return answer.result;
   }
+}
+
+/** Times a dropped stream is picked up again before the page is told it failed. */
+const RESUME_ATTEMPTS = 5;
+
+/** Passes an event stream's bytes through, noting the last `id:` in `seen.lastEventId`. */
+function eventIds(seen) {
+  const decoder = new TextDecoder();
+  let partial = '';
+  return new TransformStream({
+    transform(chunk, out) {
+      partial += decoder.decode(chunk, { stream: true });
+      const lines = partial.split(/\r\n|\r|\n/);
+      partial = lines.pop();
+      for (const line of lines) {
+        if (line.startsWith('id:')) seen.lastEventId = line.slice(3).trim();
+      }
+      out.enqueue(chunk);
+    },
+  });
 }
 
 function asCallError(e, seen) {

@@ -265,7 +265,8 @@ async function send(event) {
   $('send').disabled = true;
   try {
     const continuing = Boolean(message.taskId);
-    for await (const item of gateway().stream(agentPath(state.agent), 'SendStreamingMessage', { message }, state.controller.signal)) {
+    const resumed = (attempt) => say(`Connection lost; picking the stream up again (${attempt})`, 'info');
+    for await (const item of gateway().stream(agentPath(state.agent), 'SendStreamingMessage', { message }, state.controller.signal, resumed)) {
       showItem(item, artifacts, continuing);
     }
     say(state.task ? `Task ${state.task.id}: ${state.task.state}` : 'Answered');

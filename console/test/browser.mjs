@@ -5,8 +5,10 @@
 //   node test/browser.mjs --gateway http://127.0.0.1:PORT --api-key KEY \
 //     --other-origin http://127.0.0.1:P2 --disallowed-origin http://127.0.0.1:P3 \
 //     --screenshots target/console-screenshots [--chromium /usr/bin/chromium] \
-//     [--only name,name] [--trust-spki BASE64_SHA256]
+//     [--only name,name] [--trust-spki BASE64_SHA256] [--through URL]
 //
+// --through is the gateway behind a proxy that cuts the first event stream it relays
+// midway: the console must pick that stream up (scenario a-dropped-stream-is-picked-up).
 // --only runs the scenarios named; --trust-spki makes the browser trust the one
 // certificate key given (an https gateway's self-signed certificate, say), and nothing
 // else it would otherwise refuse (node's own fetches trust it by NODE_EXTRA_CA_CERTS).
@@ -26,6 +28,7 @@ const { values: args } = parseArgs({
     chromium: { type: 'string', default: '/usr/bin/chromium' },
     only: { type: 'string' },
     'trust-spki': { type: 'string' },
+    through: { type: 'string' },
   },
 });
 const TIMEOUT = 15000;
@@ -261,6 +264,21 @@ const scenarios = {
     await stateIs(p, 'working');
     await p.getByRole('button', { name: 'Cancel task' }).click();
     await stateIs(p, 'canceled');
+    return p;
+  },
+  'a-dropped-stream-is-picked-up': async () => {
+    expect(args.through, 'needs --through (a proxy that cuts a stream)');
+    const p = await page(`${args.through}/console`, args['api-key']);
+    // Cut after the task and its working status, during the delay: the chunks and the end
+    // come on the stream the console picks up.
+    await chat(p, 'echo', '/delay 1.5 one two three');
+    await stateIs(p, 'completed');
+    const artifact = p.locator('#log .artifact .text').first();
+    expect((await artifact.innerText()) === 'one two three', `artifact ${await artifact.innerText()}`);
+    const chunks = await artifact.getAttribute('data-chunks');
+    expect(chunks === '3', `${chunks} chunks`);
+    const errors = await p.locator('#log .error').count();
+    expect(errors === 0, `${errors} errors shown`);
     return p;
   },
   'wrong-key-is-401': async () => {

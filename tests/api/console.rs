@@ -131,15 +131,26 @@ async fn the_console_works_in_a_real_browser() {
         allowed.origin
     );
     let gw = Running::start_with_agents(&repo_root().join("agents.d"), &gateway, "info");
+    // The gateway again behind a proxy that cuts the first stream after two events.
+    let target = gw.base.trim_start_matches("http://").to_string();
+    let (through, heads) = crate::helpers::cutting_proxy(target, 2).await;
     let run = Browser {
         gateway: gw.base.clone(),
         other_origin: allowed.origin.clone(),
         disallowed_origin: refused.origin.clone(),
         screenshots: "target/console-screenshots",
-        extra: Vec::new(),
+        extra: vec!["--through".into(), through],
         env: Vec::new(),
     };
-    run.passes(chromium, 11).await;
+    run.passes(chromium, 12).await;
+    // The console picked its stream up with the id of the last event it had read.
+    let heads = heads.lock().unwrap().clone();
+    assert!(
+        heads
+            .iter()
+            .any(|h| h.to_ascii_lowercase().contains("last-event-id:")),
+        "the console did not resume with Last-Event-ID: {heads:?}"
+    );
     // The console learns which agents a credential may call without reading made-up tasks:
     // no "task not found" was counted, for any agent.
     let metrics = gw.metrics().await;

@@ -495,3 +495,98 @@ pub fn provided_by(script: &str, what: &str) -> String {
         .unwrap_or_default()
         .to_string()
 }
+
+/// A TCP proxy that cuts the first event stream it relays after `events` events (a reset),
+/// and records every request head it sees. It asks for uncompressed answers.
+pub async fn cutting_proxy(
+    target: String,
+    events: usize,
+) -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let heads = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let cut_once = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seen = heads.clone();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let target = target.clone();
+            let (seen, cut_once) = (seen.clone(), cut_once.clone());
+            tokio::spawn(async move {
+                let upstream = tokio::net::TcpStream::connect(&target).await.unwrap();
+                let (mut cr, mut cw) = client.into_split();
+                let (mut ur, mut uw) = upstream.into_split();
+                let up = tokio::spawn(async move {
+                    let mut buf = vec![0; 16384];
+                    while let Ok(n) = cr.read(&mut buf).await {
+                        if n == 0 {
+                            break;
+                        }
+                        let text = String::from_utf8_lossy(&buf[..n]).to_string();
+                        if text.starts_with("POST") || text.starts_with("GET") {
+                            // Plain bodies (a browser asks for compressed ones), so that
+                            // events can be counted: the header renamed, its length kept.
+                            let lower = text.to_ascii_lowercase();
+                            if let Some(at) = lower.find("\r\naccept-encoding:") {
+                                buf[at + 2..at + 17].copy_from_slice(b"x-no-encodings-");
+                            }
+                            seen.lock().unwrap().push(text);
+                        }
+                        if uw.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+                let mut buf = vec![0; 16384];
+                // Everything this connection answered, as bytes (its answers before the
+                // stream included).
+                let mut stream: Vec<u8> = Vec::new();
+                while let Ok(n) = ur.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    let before = stream.len();
+                    stream.extend_from_slice(&buf[..n]);
+                    // The end of the stream's `events`-th event, counted from its head on.
+                    let ends: Vec<usize> =
+                        find_last(&stream, b"\r\ncontent-type: text/event-stream")
+                            .map(|head| {
+                                (head..stream.len().saturating_sub(1))
+                                    .filter(|&i| &stream[i..i + 2] == b"\n\n")
+                                    .map(|i| i + 2)
+                                    .collect()
+                            })
+                            .unwrap_or_default();
+                    let cut_at = ends.get(events.max(1) - 1).copied();
+                    if let Some(at) = cut_at {
+                        if !cut_once.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                            // Up to the end of that event, then a reset.
+                            if at > before {
+                                let _ = cw.write_all(&buf[..at - before]).await;
+                                let _ = cw.flush().await;
+                            }
+                            // A reset makes the receiver drop what it has not read yet:
+                            // the client gets a moment to read those events first.
+                            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+                            socket2::SockRef::from(cw.as_ref())
+                                .set_linger(Some(std::time::Duration::ZERO))
+                                .unwrap();
+                            up.abort();
+                            drop(cw);
+                            return;
+                        }
+                    }
+                    if cw.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+                up.abort();
+            });
+        }
+    });
+    (format!("http://{addr}"), heads)
+}
+
+fn find_last(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).rposition(|w| w == needle)
+}

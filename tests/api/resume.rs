@@ -561,72 +561,6 @@ async fn a_stream_resumes_after_the_gateway_restarts_with_the_sqlite_store() {
     );
 }
 
-/// A TCP proxy that cuts the first event stream it relays after `events` events (a reset),
-/// and records every request head it sees.
-async fn cutting_proxy(
-    target: String,
-    events: usize,
-) -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let heads = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let cut_once = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let seen = heads.clone();
-    tokio::spawn(async move {
-        while let Ok((client, _)) = listener.accept().await {
-            let target = target.clone();
-            let (seen, cut_once) = (seen.clone(), cut_once.clone());
-            tokio::spawn(async move {
-                let upstream = tokio::net::TcpStream::connect(&target).await.unwrap();
-                let (mut cr, mut cw) = client.into_split();
-                let (mut ur, mut uw) = upstream.into_split();
-                let up = tokio::spawn(async move {
-                    let mut buf = vec![0; 16384];
-                    while let Ok(n) = cr.read(&mut buf).await {
-                        if n == 0 {
-                            break;
-                        }
-                        let text = String::from_utf8_lossy(&buf[..n]).to_string();
-                        if text.starts_with("POST") || text.starts_with("GET") {
-                            seen.lock().unwrap().push(text);
-                        }
-                        if uw.write_all(&buf[..n]).await.is_err() {
-                            break;
-                        }
-                    }
-                });
-                let mut buf = vec![0; 16384];
-                let mut stream = String::new();
-                while let Ok(n) = ur.read(&mut buf).await {
-                    if n == 0 {
-                        break;
-                    }
-                    stream.push_str(&String::from_utf8_lossy(&buf[..n]));
-                    let sse = stream.contains("text/event-stream");
-                    if sse
-                        && stream.matches("\n\n").count() > events
-                        && !cut_once.swap(true, std::sync::atomic::Ordering::SeqCst)
-                    {
-                        // Cut: nothing of this read goes out, and the client sees a reset.
-                        socket2::SockRef::from(cw.as_ref())
-                            .set_linger(Some(Duration::ZERO))
-                            .unwrap();
-                        up.abort();
-                        drop(cw);
-                        return;
-                    }
-                    if cw.write_all(&buf[..n]).await.is_err() {
-                        break;
-                    }
-                }
-                up.abort();
-            });
-        }
-    });
-    (format!("http://{addr}"), heads)
-}
-
 /// An upstream agent whose events carry ids (another a2a-gateway) and whose connection
 /// breaks mid-stream: the gateway resumes the upstream's stream after its last event
 /// (`Last-Event-ID` on a subscription) and the caller sees one unbroken stream.
@@ -634,7 +568,7 @@ async fn cutting_proxy(
 async fn a_broken_upstream_stream_is_resumed_with_the_upstreams_last_event_id() {
     let back = gateway().await;
     let (proxy, heads) =
-        cutting_proxy(back.base.trim_start_matches("http://").to_string(), 4).await;
+        crate::helpers::cutting_proxy(back.base.trim_start_matches("http://").to_string(), 4).await;
     let far = crate::peers::upstream_agent("far", &format!("{proxy}/a2a/agents/ticker"), "");
     let front = spawn_with(&[("far.toml", &far)], "").await;
     let events = front
