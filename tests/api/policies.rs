@@ -409,3 +409,88 @@ weights = {{ SendMessage = 5, GetTask = 1 }}
         .await;
     assert_eq!(raw.status, 429);
 }
+
+/// A rule that cannot be evaluated is logged once (not per request); a reload puts a
+/// changed rule in force, and a rule that does not compile leaves the one in force.
+#[tokio::test]
+async fn a_failing_rule_is_logged_once_and_a_reload_swaps_the_rules() {
+    let keys = format!(
+        "[[auth.api_keys]]\nid = \"writer\"\nsecret_sha256 = \"{}\"\n",
+        sha("writer-key")
+    );
+    let rule = |when: &str| {
+        format!(
+            "{keys}[[auth.policies]]\nid = \"claims-rule\"\neffect = \"deny\"\nwhen = \"{when}\"\n"
+        )
+    };
+    let gw = crate::running::Running::start(
+        &[("echo.toml", ECHO)],
+        &rule("caller.claims.level < 3"),
+        "info",
+    );
+    let key = [("X-API-Key", "writer-key")];
+    for _ in 0..3 {
+        let r = gw
+            .post(
+                "/a2a/agents/echo",
+                "SendMessage",
+                json!({"message": message("x")}),
+                &key,
+            )
+            .await;
+        assert_eq!(r.status(), 403);
+    }
+    gw.wait_for_log("the failing rule", |l| {
+        l["fields"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("could not be evaluated"))
+    })
+    .await;
+    let logged = gw
+        .log_lines()
+        .iter()
+        .filter(|l| {
+            l["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("could not be evaluated"))
+        })
+        .count();
+    assert_eq!(logged, 1, "logged once per rule");
+
+    // A rule that holds for nobody: the writer passes after the reload.
+    std::fs::write(&gw.gateway, rule("a2a.method == 'CancelTask'")).unwrap();
+    gw.signal("HUP");
+    let mut passed = false;
+    for _ in 0..100 {
+        let r = gw
+            .post(
+                "/a2a/agents/echo",
+                "SendMessage",
+                json!({"message": message("x")}),
+                &key,
+            )
+            .await;
+        if r.status() == 200 {
+            passed = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(passed, "the reloaded rule is in force");
+    // A typo: the reload is refused, the rule in force stays.
+    std::fs::write(&gw.gateway, rule("a2a.methd == 'SendMessage'")).unwrap();
+    gw.signal("HUP");
+    gw.wait_for_log("the refused reload", |l| {
+        l.to_string().contains("a2a has no field")
+    })
+    .await;
+    let r = gw
+        .post(
+            "/a2a/agents/echo",
+            "SendMessage",
+            json!({"message": message("x")}),
+            &key,
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+}
