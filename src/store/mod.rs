@@ -195,6 +195,10 @@ pub(crate) struct Journal {
 
 const JOURNAL_BACKLOG: usize = 65_536;
 
+/// How many of a streamed task's latest events are kept for resuming its streams: in
+/// memory with the task, and in a durable store's log of it.
+pub(crate) const RESUME_EVENTS: usize = 256;
+
 /// How far past its last written version a task's failure is numbered when the process
 /// that ran it died (a crash, a dead replica): that process may have sent events it had not
 /// written, at most what its journal held and the batch it was writing. A client that saw

@@ -124,9 +124,9 @@ fn encode_error(e: serde_json::Error) -> redis::RedisError {
 }
 
 /// Appends a published event to a task's log, keeping the latest
-/// [`crate::tasks::RESUME_EVENTS`]; the log expires with its task.
+/// [`super::RESUME_EVENTS`]; the log expires with its task.
 fn log_event(pipe: &mut redis::Pipeline, key: &str, json: &str, retention_secs: u64) {
-    let keep = crate::tasks::RESUME_EVENTS as isize;
+    let keep = super::RESUME_EVENTS as isize;
     pipe.rpush(key, json).ignore();
     pipe.ltrim(key, -keep, -1).ignore();
     if retention_secs > 0 {

@@ -262,7 +262,7 @@ impl Backend for SqliteBackend {
                     .map_err(|e| e.to_string())?;
                 keep.execute(params![id, *version as i64, body])
                     .map_err(|e| e.to_string())?;
-                let oldest = *version as i64 - crate::tasks::RESUME_EVENTS as i64;
+                let oldest = *version as i64 - super::RESUME_EVENTS as i64;
                 if oldest > 0 {
                     trim.execute(params![id, oldest])
                         .map_err(|e| e.to_string())?;

@@ -69,8 +69,7 @@ pub(crate) struct Logged {
     pub(crate) item: StreamItem,
 }
 
-/// How many of a task's latest events a stream can be resumed from.
-pub(crate) const RESUME_EVENTS: usize = 256;
+pub(crate) use crate::store::RESUME_EVENTS;
 
 /// A task's latest events, oldest first, at most [`RESUME_EVENTS`].
 #[derive(Debug, Default, Clone)]
