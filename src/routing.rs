@@ -440,10 +440,18 @@ pub(crate) fn owner<'a>(
 /// skill sets).
 pub(crate) fn skill_named(params: &serde_json::value::RawValue) -> Option<String> {
     let probe = Probe::read(Some(params));
+    let message = probe.message.as_ref().and_then(|m| m.metadata.as_ref());
+    skill_in(message, probe.metadata.as_ref())
+}
+
+/// [`skill_named`], from a send's message metadata and request metadata already read.
+pub(crate) fn skill_in(
+    message: Option<&Map<String, Value>>,
+    request: Option<&Map<String, Value>>,
+) -> Option<String> {
     let meta = |key: &str| {
-        let message = probe.message.as_ref().and_then(|m| m.metadata.as_ref());
         (message.and_then(|m| m.get(key)))
-            .or_else(|| probe.metadata.as_ref().and_then(|m| m.get(key)))
+            .or_else(|| request.and_then(|m| m.get(key)))
             .and_then(Value::as_str)
     };
     if let Some(named) = meta(SKILL_KEY) {

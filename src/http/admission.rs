@@ -156,12 +156,15 @@ impl Target<'_> {
     /// The skill a send names: its metadata's `gateway/skill` (`agent/skill`) or
     /// `a2a-gateway/skill` (an MCP tool's), else the agent's only skill, if it has one.
     fn skill(&self, agent: &Agent) -> Option<String> {
-        let params = match self {
-            Target::Rpc(rpc) if self.sends() => rpc.params,
-            Target::Send(params) => Some(*params),
+        let named = match self {
+            // A send the envelope's reader decoded already (on an agent's own endpoint).
+            Target::Rpc(RpcRequest {
+                send: Some(send), ..
+            }) => routing::skill_in(send.message.metadata.as_ref(), send.metadata.as_ref()),
+            Target::Rpc(rpc) if self.sends() => rpc.params.and_then(routing::skill_named),
+            Target::Send(params) => routing::skill_named(params),
             _ => None,
         };
-        let named = params.and_then(routing::skill_named);
         let only = || match agent.def.skills.as_slice() {
             [skill] => Some(skill.id.clone()),
             _ => None,
