@@ -396,6 +396,11 @@ mod tests {
             eval("time.now > timestamp('2020-01-01T00:00:00Z')"),
             Ok(true)
         );
+        // The documented window: hours in a named zone.
+        let hours =
+            "time.now.getHours('Europe/Paris') >= 0 && time.now.getHours('Europe/Paris') < 24";
+        assert_eq!(eval(hours), Ok(true));
+        assert_eq!(eval("a2a.method.matches('^Get')"), Ok(true));
         assert_eq!(eval("!has(caller.claims.team)"), Ok(true));
         assert_eq!(eval("[1, 2].exists(x, x == 2)"), Ok(true));
     }
