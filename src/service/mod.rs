@@ -12,6 +12,7 @@ mod local;
 pub(crate) mod push;
 pub(crate) mod replicas;
 mod upstream;
+mod upstream_log;
 
 use std::sync::Arc;
 

@@ -13,6 +13,7 @@ use crate::error::GatewayError;
 use crate::protocol::model::{Message, StreamItem, Task};
 use crate::protocol::ops::{ItemStream, ListTasksResponse, SendRequest, SendResult};
 use crate::protocol::params::ListQuery;
+use crate::protocol::resume::ResumeFrom;
 use crate::routing::{conversation, BoundedMap, ContextIndex};
 use crate::store::Kept;
 
@@ -23,6 +24,8 @@ pub(super) struct UpstreamOps {
     /// agent is first used), and where their changes go.
     ledgers: std::sync::Mutex<std::collections::HashMap<String, Vec<(String, String)>>>,
     ledger_journal: Option<crate::store::Journal>,
+    /// What streamed sends relayed, for callers that resume them.
+    logs: Arc<super::upstream_log::UpstreamLogs>,
 }
 
 impl UpstreamOps {
@@ -61,6 +64,7 @@ impl UpstreamOps {
             // With a shared store the ledger is per replica (nothing reads it back): kept only
             // where it is read back at a restart.
             ledger_journal: ledgers.journal.filter(|_| ledgers.shared.is_none()),
+            logs: Default::default(),
         }
     }
 
@@ -140,6 +144,7 @@ impl Operations for UpstreamOps {
             let owners = self.owners.clone();
             let contexts = self.contexts.clone();
             let (caller, anonymous) = (caller.id.clone(), caller.anonymous);
+            let owner = caller.clone();
             let agent_name = agent.name.clone();
             let remote = remote.clone();
             let items = items.map_items(move |item| {
@@ -153,7 +158,8 @@ impl Operations for UpstreamOps {
                 }
                 item
             });
-            Ok(items)
+            // Read to its end by a recorder, caller or not, and kept for resuming.
+            Ok(self.logs.record(owner, items))
         })
     }
 
@@ -227,6 +233,23 @@ impl Operations for UpstreamOps {
                 item
             });
             Ok(items)
+        })
+    }
+
+    fn resume<'a>(
+        &'a self,
+        agent: &'a Agent,
+        caller: &'a Principal,
+        from: &'a ResumeFrom,
+    ) -> LocalBoxFuture<'a, Result<ItemStream, GatewayError>> {
+        Box::pin(async move {
+            let id = from.task_id.as_str();
+            self.callers_task(agent, caller, id).await?;
+            match self.logs.resume(id, &caller.id, from.version) {
+                Some(items) => Ok(items),
+                // Not relayed here, or longer ago than the log reaches: a subscription.
+                None => self.subscribe(agent, caller, id).await,
+            }
         })
     }
 }

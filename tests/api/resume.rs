@@ -55,8 +55,19 @@ struct Raw {
     ended: bool,
 }
 
-/// Opens a stream (`POST path` on `base`), with `last_event_id` if given; read past the head.
+/// Opens a stream to the ticker on `base`, with `last_event_id` if given; read past the head.
 fn open(base: &str, method: &str, params: Value, last_event_id: Option<&str>) -> Raw {
+    open_at(base, "/a2a/agents/ticker", method, params, last_event_id)
+}
+
+/// [`open`], to the agent at `path`.
+fn open_at(
+    base: &str,
+    path: &str,
+    method: &str,
+    params: Value,
+    last_event_id: Option<&str>,
+) -> Raw {
     let addr = base.trim_start_matches("http://").to_string();
     let mut socket = TcpStream::connect(&addr).unwrap();
     socket
@@ -66,7 +77,7 @@ fn open(base: &str, method: &str, params: Value, last_event_id: Option<&str>) ->
     let resume = last_event_id.map_or(String::new(), |id| format!("Last-Event-ID: {id}\r\n"));
     write!(
         socket,
-        "POST /a2a/agents/ticker HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nA2A-Version: 1.0\r\nAccept: text/event-stream\r\n{resume}Content-Length: {}\r\n\r\n{body}",
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nA2A-Version: 1.0\r\nAccept: text/event-stream\r\n{resume}Content-Length: {}\r\n\r\n{body}",
         body.len()
     )
     .unwrap();
@@ -599,4 +610,54 @@ async fn a_broken_upstream_stream_is_resumed_with_the_upstreams_last_event_id() 
         resumed.contains("SubscribeToTask") || resumed.contains("tasks/resubscribe"),
         "{resumed}"
     );
+}
+
+/// An upstream agent's stream, dropped by the caller: the gateway went on reading it, and the
+/// caller resumes from the gateway's own log, then the live events.
+#[tokio::test]
+async fn an_upstream_agents_stream_resumes_from_the_gateways_own_log() {
+    let back = gateway().await;
+    let far = crate::peers::upstream_agent("far", &back.url("/a2a/agents/ticker"), "");
+    let front = spawn_with(&[("far.toml", &far)], "").await;
+    let base = front.base.clone();
+    let (whole, first, rest) = tokio::task::spawn_blocking(move || {
+        let path = "/a2a/agents/far";
+        let whole =
+            open_at(&base, path, "SendStreamingMessage", send_params(), None).events(usize::MAX);
+        let mut stream = open_at(&base, path, "SendStreamingMessage", send_params(), None);
+        let first = stream.events(4);
+        drop(stream);
+        std::thread::sleep(Duration::from_millis(500));
+        let task = first[0].data["result"]["task"]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let id = first
+            .last()
+            .unwrap()
+            .id
+            .clone()
+            .expect("upstream events carry ids too");
+        assert!(id.starts_with(&format!("{task}:")), "{id}");
+        let rest = open_at(
+            &base,
+            path,
+            "SubscribeToTask",
+            json!({"id": task}),
+            Some(&id),
+        )
+        .events(usize::MAX);
+        (whole, first, rest)
+    })
+    .await
+    .unwrap();
+    let whole: Vec<String> = whole.iter().map(gist).collect();
+    assert_eq!(whole.len(), 9, "{whole:?}");
+    let joined: Vec<String> = first.iter().chain(&rest).map(gist).collect();
+    assert_eq!(joined, whole, "{rest:?}");
+    let all: Vec<u64> = versions(&first)
+        .into_iter()
+        .chain(versions(&rest))
+        .collect();
+    assert!(all.windows(2).all(|w| w[1] == w[0] + 1), "{all:?}");
 }

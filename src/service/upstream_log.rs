@@ -1,0 +1,181 @@
+//! The gateway's own log of the streams it relays from upstream agents, so that a caller
+//! whose connection drops can resume an upstream task's stream as it resumes a local one.
+//!
+//! A streamed send to an upstream agent is driven by a task of its own (the recorder): it
+//! reads the upstream's stream to its end whether or not the caller is still there, keeps
+//! the task's latest events (numbered as the gateway received them: the task's first
+//! snapshot is version 0, each event one more) and hands each to the caller's stream. A
+//! caller that comes back with `Last-Event-ID` gets the events after it from the log, then
+//! the live ones while the recorder runs.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use futures_util::stream::{self, Stream, StreamExt};
+use tokio::sync::broadcast;
+
+use crate::error::GatewayError;
+use crate::protocol::model::{StreamEnd, StreamItem};
+use crate::protocol::ops::{ItemStream, Positioned};
+
+/// Upstream tasks whose logs are kept; past it the oldest is forgotten.
+const TASKS_KEPT: usize = 10_000;
+/// Items a caller may fall behind the recorder before its stream ends with an error.
+const LIVE_BUFFER: usize = 256;
+
+/// Each logged upstream task's log, by the id the gateway gives the task.
+#[derive(Default)]
+pub(super) struct UpstreamLogs {
+    tasks: Mutex<Kept>,
+}
+
+#[derive(Default)]
+struct Kept {
+    logs: HashMap<String, Arc<Mutex<TaskLog>>>,
+    order: VecDeque<String>,
+}
+
+struct TaskLog {
+    /// The caller the task belongs to.
+    owner: Arc<str>,
+    /// The number of events received for the task.
+    version: u64,
+    events: VecDeque<(u64, StreamItem)>,
+    /// The recorder's channel while it runs.
+    live: Option<broadcast::Sender<Positioned>>,
+}
+
+impl UpstreamLogs {
+    /// The log of task `id`, made for `owner` if new.
+    fn log(&self, id: &str, owner: &Arc<str>) -> Arc<Mutex<TaskLog>> {
+        let mut kept = self.tasks.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(log) = kept.logs.get(id) {
+            return log.clone();
+        }
+        if kept.order.len() >= TASKS_KEPT {
+            if let Some(oldest) = kept.order.pop_front() {
+                kept.logs.remove(&oldest);
+            }
+        }
+        let log = Arc::new(Mutex::new(TaskLog {
+            owner: owner.clone(),
+            version: 0,
+            events: VecDeque::new(),
+            live: None,
+        }));
+        kept.order.push_back(id.to_string());
+        kept.logs.insert(id.to_string(), log.clone());
+        log
+    }
+
+    /// Records `items` (a streamed send's relay, its turn held inside) from a task of
+    /// its own, and returns the caller's stream of them, each at its place.
+    pub(super) fn record(self: &Arc<Self>, owner: Arc<str>, items: ItemStream) -> ItemStream {
+        let (tx, rx) = broadcast::channel(LIVE_BUFFER);
+        let logs = self.clone();
+        tokio::spawn(async move {
+            let mut items = items;
+            let mut log: Option<Arc<Mutex<TaskLog>>> = None;
+            while let Some(item) = items.next().await {
+                let item = match item {
+                    Ok(item) => item,
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                        break;
+                    }
+                };
+                if log.is_none() {
+                    if let Some(id) = item.task_id() {
+                        log = Some(logs.log(id, &owner));
+                    }
+                }
+                // Sent under the log's lock: a resume takes the log and subscribes under
+                // it, so it sees each item once, from the log or live.
+                match &log {
+                    Some(log) => {
+                        let mut log = log.lock().unwrap_or_else(PoisonError::into_inner);
+                        if log.live.is_none() {
+                            log.live = Some(tx.clone());
+                        }
+                        let version = log.take(&item);
+                        let _ = tx.send(Ok((item, Some(version))));
+                    }
+                    None => {
+                        let _ = tx.send(Ok((item, None)));
+                    }
+                }
+            }
+            if let Some(log) = log {
+                log.lock().unwrap_or_else(PoisonError::into_inner).live = None;
+            }
+        });
+        ItemStream::positioned(live(rx))
+    }
+
+    /// The stream of task `id` after its event `version`, for `owner`: the events after it
+    /// the log holds, then the live ones while its recorder runs. None when the log does
+    /// not reach back that far (or holds no such task for the caller): the caller then
+    /// subscribes upstream.
+    pub(super) fn resume(&self, id: &str, owner: &str, version: u64) -> Option<ItemStream> {
+        let log = {
+            let kept = self.tasks.lock().unwrap_or_else(PoisonError::into_inner);
+            kept.logs.get(id)?.clone()
+        };
+        let log = log.lock().unwrap_or_else(PoisonError::into_inner);
+        if &*log.owner != owner || version > log.version {
+            return None;
+        }
+        let oldest = log.events.front().map_or(log.version + 1, |(v, _)| *v);
+        if oldest > version + 1 && version < log.version {
+            return None;
+        }
+        let missed: Vec<Positioned> = (log.events.iter())
+            .filter(|(v, _)| *v > version)
+            .map(|(v, item)| Ok((item.clone(), Some(*v))))
+            .collect();
+        let ended = missed
+            .iter()
+            .any(|m| matches!(m, Ok((item, _)) if StreamEnd::Terminal.closes(item)));
+        let rx = log
+            .live
+            .as_ref()
+            .filter(|_| !ended)
+            .map(|tx| tx.subscribe());
+        let rest = stream::iter(rx).flat_map(live);
+        Some(ItemStream::positioned(stream::iter(missed).chain(rest)))
+    }
+}
+
+impl TaskLog {
+    /// Keeps `item` and returns its place: a task snapshot stands at the version the task
+    /// has, an event makes the next one.
+    fn take(&mut self, item: &StreamItem) -> u64 {
+        if matches!(item, StreamItem::Task(_)) {
+            return self.version;
+        }
+        self.version += 1;
+        if self.events.len() == crate::store::RESUME_EVENTS {
+            self.events.pop_front();
+        }
+        self.events.push_back((self.version, item.clone()));
+        self.version
+    }
+}
+
+/// A recorder's items as they come, until its stream ends (or the caller falls too far
+/// behind, which ends this stream with an error).
+fn live(rx: broadcast::Receiver<Positioned>) -> impl Stream<Item = Positioned> + Send + 'static {
+    stream::unfold(Some(rx), |rx| async move {
+        let mut rx = rx?;
+        match rx.recv().await {
+            Ok(item) => Some((item, Some(rx))),
+            Err(broadcast::error::RecvError::Lagged(n)) => Some((
+                Err(GatewayError::Internal(format!(
+                    "the stream fell {n} events behind and was disconnected"
+                ))),
+                None,
+            )),
+            Err(broadcast::error::RecvError::Closed) => None,
+        }
+    })
+}
