@@ -232,7 +232,8 @@ impl Operations for UpstreamOps {
                 }
                 item
             });
-            Ok(items)
+            // Read to the task's end by a recorder, caller or not, and kept for resuming.
+            Ok(self.logs.record(caller.id.clone(), items))
         })
     }
 

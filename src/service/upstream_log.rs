@@ -1,12 +1,17 @@
 //! The gateway's own log of the streams it relays from upstream agents, so that a caller
 //! whose connection drops can resume an upstream task's stream as it resumes a local one.
 //!
-//! A streamed send to an upstream agent is driven by a task of its own (the recorder): it
-//! reads the upstream's stream to its end whether or not the caller is still there, keeps
-//! the task's latest events (numbered as the gateway received them: the task's first
-//! snapshot is version 0, each event one more) and hands each to the caller's stream. A
-//! caller that comes back with `Last-Event-ID` gets the events after it from the log, then
-//! the live ones while the recorder runs.
+//! A streamed send or a subscription to an upstream agent is driven by a task of its own
+//! (the recorder): it reads the upstream's stream to its end whether or not the caller is
+//! still there, keeps the task's latest events (numbered as the gateway received them: the
+//! task's first snapshot is version 0, each event one more) and hands each to the caller's
+//! stream. A caller that comes back with `Last-Event-ID` gets the events after it from the
+//! log, then the live ones while the recorder runs.
+//!
+//! One recorder per task at a time: a stream of a task another recorder is reading is
+//! relayed without ids. A new recording of a task recorded before starts at a new number
+//! with an empty log (what happened in between was not seen), so an id from before it
+//! resumes with the task's snapshot.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -75,7 +80,10 @@ impl UpstreamLogs {
         let logs = self.clone();
         tokio::spawn(async move {
             let mut items = items;
+            // The task's log, once the first item names the task and no other recorder
+            // reads it.
             let mut log: Option<Arc<Mutex<TaskLog>>> = None;
+            let mut named = false;
             while let Some(item) = items.next().await {
                 let item = match item {
                     Ok(item) => item,
@@ -84,9 +92,17 @@ impl UpstreamLogs {
                         break;
                     }
                 };
-                if log.is_none() {
+                if !named {
                     if let Some(id) = item.task_id() {
-                        log = Some(logs.log(id, &owner));
+                        named = true;
+                        let task = logs.log(id, &owner);
+                        let mut held = task.lock().unwrap_or_else(PoisonError::into_inner);
+                        if held.live.is_none() {
+                            held.live = Some(tx.clone());
+                            held.restart();
+                            drop(held);
+                            log = Some(task);
+                        }
                     }
                 }
                 // Sent under the log's lock: a resume takes the log and subscribes under
@@ -94,9 +110,6 @@ impl UpstreamLogs {
                 match &log {
                     Some(log) => {
                         let mut log = log.lock().unwrap_or_else(PoisonError::into_inner);
-                        if log.live.is_none() {
-                            log.live = Some(tx.clone());
-                        }
                         let version = log.take(&item);
                         let _ = tx.send(Ok((item, Some(version))));
                     }
@@ -147,6 +160,15 @@ impl UpstreamLogs {
 }
 
 impl TaskLog {
+    /// A new recording of a task recorded before: what happened since the last one was
+    /// not seen, so its numbers go on past a gap and older ids no longer reach the log.
+    fn restart(&mut self) {
+        if self.version > 0 || !self.events.is_empty() {
+            self.version += 1;
+            self.events.clear();
+        }
+    }
+
     /// Keeps `item` and returns its place: a task snapshot stands at the version the task
     /// has, an event makes the next one.
     fn take(&mut self, item: &StreamItem) -> u64 {

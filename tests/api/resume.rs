@@ -661,3 +661,60 @@ async fn an_upstream_agents_stream_resumes_from_the_gateways_own_log() {
         .collect();
     assert!(all.windows(2).all(|w| w[1] == w[0] + 1), "{all:?}");
 }
+
+/// A subscription to an upstream task is read by the gateway too: dropped and resumed, the
+/// caller gets every event after its last, once, to the task's end.
+#[tokio::test]
+async fn an_upstream_subscription_resumes_from_the_gateways_own_log() {
+    let back = gateway().await;
+    let far = crate::peers::upstream_agent("far", &back.url("/a2a/agents/ticker"), "");
+    let front = spawn_with(&[("far.toml", &far)], "").await;
+    let started = front
+        .call_with(
+            "/a2a/agents/far",
+            D::V10,
+            "SendMessage",
+            json!({"message": D::V10.message("go"), "configuration": {"returnImmediately": true}}),
+            &[],
+        )
+        .await;
+    let task = started.result()["task"]["id"].as_str().unwrap().to_string();
+    let base = front.base.clone();
+    let (first, rest) = tokio::task::spawn_blocking(move || {
+        let path = "/a2a/agents/far";
+        let mut stream = open_at(&base, path, "SubscribeToTask", json!({"id": task}), None);
+        let first = stream.events(3);
+        drop(stream);
+        std::thread::sleep(Duration::from_millis(500));
+        let id = first
+            .last()
+            .unwrap()
+            .id
+            .clone()
+            .expect("a subscription's events carry ids");
+        let rest = open_at(
+            &base,
+            path,
+            "SubscribeToTask",
+            json!({"id": task}),
+            Some(&id),
+        )
+        .events(usize::MAX);
+        (first, rest)
+    })
+    .await
+    .unwrap();
+    let all: Vec<u64> = versions(&first)
+        .into_iter()
+        .chain(versions(&rest))
+        .collect();
+    assert!(all.windows(2).all(|w| w[1] == w[0] + 1), "{all:?}");
+    let last = &rest.last().expect("events after the seam").data["result"]["statusUpdate"];
+    assert_eq!(last["status"]["state"], "TASK_STATE_COMPLETED", "{rest:?}");
+    let ticks = first
+        .iter()
+        .chain(&rest)
+        .filter(|e| e.data["result"].get("artifactUpdate").is_some())
+        .count();
+    assert!(ticks >= 1, "{first:?} {rest:?}");
+}
