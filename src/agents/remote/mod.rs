@@ -1101,15 +1101,7 @@ impl RemoteAgent {
         let resp = resp.map_err(|e| self.reqwest_error(e))?;
         transport::note_activated(resp.headers());
         self.note_alive();
-        let is_sse = resp
-            .headers()
-            .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| {
-                v.trim_start()
-                    .to_ascii_lowercase()
-                    .starts_with("text/event-stream")
-            });
+        let is_sse = is_event_stream(resp.headers());
         if !is_sse {
             let body = transport::read_capped(http::Response::from(resp).into_body())
                 .await
@@ -1161,15 +1153,7 @@ impl RemoteAgent {
             .send()
             .await
             .map_err(|e| self.reqwest_error(e))?;
-        let is_sse = resp
-            .headers()
-            .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| {
-                v.trim_start()
-                    .to_ascii_lowercase()
-                    .starts_with("text/event-stream")
-            });
+        let is_sse = is_event_stream(resp.headers());
         if !is_sse {
             return Err(GatewayError::InvalidAgentResponse(format!(
                 "agent {} did not resume its stream (status {})",
@@ -1183,6 +1167,17 @@ impl RemoteAgent {
             .map(|r| r.map_err(BoxError::from))
             .boxed())
     }
+}
+
+/// Whether an upstream answered with an event stream.
+fn is_event_stream(headers: &reqwest::header::HeaderMap) -> bool {
+    (headers.get(CONTENT_TYPE))
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("text/event-stream")
+        })
 }
 
 /// An upstream's refusal of a subscription that `GetTask` may show to be wrong: task not
