@@ -331,14 +331,10 @@ async fn subscribe(req: &HttpRequest, state: &AppState, caller: Caller, id: &str
         Err(resp) => return resp,
     };
     let opened = async {
-        let items = match super::resume_from(req)? {
-            // An event id of another task is as good as an unknown task.
-            Some(from) if from.task_id != id => {
-                return Err(GatewayError::TaskNotFound(from.task_id))
-            }
-            Some(from) => state.service.resume(&agent, &caller, &from).await?,
-            None => state.service.subscribe(&agent, &caller, id).await?,
-        };
+        let from = super::resume_from(req)?;
+        let items = (state.service)
+            .subscribe_from(&agent, &caller, id, from.as_ref())
+            .await?;
         Ok::<_, GatewayError>((items, slot))
     }
     .await;

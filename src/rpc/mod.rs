@@ -173,14 +173,9 @@ pub(crate) async fn run(
             Method::SubscribeToTask => {
                 let p: TaskIdParams = params::decode(params)?;
                 crate::telemetry::note_task(&p.id, None);
-                let items = match &resume {
-                    // An event id of another task is as good as an unknown task.
-                    Some(from) if from.task_id != p.id => {
-                        return Err(GatewayError::TaskNotFound(from.task_id.clone()))
-                    }
-                    Some(from) => service.resume(agent, caller, from).await?,
-                    None => service.subscribe(agent, caller, &p.id).await?,
-                };
+                let items = (service)
+                    .subscribe_from(agent, caller, &p.id, resume.as_ref())
+                    .await?;
                 Ok(stream(
                     &id,
                     dialect,

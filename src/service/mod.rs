@@ -274,6 +274,25 @@ impl A2aService {
         self.ops(agent).subscribe(agent, caller, id).await
     }
 
+    /// A subscription to task `id`, or, with the `Last-Event-ID` of a stream the client
+    /// lost (`from`), that stream picked up where it left it. An event id of another task
+    /// is as good as an unknown task.
+    pub(crate) async fn subscribe_from(
+        &self,
+        agent: &Agent,
+        caller: &Principal,
+        id: &str,
+        from: Option<&ResumeFrom>,
+    ) -> Result<ItemStream, GatewayError> {
+        match from {
+            Some(from) if from.task_id != id => {
+                Err(GatewayError::TaskNotFound(from.task_id.clone()))
+            }
+            Some(from) => self.resume(agent, caller, from).await,
+            None => self.subscribe(agent, caller, id).await,
+        }
+    }
+
     /// A stream a client lost, picked up where it left it (`Last-Event-ID`): see
     /// [`Operations::resume`].
     pub(crate) async fn resume(
