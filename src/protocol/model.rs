@@ -720,6 +720,17 @@ impl Serialize for Stamped<'_, Task> {
 }
 
 impl Task {
+    /// The task's current status as a stream event: what a stream that missed the event
+    /// which brought it there is shown instead.
+    pub fn status_event(&self) -> StreamItem {
+        StreamItem::StatusUpdate(TaskStatusUpdateEvent {
+            task_id: self.id.clone(),
+            context_id: self.context_id.clone(),
+            status: self.status.clone(),
+            metadata: None,
+        })
+    }
+
     /// A new task, submitted with its first (user) message.
     pub fn submitted(id: String, context_id: String, first: Message) -> Task {
         Task {

@@ -173,15 +173,8 @@ pub(super) fn resume(
     let seen = missed.last().map_or(after, |(_, v)| *v);
     let ended = missed.iter().any(|(item, _)| item.finishes_task());
     // Finished, its last event not in the log (written as the log was read): that event.
-    let finish = (!ended && task.status.state.is_terminal() && seen < version).then(|| {
-        let status = crate::protocol::model::TaskStatusUpdateEvent {
-            task_id: task.id.clone(),
-            context_id: task.context_id.clone(),
-            status: task.status.clone(),
-            metadata: None,
-        };
-        (StreamItem::StatusUpdate(status), version)
-    });
+    let finish = (!ended && task.status.state.is_terminal() && seen < version)
+        .then(|| (task.status_event(), version));
     let done = ended || finish.is_some();
     let replayed =
         stream::iter(missed.into_iter().chain(finish)).map(|(item, at)| Ok((item, Some(at))));

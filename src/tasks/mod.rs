@@ -497,19 +497,13 @@ impl Tasks {
             if unfinished {
                 let note = Message::agent_text(lost_work(work_of(&stored.agent)))
                     .placed(Some(&task.id), &task.context_id);
-                let status = TaskStatus::now(TaskState::Failed, Some(note));
-                task.set_status(status.clone());
+                task.set_status(TaskStatus::now(TaskState::Failed, Some(note)));
                 failed.push(task.id.clone());
                 // An event like any other: a stream picked up after the restart ends with it,
                 // numbered past whatever the crashed process sent without writing it.
                 stored.version += crate::store::UNWRITTEN_EVENTS;
                 if let Some(log) = stored.log.as_deref_mut() {
-                    let item = StreamItem::StatusUpdate(TaskStatusUpdateEvent {
-                        task_id: stored.task.id.clone(),
-                        context_id: stored.task.context_id.clone(),
-                        status,
-                        metadata: None,
-                    });
+                    let item = stored.task.status_event();
                     let version = stored.version;
                     log.push(Arc::new(Logged { version, item }));
                 }
@@ -775,12 +769,7 @@ impl Tasks {
                     // was streamed, or lost with a crash): its final status ends the replay.
                     let seen = events.last().map_or(version, |e| e.version);
                     if finished && seen < st.version {
-                        let item = StreamItem::StatusUpdate(TaskStatusUpdateEvent {
-                            task_id: st.task.id.clone(),
-                            context_id: st.task.context_id.clone(),
-                            status: st.task.status.clone(),
-                            metadata: None,
-                        });
+                        let item = st.task.status_event();
                         let version = st.version;
                         events.push(Arc::new(Logged { version, item }));
                     }

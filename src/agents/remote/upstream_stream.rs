@@ -259,14 +259,7 @@ impl Relay {
                     self.ready.extend(changes);
                     item = first;
                 }
-                None => {
-                    return Ok(StreamItem::StatusUpdate(TaskStatusUpdateEvent {
-                        task_id: task.id.clone(),
-                        context_id: task.context_id.clone(),
-                        status: task.status.clone(),
-                        metadata: None,
-                    }))
-                }
+                None => return Ok(task.status_event()),
             }
         }
         self.note(&item);
