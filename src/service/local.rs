@@ -668,22 +668,10 @@ struct Launched {
 fn live(
     rx: Option<broadcast::Receiver<Arc<Logged>>>,
 ) -> impl Stream<Item = Positioned> + Send + 'static {
-    stream::unfold(rx, |rx| async move {
-        let mut rx = rx?;
-        match rx.recv().await {
-            Ok(logged) => {
-                let item = logged.item.clone();
-                let next = (!StreamEnd::Terminal.closes(&item)).then_some(rx);
-                Some((Ok((item, Some(logged.version))), next))
-            }
-            Err(broadcast::error::RecvError::Lagged(n)) => Some((
-                Err(GatewayError::Internal(format!(
-                    "subscriber fell {n} events behind and was disconnected"
-                ))),
-                None,
-            )),
-            Err(broadcast::error::RecvError::Closed) => None,
-        }
+    super::received(rx, |logged: Arc<Logged>| {
+        let item = logged.item.clone();
+        let last = StreamEnd::Terminal.closes(&item);
+        (Ok((item, Some(logged.version))), last)
     })
 }
 

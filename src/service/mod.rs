@@ -14,6 +14,36 @@ pub(crate) mod replicas;
 mod upstream;
 mod upstream_log;
 
+/// What arrives on `rx` as stream items: `each` makes one of every value and says whether
+/// it is the last. Ends after that one, when the channel closes, or with an error when the
+/// receiver fell too far behind (a slow caller is cut off rather than holding memory).
+fn received<T, F>(
+    rx: Option<tokio::sync::broadcast::Receiver<T>>,
+    each: F,
+) -> impl futures_util::Stream<Item = crate::protocol::ops::Positioned> + Send + 'static
+where
+    T: Clone + Send + 'static,
+    F: Fn(T) -> (crate::protocol::ops::Positioned, bool) + Send + 'static,
+{
+    use tokio::sync::broadcast::error::RecvError;
+    futures_util::stream::unfold((rx, each), |(rx, each)| async move {
+        let mut rx = rx?;
+        match rx.recv().await {
+            Ok(value) => {
+                let (item, last) = each(value);
+                Some((item, ((!last).then_some(rx), each)))
+            }
+            Err(RecvError::Lagged(n)) => Some((
+                Err(GatewayError::Internal(format!(
+                    "the stream fell {n} events behind and was disconnected"
+                ))),
+                (None, each),
+            )),
+            Err(RecvError::Closed) => None,
+        }
+    })
+}
+
 use std::sync::Arc;
 
 use futures_util::future::LocalBoxFuture;

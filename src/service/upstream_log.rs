@@ -19,7 +19,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use futures_util::stream::{self, Stream, StreamExt};
 use tokio::sync::broadcast;
 
-use crate::error::GatewayError;
 use crate::protocol::model::{StreamEnd, StreamItem};
 use crate::protocol::ops::{ItemStream, Positioned};
 
@@ -187,17 +186,5 @@ impl TaskLog {
 /// A recorder's items as they come, until its stream ends (or the caller falls too far
 /// behind, which ends this stream with an error).
 fn live(rx: broadcast::Receiver<Positioned>) -> impl Stream<Item = Positioned> + Send + 'static {
-    stream::unfold(Some(rx), |rx| async move {
-        let mut rx = rx?;
-        match rx.recv().await {
-            Ok(item) => Some((item, Some(rx))),
-            Err(broadcast::error::RecvError::Lagged(n)) => Some((
-                Err(GatewayError::Internal(format!(
-                    "the stream fell {n} events behind and was disconnected"
-                ))),
-                None,
-            )),
-            Err(broadcast::error::RecvError::Closed) => None,
-        }
-    })
+    super::received(Some(rx), |item| (item, false))
 }
