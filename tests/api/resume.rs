@@ -152,6 +152,36 @@ fn reset(raw: Raw) {
     drop(socket);
 }
 
+/// A 1.0 JSON-RPC call to the ticker with `headers` (a credential, `Last-Event-ID`), read
+/// whole: its status and body.
+async fn call_ticker(
+    gw: &TestGateway,
+    method: &str,
+    params: Value,
+    headers: &[(&str, &str)],
+) -> (u16, String) {
+    let mut req = gw
+        .client
+        .post(gw.url("/a2a/agents/ticker"))
+        .header("content-type", "application/json")
+        .header("A2A-Version", "1.0");
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    let resp = req.body(rpc(method, params)).send().await.unwrap();
+    (resp.status().as_u16(), resp.text().await.unwrap())
+}
+
+/// The JSON-RPC error of an answer: its code and message.
+fn error_of(text: &str) -> (i64, String) {
+    let body: Value = serde_json::from_str(text).unwrap_or_else(|_| panic!("not JSON: {text}"));
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    (
+        body["error"]["code"].as_i64().unwrap_or(0),
+        message.to_string(),
+    )
+}
+
 fn send_params() -> Value {
     json!({"message": D::V10.message("go")})
 }
@@ -258,65 +288,50 @@ async fn an_id_of_another_task_or_caller_is_refused_like_an_unknown_task() {
         .to_string();
     let other = uuid::Uuid::new_v4().to_string();
     let gw = &gw;
-    let call = |params: Value, id: String| async move {
-        gw.post_raw(
-            "/a2a/agents/ticker",
-            &[
-                ("content-type", "application/json"),
-                ("A2A-Version", "1.0"),
-                ("Last-Event-ID", &id),
-            ],
-            rpc("SubscribeToTask", params),
-        )
-        .await
-    };
+    let subscribe = json!({"id": task});
     // Another task's id than the one subscribed to.
-    let r = call(json!({"id": task}), format!("{other}:2")).await;
-    assert_eq!(r.code(), -32001, "{}", r.body);
+    let id = format!("{other}:2");
+    let (_, text) = call_ticker(
+        gw,
+        "SubscribeToTask",
+        subscribe.clone(),
+        &[("Last-Event-ID", &id)],
+    )
+    .await;
+    assert_eq!(error_of(&text).0, -32001, "{text}");
     // An unknown task, on a repeated send.
-    let r = gw
-        .post_raw(
-            "/a2a/agents/ticker",
-            &[
-                ("content-type", "application/json"),
-                ("A2A-Version", "1.0"),
-                ("Last-Event-ID", &format!("{other}:1")),
-            ],
-            rpc("SendStreamingMessage", send_params()),
-        )
-        .await;
-    assert_eq!(r.code(), -32001, "{}", r.body);
-    assert!(r.message().contains(&other), "{}", r.body);
+    let id = format!("{other}:1");
+    let (_, text) = call_ticker(
+        gw,
+        "SendStreamingMessage",
+        send_params(),
+        &[("Last-Event-ID", &id)],
+    )
+    .await;
+    let (code, message) = error_of(&text);
+    assert_eq!(code, -32001, "{text}");
+    assert!(message.contains(&other), "{text}");
     // Not an id this gateway makes.
-    let r = call(json!({"id": task}), "nonsense".into()).await;
-    assert_eq!(r.code(), -32602, "{}", r.body);
-    assert!(r.message().contains("Last-Event-ID"), "{}", r.body);
+    let nonsense = [("Last-Event-ID", "nonsense")];
+    let (_, text) = call_ticker(gw, "SubscribeToTask", subscribe.clone(), &nonsense).await;
+    let (code, message) = error_of(&text);
+    assert_eq!(code, -32602, "{text}");
+    assert!(message.contains("Last-Event-ID"), "{text}");
     // A finished task, resumed past its end: nothing more, and the stream ends.
-    let resp = gw
-        .client
-        .post(gw.url("/a2a/agents/ticker"))
-        .header("content-type", "application/json")
-        .header("A2A-Version", "1.0")
-        .header("Last-Event-ID", format!("{task}:8"))
-        .body(rpc("SubscribeToTask", json!({"id": task})))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    let text = resp.text().await.unwrap();
+    let id = format!("{task}:8");
+    let (status, text) = call_ticker(
+        gw,
+        "SubscribeToTask",
+        subscribe.clone(),
+        &[("Last-Event-ID", &id)],
+    )
+    .await;
+    assert_eq!(status, 200);
     assert!(parse_sse(&text).is_empty(), "{text}");
     // From earlier: the missed events, then the end.
-    let resp = gw
-        .client
-        .post(gw.url("/a2a/agents/ticker"))
-        .header("content-type", "application/json")
-        .header("A2A-Version", "1.0")
-        .header("Last-Event-ID", format!("{task}:6"))
-        .body(rpc("SubscribeToTask", json!({"id": task})))
-        .send()
-        .await
-        .unwrap();
-    let replayed = parse_sse(&resp.text().await.unwrap());
+    let id = format!("{task}:6");
+    let (_, text) = call_ticker(gw, "SubscribeToTask", subscribe, &[("Last-Event-ID", &id)]).await;
+    let replayed = parse_sse(&text);
     assert_eq!(replayed.len(), 2, "{replayed:?}");
     assert_eq!(
         replayed[1].data["result"]["statusUpdate"]["status"]["state"],
@@ -452,50 +467,20 @@ async fn another_callers_event_id_is_an_unknown_task() {
         crate::helpers::sha("bob-key")
     );
     let gw = spawn_with(&[("ticker.toml", &ticker())], &keys).await;
-    let alice = gw
-        .client
-        .post(gw.url("/a2a/agents/ticker"))
-        .header("content-type", "application/json")
-        .header("A2A-Version", "1.0")
-        .header("X-API-Key", "alice-key")
-        .body(rpc("SendStreamingMessage", send_params()))
-        .send()
-        .await
-        .unwrap();
-    let events = parse_sse(&alice.text().await.unwrap());
+    let alice = [("X-API-Key", "alice-key")];
+    let (_, streamed) = call_ticker(&gw, "SendStreamingMessage", send_params(), &alice).await;
+    let events = parse_sse(&streamed);
     let task = events[0].data["result"]["task"]["id"].as_str().unwrap();
     let id = format!("{task}:3");
     for (key, expect) in [("bob-key", -32001), ("alice-key", 0)] {
-        let headers = [
-            ("content-type", "application/json"),
-            ("A2A-Version", "1.0"),
-            ("X-API-Key", key),
-            ("Last-Event-ID", id.as_str()),
-        ];
-        let params = json!({"id": task});
-        let resp = gw
-            .client
-            .post(gw.url("/a2a/agents/ticker"))
-            .headers(
-                headers
-                    .iter()
-                    .map(|(k, v)| (k.parse().unwrap(), v.parse().unwrap()))
-                    .collect(),
-            )
-            .body(rpc("SubscribeToTask", params))
-            .send()
-            .await
-            .unwrap();
-        let text = resp.text().await.unwrap();
+        let headers = [("X-API-Key", key), ("Last-Event-ID", id.as_str())];
+        let (_, text) = call_ticker(&gw, "SubscribeToTask", json!({"id": task}), &headers).await;
         match expect {
             0 => assert_eq!(parse_sse(&text).len(), 5, "versions 4 to 8: {text}"),
             code => {
-                let body: Value = serde_json::from_str(&text).unwrap();
-                assert_eq!(body["error"]["code"], code, "{body}");
-                assert!(
-                    body["error"]["message"].as_str().unwrap().contains(task),
-                    "{body}"
-                );
+                let (got, message) = error_of(&text);
+                assert_eq!(got, code, "{text}");
+                assert!(message.contains(task), "{text}");
             }
         }
     }
