@@ -1016,6 +1016,18 @@ impl StreamItem {
             StreamItem::ArtifactUpdate(_) => false,
         }
     }
+
+    /// Folds the item into `task` (None until a stream's first task arrives): the task
+    /// after it, as a subscriber that read the stream so far sees it.
+    pub fn fold_into<'t>(&self, task: &'t mut Option<Task>) -> Option<&'t Task> {
+        match (self, task.as_mut()) {
+            (StreamItem::Task(t), _) => *task = Some(t.clone()),
+            (StreamItem::StatusUpdate(s), Some(t)) => t.apply(&TaskEvent::Status(s.clone())),
+            (StreamItem::ArtifactUpdate(a), Some(t)) => t.apply(&TaskEvent::Artifact(a.clone())),
+            _ => return None,
+        }
+        task.as_ref()
+    }
 }
 
 /// Where a stream of task events ends: a send's at the first terminal or interrupted state

@@ -20,7 +20,7 @@ use super::{A2aService, Sent};
 use crate::agents::{Agent, RemoteAgent};
 use crate::auth::Principal;
 use crate::error::GatewayError;
-use crate::protocol::model::{StreamItem, Task, TaskEvent};
+use crate::protocol::model::{StreamItem, Task};
 use crate::protocol::ops::{ItemStream, SendRequest, SendResult};
 use crate::protocol::push::{PushCall, PushConfig, PushOp};
 use crate::protocol::Dialect;
@@ -293,7 +293,7 @@ impl Shared {
                     break;
                 }
             };
-            let Some(now) = applied(&mut task, &item) else {
+            let Some(now) = item.fold_into(&mut task) else {
                 continue;
             };
             self.notify(&task_id, &item, now).await;
@@ -357,17 +357,6 @@ impl Shared {
         }
         self.watched.remove(&task_id);
     }
-}
-
-/// Applies `item` to the task (None until the first task arrives): the task after it.
-fn applied<'t>(task: &'t mut Option<Task>, item: &StreamItem) -> Option<&'t Task> {
-    match (item, task.as_mut()) {
-        (StreamItem::Task(t), _) => *task = Some(t.clone()),
-        (StreamItem::StatusUpdate(s), Some(t)) => t.apply(&TaskEvent::Status(s.clone())),
-        (StreamItem::ArtifactUpdate(a), Some(t)) => t.apply(&TaskEvent::Artifact(a.clone())),
-        _ => return None,
-    }
-    task.as_ref()
 }
 
 fn send(pusher: &Arc<Pusher>, task_id: &str, config: &PushConfig, item: &StreamItem, task: &Task) {
@@ -710,7 +699,7 @@ impl A2aService {
         }
         // Held while the update is queued: notifications arriving at once keep their order.
         let mut task = relay.task.lock().await;
-        let Some(now) = applied(&mut task, &item) else {
+        let Some(now) = item.fold_into(&mut task) else {
             return Ok(());
         };
         shared.notify(&relay.task_id, &item, now).await;

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use futures_util::future::LocalBoxFuture;
+use futures_util::future::{BoxFuture, LocalBoxFuture};
 
 use super::{Operations, Sent, TaskWriter};
 use crate::agents::{Admission, Agent, RemoteAgent};
@@ -224,16 +224,18 @@ impl Operations for UpstreamOps {
     ) -> LocalBoxFuture<'a, Result<ItemStream, GatewayError>> {
         Box::pin(async move {
             let remote = self.callers_task(agent, caller, id).await?;
-            let items = remote.subscribe(id).await?;
-            let (remote, owner) = (remote.clone(), caller.id.clone());
-            let items = items.map_items(move |item| {
-                if let Ok(item) = &item {
-                    remote.note_item(&owner, item);
-                }
-                item
-            });
-            // Read to the task's end by a recorder, caller or not, and kept for resuming.
-            Ok(self.logs.record(caller.id.clone(), items))
+            let (logs, remote, owner) = (self.logs.clone(), remote.clone(), caller.id.clone());
+            // A task the gateway is reading already (a subscription beside its streamed
+            // send) is joined: one upstream stream, one numbering of its events. Where that
+            // recording stops before the task's end (a send's stream stops for input), a
+            // subscription upstream takes over.
+            if let Some(joined) = self.logs.join(id, &caller.id) {
+                let id = id.to_string();
+                return Ok(until_finished(joined, move || {
+                    Box::pin(async move { subscription(&logs, &remote, owner, &id).await })
+                }));
+            }
+            subscription(&logs, &remote, owner, id).await
         })
     }
 
@@ -253,6 +255,53 @@ impl Operations for UpstreamOps {
             }
         })
     }
+}
+
+/// A subscription upstream to task `id` for `owner`, read to the task's end by a recorder
+/// (caller or not) and kept for resuming.
+async fn subscription(
+    logs: &Arc<super::upstream_log::UpstreamLogs>,
+    remote: &Arc<RemoteAgent>,
+    owner: Arc<str>,
+    id: &str,
+) -> Result<ItemStream, GatewayError> {
+    let items = remote.subscribe(id).await?;
+    let (noted_by, caller) = (remote.clone(), owner.clone());
+    let items = items.map_items(move |item| {
+        if let Ok(item) = &item {
+            noted_by.note_item(&caller, item);
+        }
+        item
+    });
+    Ok(logs.record(owner, items))
+}
+
+/// `items`, then, if they stop before the task is over (and without an error), the
+/// stream `then` opens.
+fn until_finished(
+    items: ItemStream,
+    then: impl FnOnce() -> BoxFuture<'static, Result<ItemStream, GatewayError>> + Send + 'static,
+) -> ItemStream {
+    use futures_util::stream::{self, StreamExt};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let over = Arc::new(AtomicBool::new(false));
+    let seen = over.clone();
+    let head = items.with_positions().inspect(move |item| {
+        if matches!(item, Ok((item, _)) if item.finishes_task()) || item.is_err() {
+            seen.store(true, Ordering::Relaxed);
+        }
+    });
+    let tail = stream::once(async move {
+        if over.load(Ordering::Relaxed) {
+            return stream::empty().left_stream();
+        }
+        match then().await {
+            Ok(items) => items.with_positions().right_stream().right_stream(),
+            Err(e) => stream::iter([Err(e)]).left_stream().right_stream(),
+        }
+    })
+    .flatten();
+    ItemStream::positioned(head.chain(tail))
 }
 
 /// Who created each upstream task. The remote owns the task and knows nothing of the

@@ -8,8 +8,9 @@
 //! stream. A caller that comes back with `Last-Event-ID` gets the events after it from the
 //! log, then the live ones while the recorder runs.
 //!
-//! One recorder per task at a time: a stream of a task another recorder is reading is
-//! relayed without ids. A new recording of a task recorded before starts at a new number
+//! One recorder per task at a time: a subscription to a task a recorder is reading joins
+//! it (the task as the recorder last saw it, then the same events with the same ids),
+//! rather than opening a second upstream stream. A new recording of a task recorded before starts at a new number
 //! with an empty log (what happened in between was not seen), so an id from before it
 //! resumes with the task's snapshot.
 
@@ -19,7 +20,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use futures_util::stream::{self, Stream, StreamExt};
 use tokio::sync::broadcast;
 
-use crate::protocol::model::{StreamEnd, StreamItem};
+use crate::protocol::model::{StreamEnd, StreamItem, Task};
 use crate::protocol::ops::{ItemStream, Positioned};
 
 /// Upstream tasks whose logs are kept; past it the oldest is forgotten.
@@ -45,6 +46,8 @@ struct TaskLog {
     /// The number of events received for the task.
     version: u64,
     events: VecDeque<(u64, StreamItem)>,
+    /// The task as this recording saw it (once it saw the task itself).
+    task: Option<Task>,
     /// The recorder's channel while it runs.
     live: Option<broadcast::Sender<Positioned>>,
 }
@@ -65,6 +68,7 @@ impl UpstreamLogs {
             owner: owner.clone(),
             version: 0,
             events: VecDeque::new(),
+            task: None,
             live: None,
         }));
         kept.order.push_back(id.to_string());
@@ -156,6 +160,25 @@ impl UpstreamLogs {
         let rest = stream::iter(rx).flat_map(live);
         Some(ItemStream::positioned(stream::iter(missed).chain(rest)))
     }
+
+    /// A subscription of `owner` to task `id` while a recorder reads it: the task as the
+    /// recorder last saw it, at its place, then the live events. None when no recorder
+    /// reads the task (or it has not seen the task itself yet).
+    pub(super) fn join(&self, id: &str, owner: &str) -> Option<ItemStream> {
+        let log = {
+            let kept = self.tasks.lock().unwrap_or_else(PoisonError::into_inner);
+            kept.logs.get(id)?.clone()
+        };
+        let log = log.lock().unwrap_or_else(PoisonError::into_inner);
+        if &*log.owner != owner {
+            return None;
+        }
+        let snapshot: Positioned = Ok((StreamItem::Task(log.task.clone()?), Some(log.version)));
+        let rx = log.live.as_ref()?.subscribe();
+        Some(ItemStream::positioned(
+            stream::once(std::future::ready(snapshot)).chain(live(rx)),
+        ))
+    }
 }
 
 impl TaskLog {
@@ -166,11 +189,13 @@ impl TaskLog {
             self.version += 1;
             self.events.clear();
         }
+        self.task = None;
     }
 
     /// Keeps `item` and returns its place: a task snapshot stands at the version the task
     /// has, an event makes the next one.
     fn take(&mut self, item: &StreamItem) -> u64 {
+        item.fold_into(&mut self.task);
         if matches!(item, StreamItem::Task(_)) {
             return self.version;
         }

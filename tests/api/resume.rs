@@ -703,3 +703,122 @@ async fn an_upstream_subscription_resumes_from_the_gateways_own_log() {
         .count();
     assert!(ticks >= 1, "{first:?} {rest:?}");
 }
+
+/// A subscription to an upstream task beside its streamed send joins what the gateway reads
+/// already: the task as it is, then the same events under the same ids, to the task's end.
+#[tokio::test]
+async fn a_subscription_beside_an_upstream_stream_joins_it_with_the_same_ids() {
+    let back = gateway().await;
+    let far = crate::peers::upstream_agent("far", &back.url("/a2a/agents/ticker"), "");
+    let front = spawn_with(&[("far.toml", &far)], "").await;
+    let base = front.base.clone();
+    let (sent, joined) = tokio::task::spawn_blocking(move || {
+        let path = "/a2a/agents/far";
+        let mut send = open_at(&base, path, "SendStreamingMessage", send_params(), None);
+        let mut sent = send.events(4);
+        let task = sent[0].data["result"]["task"]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let joined =
+            open_at(&base, path, "SubscribeToTask", json!({"id": task}), None).events(usize::MAX);
+        sent.extend(send.events(usize::MAX));
+        (sent, joined)
+    })
+    .await
+    .unwrap();
+    assert_eq!(sent.len(), 9, "{sent:?}");
+    let snapshot = &joined[0];
+    let task = &snapshot.data["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_WORKING", "{joined:?}");
+    let at = versions(std::slice::from_ref(snapshot))[0];
+    assert!(at >= 2, "the task as the recorder saw it: {snapshot:?}");
+    // After the snapshot, exactly the send's events from that place on, ids and all.
+    let after: Vec<(Option<String>, String)> = sent
+        .iter()
+        .filter(|e| versions(std::slice::from_ref(e))[0] > at)
+        .map(|e| (e.id.clone(), gist(e)))
+        .collect();
+    let rest: Vec<(Option<String>, String)> = joined[1..]
+        .iter()
+        .map(|e| (e.id.clone(), gist(e)))
+        .collect();
+    assert_eq!(rest, after, "{joined:?}");
+    assert_eq!(rest.last().unwrap().1, "status \"TASK_STATE_COMPLETED\"");
+    // Its artifacts so far are in the snapshot: the ticks joined make up the whole.
+    let in_snapshot: usize = (task["artifacts"].as_array().into_iter().flatten())
+        .map(|a| a["parts"].as_array().map_or(0, Vec::len))
+        .sum();
+    let ticks = in_snapshot
+        + rest
+            .iter()
+            .filter(|(_, g)| g.starts_with("artifact"))
+            .count();
+    assert_eq!(ticks, 6, "{joined:?}");
+}
+
+/// A subscription that joined a streamed send goes on past where the send's stream stops
+/// (the task asks for input): a subscription upstream takes over, its events numbered on,
+/// to the task's end.
+#[tokio::test]
+async fn a_joined_subscription_outlives_the_send_stream_it_joined() {
+    let peer = crate::peers::python_agent("1.0", 0).await;
+    let far = crate::peers::upstream_agent("far", &peer.url(), "");
+    let front = spawn_with(&[("far.toml", &far)], "").await;
+    let base = front.base.clone();
+    let params = json!({"message": D::V10.message("/delay 1 /input Name?")});
+    let (task, mut subscription, mut seen) = tokio::task::spawn_blocking(move || {
+        let path = "/a2a/agents/far";
+        let mut send = open_at(&base, path, "SendStreamingMessage", params, None);
+        let task = send.events(1)[0].data["result"]["task"]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let mut subscription = open_at(&base, path, "SubscribeToTask", json!({"id": task}), None);
+        let sent = send.events(usize::MAX);
+        let last = sent.last().map(gist);
+        let asks = Some("status \"TASK_STATE_INPUT_REQUIRED\"".to_string());
+        assert_eq!(last, asks, "{sent:?}");
+        // The subscription reads on to the question, at least.
+        let mut seen = Vec::new();
+        while !seen.iter().any(|e| Some(gist(e)) == asks) {
+            let next = subscription.events(1);
+            assert!(!next.is_empty(), "ended before the question: {seen:?}");
+            seen.extend(next);
+        }
+        (task, subscription, seen)
+    })
+    .await
+    .unwrap();
+    let mut answer = D::V10.message("Ada");
+    answer["taskId"] = json!(task);
+    let answered = front
+        .call_with(
+            "/a2a/agents/far",
+            D::V10,
+            "SendMessage",
+            json!({"message": answer}),
+            &[],
+        )
+        .await;
+    let state = &answered.result()["task"]["status"]["state"];
+    assert_eq!(state, "TASK_STATE_COMPLETED", "{}", answered.body);
+    let events = tokio::task::spawn_blocking(move || {
+        seen.extend(subscription.events(usize::MAX));
+        seen
+    })
+    .await
+    .unwrap();
+    // Every event has an id (versions() reads each), each past the one before; the
+    // subscription upstream opens with the task waiting for the answer.
+    let all = versions(&events);
+    assert!(all.windows(2).all(|w| w[1] > w[0]), "{all:?} {events:?}");
+    let takeover = Some("task \"TASK_STATE_INPUT_REQUIRED\"".to_string());
+    assert!(
+        events.iter().any(|e| Some(gist(e)) == takeover),
+        "{events:?}"
+    );
+    let last = events.last().map(gist);
+    let done = Some("status \"TASK_STATE_COMPLETED\"".to_string());
+    assert_eq!(last, done, "{events:?}");
+}

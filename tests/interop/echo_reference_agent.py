@@ -40,7 +40,8 @@ Behaviour (text = the user message's text parts joined with ""):
                              message on that task completes it, echoing its text
   - "/auth <why>"         -> auth-required, status message <why>; continued like /input
   - "/fail", "/reject"    -> failed, rejected
-  - "/delay <secs> <text>" -> stays working for secs, then echoes <text>
+  - "/delay <secs> <text>" -> stays working for secs, then echoes <text>; a <text> of
+                             "/input <question>" then asks for input, as above
   - otherwise             -> working, one artifact "echo" holding the text, completed.
     On a streaming call the artifact arrives as 3 chunks (split on whitespace,
     separators kept, append/lastChunk set) sharing one artifactId.
@@ -147,6 +148,10 @@ class EchoExecutor(AgentExecutor):
         elif text.startswith('/delay'):
             _, secs, text = (text.split(maxsplit=2) + ['', ''])[:3]
             await asyncio.sleep(float(secs or 0))
+            if text.startswith('/input'):
+                question = text[len('/input'):].strip()
+                await updater.requires_input(updater.new_agent_message([new_text_part(question)]))
+                return
 
         streaming = context.call_context.state.get('method') in STREAMING_METHODS
         chunks = split_chunks(text) if streaming else [text]
