@@ -90,20 +90,21 @@ fn check_extensions(head: &impl Head, agent: &Agent) -> Result<(), GatewayError>
 }
 
 /// Refuses a call a policy denies. The method, dialect and binding are the request's
-/// note's (each binding notes them as it reads the call).
+/// note's (each binding notes them as it reads the call); `skill` is asked only where a
+/// rule reads it.
 fn check_policies(
     head: &impl Head,
     live: &Live,
     caller: &Principal,
     agent: &Agent,
-    target: Target<'_>,
+    skill: impl FnOnce() -> Option<String>,
     streams: bool,
 ) -> Result<(), GatewayError> {
     let policies = &live.policies;
     let noted = crate::telemetry::noted(|c| (c.method, c.dialect, c.binding));
     let (method, dialect, binding) = noted.unwrap_or_default();
-    let skill = match policies.reads_skill() {
-        true => target.skill(agent),
+    let skill = match policies.reads_skill(&agent.name) {
+        true => skill(),
         false => None,
     };
     let headers: Vec<(&str, &str)> = (policies.headers().iter())
@@ -134,8 +135,12 @@ fn check_policies(
 pub(crate) enum Target<'a> {
     /// A JSON-RPC call: its method and params say (see [`routing::Router::route`]).
     Rpc(&'a RpcRequest<'a>),
-    /// A send, with its `SendMessageRequest`.
-    Send(&'a RawValue),
+    /// A send, with its `SendMessageRequest`; `policies_checked` when the policies were
+    /// checked before its body was read (see [`policies_before_body`]).
+    Send {
+        params: &'a RawValue,
+        policies_checked: bool,
+    },
     /// A call on a task.
     Task(&'a str),
     TaskList,
@@ -148,7 +153,7 @@ impl Target<'_> {
                 rpc.method,
                 Method::SendMessage | Method::SendStreamingMessage
             ),
-            Target::Send(_) => true,
+            Target::Send { .. } => true,
             Target::Task(_) | Target::TaskList => false,
         }
     }
@@ -162,7 +167,7 @@ impl Target<'_> {
                 send: Some(send), ..
             }) => routing::skill_in(send.message.metadata.as_ref(), send.metadata.as_ref()),
             Target::Rpc(rpc) if self.sends() => rpc.params.and_then(routing::skill_named),
-            Target::Send(params) => routing::skill_named(params),
+            Target::Send { params, .. } => routing::skill_named(params),
             _ => None,
         };
         let only = || match agent.def.skills.as_slice() {
@@ -187,7 +192,7 @@ impl Target<'_> {
                 _ => None,
             },
             Target::Task(id) => Some(id.to_string()),
-            Target::Send(_) | Target::TaskList => None,
+            Target::Send { .. } | Target::TaskList => None,
         }
     }
 }
@@ -240,6 +245,32 @@ pub(crate) fn at_the_door(
     Ok(caller)
 }
 
+/// Between steps one and two, for a send on an agent's own HTTP+JSON route, whose method
+/// the route names: where no rule for the agent reads the skill (which is in the body), the
+/// caller's authorization and the policies are checked before the body is read, so that a
+/// refused send is not read at all. Whether they were (then [`admit`] does not again).
+pub(crate) fn policies_before_body(
+    head: &impl Head,
+    live: &Live,
+    caller: &Principal,
+    addressed: &Addressed,
+    streams: bool,
+) -> Result<bool, Refused> {
+    let Addressed::Agent(agent) = addressed else {
+        return Ok(false);
+    };
+    if live.policies.is_empty() || live.policies.reads_skill(&agent.name) {
+        return Ok(false);
+    }
+    crate::telemetry::note(|c| c.agent = Some(agent.name.clone()));
+    live.authorize(caller, agent)?;
+    check_policies(head, live, caller, agent, || None, streams).map_err(|error| Refused {
+        error,
+        served: Some(Served::new(agent, None)),
+    })?;
+    Ok(true)
+}
+
 /// Step two, once the call is read: its agent, and whether it may go there now. A
 /// streaming call (`streams`) also takes its slot here, so that a refusal costs nothing
 /// upstream.
@@ -271,8 +302,16 @@ pub(crate) async fn admit(
         return Err(e.into());
     }
     let served = Served::new(&agent, reason);
-    if !live.policies.is_empty() {
-        if let Err(error) = check_policies(head, live, caller, &agent, target, streams) {
+    let checked = matches!(
+        target,
+        Target::Send {
+            policies_checked: true,
+            ..
+        }
+    );
+    if !live.policies.is_empty() && !checked {
+        let skill = || target.skill(&agent);
+        if let Err(error) = check_policies(head, live, caller, &agent, skill, streams) {
             return Err(Refused {
                 error,
                 served: Some(served),
@@ -320,7 +359,7 @@ async fn route(
         let router = &state.router;
         match target {
             Target::Rpc(rpc) => Box::pin(router.hydrate(rpc.params, caller)).await?,
-            Target::Send(params) => Box::pin(router.hydrate(Some(params), caller)).await?,
+            Target::Send { params, .. } => Box::pin(router.hydrate(Some(params), caller)).await?,
             Target::Task(id) => Box::pin(router.hydrate_task(id)).await?,
             Target::TaskList => {}
         }
@@ -328,9 +367,11 @@ async fn route(
     let registry = &live.registry;
     let routed = match target {
         Target::Rpc(rpc) => state.router.route(registry, &live.rules, rpc, caller),
-        Target::Send(params) => state
-            .router
-            .route_send(registry, &live.rules, params, caller),
+        Target::Send { params, .. } => {
+            state
+                .router
+                .route_send(registry, &live.rules, params, caller)
+        }
         Target::Task(id) => state.router.route_task(registry, Some(id)),
         Target::TaskList => routing::default(registry),
     };

@@ -92,13 +92,16 @@ async fn admitted(
 ) -> Result<Admitted, HttpResponse> {
     admission::admit(state, req, live, caller, addressed, target, streams)
         .await
-        .map_err(|Refused { error, served }| {
-            let mut resp = error_response(&error);
-            if let Some(served) = &served {
-                served_headers(&mut resp, served);
-            }
-            resp
-        })
+        .map_err(refusal)
+}
+
+/// A refusal's answer, naming the agent past authorization as every answer does.
+fn refusal(Refused { error, served }: Refused) -> HttpResponse {
+    let mut resp = error_response(&error);
+    if let Some(served) = &served {
+        served_headers(&mut resp, served);
+    }
+    resp
 }
 
 /// A send, admitted: who asks, the agent that answers, and the request (or what is wrong
@@ -118,19 +121,29 @@ async fn routed_send(
 ) -> Result<RoutedSend, HttpResponse> {
     let live = caller.live;
     let addressed = Addressed::of(&live.registry, req.match_info().get("name"));
-    let read = async {
+    let door = || {
         let caller = admission::at_the_door(&live, caller.principal, &addressed)?;
         check_version(req)?;
         check_content_type(req)?;
+        Ok::<_, GatewayError>(caller)
+    };
+    let caller = door().map_err(|e| error_response(&e))?;
+    let policies_checked =
+        admission::policies_before_body(req, &live, &caller, &addressed, streams)
+            .map_err(refusal)?;
+    let read = async {
         let payer = |h: &ahash::RandomState| live.caller_hash(req, Some(&caller), h);
         let bytes = read_body(req, body, &state.bodies, &payer).await?;
         let raw: Box<RawValue> =
             serde_json::from_slice(&bytes).map_err(|e| GatewayError::Parse(e.to_string()))?;
         let params: SendParams = params::decode(Some(&raw))?;
-        Ok::<_, GatewayError>((caller, raw, params))
+        Ok::<_, GatewayError>((raw, params))
     };
-    let (caller, raw, params) = read.await.map_err(|e| error_response(&e))?;
-    let target = Target::Send(&raw);
+    let (raw, params) = read.await.map_err(|e| error_response(&e))?;
+    let target = Target::Send {
+        params: &raw,
+        policies_checked,
+    };
     let admitted = admitted(req, state, &live, &caller, addressed, target, streams).await?;
     Ok(RoutedSend {
         caller,

@@ -131,9 +131,10 @@ impl Policies {
         self.rules.is_empty()
     }
 
-    /// Whether a rule reads `a2a.skill` (read from the request's metadata only then).
-    pub(crate) fn reads_skill(&self) -> bool {
-        self.reads_skill
+    /// Whether a rule for `agent` reads `a2a.skill` (read from the request's body only
+    /// then).
+    pub(crate) fn reads_skill(&self, agent: &str) -> bool {
+        self.reads_skill && (self.rules.iter()).any(|r| r.when.reads.skill && r.applies_to(agent))
     }
 
     /// The headers the rules read, lowercase.

@@ -216,6 +216,23 @@ async fn a_deny_rule_refuses_its_method_on_every_binding_and_names_itself() {
         )
         .await;
     assert_eq!(rest.status, 403, "{}", rest.body);
+    // The route names the method, and no rule for echo reads the skill: the send is refused
+    // before its body is read (a body that is not JSON gets the refusal, not a parse
+    // error). Payments has a rule that reads the skill, which is in the body: read first.
+    for (agent, refusal) in [("echo", 403), ("payments", 400)] {
+        let rest = gw
+            .post_raw(
+                &format!("/a2a/agents/{agent}/rest/message:stream"),
+                &[
+                    ("content-type", "application/a2a+json"),
+                    ("A2A-Version", "1.0"),
+                    ("X-API-Key", "reader-key"),
+                ],
+                "not json".to_string(),
+            )
+            .await;
+        assert_eq!(rest.status, refusal, "{agent}: {}", rest.body);
+    }
     let grpc = probe_one(
         &gw,
         json!({"method": "SendStreamingMessage", "request": {"tenant": "echo", "message": message("s")},
@@ -261,7 +278,7 @@ async fn a_deny_rule_refuses_its_method_on_every_binding_and_names_itself() {
             .unwrap_or(0)
     };
     assert_eq!(count("readers-cannot-cancel"), 4, "{metrics}");
-    assert_eq!(count("readers-do-not-stream"), 4, "{metrics}");
+    assert_eq!(count("readers-do-not-stream"), 5, "{metrics}");
 }
 
 #[tokio::test]
