@@ -557,7 +557,7 @@ impl LocalOps {
         // Open until the task ends, through input-required and its answer (spec 3.1.6).
         let first = (StreamItem::Task(task), Some(version));
         Ok(ItemStream::positioned(
-            stream::once(async { Ok(first) }).chain_items(live(Some(rx))),
+            stream::once(async { Ok(first) }).chain_items(live(rx)),
         ))
     }
 

@@ -329,6 +329,25 @@ mod memory_kind {
     conformance!(memory_store, memory, bounded);
 }
 
+/// A subscriber's channel lives while the task can still take events: none is made for a
+/// finished task (nothing would ever close it), and a task's last event closes its own.
+#[test]
+fn subscribing_holds_a_channel_only_while_the_task_runs() {
+    let h = memory();
+    let tasks = h.tasks();
+    let done = create(&h, "c1", TaskState::Completed);
+    let (_, _, rx) = tasks.subscribe(viewer(), &done).unwrap();
+    assert!(rx.is_none());
+    assert_eq!(tasks.fanout.channels.len(), 0);
+    let working = create(&h, "c2", TaskState::Working);
+    let (_, _, rx) = tasks.subscribe(viewer(), &working).unwrap();
+    assert!(rx.is_some());
+    assert_eq!(tasks.fanout.channels.len(), 1);
+    let finished = status(&working, "c2", TaskState::Completed, None);
+    assert_eq!(tasks.apply(&working, &finished), Applied::Yes);
+    assert_eq!(tasks.fanout.channels.len(), 0);
+}
+
 /// A SQLite file in a temporary directory, opened as the gateway opens it.
 struct Sqlite {
     dir: tempfile::TempDir,

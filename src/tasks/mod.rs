@@ -729,18 +729,23 @@ impl Tasks {
         }
     }
 
-    /// The current task, its version and a receiver of every later event, taken
-    /// atomically. From here on the task's events are kept for resuming.
+    /// The current task, its version and, while it is unfinished, a receiver of every
+    /// later event, taken atomically. From here on the task's events are kept for
+    /// resuming. A finished task gets no receiver: its channel would never be closed.
+    #[allow(clippy::type_complexity)]
     pub(crate) fn subscribe(
         &self,
         viewer: Viewer<'_>,
         id: &str,
-    ) -> Option<(Task, u64, broadcast::Receiver<Arc<Logged>>)> {
+    ) -> Option<(Task, u64, Option<broadcast::Receiver<Arc<Logged>>>)> {
         let mut out = None;
         self.store.update(id, &mut |st| {
             if viewer.sees(st) {
-                st.log.get_or_insert_with(Box::default);
-                out = Some((st.task.clone(), st.version, self.fanout.subscribe(id)));
+                let rx = (!st.task.status.state.is_terminal()).then(|| {
+                    st.log.get_or_insert_with(Box::default);
+                    self.fanout.subscribe(id)
+                });
+                out = Some((st.task.clone(), st.version, rx));
             }
         });
         out
