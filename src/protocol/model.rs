@@ -913,6 +913,29 @@ impl ApproxBytes for Task {
     }
 }
 
+impl ApproxBytes for StreamItem {
+    /// What the item takes held on its own (in a task's resume log).
+    fn approx_bytes(&self) -> usize {
+        OBJECT
+            + match self {
+                StreamItem::Task(t) => t.approx_bytes(),
+                StreamItem::Message(m) => m.approx_bytes(),
+                StreamItem::StatusUpdate(s) => {
+                    s.task_id.len()
+                        + s.context_id.len()
+                        + s.status.message.as_ref().map_or(0, Message::approx_bytes)
+                        + s.metadata.as_ref().map_or(0, map_bytes)
+                }
+                StreamItem::ArtifactUpdate(a) => {
+                    a.task_id.len()
+                        + a.context_id.len()
+                        + a.artifact.approx_bytes()
+                        + a.metadata.as_ref().map_or(0, map_bytes)
+                }
+            }
+    }
+}
+
 impl ApproxBytes for TaskEvent {
     /// What applying the event may add to its task (a replaced artifact or status is
     /// counted as added: the estimate errs high).

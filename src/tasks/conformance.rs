@@ -542,3 +542,40 @@ fn redis() -> Redis {
 }
 
 conformance!(redis_store, redis);
+
+/// A streamed task's resume log counts in the store's bytes and in its owner's, as the
+/// task does: the bound holds what memory holds, and a full log stops growing.
+#[test]
+fn a_streamed_tasks_log_counts_in_its_bytes() {
+    let h = memory();
+    let tasks = h.tasks();
+    let id = new_id();
+    let task = Task::submitted(id.clone(), "c".into(), user("hi", &id, "c"));
+    (tasks.create_logged(AGENT.into(), OWNER.into(), task, None, true)).unwrap();
+    let stored = || tasks.store.byte_figures().0;
+    let held = || tasks.unfinished.get(OWNER).map_or(0, |h| h.bytes);
+    assert_eq!(stored(), held());
+    let text = "x".repeat(1000);
+    let mut growth = Vec::new();
+    for _ in 0..crate::store::RESUME_EVENTS + 10 {
+        let before = stored();
+        assert_eq!(
+            tasks.apply(&id, &chunk(&id, "c", &text, true)),
+            Applied::Yes
+        );
+        growth.push(stored() - before);
+        assert_eq!(stored(), held());
+    }
+    // Each chunk joins the task and the log, until the log is full: then one leaves it.
+    assert!(growth[0] >= 2 * text.len(), "{growth:?}");
+    let last = *growth.last().unwrap();
+    assert!((text.len()..2 * text.len()).contains(&last), "{growth:?}");
+    // Finished, it is no longer the owner's; the store still holds it all.
+    let done = status(&id, "c", TaskState::Completed, None);
+    assert_eq!(tasks.apply(&id, &done), Applied::Yes);
+    assert_eq!(held(), 0);
+    let found = tasks
+        .store
+        .read(&id, &mut |st| assert_eq!(st.bytes, stored()));
+    assert!(found);
+}

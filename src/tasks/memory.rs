@@ -212,7 +212,12 @@ impl TaskStore for MemoryTaskStore {
             self.finished_queue().push_back(key);
         }
         let grown = st.bytes.saturating_sub(bytes_before);
+        // A task's resume log drops its oldest events as it takes new ones.
+        let shrunk = bytes_before.saturating_sub(st.bytes);
         drop(st);
+        if shrunk > 0 {
+            self.bytes.fetch_sub(shrunk, Ordering::AcqRel);
+        }
         if grown > 0 && self.bytes.fetch_add(grown, Ordering::AcqRel) + grown > self.byte_capacity {
             self.shed();
         }

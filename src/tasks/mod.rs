@@ -71,25 +71,32 @@ pub(crate) struct Logged {
 
 pub(crate) use crate::store::RESUME_EVENTS;
 
-/// A task's latest events, oldest first, at most [`RESUME_EVENTS`].
+/// A task's latest events, oldest first, at most [`RESUME_EVENTS`], and what they take in
+/// memory (counted in the task's bytes: the store's byte bound holds the log too).
 #[derive(Debug, Default, Clone)]
-pub(crate) struct EventLog(std::collections::VecDeque<Arc<Logged>>);
+pub(crate) struct EventLog {
+    events: std::collections::VecDeque<Arc<Logged>>,
+    bytes: usize,
+}
 
 impl EventLog {
     fn push(&mut self, entry: Arc<Logged>) {
-        if self.0.len() == RESUME_EVENTS {
-            self.0.pop_front();
+        if self.events.len() == RESUME_EVENTS {
+            if let Some(oldest) = self.events.pop_front() {
+                self.bytes = self.bytes.saturating_sub(oldest.item.approx_bytes());
+            }
         }
-        self.0.push_back(entry);
+        self.bytes += entry.item.approx_bytes();
+        self.events.push_back(entry);
     }
 
     /// The events after `version`, if the log reaches back to the one right after it.
     fn after(&self, version: u64) -> Option<Vec<Arc<Logged>>> {
-        let oldest = self.0.front().map(|e| e.version);
+        let oldest = self.events.front().map(|e| e.version);
         match oldest {
             Some(oldest) if oldest > version + 1 => None,
             _ => Some(
-                (self.0.iter())
+                (self.events.iter())
                     .filter(|e| e.version > version)
                     .cloned()
                     .collect(),
@@ -162,9 +169,21 @@ pub(crate) trait TaskStore: Send + Sync + 'static {
 }
 
 impl StoredTask {
+    /// What the task's resume log takes (part of [`StoredTask::bytes`]).
+    fn log_bytes(&self) -> usize {
+        self.log.as_ref().map_or(0, |log| log.bytes)
+    }
+
+    /// Counts the log's change since it took `before` bytes in the task's bytes, and
+    /// returns it (signed: the log drops its oldest events as it takes new ones).
+    fn count_log(&mut self, before: usize) -> isize {
+        let now = self.log_bytes();
+        self.bytes = (self.bytes + now).saturating_sub(before);
+        now as isize - before as isize
+    }
+
     /// A task a store held, as `replica` runs it (None: this one), with no work here.
     fn read_back(row: TaskRow, replica: Option<Arc<str>>) -> StoredTask {
-        let bytes = row.task.approx_bytes();
         let log = (!row.events.is_empty()).then(|| {
             let mut log = Box::<EventLog>::default();
             for (version, event) in row.events {
@@ -173,6 +192,7 @@ impl StoredTask {
             }
             log
         });
+        let bytes = row.task.approx_bytes() + log.as_ref().map_or(0, |log| log.bytes);
         StoredTask {
             task: row.task,
             agent: row.agent,
@@ -507,6 +527,7 @@ impl Tasks {
                     let version = stored.version;
                     log.push(Arc::new(Logged { version, item }));
                 }
+                stored.bytes = stored.task.approx_bytes() + stored.log_bytes();
             }
             match unfinished {
                 true => self.store.insert(stored),
@@ -539,10 +560,13 @@ impl Tasks {
         self.unfinished.remove_if(owner, |_, held| held.tasks == 0);
     }
 
-    /// An unfinished task of `owner`'s grew by `bytes`.
-    fn grew(&self, owner: &Arc<str>, bytes: usize) {
+    /// An unfinished task of `owner`'s grew (or shrank) by `bytes`.
+    fn resized(&self, owner: &Arc<str>, bytes: isize) {
+        if bytes == 0 {
+            return;
+        }
         if let Some(mut held) = self.unfinished.get_mut(owner) {
-            held.bytes += bytes;
+            held.bytes = held.bytes.saturating_add_signed(bytes);
         }
     }
 
@@ -637,6 +661,7 @@ impl Tasks {
                 }
             }
             let before = st.task.status.state;
+            let (held, log_before) = (st.bytes, st.log_bytes());
             st.task.apply(event);
             let added = event.approx_bytes();
             st.bytes += added;
@@ -644,11 +669,10 @@ impl Tasks {
                 self.metrics
                     .task_entered(&st.agent, st.task.status.state.v03_name());
             }
-            if st.task.status.state.is_terminal() {
+            let finished = st.task.status.state.is_terminal();
+            if finished {
                 st.cancel = None;
-                self.finished(&st.owner, st.bytes - added);
-            } else if added > 0 {
-                self.grew(&st.owner, added);
+                self.finished(&st.owner, held);
             }
             st.version += 1;
             version = Some(st.version);
@@ -660,6 +684,10 @@ impl Tasks {
                 event.finishes_task(),
                 st.log.as_deref_mut(),
             );
+            let logged_bytes = st.count_log(log_before);
+            if !finished {
+                self.resized(&st.owner, added as isize + logged_bytes);
+            }
             applied = Applied::Yes;
         });
         self.share_event(id, version, event, logged);
@@ -687,12 +715,14 @@ impl Tasks {
             if streamed {
                 st.log.get_or_insert_with(Box::default);
             }
-            if !st.task.status.state.is_terminal() {
+            let log_before = st.log_bytes();
+            let unfinished = !st.task.status.state.is_terminal();
+            let mut added = 0;
+            if unfinished {
                 st.task.history.push(message.clone());
                 st.cancel = Some(cancel.clone());
-                let added = message.approx_bytes();
+                added = message.approx_bytes();
                 st.bytes += added;
-                self.grew(&st.owner, added);
             }
             if st.task.status.state.is_interrupted() {
                 let event = TaskEvent::Status(TaskStatusUpdateEvent {
@@ -708,6 +738,10 @@ impl Tasks {
                 let item = || StreamItem::from(event.clone());
                 self.fanout.publish(id, st.version, item, false, log);
                 working = Some((st.version, event, logged));
+            }
+            let logged_bytes = st.count_log(log_before);
+            if unfinished {
+                self.resized(&st.owner, added as isize + logged_bytes);
             }
             // Taken after the answer moved the task on: a streamed follow-up opens with
             // this snapshot, and a client reading its state must not see the question again.
