@@ -248,10 +248,23 @@ impl Operations for UpstreamOps {
         Box::pin(async move {
             let id = from.task_id.as_str();
             self.callers_task(agent, caller, id).await?;
-            match self.logs.resume(id, &caller.id, from.version) {
-                Some(items) => Ok(items),
-                // Not relayed here, or longer ago than the log reaches: a subscription.
-                None => self.subscribe(agent, caller, id).await,
+            if let Some(items) = self.logs.resume(id, &caller.id, from.version) {
+                return Ok(items);
+            }
+            // Not relayed here (another replica did, or an earlier process), or longer ago
+            // than the log reaches: a subscription, which opens with the task's snapshot.
+            match self.subscribe(agent, caller, id).await {
+                // A finished task has nothing to subscribe to: the task as it ended, then
+                // the end, as a local task's resume gives it.
+                Err(refused @ GatewayError::UnsupportedOperation(_)) => {
+                    let task = self.get(agent, caller, id, None).await?;
+                    if !task.status.state.is_terminal() {
+                        return Err(refused);
+                    }
+                    let item = Ok(StreamItem::Task(task));
+                    Ok(ItemStream::new(futures_util::stream::iter([item])))
+                }
+                subscribed => subscribed,
             }
         })
     }

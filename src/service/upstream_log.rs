@@ -3,16 +3,18 @@
 //!
 //! A streamed send or a subscription to an upstream agent is driven by a task of its own
 //! (the recorder): it reads the upstream's stream to its end whether or not the caller is
-//! still there, keeps the task's latest events (numbered as the gateway received them: the
-//! task's first snapshot is version 0, each event one more) and hands each to the caller's
-//! stream. A caller that comes back with `Last-Event-ID` gets the events after it from the
-//! log, then the live ones while the recorder runs.
+//! still there, keeps the task's latest events and hands each to the caller's stream. A
+//! caller that comes back with `Last-Event-ID` gets the events after it from the log, then
+//! the live ones while the recorder runs.
+//!
+//! Each recording numbers the task's items as the gateway receives them, from a number its
+//! start time gives (the task's first snapshot stands there, each event one more), so that
+//! two recordings of a task (one after the other, or in two replicas) never share a number:
+//! an id from another recording resumes with the task's snapshot.
 //!
 //! One recorder per task at a time: a subscription to a task a recorder is reading joins
 //! it (the task as the recorder last saw it, then the same events with the same ids),
-//! rather than opening a second upstream stream. A new recording of a task recorded before starts at a new number
-//! with an empty log (what happened in between was not seen), so an id from before it
-//! resumes with the task's snapshot.
+//! rather than opening a second upstream stream.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -182,13 +184,12 @@ impl UpstreamLogs {
 }
 
 impl TaskLog {
-    /// A new recording of a task recorded before: what happened since the last one was
-    /// not seen, so its numbers go on past a gap and older ids no longer reach the log.
+    /// A new recording: what happened since an earlier one was not seen, so its numbers
+    /// start past a gap, from the time it starts ([`recording_base`]), and older ids no
+    /// longer reach the log.
     fn restart(&mut self) {
-        if self.version > 0 || !self.events.is_empty() {
-            self.version += 1;
-            self.events.clear();
-        }
+        self.version = (self.version + 1).max(recording_base());
+        self.events.clear();
         self.task = None;
     }
 
@@ -206,6 +207,18 @@ impl TaskLog {
         self.events.push_back((self.version, item.clone()));
         self.version
     }
+}
+
+/// Where a recording's numbers start: the time, in milliseconds, times 2^20. Another
+/// recording of the task (in this process later, or in another replica, whose log this
+/// process does not hold) so numbers its events apart from this one's, and later ones
+/// higher: an id from one recording never names an event of another, and a caller that
+/// comes back with it gets the task's snapshot, as for an id older than the log.
+fn recording_base() -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    (now.as_millis() as u64) << 20
 }
 
 /// A recorder's items as they come, until its stream ends (or the caller falls too far

@@ -127,7 +127,8 @@ impl Raw {
                 self.ended = true;
                 continue;
             }
-            let size = usize::from_str_radix(size.trim(), 16).expect("a chunk size");
+            let size = usize::from_str_radix(size.trim(), 16)
+                .unwrap_or_else(|_| panic!("a chunk size: {size:?}"));
             let mut chunk = vec![0; size + 2];
             if size == 0 || self.reader.read_exact(&mut chunk).is_err() {
                 self.ended = true;
@@ -645,6 +646,95 @@ async fn an_upstream_agents_stream_resumes_from_the_gateways_own_log() {
         .chain(versions(&rest))
         .collect();
     assert!(all.windows(2).all(|w| w[1] == w[0] + 1), "{all:?}");
+}
+
+/// An upstream task's stream resumed through another replica, which did not relay it and
+/// holds no log of it: the task's snapshot first, numbered past what the client read, then
+/// its live events to the end. An id of that replica's, brought back to the first, is not
+/// taken for one of the first's events: the first answers with the snapshot too. Once the
+/// task is over, a resume that no log reaches gets the task as it ended.
+#[tokio::test]
+async fn an_upstream_stream_resumes_through_another_replica_from_the_tasks_snapshot() {
+    // The upstream runs as a process of its own too: served inside this test's runtime,
+    // beside the replicas killed at its end, it held the runtime's shutdown two minutes.
+    let back = Running::start(&[("ticker.toml", &ticker())], "", "info");
+    let far = crate::peers::upstream_agent("far", &back.url("/a2a/agents/ticker"), "");
+    let url = redis_url();
+    let prefix = Prefix::new(url);
+    let store = format!(
+        "[store]\nkind = \"redis\"\nurl = \"{url}\"\nkey_prefix = \"{}\"\n",
+        prefix.prefix
+    );
+    let one = Running::start(&[("far.toml", &far)], &store, "info");
+    let two = Running::start(&[("far.toml", &far)], &store, "info");
+    for replica in [&one, &two] {
+        // Until each has read the upstream's card (-32051 before).
+        let mut tries = 0;
+        while replica
+            .call("/a2a/agents/far", "ListTasks", json!({}))
+            .await["error"]["code"]
+            == -32051
+        {
+            tries += 1;
+            assert!(tries < 100, "the upstream's card was never read");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let (one_base, two_base) = (one.base.clone(), two.base.clone());
+    let (first, there, again, ended) = tokio::task::spawn_blocking(move || {
+        let path = "/a2a/agents/far";
+        let mut stream = open_at(&one_base, path, "SendStreamingMessage", send_params(), None);
+        let first = stream.events(3);
+        drop(stream);
+        let task = first[0].data["result"]["task"]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let id = first.last().unwrap().id.clone().unwrap();
+        let params = json!({"id": task});
+        let mut resumed = open_at(
+            &two_base,
+            path,
+            "SubscribeToTask",
+            params.clone(),
+            Some(&id),
+        );
+        let there = resumed.events(2);
+        drop(resumed);
+        let id = there.last().unwrap().id.clone().unwrap();
+        let again = open_at(
+            &one_base,
+            path,
+            "SubscribeToTask",
+            params.clone(),
+            Some(&id),
+        )
+        .events(usize::MAX);
+        // The task is over: an id the replica cannot place gets the task as it ended.
+        let id = first.last().unwrap().id.clone().unwrap();
+        let mut ended = open_at(&two_base, path, "SubscribeToTask", params, Some(&id));
+        (first, there, again, ended.events(usize::MAX))
+    })
+    .await
+    .unwrap();
+    let ended: Vec<String> = ended.iter().map(gist).collect();
+    assert_eq!(ended, ["task \"TASK_STATE_COMPLETED\""]);
+    let snapshot = |e: &Event| e.data["result"].get("task").is_some();
+    assert!(snapshot(&there[0]), "{there:?}");
+    let (read, resumed) = (versions(&first), versions(&there));
+    assert!(
+        resumed[0] > *read.last().unwrap(),
+        "{read:?} then {resumed:?}"
+    );
+    assert!(
+        snapshot(&again[0]),
+        "not a replay of the first's own events: {again:?}"
+    );
+    let last = again.last().map(|e| {
+        let r = &e.data["result"];
+        (r.get("task").or(r.get("statusUpdate")).unwrap())["status"]["state"].clone()
+    });
+    assert_eq!(last, Some(json!("TASK_STATE_COMPLETED")), "{again:?}");
 }
 
 /// A subscription to an upstream task is read by the gateway too: dropped and resumed, the
