@@ -48,7 +48,7 @@ struct TaskLog {
     /// The number of events received for the task.
     version: u64,
     events: VecDeque<(u64, StreamItem)>,
-    /// The task as this recording saw it (once it saw the task itself).
+    /// The task as this recording saw it (once it saw the task itself), while it runs.
     task: Option<Task>,
     /// The recorder's channel while it runs.
     live: Option<broadcast::Sender<Positioned>>,
@@ -124,7 +124,10 @@ impl UpstreamLogs {
                 }
             }
             if let Some(log) = log {
-                log.lock().unwrap_or_else(PoisonError::into_inner).live = None;
+                // The task is kept for subscriptions that join a running recorder only.
+                let mut log = log.lock().unwrap_or_else(PoisonError::into_inner);
+                log.live = None;
+                log.task = None;
             }
         });
         ItemStream::positioned(live(rx))
