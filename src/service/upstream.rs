@@ -7,6 +7,7 @@ use std::sync::Arc;
 use futures_util::future::{BoxFuture, LocalBoxFuture};
 
 use super::{Operations, Sent, TaskWriter};
+use crate::agents::remote::Ended;
 use crate::agents::{Admission, Agent, RemoteAgent};
 use crate::auth::Principal;
 use crate::error::GatewayError;
@@ -224,18 +225,7 @@ impl Operations for UpstreamOps {
     ) -> LocalBoxFuture<'a, Result<ItemStream, GatewayError>> {
         Box::pin(async move {
             let remote = self.callers_task(agent, caller, id).await?;
-            let (logs, remote, owner) = (self.logs.clone(), remote.clone(), caller.id.clone());
-            // A task the gateway is reading already (a subscription beside its streamed
-            // send) is joined: one upstream stream, one numbering of its events. Where that
-            // recording stops before the task's end (a send's stream stops for input), a
-            // subscription upstream takes over.
-            if let Some(joined) = self.logs.join(id, &caller.id) {
-                let id = id.to_string();
-                return Ok(until_finished(joined, move || {
-                    Box::pin(async move { subscription(&logs, &remote, owner, &id).await })
-                }));
-            }
-            subscription(&logs, &remote, owner, id).await
+            self.follow(remote, &caller.id, id, Ended::Refused).await
         })
     }
 
@@ -247,26 +237,38 @@ impl Operations for UpstreamOps {
     ) -> LocalBoxFuture<'a, Result<ItemStream, GatewayError>> {
         Box::pin(async move {
             let id = from.task_id.as_str();
-            self.callers_task(agent, caller, id).await?;
+            let remote = self.callers_task(agent, caller, id).await?;
             if let Some(items) = self.logs.resume(id, &caller.id, from.version) {
                 return Ok(items);
             }
             // Not relayed here (another replica did, or an earlier process), or longer ago
-            // than the log reaches: a subscription, which opens with the task's snapshot.
-            match self.subscribe(agent, caller, id).await {
-                // A finished task has nothing to subscribe to: the task as it ended, then
-                // the end, as a local task's resume gives it.
-                Err(refused @ GatewayError::UnsupportedOperation(_)) => {
-                    let task = self.get(agent, caller, id, None).await?;
-                    if !task.status.state.is_terminal() {
-                        return Err(refused);
-                    }
-                    let item = Ok(StreamItem::Task(task));
-                    Ok(ItemStream::new(futures_util::stream::iter([item])))
-                }
-                subscribed => subscribed,
-            }
+            // than the log reaches: the task as it is now (as it ended, for a finished
+            // one), then its live events.
+            self.follow(remote, &caller.id, id, Ended::Shown).await
         })
+    }
+}
+
+impl UpstreamOps {
+    /// `owner`'s stream of task `id` from now on. A task the gateway is reading already (a
+    /// subscription beside its streamed send) is joined: one upstream stream, one
+    /// numbering of its events; where that recording stops before the task's end (a
+    /// send's stream stops for input), a subscription upstream takes over.
+    async fn follow(
+        &self,
+        remote: &Arc<RemoteAgent>,
+        owner: &Arc<str>,
+        id: &str,
+        ended: Ended,
+    ) -> Result<ItemStream, GatewayError> {
+        let (logs, remote, owner) = (self.logs.clone(), remote.clone(), owner.clone());
+        if let Some(joined) = self.logs.join(id, &owner) {
+            let id = id.to_string();
+            return Ok(until_finished(joined, move || {
+                Box::pin(async move { subscription(&logs, &remote, owner, &id, ended).await })
+            }));
+        }
+        subscription(&logs, &remote, owner, id, ended).await
     }
 }
 
@@ -277,8 +279,9 @@ async fn subscription(
     remote: &Arc<RemoteAgent>,
     owner: Arc<str>,
     id: &str,
+    ended: Ended,
 ) -> Result<ItemStream, GatewayError> {
-    let items = remote.subscribe(id).await?;
+    let items = remote.subscribe(id, ended).await?;
     let (noted_by, caller) = (remote.clone(), owner.clone());
     let items = items.map_items(move |item| {
         if let Ok(item) = &item {

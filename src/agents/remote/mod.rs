@@ -858,7 +858,12 @@ impl RemoteAgent {
         Ok(task.trimmed(history_length, true))
     }
 
-    pub(crate) async fn subscribe(self: &Arc<Self>, id: &str) -> Result<ItemStream, GatewayError> {
+    /// A subscription to task `id`; `ended` says what a task that has ended gets.
+    pub(crate) async fn subscribe(
+        self: &Arc<Self>,
+        id: &str,
+        ended: Ended,
+    ) -> Result<ItemStream, GatewayError> {
         let up = self.upstream()?;
         let remote_id = self.inward(id)?;
         let body = wire::task_body(
@@ -877,9 +882,10 @@ impl RemoteAgent {
                     // producer runs for, such as one waiting for input, though tasks/get
                     // finds it: then the gateway follows the task itself.
                     let task = me.get(&id, None).await.map_err(|_| refused)?;
-                    if task.status.state.is_terminal() {
+                    if task.status.state.is_terminal() && ended == Ended::Refused {
                         return Err(task.status.state.already_ended(&id));
                     }
+                    // A finished task followed is shown once: the relay ends at it.
                     tracing::debug!(agent = %me.name, task = %id, "the upstream refused a subscription; following the task by polling");
                     return Ok(Relay::following(me.clone(), task));
                 }
@@ -888,7 +894,7 @@ impl RemoteAgent {
             // A finished task has nothing to subscribe to, whatever the upstream sends
             // (fasta2a: the task, then the end).
             if let Some(StreamItem::Task(t)) = relay.first() {
-                if t.status.state.is_terminal() {
+                if t.status.state.is_terminal() && ended == Ended::Refused {
                     return Err(t.status.state.already_ended(&id));
                 }
             }
@@ -1167,6 +1173,16 @@ impl RemoteAgent {
             .map(|r| r.map_err(BoxError::from))
             .boxed())
     }
+}
+
+/// What a subscription to a task that has ended gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// An error, as the spec has it for a subscription.
+    Refused,
+    /// The task as it ended, then the end of the stream: a resumed stream that no log
+    /// reaches (it was relayed elsewhere, or long ago).
+    Shown,
 }
 
 /// Whether an upstream answered with an event stream.
