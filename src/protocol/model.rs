@@ -788,17 +788,19 @@ impl Task {
     pub fn apply(&mut self, event: &TaskEvent) {
         match event {
             TaskEvent::Status(s) => self.set_status(s.status.clone()),
-            TaskEvent::Artifact(a) => {
-                let existing = self
-                    .artifacts
-                    .iter_mut()
-                    .find(|x| x.artifact_id == a.artifact.artifact_id);
-                match existing {
-                    Some(x) if a.append => x.parts.extend(a.artifact.parts.iter().cloned()),
-                    Some(x) => *x = a.artifact.clone(),
-                    None => self.artifacts.push(a.artifact.clone()),
-                }
-            }
+            TaskEvent::Artifact(a) => self.apply_artifact(a),
+        }
+    }
+
+    fn apply_artifact(&mut self, a: &TaskArtifactUpdateEvent) {
+        let existing = self
+            .artifacts
+            .iter_mut()
+            .find(|x| x.artifact_id == a.artifact.artifact_id);
+        match existing {
+            Some(x) if a.append => x.parts.extend(a.artifact.parts.iter().cloned()),
+            Some(x) => *x = a.artifact.clone(),
+            None => self.artifacts.push(a.artifact.clone()),
         }
     }
 }
@@ -1045,8 +1047,8 @@ impl StreamItem {
     pub fn fold_into<'t>(&self, task: &'t mut Option<Task>) -> Option<&'t Task> {
         match (self, task.as_mut()) {
             (StreamItem::Task(t), _) => *task = Some(t.clone()),
-            (StreamItem::StatusUpdate(s), Some(t)) => t.apply(&TaskEvent::Status(s.clone())),
-            (StreamItem::ArtifactUpdate(a), Some(t)) => t.apply(&TaskEvent::Artifact(a.clone())),
+            (StreamItem::StatusUpdate(s), Some(t)) => t.set_status(s.status.clone()),
+            (StreamItem::ArtifactUpdate(a), Some(t)) => t.apply_artifact(a),
             _ => return None,
         }
         task.as_ref()
