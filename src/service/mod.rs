@@ -158,16 +158,14 @@ pub(crate) trait Operations {
     ) -> LocalBoxFuture<'a, Result<ItemStream, GatewayError>>;
 
     /// A stream picked up after the event that made the task `from.version`: the events
-    /// the client missed, then the live ones. Where the events are not kept here (an
-    /// upstream's task), the task as it is now, then the live ones (a subscription).
+    /// the client missed, then the live ones. Where no log reaches back that far, the
+    /// task as it is now, then the live ones.
     fn resume<'a>(
         &'a self,
         agent: &'a Agent,
         caller: &'a Principal,
         from: &'a ResumeFrom,
-    ) -> LocalBoxFuture<'a, Result<ItemStream, GatewayError>> {
-        self.subscribe(agent, caller, &from.task_id)
-    }
+    ) -> LocalBoxFuture<'a, Result<ItemStream, GatewayError>>;
 }
 
 impl A2aService {
