@@ -47,6 +47,13 @@ fn gist(e: &Event) -> String {
     format!("other {r}")
 }
 
+/// The id of the task a stream's first event (its snapshot) shows.
+fn task_id(first: &Value) -> String {
+    let id = first["result"]["task"]["id"].as_str();
+    id.unwrap_or_else(|| panic!("not a task snapshot: {first}"))
+        .to_string()
+}
+
 /// A stream read by hand off a raw connection (so that the test decides how it ends).
 struct Raw {
     reader: BufReader<TcpStream>,
@@ -234,10 +241,7 @@ async fn a_dropped_stream_resumes_where_it_left_off() {
                 std::thread::sleep(Duration::from_millis(500));
                 let last = first.last().unwrap();
                 let id = last.id.clone().expect("every task event has an id");
-                let task = first[0].data["result"]["task"]["id"]
-                    .as_str()
-                    .unwrap()
-                    .to_string();
+                let task = task_id(&first[0].data);
                 assert!(id.starts_with(&format!("{task}:")), "{id}");
                 let params = match method {
                     "SubscribeToTask" => json!({"id": task}),
@@ -283,10 +287,7 @@ async fn an_id_of_another_task_or_caller_is_refused_like_an_unknown_task() {
             send_params(),
         )
         .await;
-    let task = events[0].data["result"]["task"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let task = task_id(&events[0].data);
     let other = uuid::Uuid::new_v4().to_string();
     let gw = &gw;
     let subscribe = json!({"id": task});
@@ -385,10 +386,7 @@ async fn a_stream_resumes_through_another_replica_behind_nginx_even_when_its_rep
             let first = stream.events(4);
             drop(stream);
             std::thread::sleep(Duration::from_millis(400));
-            let task = first[0].data["result"]["task"]["id"]
-                .as_str()
-                .unwrap()
-                .to_string();
+            let task = task_id(&first[0].data);
             let id = first.last().unwrap().id.clone().unwrap();
             let rest = open(&through, "SubscribeToTask", json!({"id": task}), Some(&id))
                 .events(usize::MAX);
@@ -410,10 +408,7 @@ async fn a_stream_resumes_through_another_replica_behind_nginx_even_when_its_rep
         let mut stream = open(&first_replica, "SendStreamingMessage", send_params(), None);
         let first = stream.events(3);
         reset(stream);
-        let task = first[0].data["result"]["task"]["id"]
-            .as_str()
-            .unwrap()
-            .to_string();
+        let task = task_id(&first[0].data);
         (first, task)
     })
     .await
@@ -471,7 +466,7 @@ async fn another_callers_event_id_is_an_unknown_task() {
     let alice = [("X-API-Key", "alice-key")];
     let (_, streamed) = call_ticker(&gw, "SendStreamingMessage", send_params(), &alice).await;
     let events = parse_sse(&streamed);
-    let task = events[0].data["result"]["task"]["id"].as_str().unwrap();
+    let task = task_id(&events[0].data);
     let id = format!("{task}:3");
     for (key, expect) in [("bob-key", -32001), ("alice-key", 0)] {
         let headers = [("X-API-Key", key), ("Last-Event-ID", id.as_str())];
@@ -481,7 +476,7 @@ async fn another_callers_event_id_is_an_unknown_task() {
             code => {
                 let (got, message) = error_of(&text);
                 assert_eq!(got, code, "{text}");
-                assert!(message.contains(task), "{text}");
+                assert!(message.contains(&task), "{text}");
             }
         }
     }
@@ -512,10 +507,7 @@ async fn a_stream_resumes_after_the_gateway_restarts_with_the_sqlite_store() {
     gw.restart();
     let base = gw.base.clone();
     let id = first.last().unwrap().id.clone().unwrap();
-    let task = first[0].data["result"]["task"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let task = task_id(&first[0].data);
     let (rest, cut, cut_rest) = tokio::task::spawn_blocking(move || {
         let rest =
             open(&base, "SubscribeToTask", json!({"id": task}), Some(&id)).events(usize::MAX);
@@ -534,10 +526,7 @@ async fn a_stream_resumes_after_the_gateway_restarts_with_the_sqlite_store() {
     gw.restart();
     let base = gw.base.clone();
     let id = cut.last().unwrap().id.clone().unwrap();
-    let task = cut[0].data["result"]["task"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let task = task_id(&cut[0].data);
     let rest = tokio::task::spawn_blocking(move || {
         open(&base, "SubscribeToTask", json!({"id": task}), Some(&id)).events(usize::MAX)
     })
@@ -614,10 +603,7 @@ async fn an_upstream_agents_stream_resumes_from_the_gateways_own_log() {
         let first = stream.events(4);
         drop(stream);
         std::thread::sleep(Duration::from_millis(500));
-        let task = first[0].data["result"]["task"]["id"]
-            .as_str()
-            .unwrap()
-            .to_string();
+        let task = task_id(&first[0].data);
         let id = first
             .last()
             .unwrap()
@@ -686,10 +672,7 @@ async fn an_upstream_stream_resumes_through_another_replica_from_the_tasks_snaps
         let mut stream = open_at(&one_base, path, "SendStreamingMessage", send_params(), None);
         let first = stream.events(3);
         drop(stream);
-        let task = first[0].data["result"]["task"]["id"]
-            .as_str()
-            .unwrap()
-            .to_string();
+        let task = task_id(&first[0].data);
         let id = first.last().unwrap().id.clone().unwrap();
         let params = json!({"id": task});
         let mut resumed = open_at(
@@ -806,10 +789,7 @@ async fn a_subscription_beside_an_upstream_stream_joins_it_with_the_same_ids() {
         let path = "/a2a/agents/far";
         let mut send = open_at(&base, path, "SendStreamingMessage", send_params(), None);
         let mut sent = send.events(4);
-        let task = sent[0].data["result"]["task"]["id"]
-            .as_str()
-            .unwrap()
-            .to_string();
+        let task = task_id(&sent[0].data);
         let joined =
             open_at(&base, path, "SubscribeToTask", json!({"id": task}), None).events(usize::MAX);
         sent.extend(send.events(usize::MAX));
@@ -860,10 +840,7 @@ async fn a_joined_subscription_outlives_the_send_stream_it_joined() {
     let (task, mut subscription, mut seen) = tokio::task::spawn_blocking(move || {
         let path = "/a2a/agents/far";
         let mut send = open_at(&base, path, "SendStreamingMessage", params, None);
-        let task = send.events(1)[0].data["result"]["task"]["id"]
-            .as_str()
-            .unwrap()
-            .to_string();
+        let task = task_id(&send.events(1)[0].data);
         let mut subscription = open_at(&base, path, "SubscribeToTask", json!({"id": task}), None);
         let sent = send.events(usize::MAX);
         let last = sent.last().map(gist);
