@@ -8,6 +8,7 @@ mod cards;
 mod cli;
 mod command;
 mod config;
+mod connections;
 mod console;
 mod deploy;
 mod errors;

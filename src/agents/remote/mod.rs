@@ -9,6 +9,7 @@ mod grpc;
 mod ledger;
 pub(crate) mod resolve;
 // Its decoder is re-exported for the fuzz targets (lib.rs), so its items stay `pub`.
+mod pool;
 #[allow(unreachable_pub)]
 pub(crate) mod sse;
 mod transport;

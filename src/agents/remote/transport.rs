@@ -1,5 +1,5 @@
 //! Unary calls to a remote agent (send, get, cancel, list) and card fetches, straight over
-//! hyper's pooled client.
+//! hyper's client connections (kept in [`Pool`]).
 //!
 //! reqwest, which still carries streams (for its body stream), runs every request through its
 //! redirect layer, and that layer parses the URL again from a string (IDNA included) and
@@ -13,11 +13,9 @@ use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
 use http::{Method, Request, Uri};
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
-use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 
+use super::pool::Pool;
 use super::resolve::GuardedResolver;
 use crate::config::A2aConfig;
 use crate::protocol::Dialect;
@@ -93,7 +91,7 @@ pub(super) fn root_cause(e: &dyn std::error::Error) -> String {
 }
 
 pub(super) struct Transport {
-    client: Client<HttpsConnector<HttpConnector<GuardedResolver>>, Full<Bytes>>,
+    pool: Pool,
     /// The agent file's `headers`; the gateway's own headers win over them.
     headers: HeaderMap,
     timeout: Duration,
@@ -115,14 +113,8 @@ impl Transport {
             .enable_http1()
             .enable_http2()
             .wrap_connector(http);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(Duration::from_secs(90))
-            .pool_max_idle_per_host(4096)
-            .http2_only(config.http2)
-            .build(https);
         Ok(Transport {
-            client,
+            pool: Pool::new(https, config.http2),
             headers,
             timeout: Duration::from_secs(config.timeout_secs),
         })
@@ -144,14 +136,6 @@ impl Transport {
         *req.uri_mut() = uri.clone();
         let h = req.headers_mut();
         h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        // Host, as hyper's client would write it, but without `format!` per call.
-        if let Some(host) = uri
-            .authority()
-            .filter(|a| !a.as_str().contains('@'))
-            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
-        {
-            h.insert(http::header::HOST, host);
-        }
         let asked = extensions.is_some();
         for (name, value) in version.into_iter().chain(extensions) {
             h.insert(name, value);
@@ -164,15 +148,15 @@ impl Transport {
             h.entry(name).or_insert_with(|| value.clone());
         }
         let exchange = async {
-            let resp = self
-                .client
-                .request(req)
-                .await
-                .map_err(|e| Failure::classify(&e, e.is_connect()))?;
+            let (resp, sender) = self.pool.send(req).await?;
             if asked {
                 note_activated(resp.headers());
             }
-            read_capped(resp.into_body()).await
+            let body = read_capped(resp.into_body()).await?;
+            if let Some(sender) = sender {
+                self.pool.put(uri, sender);
+            }
+            Ok(body)
         };
         tokio::time::timeout(self.timeout, exchange)
             .await
@@ -194,17 +178,13 @@ impl Transport {
             for _ in 0..=MAX_CARD_REDIRECTS {
                 let uri: Uri = at.as_str().parse().map_err(|e| format!("{at}: {e}"))?;
                 let mut req = Request::new(Full::new(Bytes::new()));
-                *req.uri_mut() = uri;
+                *req.uri_mut() = uri.clone();
                 let h = req.headers_mut();
                 h.insert("a2a-version", HeaderValue::from_static("1.0"));
                 for (name, value) in self.headers.iter() {
                     h.entry(name).or_insert_with(|| value.clone());
                 }
-                let resp = self
-                    .client
-                    .request(req)
-                    .await
-                    .map_err(|e| Failure::classify(&e, e.is_connect()).detail())?;
+                let (resp, sender) = self.pool.send(req).await.map_err(|f| f.detail())?;
                 let status = resp.status();
                 if status.is_redirection() {
                     let next = resp
@@ -222,7 +202,13 @@ impl Transport {
                 if !status.is_success() {
                     return Err(format!("HTTP {status}"));
                 }
-                return read_capped(resp.into_body()).await.map_err(|f| f.detail());
+                let body = read_capped(resp.into_body())
+                    .await
+                    .map_err(|f| f.detail())?;
+                if let Some(sender) = sender {
+                    self.pool.put(&uri, sender);
+                }
+                return Ok(body);
             }
             Err("too many redirects".to_string())
         };
