@@ -125,13 +125,15 @@ impl Pool {
                     }
                     match sender.try_send_request(req).await {
                         Ok(resp) => return Ok((resp, Some(sender))),
-                        // The connection closed before the call went out on it (the
-                        // remote ended it while idle): the call goes on a new one.
-                        Err(mut e) if reused && e.message().is_some() => {
-                            req = e.take_message().expect("checked above");
-                            *req.uri_mut() = uri.clone();
-                        }
-                        Err(e) => return Err(Failure::classify(e.error(), false)),
+                        Err(mut e) => match e.take_message() {
+                            // A kept connection closed before the call went out on it (the
+                            // remote ended it while idle): the call goes on another.
+                            Some(again) if reused => {
+                                req = again;
+                                *req.uri_mut() = uri.clone();
+                            }
+                            _ => return Err(Failure::classify(e.error(), false)),
+                        },
                     }
                 }
             }
