@@ -18,10 +18,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{HeaderValue, HOST};
+use http::response::Parts;
 use http::uri::{Authority, Scheme};
-use http::{Request, Response, Uri};
+use http::{Request, Uri};
 use http_body_util::Full;
-use hyper::body::Incoming;
 use hyper::client::conn::{http1, http2};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::{Connection, HttpConnector};
@@ -29,7 +29,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tower_service::Service;
 
 use super::resolve::GuardedResolver;
-use super::transport::Failure;
+use super::transport::{read_capped, Failure};
 
 type Connector = HttpsConnector<HttpConnector<GuardedResolver>>;
 type Body = Full<Bytes>;
@@ -59,6 +59,8 @@ struct Origins {
 struct Origin {
     scheme: Option<Scheme>,
     authority: Option<Authority>,
+    /// The Host header HTTP/1 calls carry (none for an authority with credentials in it).
+    host: Option<HeaderValue>,
     /// Idle HTTP/1 connections, the most recently returned last, with the sweep count when
     /// they were returned.
     idle: Vec<(http1::SendRequest<Body>, u64)>,
@@ -67,6 +69,19 @@ struct Origin {
 }
 
 impl Origin {
+    fn of(uri: &Uri) -> Origin {
+        Origin {
+            scheme: uri.scheme().cloned(),
+            authority: uri.authority().cloned(),
+            host: uri
+                .authority()
+                .filter(|a| !a.as_str().contains('@'))
+                .and_then(|a| HeaderValue::from_str(a.as_str()).ok()),
+            idle: Vec::new(),
+            shared: None,
+        }
+    }
+
     fn is(&self, uri: &Uri) -> bool {
         self.scheme.as_ref() == uri.scheme() && self.authority.as_ref() == uri.authority()
     }
@@ -78,6 +93,7 @@ enum Checked {
         sender: http1::SendRequest<Body>,
         /// Whether an earlier call used it: a call it refuses before sending may be retried.
         reused: bool,
+        host: Option<HeaderValue>,
     },
     Http2(http2::SendRequest<Body>),
 }
@@ -96,42 +112,48 @@ impl Pool {
         locked(&self.origins)
     }
 
-    /// Sends `req` (whose URI is absolute) to its origin and returns the answer's head; the
-    /// caller reads the body and then gives the connection back with [`Pool::put`].
-    pub(super) async fn send(
+    /// Sends `req` to `uri` and reads the whole answer (up to
+    /// [`MAX_ANSWER_BYTES`](super::transport::MAX_ANSWER_BYTES)); an
+    /// HTTP/1 connection read to its end is kept for the next call.
+    pub(super) async fn exchange(
         &self,
+        uri: &Uri,
         mut req: Request<Body>,
-    ) -> Result<(Response<Incoming>, Option<http1::SendRequest<Body>>), Failure> {
-        let uri = req.uri().clone();
+    ) -> Result<(Parts, Bytes), Failure> {
         loop {
-            match self.checkout(&uri).await? {
+            match self.checkout(uri).await? {
                 Checked::Http2(mut sender) => {
-                    return match sender.send_request(req).await {
-                        Ok(resp) => Ok((resp, None)),
-                        Err(e) => Err(Failure::classify(&e, false)),
-                    };
+                    *req.uri_mut() = uri.clone();
+                    let resp = sender
+                        .send_request(req)
+                        .await
+                        .map_err(|e| Failure::classify(&e, false))?;
+                    let (head, body) = resp.into_parts();
+                    return Ok((head, read_capped(body).await?));
                 }
-                Checked::Http1 { mut sender, reused } => {
+                Checked::Http1 {
+                    mut sender,
+                    reused,
+                    host,
+                } => {
                     // HTTP/1 sends the path alone; the Host header names the origin.
                     if let Some(path) = uri.path_and_query() {
                         *req.uri_mut() = Uri::from(path.clone());
                     }
-                    if let Some(host) = uri
-                        .authority()
-                        .filter(|a| !a.as_str().contains('@'))
-                        .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
-                    {
+                    if let Some(host) = host {
                         req.headers_mut().entry(HOST).or_insert(host);
                     }
                     match sender.try_send_request(req).await {
-                        Ok(resp) => return Ok((resp, Some(sender))),
+                        Ok(resp) => {
+                            let (head, body) = resp.into_parts();
+                            let body = read_capped(body).await?;
+                            self.put(uri, sender);
+                            return Ok((head, body));
+                        }
                         Err(mut e) => match e.take_message() {
                             // A kept connection closed before the call went out on it (the
                             // remote ended it while idle): the call goes on another.
-                            Some(again) if reused => {
-                                req = again;
-                                *req.uri_mut() = uri.clone();
-                            }
+                            Some(again) if reused => req = again,
                             _ => return Err(Failure::classify(e.error(), false)),
                         },
                     }
@@ -141,7 +163,7 @@ impl Pool {
     }
 
     /// Gives back an HTTP/1 connection whose answer was read to its end.
-    pub(super) fn put(&self, uri: &Uri, sender: http1::SendRequest<Body>) {
+    fn put(&self, uri: &Uri, sender: http1::SendRequest<Body>) {
         if sender.is_closed() {
             return;
         }
@@ -185,23 +207,20 @@ impl Pool {
 
     async fn checkout(&self, uri: &Uri) -> Result<Checked, Failure> {
         loop {
-            let found = {
+            let (found, host) = {
                 let mut origins = self.origins();
-                match origins.list.iter_mut().find(|o| o.is(uri)) {
-                    Some(origin) => match &origin.shared {
-                        Some(h2) if !h2.is_closed() => return Ok(Checked::Http2(h2.clone())),
-                        _ => origin.idle.pop(),
-                    },
+                let at = match origins.list.iter().position(|o| o.is(uri)) {
+                    Some(at) => at,
                     None => {
-                        origins.list.push(Origin {
-                            scheme: uri.scheme().cloned(),
-                            authority: uri.authority().cloned(),
-                            idle: Vec::new(),
-                            shared: None,
-                        });
-                        None
+                        origins.list.push(Origin::of(uri));
+                        origins.list.len() - 1
                     }
+                };
+                let origin = &mut origins.list[at];
+                if let Some(h2) = origin.shared.as_ref().filter(|h2| !h2.is_closed()) {
+                    return Ok(Checked::Http2(h2.clone()));
                 }
+                (origin.idle.pop(), origin.host.clone())
             };
             match found {
                 Some((mut sender, _)) => {
@@ -211,17 +230,18 @@ impl Pool {
                         return Ok(Checked::Http1 {
                             sender,
                             reused: true,
+                            host,
                         });
                     }
                 }
                 // Boxed: connecting is rare, and its handshakes inline would make every
                 // call's future (copied as it moves) as large as a TLS connection.
-                None => return Box::pin(self.connect(uri)).await,
+                None => return Box::pin(self.connect(uri, host)).await,
             }
         }
     }
 
-    async fn connect(&self, uri: &Uri) -> Result<Checked, Failure> {
+    async fn connect(&self, uri: &Uri, host: Option<HeaderValue>) -> Result<Checked, Failure> {
         self.sweep_idle();
         let io = self
             .connector
@@ -256,6 +276,7 @@ impl Pool {
         Ok(Checked::Http1 {
             sender,
             reused: false,
+            host,
         })
     }
 }

@@ -133,7 +133,6 @@ impl Transport {
     ) -> Result<Bytes, Failure> {
         let mut req = Request::new(Full::new(Bytes::from(body)));
         *req.method_mut() = Method::POST;
-        *req.uri_mut() = uri.clone();
         let h = req.headers_mut();
         h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         let asked = extensions.is_some();
@@ -148,13 +147,9 @@ impl Transport {
             h.entry(name).or_insert_with(|| value.clone());
         }
         let exchange = async {
-            let (resp, sender) = self.pool.send(req).await?;
+            let (head, body) = self.pool.exchange(uri, req).await?;
             if asked {
-                note_activated(resp.headers());
-            }
-            let body = read_capped(resp.into_body()).await?;
-            if let Some(sender) = sender {
-                self.pool.put(uri, sender);
+                note_activated(&head.headers);
             }
             Ok(body)
         };
@@ -178,17 +173,20 @@ impl Transport {
             for _ in 0..=MAX_CARD_REDIRECTS {
                 let uri: Uri = at.as_str().parse().map_err(|e| format!("{at}: {e}"))?;
                 let mut req = Request::new(Full::new(Bytes::new()));
-                *req.uri_mut() = uri.clone();
                 let h = req.headers_mut();
                 h.insert("a2a-version", HeaderValue::from_static("1.0"));
                 for (name, value) in self.headers.iter() {
                     h.entry(name).or_insert_with(|| value.clone());
                 }
-                let (resp, sender) = self.pool.send(req).await.map_err(|f| f.detail())?;
-                let status = resp.status();
+                let (head, body) = self
+                    .pool
+                    .exchange(&uri, req)
+                    .await
+                    .map_err(|f| f.detail())?;
+                let status = head.status;
                 if status.is_redirection() {
-                    let next = resp
-                        .headers()
+                    let next = head
+                        .headers
                         .get(http::header::LOCATION)
                         .and_then(|l| l.to_str().ok())
                         .and_then(|l| at.join(l).ok())
@@ -201,12 +199,6 @@ impl Transport {
                 }
                 if !status.is_success() {
                     return Err(format!("HTTP {status}"));
-                }
-                let body = read_capped(resp.into_body())
-                    .await
-                    .map_err(|f| f.detail())?;
-                if let Some(sender) = sender {
-                    self.pool.put(&uri, sender);
                 }
                 return Ok(body);
             }
