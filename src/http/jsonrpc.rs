@@ -1,8 +1,10 @@
 //! `POST /a2a` and `POST /a2a/agents/{name}`: bytes in, JSON-RPC (or SSE) out. Every failure,
 //! including the ones before JSON-RPC parsing, answers with a JSON-RPC error body.
 
+use actix_web::dev::ServiceRequest;
 use actix_web::http::header;
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::{web, FromRequest, HttpRequest, HttpResponse};
+use futures_util::future::LocalBoxFuture;
 
 use super::admission::{self, Admitted, Refused, Target};
 use super::body::{check_content_type, read_body};
@@ -22,7 +24,34 @@ use serde_json::value::RawValue;
 // The state and the caller are taken in the handler, not as extractors: actix-web's
 // extractor tuple is a future of its own, polled per argument, on the hottest path.
 
-pub(super) async fn default_agent(req: HttpRequest, body: web::Payload) -> HttpResponse {
+/// A request the edge hands to a JSON-RPC endpoint itself, bypassing actix's router,
+/// or the request given back when its path is no JSON-RPC endpoint. The endpoints take
+/// nearly every request; the router's lookup and its layers (a scope, a resource, a
+/// handler service, each a boxed service call and a boxed future) cost more than the
+/// whole of the gateway's own admission.
+pub(super) type Direct = (HttpRequest, LocalBoxFuture<'static, HttpResponse>);
+
+/// `/a2a` (POST; other methods are refused) and `/a2a/agents/{name}`.
+pub(super) fn direct(req: ServiceRequest) -> Result<Direct, ServiceRequest> {
+    let path = req.path();
+    let shared = path == "/a2a";
+    if !shared && super::agent_segment(path).is_none() {
+        return Err(req);
+    }
+    let (req, mut payload) = req.into_parts();
+    let future: LocalBoxFuture<'static, HttpResponse> =
+        match web::Payload::from_request(&req, &mut payload).into_inner() {
+            Err(e) => Box::pin(std::future::ready(e.error_response())),
+            Ok(body) if !shared => Box::pin(agent_endpoint(req.clone(), body)),
+            Ok(body) if req.method() == actix_web::http::Method::POST => {
+                Box::pin(default_agent(req.clone(), body))
+            }
+            Ok(_) => Box::pin(super::method_not_allowed(req.clone())),
+        };
+    Ok((req, future))
+}
+
+async fn default_agent(req: HttpRequest, body: web::Payload) -> HttpResponse {
     let Some((state, caller)) = Caller::with_state(&req) else {
         return HttpResponse::InternalServerError().finish();
     };
@@ -30,7 +59,7 @@ pub(super) async fn default_agent(req: HttpRequest, body: web::Payload) -> HttpR
 }
 
 /// `/a2a/agents/{name}`, any method: JSON-RPC calls are POSTs.
-pub(super) async fn agent_endpoint(req: HttpRequest, body: web::Payload) -> HttpResponse {
+async fn agent_endpoint(req: HttpRequest, body: web::Payload) -> HttpResponse {
     if req.method() != actix_web::http::Method::POST {
         return super::method_not_allowed(req).await;
     }

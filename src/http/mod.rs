@@ -174,23 +174,11 @@ impl AppState {
 /// Every route. The routes do not depend on the agents: an agent's endpoints look its name
 /// up in the registry in force, so the agent set can change without touching them.
 pub(crate) fn routes(cfg: &mut web::ServiceConfig, metrics_here: bool, console: Option<&str>) {
-    cfg.service(
-        web::resource("/a2a")
-            .route(web::post().to(jsonrpc::default_agent))
-            .default_service(web::to(method_not_allowed)),
-    )
-    .service(web::resource(HEALTH_PATH).route(web::get().to(health::health)))
-    .service(web::resource("/a2a/agents").route(web::get().to(cards::list_agents)));
-    // Every agent's JSON-RPC endpoint is this one route, placed before the patterns: a
-    // static prefix and a byte scan for a single path segment, then a lookup of the name,
-    // so the ten-thousandth agent costs what the first does.
-    cfg.service(
-        web::scope(AGENTS_PREFIX)
-            .guard(actix_web::guard::fn_guard(|ctx| {
-                agent_segment(ctx.head().uri.path()).is_some()
-            }))
-            .default_service(web::to(jsonrpc::agent_endpoint)),
-    );
+    // `/a2a` and every agent's JSON-RPC endpoint `/a2a/agents/{name}` are not here: the
+    // edge calls them itself (`jsonrpc::direct`), so the ten-thousandth agent costs what
+    // the first does and no call pays for the router.
+    cfg.service(web::resource(HEALTH_PATH).route(web::get().to(health::health)))
+        .service(web::resource("/a2a/agents").route(web::get().to(cards::list_agents)));
     cfg.service(rest::scope("/a2a/rest"))
         .service(rest::scope("/a2a/agents/{name}/rest"))
         .service(

@@ -97,7 +97,7 @@ where
         }
         let start = Instant::now();
         let Some(state) = req.app_data::<web::Data<AppState>>().cloned() else {
-            let (inner, scope) = telemetry::observed(None, None, self.service.call(req));
+            let (inner, scope) = telemetry::observed(None, None, self.route(req));
             return EdgeFuture::Running {
                 inner,
                 watch: Some(Watch {
@@ -150,7 +150,7 @@ where
             .map(|t| t.server_span(trace.as_ref(), span_name(&req), span_attributes(&req)));
         let inner = {
             let _inside = span.enter();
-            self.service.call(req)
+            self.route(req)
         };
         let (inner, scope) = telemetry::observed(trace, exported, inner);
         EdgeFuture::Running {
@@ -169,7 +169,64 @@ where
     }
 }
 
+impl<S, B> EdgeService<S>
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error>,
+{
+    /// The JSON-RPC endpoints, which take nearly every request, are called here; the rest
+    /// goes through actix's router.
+    fn route(&self, req: ServiceRequest) -> Routed<S::Future> {
+        match super::jsonrpc::direct(req) {
+            Ok((req, future)) => Routed::JsonRpc {
+                future,
+                req: Some(req),
+            },
+            Err(req) => Routed::Router {
+                future: self.service.call(req),
+            },
+        }
+    }
+}
+
 type Answer<B> = Result<ServiceResponse<EitherBody<B>>, actix_web::Error>;
+
+pin_project_lite::pin_project! {
+    /// A request below the edge: a JSON-RPC endpoint called directly, or actix's router.
+    #[project = RoutedProj]
+    pub(crate) enum Routed<F> {
+        JsonRpc {
+            future: futures_util::future::LocalBoxFuture<'static, HttpResponse>,
+            req: Option<actix_web::HttpRequest>,
+        },
+        Router { #[pin] future: F },
+    }
+}
+
+impl<F, B> Future for Routed<F>
+where
+    F: Future<Output = Result<ServiceResponse<B>, actix_web::Error>>,
+{
+    type Output = Answer<B>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Answer<B>> {
+        match self.project() {
+            RoutedProj::Router { future } => {
+                Poll::Ready(ready!(future.poll(cx)).map(ServiceResponse::map_into_left_body))
+            }
+            RoutedProj::JsonRpc { future, req } => {
+                let resp = ready!(future.as_mut().poll(cx));
+                match req.take() {
+                    Some(req) => {
+                        Poll::Ready(Ok(ServiceResponse::new(req, resp).map_into_right_body()))
+                    }
+                    None => Poll::Ready(Err(actix_web::error::ErrorInternalServerError(
+                        "polled after it answered",
+                    ))),
+                }
+            }
+        }
+    }
+}
 
 pin_project_lite::pin_project! {
     /// A request through the edge: answered at once (a preflight, a refusal while
@@ -179,7 +236,7 @@ pin_project_lite::pin_project! {
         Answered { answer: Option<ServiceResponse<EitherBody<B>>> },
         Running {
             #[pin]
-            inner: telemetry::Observed<F>,
+            inner: telemetry::Observed<Routed<F>>,
             watch: Option<Watch>,
         },
         Finishing { future: futures_util::future::LocalBoxFuture<'static, Answer<B>> },
@@ -250,7 +307,7 @@ where
 fn finish<B: MessageBody + 'static>(
     mut res: ServiceResponse<B>,
     watch: Watch,
-) -> ServiceResponse<EitherBody<B>> {
+) -> ServiceResponse<B> {
     let Watch {
         start,
         scope,
@@ -299,7 +356,7 @@ fn finish<B: MessageBody + 'static>(
         });
         account(state, &call, seconds, logged);
     }
-    res.map_into_left_body()
+    res
 }
 
 /// A request span's first name (the A2A method replaces it once known).

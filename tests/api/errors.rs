@@ -472,16 +472,21 @@ async fn default_endpoint_without_a_default_agent_lists_the_agents() {
 #[tokio::test]
 async fn wrong_http_methods_and_paths_get_json_errors() {
     let gw = spawn().await;
-    let r = gw
-        .client
-        .get(gw.url("/a2a/agents/echo"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 405);
-    assert_eq!(r.headers()["allow"], "POST");
-    let body: Value = r.json().await.unwrap();
-    assert_eq!(body["error"]["code"], 405);
+    // Both JSON-RPC endpoints, which the edge serves itself rather than through the router.
+    for path in ["/a2a/agents/echo", "/a2a", "/a2a/"] {
+        for method in [reqwest::Method::GET, reqwest::Method::DELETE] {
+            let r = gw
+                .client
+                .request(method.clone(), gw.url(path))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 405, "{method} {path}");
+            assert_eq!(r.headers()["allow"], "POST", "{method} {path}");
+            let body: Value = r.json().await.unwrap();
+            assert_eq!(body["error"]["code"], 405, "{method} {path}");
+        }
+    }
     let r = gw.client.get(gw.url("/nothing/here")).send().await.unwrap();
     assert_eq!(r.status(), 404);
     let body: Value = r.json().await.unwrap();
