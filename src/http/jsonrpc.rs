@@ -1,7 +1,7 @@
 //! `POST /a2a` and `POST /a2a/agents/{name}`: bytes in, JSON-RPC (or SSE) out. Every failure,
 //! including the ones before JSON-RPC parsing, answers with a JSON-RPC error body.
 
-use actix_web::dev::ServiceRequest;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header;
 use actix_web::{web, FromRequest, HttpRequest, HttpResponse};
 use futures_util::future::LocalBoxFuture;
@@ -24,53 +24,38 @@ use serde_json::value::RawValue;
 // The state and the caller are taken in the handler, not as extractors: actix-web's
 // extractor tuple is a future of its own, polled per argument, on the hottest path.
 
-/// A request the edge hands to a JSON-RPC endpoint itself, bypassing actix's router,
-/// or the request given back when its path is no JSON-RPC endpoint. The endpoints take
-/// nearly every request; the router's lookup and its layers (a scope, a resource, a
-/// handler service, each a boxed service call and a boxed future) cost about 2.6k
-/// instructions a call.
-pub(super) type Direct = (HttpRequest, LocalBoxFuture<'static, HttpResponse>);
-
-/// `/a2a` (POST; other methods are refused) and `/a2a/agents/{name}`.
-pub(super) fn direct(req: ServiceRequest) -> Result<Direct, ServiceRequest> {
+/// The JSON-RPC endpoints, `/a2a` and `/a2a/agents/{name}`, called by the edge itself; any
+/// other path is given back for actix's router. The endpoints take nearly every request,
+/// and the router's lookup and its layers (a scope, a resource, a handler service, each a
+/// boxed service call and a boxed future) cost about 2.6k instructions a call.
+pub(super) fn direct(
+    req: ServiceRequest,
+) -> Result<LocalBoxFuture<'static, ServiceResponse>, ServiceRequest> {
     let path = req.path();
-    let shared = path == "/a2a";
-    if !shared && super::agent_segment(path).is_none() {
+    if path != "/a2a" && super::agent_segment(path).is_none() {
         return Err(req);
     }
     let (req, mut payload) = req.into_parts();
-    let future: LocalBoxFuture<'static, HttpResponse> =
-        match web::Payload::from_request(&req, &mut payload).into_inner() {
-            Err(e) => Box::pin(std::future::ready(e.error_response())),
-            Ok(body) if !shared => Box::pin(agent_endpoint(req.clone(), body)),
-            Ok(body) if req.method() == actix_web::http::Method::POST => {
-                Box::pin(default_agent(req.clone(), body))
-            }
-            Ok(_) => Box::pin(super::method_not_allowed(req.clone())),
+    let body = web::Payload::from_request(&req, &mut payload).into_inner();
+    Ok(Box::pin(async move {
+        let resp = match body {
+            Ok(body) => endpoint(req.clone(), body).await,
+            Err(e) => e.error_response(),
         };
-    Ok((req, future))
+        ServiceResponse::new(req, resp)
+    }))
 }
 
-async fn default_agent(req: HttpRequest, body: web::Payload) -> HttpResponse {
-    let Some((state, caller)) = Caller::with_state(&req) else {
-        return HttpResponse::InternalServerError().finish();
-    };
-    handle(req, body, state, caller, Addressed::Shared).await
-}
-
-/// `/a2a/agents/{name}`, any method: JSON-RPC calls are POSTs.
-async fn agent_endpoint(req: HttpRequest, body: web::Payload) -> HttpResponse {
+/// Either endpoint, any method: JSON-RPC calls are POSTs.
+async fn endpoint(req: HttpRequest, body: web::Payload) -> HttpResponse {
     if req.method() != actix_web::http::Method::POST {
         return super::method_not_allowed(req).await;
     }
     let Some((state, caller)) = Caller::with_state(&req) else {
         return HttpResponse::InternalServerError().finish();
     };
-    let Some(segment) = super::agent_segment(req.path()) else {
-        return super::not_found(req, body, state, caller).await;
-    };
     // Looked up once: the request keeps the agent it addressed, whatever is swapped in later.
-    let addressed = Addressed::of(&caller.live.registry, Some(segment));
+    let addressed = Addressed::of(&caller.live.registry, super::agent_segment(req.path()));
     handle(req, body, state, caller, addressed).await
 }
 

@@ -177,10 +177,7 @@ where
     /// goes through actix's router.
     fn route(&self, req: ServiceRequest) -> Routed<S::Future> {
         match super::jsonrpc::direct(req) {
-            Ok((req, future)) => Routed::JsonRpc {
-                future,
-                req: Some(req),
-            },
+            Ok(future) => Routed::JsonRpc { future },
             Err(req) => Routed::Router {
                 future: self.service.call(req),
             },
@@ -194,10 +191,7 @@ pin_project_lite::pin_project! {
     /// A request below the edge: a JSON-RPC endpoint called directly, or actix's router.
     #[project = RoutedProj]
     pub(crate) enum Routed<F> {
-        JsonRpc {
-            future: futures_util::future::LocalBoxFuture<'static, HttpResponse>,
-            req: Option<actix_web::HttpRequest>,
-        },
+        JsonRpc { future: futures_util::future::LocalBoxFuture<'static, ServiceResponse> },
         Router { #[pin] future: F },
     }
 }
@@ -213,16 +207,8 @@ where
             RoutedProj::Router { future } => {
                 Poll::Ready(ready!(future.poll(cx)).map(ServiceResponse::map_into_left_body))
             }
-            RoutedProj::JsonRpc { future, req } => {
-                let resp = ready!(future.as_mut().poll(cx));
-                match req.take() {
-                    Some(req) => {
-                        Poll::Ready(Ok(ServiceResponse::new(req, resp).map_into_right_body()))
-                    }
-                    None => Poll::Ready(Err(actix_web::error::ErrorInternalServerError(
-                        "polled after it answered",
-                    ))),
-                }
+            RoutedProj::JsonRpc { future } => {
+                Poll::Ready(Ok(ready!(future.as_mut().poll(cx)).map_into_right_body()))
             }
         }
     }
