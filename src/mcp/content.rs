@@ -233,7 +233,7 @@ impl Outcome {
                 self.task_id = Some(task.id);
                 self.context_id = Some(task.context_id);
                 self.state = Some(task.status.state);
-                self.said = task.status.message.as_ref().map(Message::text);
+                self.said = task.status.message.as_deref().map(Message::text);
                 for a in task.artifacts {
                     self.artifact(a, false);
                 }
@@ -243,7 +243,7 @@ impl Outcome {
                 self.task_id = Some(u.task_id);
                 self.context_id = Some(u.context_id);
                 self.state = Some(u.status.state);
-                self.said = u.status.message.as_ref().map(Message::text);
+                self.said = u.status.message.as_deref().map(Message::text);
                 Some(match &self.said {
                     Some(said) if !said.is_empty() => {
                         format!("{}: {said}", u.status.state.v03_name())

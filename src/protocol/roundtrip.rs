@@ -107,7 +107,7 @@ fn status() -> impl Strategy<Value = TaskStatus> {
     (state(), option::of(message()), 0i64..4_000_000_000).prop_map(|(state, message, secs)| {
         TaskStatus {
             state,
-            message,
+            message: message.map(Box::new),
             // Millisecond precision: what both dialects write.
             timestamp: chrono::DateTime::from_timestamp_millis(secs * 1000 + 123),
         }

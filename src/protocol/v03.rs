@@ -144,7 +144,7 @@ impl Serialize for V03<'_, TaskStatus> {
         let st = self.0;
         let mut m = s.serialize_map(None)?;
         m.serialize_entry("state", st.state.v03_name())?;
-        if let Some(msg) = &st.message {
+        if let Some(msg) = st.message.as_deref() {
             m.serialize_entry("message", &V03(msg))?;
         }
         if let Some(ts) = &st.timestamp {

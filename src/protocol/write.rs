@@ -326,7 +326,7 @@ mod tests {
         full.history.push(said.clone());
         full.set_status(TaskStatus {
             state: TaskState::InputRequired,
-            message: Some(said.clone()),
+            message: Some(Box::new(said.clone())),
             timestamp: Some(at("2016-12-31T23:59:60.5Z")),
         });
         full.artifacts = vec![
