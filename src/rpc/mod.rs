@@ -3,7 +3,10 @@
 
 mod v01;
 
+use std::future::Future;
 use std::sync::Arc;
+
+use futures_util::FutureExt;
 
 use crate::agents::Agent;
 use crate::auth::Principal;
@@ -61,15 +64,17 @@ impl RpcReply {
 }
 
 /// Runs `req` on `agent`; results and stream events carry `served` in their metadata.
-pub(crate) async fn dispatch(
-    service: &A2aService,
-    agent: &Arc<Agent>,
-    caller: &Principal,
-    req: RpcRequest<'_>,
-    served: &Served,
-) -> RpcReply {
-    let (id, dialect, outcome) = run(service, agent, caller, req, served).await;
-    outcome.unwrap_or_else(|e| RpcReply::error(&id, dialect, &e))
+/// `run`'s future, mapped rather than awaited in one more async level: each level copies
+/// the whole future below it (about 1.1 KB) when it starts.
+pub(crate) fn dispatch<'a>(
+    service: &'a A2aService,
+    agent: &'a Arc<Agent>,
+    caller: &'a Principal,
+    req: RpcRequest<'a>,
+    served: &'a Served,
+) -> impl Future<Output = RpcReply> + 'a {
+    run(service, agent, caller, req, served)
+        .map(|(id, dialect, outcome)| outcome.unwrap_or_else(|e| RpcReply::error(&id, dialect, &e)))
 }
 
 /// [`dispatch`], with the error not yet rendered: for bindings that render errors their
