@@ -284,8 +284,6 @@ pub(crate) fn version_header(req: &HttpRequest) -> Option<Cow<'_, str>> {
         .map(Cow::Borrowed)
 }
 
-/// A `GatewayError` on the HTTP+JSON binding: google.rpc.Status with its `ErrorInfo`, the
-/// 1.0.1 HTTP status, and the retry / challenge headers it calls for.
 /// Where a stream request picks up a stream the client lost: its `Last-Event-ID`, if it
 /// sent one (an id this gateway did not make is an error).
 pub(crate) fn resume_from(
@@ -298,6 +296,8 @@ pub(crate) fn resume_from(
     crate::protocol::resume::read_last_event_id(text).map(Some)
 }
 
+/// A `GatewayError` on the HTTP+JSON binding: google.rpc.Status with its `ErrorInfo`, the
+/// 1.0.1 HTTP status, and the retry / challenge headers it calls for.
 pub(crate) fn error_response(e: &GatewayError) -> HttpResponse {
     if let GatewayError::Internal(detail) = e {
         tracing::error!(%detail, "internal error");
