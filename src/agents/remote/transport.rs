@@ -223,8 +223,6 @@ where
     }
 }
 
-/// The system's root certificates, as reqwest loads them: unreadable ones are skipped, and
-/// a machine with none still reaches plain-HTTP agents.
 /// TLS towards the upstream: the system's roots, plus the agent file's `ca_file`, and its
 /// client certificate when it gives one. One configuration for every client of the agent
 /// (calls, streams, card fetches, gRPC).
@@ -232,6 +230,8 @@ pub(super) fn tls_config(config: &A2aConfig) -> Result<rustls::ClientConfig, Str
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let mut roots = rustls::RootCertStore::empty();
+    // The system's roots as reqwest loads them: unreadable ones are skipped, and a machine
+    // with none still reaches plain-HTTP agents.
     let native = rustls_native_certs::load_native_certs();
     for e in &native.errors {
         tracing::debug!(error = %e, "skipping a system root certificate");
