@@ -36,36 +36,28 @@ pub(super) fn direct(
         return Err(req);
     }
     let (req, mut payload) = req.into_parts();
-    let body = match web::Payload::from_request(&req, &mut payload).into_inner() {
-        Ok(body) => body,
-        Err(e) => {
-            let resp = e.error_response();
-            return Ok(Box::pin(std::future::ready(ServiceResponse::new(
-                req, resp,
-            ))));
-        }
-    };
-    // Either endpoint, any method: JSON-RPC calls are POSTs.
-    if req.method() != actix_web::http::Method::POST {
-        return Ok(Box::pin(async move {
-            let resp = super::method_not_allowed(req.clone()).await;
-            ServiceResponse::new(req, resp)
-        }));
-    }
+    let body = web::Payload::from_request(&req, &mut payload).into_inner();
     // `handle` is awaited in the boxed future itself: each async level around it is one
     // more copy of its whole future (2.3 KB) when it starts, into memory out of cache.
     Ok(Box::pin(async move {
-        // The caller is found here, not above: who called is noted for the request's
-        // telemetry, which is there only while its future is polled.
-        let resp = match Caller::with_state(&req) {
-            Some((state, caller)) => {
-                // Looked up once: the request keeps the agent it addressed, whatever is
-                // swapped in later.
-                let path = super::agent_segment(req.path());
-                let addressed = Addressed::of(&caller.live.registry, path);
-                handle(req.clone(), body, state, caller, addressed).await
+        let resp = match body {
+            Err(e) => e.error_response(),
+            // Either endpoint, any method: JSON-RPC calls are POSTs.
+            Ok(_) if req.method() != actix_web::http::Method::POST => {
+                super::method_not_allowed(req.clone()).await
             }
-            None => HttpResponse::InternalServerError().finish(),
+            // The caller is found in the future, not before it: who called is noted for
+            // the request's telemetry, which is there only while the future is polled.
+            Ok(body) => match Caller::with_state(&req) {
+                Some((state, caller)) => {
+                    // Looked up once: the request keeps the agent it addressed, whatever
+                    // is swapped in later.
+                    let path = super::agent_segment(req.path());
+                    let addressed = Addressed::of(&caller.live.registry, path);
+                    handle(req.clone(), body, state, caller, addressed).await
+                }
+                None => HttpResponse::InternalServerError().finish(),
+            },
         };
         ServiceResponse::new(req, resp)
     }))
