@@ -108,7 +108,6 @@ pub(crate) struct RateLimits {
     agents: HashMap<String, AgentLimit>,
     /// Networks (a single address is a /32 or /128) whose `X-Forwarded-For` is believed.
     trusted: Vec<IpNet>,
-    clock: DefaultClock,
 }
 
 fn quota(rpm: u32, burst: Option<u32>) -> Result<Quota, String> {
@@ -218,7 +217,6 @@ impl RateLimits {
             tiers,
             agents,
             trusted,
-            clock: DefaultClock::default(),
         })
     }
 
@@ -321,10 +319,20 @@ impl RateLimits {
                     checked.unwrap_or_else(|_| tier.limiter.check_key(&key))
                 }
             };
-            tighten(self.outcome(outcome, tier.quota, "caller")?);
+            tighten(outcome_of(
+                outcome,
+                tier.limiter.clock(),
+                tier.quota,
+                "caller",
+            )?);
         }
         if let Some(a) = self.agents.get(agent) {
-            tighten(self.outcome(a.limiter.check(), a.quota, "agent")?);
+            tighten(outcome_of(
+                a.limiter.check(),
+                a.limiter.clock(),
+                a.quota,
+                "agent",
+            )?);
         }
         Ok(info)
     }
@@ -355,42 +363,45 @@ impl RateLimits {
         }
         Ok(info)
     }
+}
 
-    fn outcome(
-        &self,
-        outcome: Result<
-            governor::middleware::StateSnapshot,
-            governor::NotUntil<<DefaultClock as Clock>::Instant>,
-        >,
-        quota: Quota,
-        scope: &'static str,
-    ) -> Result<RateInfo, (GatewayError, RateInfo)> {
-        let limit = quota.burst_size().get();
-        match outcome {
-            Ok(snapshot) => {
-                let remaining = snapshot.remaining_burst_capacity();
-                let refill = quota.replenish_interval() * (limit - remaining);
-                Ok(RateInfo {
-                    limit,
-                    remaining,
-                    reset_secs: ceil_secs(refill),
-                })
-            }
-            Err(not_until) => {
-                let wait = ceil_secs(not_until.wait_time_from(self.clock.now())).max(1);
-                let info = RateInfo {
-                    limit,
-                    remaining: 0,
-                    reset_secs: wait,
-                };
-                Err((
-                    GatewayError::RateLimited {
-                        scope,
-                        retry_after: wait,
-                    },
-                    info,
-                ))
-            }
+/// A limiter's answer as the headers' numbers, or the refusal. The limiter's own clock says
+/// how long a refused caller waits: a clock of the gateway's own would calibrate at start
+/// (a loop of several million instructions) even with no limit configured.
+fn outcome_of(
+    outcome: Result<
+        governor::middleware::StateSnapshot,
+        governor::NotUntil<<DefaultClock as Clock>::Instant>,
+    >,
+    clock: &DefaultClock,
+    quota: Quota,
+    scope: &'static str,
+) -> Result<RateInfo, (GatewayError, RateInfo)> {
+    let limit = quota.burst_size().get();
+    match outcome {
+        Ok(snapshot) => {
+            let remaining = snapshot.remaining_burst_capacity();
+            let refill = quota.replenish_interval() * (limit - remaining);
+            Ok(RateInfo {
+                limit,
+                remaining,
+                reset_secs: ceil_secs(refill),
+            })
+        }
+        Err(not_until) => {
+            let wait = ceil_secs(not_until.wait_time_from(clock.now())).max(1);
+            let info = RateInfo {
+                limit,
+                remaining: 0,
+                reset_secs: wait,
+            };
+            Err((
+                GatewayError::RateLimited {
+                    scope,
+                    retry_after: wait,
+                },
+                info,
+            ))
         }
     }
 }
