@@ -19,8 +19,8 @@ pub(crate) struct Caller {
 }
 
 impl Caller {
-    /// The caller of `req` and the application state, looked up once for both: the
-    /// JSON-RPC endpoints take them this way rather than as two extractors.
+    /// The caller of `req` and the application state, looked up once for both (for the MCP
+    /// endpoint, whose calls outlive the request).
     pub(crate) fn with_state(req: &HttpRequest) -> Option<(web::Data<AppState>, Caller)> {
         let state = req.app_data::<web::Data<AppState>>()?;
         Some((state.clone(), Caller::of(req, state)))

@@ -48,8 +48,11 @@ pub(super) fn direct(
             }
             // The caller is found in the future, not before it: who called is noted for
             // the request's telemetry, which is there only while the future is polled.
-            Ok(body) => match Caller::with_state(&req) {
-                Some((state, caller)) => {
+            // The state is borrowed from the request the future owns, not cloned: no count
+            // that both workers write, per request.
+            Ok(body) => match req.app_data::<web::Data<AppState>>() {
+                Some(state) => {
+                    let caller = Caller::of(&req, state);
                     // Looked up once: the request keeps the agent it addressed, whatever
                     // is swapped in later.
                     let path = super::agent_segment(req.path());
@@ -66,7 +69,7 @@ pub(super) fn direct(
 pub(super) async fn handle(
     req: HttpRequest,
     body: web::Payload,
-    state: web::Data<AppState>,
+    state: &AppState,
     caller: Caller,
     addressed: Addressed,
 ) -> HttpResponse {
