@@ -87,15 +87,15 @@ pub(super) async fn handle(
     let live = caller.live;
     let caller = match admission::at_the_door(&live, caller.principal, &addressed) {
         Ok(c) => c,
-        Err(e) => return respond(&req, &state, early(e)),
+        Err(e) => return respond(&req, state, early(e)),
     };
     if let Err(e) = check_content_type(&req) {
-        return respond(&req, &state, early(e));
+        return respond(&req, state, early(e));
     }
     let payer = |h: &ahash::RandomState| live.caller_hash(&req, Some(&caller), h);
     let bytes = match read_body(&req, body, &state.bodies, &payer).await {
         Ok(b) => b,
-        Err(e) => return respond(&req, &state, early(e)),
+        Err(e) => return respond(&req, state, early(e)),
     };
     let header_dialect = match header_dialect {
         Ok(d) => d,
@@ -105,7 +105,7 @@ pub(super) async fn handle(
                 Ok(r) => (r.id, r.dialect),
                 Err(f) => (f.id, early_dialect),
             };
-            return respond(&req, &state, RpcReply::error(&id, dialect, &e));
+            return respond(&req, state, RpcReply::error(&id, dialect, &e));
         }
     };
     // On /a2a the router reads the raw params before anything else does.
@@ -117,18 +117,18 @@ pub(super) async fn handle(
     };
     let mut rpc = match parsed {
         Ok(r) => r,
-        Err(f) => return respond(&req, &state, RpcReply::error(&f.id, f.dialect, &f.error)),
+        Err(f) => return respond(&req, state, RpcReply::error(&f.id, f.dialect, &f.error)),
     };
     if rpc.method.is_streaming() {
         match resume_from(&req) {
             Ok(from) => rpc.resume = from,
-            Err(e) => return respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &e)),
+            Err(e) => return respond(&req, state, RpcReply::error(&rpc.id, rpc.dialect, &e)),
         }
     }
     telemetry::note_method(rpc.method.name(), rpc.dialect.version(), "jsonrpc");
     if rpc.method == Method::GetExtendedAgentCard && !matches!(addressed, Addressed::Unknown(_)) {
         let base = live.base_url(&req);
-        let card = super::extended_card(&state, &live, &caller, &addressed, &base, rpc.dialect);
+        let card = super::extended_card(state, &live, &caller, &addressed, &base, rpc.dialect);
         let reply = card
             .and_then(|card| {
                 let card: &RawValue = serde_json::from_slice(card.json())
@@ -136,11 +136,11 @@ pub(super) async fn handle(
                 render_result(&rpc.id, card)
             })
             .map_or_else(|e| RpcReply::error(&rpc.id, rpc.dialect, &e), json);
-        return respond(&req, &state, reply);
+        return respond(&req, state, reply);
     }
     let streams = rpc.method.is_streaming();
     let admitted = admission::admit(
-        &state,
+        state,
         &req,
         &live,
         &caller,
@@ -156,7 +156,7 @@ pub(super) async fn handle(
     } = match admitted {
         Ok(a) => a,
         Err(Refused { error, served }) => {
-            let mut resp = respond(&req, &state, RpcReply::error(&rpc.id, rpc.dialect, &error));
+            let mut resp = respond(&req, state, RpcReply::error(&rpc.id, rpc.dialect, &error));
             if let Some(served) = &served {
                 served_headers(&mut resp, served);
             }
@@ -164,7 +164,7 @@ pub(super) async fn handle(
         }
     };
     let reply = dispatch(&state.service, &agent, &caller, rpc, &served).await;
-    let mut resp = respond_with(&req, &state, reply, slot);
+    let mut resp = respond_with(&req, state, reply, slot);
     served_headers(&mut resp, &served);
     resp
 }
