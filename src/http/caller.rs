@@ -19,11 +19,12 @@ pub(crate) struct Caller {
 }
 
 impl Caller {
-    /// The caller of `req` and the application state, looked up once for both (for the MCP
-    /// endpoint, whose calls outlive the request).
-    pub(crate) fn with_state(req: &HttpRequest) -> Option<(web::Data<AppState>, Caller)> {
+    /// The caller of `req` and the application state, looked up once for both. The state is
+    /// lent by the request, not cloned: a clone per request writes a count both workers
+    /// share; a caller that keeps it past the request (MCP's sessions) clones it then.
+    pub(crate) fn with_state(req: &HttpRequest) -> Option<(&web::Data<AppState>, Caller)> {
         let state = req.app_data::<web::Data<AppState>>()?;
-        Some((state.clone(), Caller::of(req, state)))
+        Some((state, Caller::of(req, state)))
     }
 
     /// The caller of a call with this head (HTTP headers, gRPC metadata).

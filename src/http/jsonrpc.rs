@@ -48,11 +48,8 @@ pub(super) fn direct(
             }
             // The caller is found in the future, not before it: who called is noted for
             // the request's telemetry, which is there only while the future is polled.
-            // The state is borrowed from the request the future owns, not cloned: no count
-            // that both workers write, per request.
-            Ok(body) => match req.app_data::<web::Data<AppState>>() {
-                Some(state) => {
-                    let caller = Caller::of(&req, state);
+            Ok(body) => match Caller::with_state(&req) {
+                Some((state, caller)) => {
                     // Looked up once: the request keeps the agent it addressed, whatever
                     // is swapped in later.
                     let path = super::agent_segment(req.path());

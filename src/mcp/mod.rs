@@ -141,7 +141,7 @@ pub(crate) async fn serve(req: HttpRequest, body: web::Payload) -> HttpResponse 
     let live = caller.live;
     let principal = match admission::at_the_door(&live, caller.principal, &Addressed::Shared) {
         Ok(p) => p,
-        Err(e) => return refusal(&req, &state, &e),
+        Err(e) => return refusal(&req, state, &e),
     };
     // A session is its opener's: another caller's session id is one that does not exist.
     let session = req
@@ -172,7 +172,7 @@ pub(crate) async fn serve(req: HttpRequest, body: web::Payload) -> HttpResponse 
     let limit = state.bodies.max_bytes();
     let bytes = match crate::http::read_chunks(body, declared, limit, &state.bodies, &payer).await {
         Ok(b) => b,
-        Err(e) => return refusal(&req, &state, &e),
+        Err(e) => return refusal(&req, state, &e),
     };
     let mut forwarded = http::Request::builder()
         .method(req.method().as_str())
@@ -182,7 +182,7 @@ pub(crate) async fn serve(req: HttpRequest, body: web::Payload) -> HttpResponse 
     }
     let Ok(mut forwarded) = forwarded.body(http_body_util::Full::new(bytes)) else {
         let e = GatewayError::Internal("an MCP request's head".into());
-        return refusal(&req, &state, &e);
+        return refusal(&req, state, &e);
     };
     let opener = principal.id.clone();
     forwarded.extensions_mut().insert(Door {

@@ -540,10 +540,20 @@ fn de_timestamp<'de, D: Deserializer<'de>>(d: D) -> Result<Option<DateTime<Utc>>
 
 impl TaskStatus {
     pub fn now(state: TaskState, message: Option<Message>) -> TaskStatus {
+        TaskStatus::at(state, message, Some(Utc::now()))
+    }
+
+    /// A status of a moment already read (a task answered at once finishes when it was
+    /// submitted: one clock read, not two).
+    pub fn at(
+        state: TaskState,
+        message: Option<Message>,
+        timestamp: Option<DateTime<Utc>>,
+    ) -> TaskStatus {
         TaskStatus {
             state,
             message: message.map(Box::new),
-            timestamp: Some(Utc::now()),
+            timestamp,
         }
     }
 }

@@ -403,13 +403,8 @@ impl LocalOps {
         let said = said.map(|m| m.placed(Some(&task_id), &context_id));
         let mut task = Task::submitted(task_id, context_id, message);
         task.artifacts = artifacts;
-        // Answered at once: it finished when it was submitted (one clock read, not two).
-        let finished = TaskStatus {
-            state,
-            message: said.map(Box::new),
-            timestamp: task.status.timestamp,
-        };
-        task.set_status(finished);
+        // Answered at once: it finished when it was submitted.
+        task.set_status(TaskStatus::at(state, said, task.status.timestamp));
         let whole = history_length.is_none_or(|n| n >= task.history.len());
         let answer = match writer {
             Some(write) if whole => Sent::Written(write(&task)?),
