@@ -26,9 +26,9 @@ pub struct Application {
     grpc_port: Option<u16>,
     server: Server,
     state: Arc<AppState>,
-    /// Where the configuration was read from, with the files it names: what reloads
-    /// read and watch.
-    source: Option<(crate::setup::Source, Vec<std::path::PathBuf>)>,
+    /// Where the configuration was read from, and what listens for reloads of it (from
+    /// before the gateway says it serves: a SIGHUP or an edit right after is not lost).
+    source: Option<(crate::setup::Source, crate::reload::Listener)>,
 }
 
 /// Wires the agents, the task store and the service from the ready parts; also returns
@@ -139,6 +139,7 @@ pub(crate) fn build_state(ready: Ready) -> std::io::Result<(AppState, Vec<String
         certificate: None,
         tracing,
         reloaded: tokio::sync::watch::channel(0).0,
+        mcp_sessions: Default::default(),
     };
     Ok((state, failed))
 }
@@ -314,9 +315,7 @@ async fn serve_replica_commands(state: std::sync::Weak<AppState>) {
                 let live = state.live();
                 let answer = state.service.run_forwarded(command, &live.registry).await;
                 // Answered once what it changed is in Redis, as a call here would be.
-                if let Some(written) = state.store.barrier() {
-                    let _ = tokio::time::timeout(Duration::from_secs(5), written).await;
-                }
+                let _ = state.store.settled().await;
                 let Ok(json) = serde_json::to_string(&answer) else {
                     return;
                 };
@@ -383,10 +382,11 @@ impl Application {
             None => None,
         };
         let workers = ready.settings.gateway.server.workers;
-        let source = ready
-            .source
-            .clone()
-            .map(|source| (source, ready.settings.named_files()));
+        let watch = ready.settings.gateway.server.watch_config;
+        let source = ready.source.clone().map(|source| {
+            let listener = crate::reload::listen(&source, ready.settings.named_files(), watch);
+            (source, listener)
+        });
         let tls = ready.settings.gateway.server.tls.clone();
         let base = ready
             .settings
@@ -454,8 +454,8 @@ impl Application {
             let config = &shared.live().config;
             let hosts = crate::mcp::allowed_hosts(config);
             (config.mcp.enabled).then(|| {
-                let endpoint = crate::mcp::Endpoint::new(shared.clone(), hosts);
-                (config.mcp.path.clone(), web::Data::new(endpoint))
+                let endpoint = crate::mcp::Endpoint::start(shared.clone(), hosts);
+                (config.mcp.path.clone(), endpoint)
             })
         };
         // Each worker builds its app once, on its own thread: where its metrics flush runs.
@@ -546,12 +546,16 @@ impl Application {
                 let shared = shared.clone();
                 actix_http::HttpService::build()
                     .finish(move |req: actix_http::Request| {
-                        let resp = if req.path() == crate::http::METRICS_PATH {
-                            crate::http::render_metrics(&shared)
-                        } else {
-                            actix_web::HttpResponse::NotFound().finish()
-                        };
-                        std::future::ready(Ok::<_, std::convert::Infallible>(resp))
+                        let shared = shared.clone();
+                        async move {
+                            let resp = if req.path() == crate::http::METRICS_PATH {
+                                crate::telemetry::flush_everywhere().await;
+                                crate::http::render_metrics(&shared)
+                            } else {
+                                actix_web::HttpResponse::NotFound().finish()
+                            };
+                            Ok::<_, std::convert::Infallible>(resp)
+                        }
                     })
                     .tcp()
             })?;
@@ -684,9 +688,8 @@ impl Application {
             source,
             ..
         } = self;
-        if let Some((source, named)) = source {
-            let watch = state.live().config.server.watch_config;
-            tokio::spawn(crate::reload::run(state.clone(), source, named, watch));
+        if let Some((source, listener)) = source {
+            tokio::spawn(crate::reload::run(state.clone(), source, listener));
         } else {
             tracing::debug!("configuration made in memory: no reload");
         }

@@ -155,7 +155,12 @@ fn mcp(args: &McpArgs) -> ExitCode {
 
 fn check(args: &ConfigArgs) -> ExitCode {
     match crate::setup::load(args.config.as_deref(), &args.agents_dir) {
-        Ok(crate::setup::Ready { settings, .. }) => {
+        Ok(crate::setup::Ready {
+            settings, warnings, ..
+        }) => {
+            for w in &warnings {
+                eprintln!("warning: {w}");
+            }
             println!(
                 "ok: {} agent(s) in {}: {}",
                 settings.agents.len(),
@@ -188,20 +193,72 @@ fn init_tracing(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuar
     let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
         .lossy(false)
         .finish(std::io::stderr());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(writer);
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::Layer as _;
+    let registry = tracing_subscriber::registry().with(filter);
     let _ = match format {
         // One object per line, with the request span's fields, for log collectors.
-        LogFormat::Json => builder
-            .json()
-            .with_current_span(true)
-            .with_span_list(false)
+        LogFormat::Json => registry
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .json()
+                    .with_current_span(true)
+                    .with_span_list(false)
+                    .with_writer(writer)
+                    .with_filter(OrdinaryEvents),
+            )
             .try_init(),
         // Colours only for people: files and log collectors get plain text.
-        LogFormat::Text => builder.with_ansi(ansi).try_init(),
+        LogFormat::Text => registry
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_ansi(ansi)
+                    .with_writer(writer)
+                    .with_filter(OrdinaryEvents),
+            )
+            .try_init(),
     };
     guard
+}
+
+/// Leaves out what a library logs as an error although it is an ordinary event: rmcp's
+/// "failed to send pending response during drain", logged whenever a call is canceled or
+/// its client leaves (its answer has nobody to go to). An operator should not see errors
+/// for normal events.
+struct OrdinaryEvents;
+
+impl<S> tracing_subscriber::layer::Filter<S> for OrdinaryEvents {
+    fn enabled(
+        &self,
+        _: &tracing::Metadata<'_>,
+        _: &tracing_subscriber::layer::Context<'_, S>,
+    ) -> bool {
+        true
+    }
+
+    fn event_enabled(
+        &self,
+        event: &tracing::Event<'_>,
+        _: &tracing_subscriber::layer::Context<'_, S>,
+    ) -> bool {
+        let meta = event.metadata();
+        if *meta.level() != tracing::Level::ERROR || !meta.target().starts_with("rmcp") {
+            return true;
+        }
+        struct Message(bool);
+        impl tracing::field::Visit for Message {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "message" {
+                    let text = format!("{value:?}");
+                    self.0 |= text == "failed to send pending response during drain";
+                }
+            }
+        }
+        let mut ordinary = Message(false);
+        event.record(&mut ordinary);
+        !ordinary.0
+    }
 }
 
 fn refuse_to_start(diags: &config::Diagnostics) -> ExitCode {
@@ -232,6 +289,9 @@ fn serve(args: ServeArgs) -> ExitCode {
         Ok(ready) => ready,
         Err(diags) => return refuse_to_start(&diags),
     };
+    for w in &ready.warnings {
+        tracing::warn!(warning = %w, "configuration");
+    }
     let settings = &ready.settings;
     let host = settings.gateway.server.host.clone();
     let loopback = host == "localhost"

@@ -23,6 +23,8 @@ pub mod gateway_codes {
     pub const BODIES_OVER_BUDGET: i64 = -32062;
     pub const SHUTTING_DOWN: i64 = -32055;
     pub const DEADLINE_EXCEEDED: i64 = -32056;
+    pub const SESSION_CAPACITY: i64 = -32057;
+    pub const TOO_MANY_SESSIONS: i64 = -32072;
 }
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -115,6 +117,16 @@ pub enum GatewayError {
     },
     #[error("Too many open streams: this caller may hold {0} at once")]
     TooManyStreams(usize),
+    /// An MCP client opening one session more than its caller may hold.
+    #[error("Too many MCP sessions: this caller may hold {0} at once; end one (DELETE) or retry once one has been idle {1} s")]
+    TooManySessions(usize, u64),
+    #[error("The gateway is holding its maximum of {0} MCP sessions; retry later")]
+    SessionCapacity(usize),
+    /// A browser page on an origin the endpoint does not allow (MCP asks servers to check).
+    #[error(
+        "Forbidden: requests from the origin {0} are not allowed here (see [mcp] allowed_origins)"
+    )]
+    OriginNotAllowed(String),
     #[error("Request body exceeds the limit of {0} bytes")]
     PayloadTooLarge(usize),
     /// Answered with `Connection: close`: the rest of the body is not waited for.
@@ -126,6 +138,10 @@ pub enum GatewayError {
     /// still served.
     #[error("You are sending the maximum of {0} of request bodies at once; finish those, or retry later")]
     BodiesOverShare(String),
+    /// Anonymous callers together hold their part of the bytes of bodies still arriving;
+    /// callers with credentials are still served.
+    #[error("Anonymous callers are sending their maximum of {0} of request bodies at once; retry later, or send credentials")]
+    AnonymousBodiesOverBudget(String),
     /// Draining before exit: new calls are refused (with `Connection: close`), and open
     /// streams end with this as their last event, so clients reconnect or resubscribe.
     /// `replicas`: other replicas share this one's tasks, and take the call at once.
@@ -387,6 +403,13 @@ impl GatewayError {
             GatewayError::TooManyStreams(_) => {
                 ours(TOO_MANY_STREAMS, "TOO_MANY_STREAMS", 429).retry()
             }
+            GatewayError::TooManySessions(..) => {
+                ours(TOO_MANY_SESSIONS, "TOO_MANY_SESSIONS", 429).retry()
+            }
+            GatewayError::SessionCapacity(_) => {
+                ours(SESSION_CAPACITY, "SESSION_CAPACITY", 503).retry()
+            }
+            GatewayError::OriginNotAllowed(_) => ours(FORBIDDEN, "ORIGIN_NOT_ALLOWED", 403),
             GatewayError::PayloadTooLarge(_) => ours(PAYLOAD_TOO_LARGE, "PAYLOAD_TOO_LARGE", 413),
             GatewayError::RequestTimeout(_) => ours(REQUEST_TIMEOUT, "REQUEST_TIMEOUT", 408),
             GatewayError::BodiesOverBudget => {
@@ -394,6 +417,9 @@ impl GatewayError {
             }
             GatewayError::BodiesOverShare(_) => {
                 ours(BODIES_OVER_BUDGET, "BODIES_OVER_SHARE", 429).retry()
+            }
+            GatewayError::AnonymousBodiesOverBudget(_) => {
+                ours(BODIES_OVER_BUDGET, "ANONYMOUS_BODIES_OVER_BUDGET", 503).retry()
             }
             GatewayError::ShuttingDown { .. } => ours(SHUTTING_DOWN, "SHUTTING_DOWN", 503).retry(),
         }

@@ -195,9 +195,14 @@ pub(crate) async fn reload(
         .await
     };
     match loaded {
-        Ok(Ok((ready, named, files))) => apply(state, ready, &files, why, force)
-            .await
-            .then_some(named),
+        Ok(Ok((ready, named, files))) => {
+            for w in &ready.warnings {
+                tracing::warn!(warning = %w, "configuration");
+            }
+            apply(state, ready, &files, why, force)
+                .await
+                .then_some(named)
+        }
         Ok(Err(diags)) => {
             state.metrics.reload("invalid");
             for d in &diags.0 {
@@ -345,25 +350,17 @@ fn warn_about_restart_only(old: &GatewayConfig, new: &GatewayConfig) {
 /// attempt are not read as a configuration again: opening or reading a file, the store
 /// writing beside it, or a broken file's repeated events cost one digest, no reload and no
 /// log line. Runs until the gateway stops.
-pub(crate) async fn run(state: Arc<AppState>, source: Source, named: Vec<PathBuf>, watch: bool) {
-    const SIGHUP: &str = "SIGHUP";
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<&'static str>(8);
-    let files = Arc::new(std::sync::RwLock::new(ConfigFiles::new(&source, named)));
-    let mut watcher = if watch {
-        match FileWatcher::start(files.clone(), tx.clone()) {
-            Ok(w) => Some(w),
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot watch the configuration files; SIGHUP still reloads");
-                None
-            }
-        }
-    } else {
-        None
-    };
+pub(crate) async fn run(state: Arc<AppState>, source: Source, listener: Listener) {
+    let Listener {
+        tx,
+        mut rx,
+        files,
+        mut watcher,
+        hangup,
+        mut seen,
+    } = listener;
     let hangups = async {
-        let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-        else {
-            tracing::warn!("cannot listen for SIGHUP");
+        let Some(mut hup) = hangup else {
             return std::future::pending::<()>().await;
         };
         while hup.recv().await.is_some() {
@@ -371,7 +368,6 @@ pub(crate) async fn run(state: Arc<AppState>, source: Source, named: Vec<PathBuf
         }
     };
     let reloads = async {
-        let mut seen = files_digest(&files).await;
         while let Some(first) = rx.recv().await {
             let mut force = first == SIGHUP;
             if !force {
@@ -406,8 +402,61 @@ pub(crate) async fn run(state: Arc<AppState>, source: Source, named: Vec<PathBuf
     tokio::join!(hangups, reloads);
 }
 
-/// How long file events are gathered before the files are read.
+const SIGHUP: &str = "SIGHUP";
+
+/// How long file events are gathered into one reload.
 const GATHER_EVENTS: Duration = Duration::from_millis(300);
+
+/// What asks for a reload, listening from before the gateway says it serves: SIGHUP, and
+/// the watcher's file events, with the files' digest as they were when listening began.
+/// A SIGHUP or an edit at any moment after [`listen`] returns is kept until [`run`] reads it.
+pub(crate) struct Listener {
+    tx: tokio::sync::mpsc::Sender<&'static str>,
+    rx: tokio::sync::mpsc::Receiver<&'static str>,
+    files: Arc<std::sync::RwLock<ConfigFiles>>,
+    watcher: Option<FileWatcher>,
+    hangup: Option<tokio::signal::unix::Signal>,
+    seen: Option<Digest>,
+}
+
+/// Starts listening (in a Tokio runtime): SIGHUP first (its default action would end the
+/// process), then the file watcher when `watch` is on, then the files' digest: an edit
+/// made after the digest was read is an event the watcher already reports.
+pub(crate) fn listen(source: &Source, named: Vec<PathBuf>, watch: bool) -> Listener {
+    let hangup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(hup) => Some(hup),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGHUP");
+            None
+        }
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel::<&'static str>(8);
+    let files = Arc::new(std::sync::RwLock::new(ConfigFiles::new(source, named)));
+    let watcher = match watch {
+        true => match FileWatcher::start(files.clone(), tx.clone()) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot watch the configuration files; SIGHUP still reloads");
+                None
+            }
+        },
+        false => None,
+    };
+    let seen = Some(
+        files
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .digest(),
+    );
+    Listener {
+        tx,
+        rx,
+        files,
+        watcher,
+        hangup,
+        seen,
+    }
+}
 
 async fn files_digest(files: &Arc<std::sync::RwLock<ConfigFiles>>) -> Option<Digest> {
     let files = files.clone();

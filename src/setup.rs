@@ -24,6 +24,9 @@ pub struct Ready {
     /// Where they were read from, to read them again on reload; none for settings made
     /// in memory (which then cannot be reloaded).
     pub source: Option<Source>,
+    /// What loads but likely does not mean what it says (`check` prints these, `serve`
+    /// and reloads log them).
+    pub warnings: Vec<Diagnostic>,
 }
 
 /// Where the configuration comes from, and what the command line adds to it each time it
@@ -69,6 +72,7 @@ impl Source {
         let parts = parts(&settings, &mut diags);
         match parts {
             Some((auth, rates, rules, policies)) if diags.0.is_empty() => Ok(Ready {
+                warnings: warnings(&policies),
                 settings,
                 auth,
                 rates,
@@ -87,6 +91,7 @@ pub fn load(config_path: Option<&Path>, agents_dir: &Path) -> Result<Ready, Diag
     let parts = parts(&settings, &mut diags);
     match parts {
         Some((auth, rates, rules, policies)) if diags.0.is_empty() => Ok(Ready {
+            warnings: warnings(&policies),
             settings,
             auth,
             rates,
@@ -103,6 +108,7 @@ pub fn build(settings: Settings) -> Result<Ready, Diagnostics> {
     let mut diags = Diagnostics::default();
     match parts(&settings, &mut diags) {
         Some((auth, rates, rules, policies)) => Ok(Ready {
+            warnings: warnings(&policies),
             settings,
             auth,
             rates,
@@ -166,6 +172,17 @@ fn parts(
         return None;
     }
     Some((auth?, rates?, rules, policies?))
+}
+
+/// The policies' warnings, each where its rule's expression says what it warns about.
+fn warnings(policies: &Policies) -> Vec<Diagnostic> {
+    (policies.warnings().iter())
+        .map(|w| {
+            let text = std::fs::read_to_string(&w.file).unwrap_or_default();
+            let at = expression_start(&text, w.when_at) + w.offset;
+            Diagnostic::at(&w.file, &text, at, w.message.clone())
+        })
+        .collect()
 }
 
 /// Where the text of the TOML string at `at` begins: past its opening quotes, and past

@@ -304,9 +304,82 @@ const scenarios = {
   },
 };
 
+/** ListTasks of an anonymous caller on echo, for one context: how many tasks it holds. */
+async function anonymousTasksIn(contextId) {
+  const resp = await fetch(`${args.gateway}/a2a/agents/echo`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', 'A2A-Version': '1.0' },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'ListTasks', params: { contextId } }),
+  });
+  const answer = await resp.json();
+  expect(answer.result, `ListTasks: ${JSON.stringify(answer)}`);
+  return answer.result.tasks.length;
+}
+
+// A page on an origin the gateway does not allow tries every request a browser sends
+// cross-origin without asking first: no-cors fetches of untyped Blobs, and HTML forms of
+// the three types a form may post (text/plain carries JSON, as CSRF against JSON APIs
+// does). None may run a task on a public agent.
+// Run only when named (--only): it needs public agents, as the shipped configuration has.
+const namedOnly = { 'a-page-elsewhere-cannot-run-tasks': true };
+scenarios['a-page-elsewhere-cannot-run-tasks'] = async () => {
+  const contextId = randomUUID();
+  const message = { role: 'ROLE_USER', messageId: randomUUID(), contextId, parts: [{ text: 'from a page elsewhere' }] };
+  const rpcBody = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'SendMessage', params: { message } });
+  const restBody = JSON.stringify({ message });
+  const p = await page(`${args['disallowed-origin']}/console.html?gateway=${encodeURIComponent(args.gateway)}`);
+  const sent = await p.evaluate(async ({ gateway, rpcBody, restBody }) => {
+    const targets = [
+      [`${gateway}/a2a/agents/echo`, rpcBody],
+      [`${gateway}/a2a`, rpcBody],
+      [`${gateway}/a2a/agents/echo/rest/message:send`, restBody],
+    ];
+    let fetched = 0;
+    for (const [url, body] of targets) {
+      await fetch(url, { mode: 'no-cors', method: 'POST', body: new Blob([body]) });
+      fetched += 1;
+    }
+    // A form's text/plain body is `name=value`: the JSON, split at a padding field.
+    const loads = [];
+    let i = 0;
+    for (const enctype of ['text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data']) {
+      for (const [url, body] of targets) {
+        const name = `sink${i++}`;
+        const frame = document.createElement('iframe');
+        frame.name = name;
+        document.body.appendChild(frame);
+        loads.push(new Promise((done) => frame.addEventListener('load', done, { once: true })));
+        const form = document.createElement('form');
+        Object.assign(form, { method: 'POST', action: url, enctype, target: name });
+        const input = document.createElement('input');
+        input.name = body.slice(0, -1) + ',"pad":"';
+        input.value = '"}';
+        form.appendChild(input);
+        document.body.appendChild(form);
+        form.submit();
+      }
+    }
+    await Promise.all(loads);
+    return fetched + loads.length;
+  }, { gateway: args.gateway, rpcBody, restBody });
+  expect(sent === 12, `the page sent ${sent} requests`);
+  const held = await anonymousTasksIn(contextId);
+  expect(held === 0, `a page on another origin ran ${held} task(s)`);
+  // The same message sent as a client does (typed JSON) is a task: the check can see one.
+  const resp = await fetch(`${args.gateway}/a2a/agents/echo`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', 'A2A-Version': '1.0' },
+    body: rpcBody,
+  });
+  expect(resp.status === 200, `a typed send: ${resp.status}`);
+  const after = await anonymousTasksIn(contextId);
+  expect(after === 1, `a typed send made ${after} task(s)`);
+  return p;
+};
+
 const only = args.only ? new Set(args.only.split(',')) : null;
 for (const name of only ?? []) expect(name in scenarios, `no scenario ${name}`);
-const chosen = Object.entries(scenarios).filter(([name]) => !only || only.has(name));
+const chosen = Object.entries(scenarios).filter(([name]) => (only ? only.has(name) : !namedOnly[name]));
 let failures = 0;
 for (const [name, run] of chosen) {
   let p = null;

@@ -68,6 +68,8 @@ pub(crate) struct SinkSetup {
     pub(crate) tasks: Arc<Tasks>,
     pub(crate) agent: Arc<str>,
     pub(crate) owner: Arc<str>,
+    /// What the task's unfinished count goes to when not its owner.
+    pub(crate) quota: Option<Arc<str>>,
     pub(crate) task_id: String,
     pub(crate) context_id: String,
     pub(crate) pending: Option<Message>,
@@ -80,6 +82,7 @@ pub(crate) struct EventSink {
     tasks: Arc<Tasks>,
     agent: Arc<str>,
     owner: Arc<str>,
+    quota: Option<Arc<str>>,
     task_id: String,
     context_id: String,
     /// The user message of a new task. The task is only created when the backend first
@@ -104,6 +107,7 @@ impl EventSink {
             tasks: setup.tasks,
             agent: setup.agent,
             owner: setup.owner,
+            quota: setup.quota,
             task_id: setup.task_id,
             context_id: setup.context_id,
             pending: setup.pending,
@@ -147,7 +151,7 @@ impl EventSink {
         // A streamed task keeps its events, for a client that loses its stream.
         match self.tasks.create_logged(
             self.agent.clone(),
-            self.owner.clone(),
+            (self.owner.clone(), self.quota.take()),
             task,
             Some(self.cancel.clone()),
             self.relay,

@@ -267,6 +267,7 @@ impl JwtVerifier {
                 Value::Object(map) => Some(Arc::new(map)),
                 _ => None,
             },
+            address: None,
         };
         Ok((principal, exp))
     }

@@ -114,6 +114,9 @@ pub(crate) struct Principal {
     pub(crate) tier: Arc<str>,
     /// A JWT's claims, for policies (`caller.claims`); none for other credentials.
     pub(crate) claims: Option<Arc<serde_json::Map<String, serde_json::Value>>>,
+    /// An anonymous caller's address (the peer, or the forwarded client behind a trusted
+    /// proxy): anonymous callers share one identity but not one quota.
+    pub(crate) address: Option<std::net::IpAddr>,
 }
 
 impl Principal {
@@ -151,7 +154,32 @@ impl Principal {
             anonymous: true,
             tier: Arc::from(DEFAULT_TIER),
             claims: None,
+            address: None,
         }
+    }
+
+    /// What this caller's unfinished tasks are counted under when that is not its id: an
+    /// anonymous caller's address group (an IPv4 address, an IPv6 /64), so that one
+    /// anonymous client holding its quota locks no other out.
+    pub(crate) fn quota_key(&self) -> Option<Arc<str>> {
+        let address = self.address.filter(|_| self.anonymous)?;
+        Some(Arc::from(format!("anonymous@{}", address_group(address))))
+    }
+}
+
+/// The addresses counted as one anonymous client: an IPv4 address (an IPv4 address mapped
+/// into IPv6 included), or an IPv6 /64, which one host or network is commonly given whole
+/// (counting its addresses apart would give it 2^64 allowances).
+pub(crate) fn address_group(ip: std::net::IpAddr) -> std::net::IpAddr {
+    match ip {
+        std::net::IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => std::net::IpAddr::V4(v4),
+            None => {
+                let [a, b, c, d, ..] = v6.segments();
+                std::net::IpAddr::V6(std::net::Ipv6Addr::new(a, b, c, d, 0, 0, 0, 0))
+            }
+        },
+        v4 => v4,
     }
 }
 
@@ -413,6 +441,7 @@ impl Authenticator {
                     anonymous: false,
                     tier: c.tier.clone(),
                     claims: None,
+                    address: None,
                 }),
                 None => Err(rejected("unknown api key")),
             };
@@ -448,6 +477,7 @@ impl Authenticator {
                 anonymous: false,
                 tier: c.tier.clone(),
                 claims: None,
+                address: None,
             });
         }
         if token.split('.').count() == 3 && !self.jwt.is_empty() {
@@ -478,6 +508,7 @@ impl Authenticator {
                 anonymous: false,
                 tier: h.tier.clone(),
                 claims: None,
+                address: None,
             }),
             None => Ok(Principal {
                 id: Arc::from(format!("cert:{identity}")),
@@ -485,6 +516,7 @@ impl Authenticator {
                 anonymous: false,
                 tier: Arc::from(DEFAULT_TIER),
                 claims: None,
+                address: None,
             }),
         }
     }

@@ -208,6 +208,28 @@ pub struct McpConfig {
     /// host of `public_url` when set.
     #[serde(default)]
     pub allowed_hosts: Option<Vec<String>>,
+    /// Browser origins (`https://app.example`) whose pages may call it, beside those of
+    /// `[cors] allowed_origins` and the gateway's own; a request from any other `Origin`
+    /// gets 403 (as the MCP specification asks, against pages elsewhere and DNS rebinding).
+    #[serde(default)]
+    pub allowed_origins: Vec<String>,
+    /// Sessions open at once, gateway-wide; past it `initialize` gets 503. Default: what
+    /// a 64th of the memory the gateway may use holds (at 96 KiB a session), from 256 to
+    /// 10,000.
+    #[serde(default)]
+    pub max_sessions: Option<usize>,
+    /// Sessions one caller (a credential; an anonymous client per address) may hold open;
+    /// past it its `initialize` gets 429, and nobody else's.
+    #[serde(default = "default_sessions_per_caller")]
+    pub max_sessions_per_caller: usize,
+    /// A session nothing has used for this long is closed (its client opens another).
+    #[serde(default = "default_session_idle")]
+    pub idle_timeout_secs: u64,
+    /// A tool call whose HTTP client goes away before its answer (no
+    /// `notifications/cancelled`) cancels its task, as the stdio bridge does when its
+    /// client leaves; false leaves it to finish (for clients that resume their stream).
+    #[serde(default = "default_true")]
+    pub cancel_abandoned_calls: bool,
 }
 
 impl Default for McpConfig {
@@ -216,8 +238,20 @@ impl Default for McpConfig {
             enabled: true,
             path: default_mcp_path(),
             allowed_hosts: None,
+            allowed_origins: Vec::new(),
+            max_sessions: None,
+            max_sessions_per_caller: default_sessions_per_caller(),
+            idle_timeout_secs: default_session_idle(),
+            cancel_abandoned_calls: true,
         }
     }
+}
+
+fn default_sessions_per_caller() -> usize {
+    16
+}
+fn default_session_idle() -> u64 {
+    600
 }
 
 fn default_mcp_path() -> String {
@@ -237,12 +271,30 @@ pub enum StoreKind {
     Redis,
 }
 
+/// When an answer may leave, against what it changed being on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    /// Changes are committed in batches every `commit_interval_ms`; an answer does not
+    /// wait for its batch, so a crash loses the changes of the last interval or so,
+    /// answered ones included.
+    #[default]
+    Batched,
+    /// An answer leaves only once the commit that holds what its call changed is done
+    /// (each commit takes whatever arrived while the last was written: group commit); a
+    /// crash loses no answered task. An answer whose commit fails is a 503.
+    Sync,
+}
+
 /// `[store]`: the task store.
 #[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StoreConfig {
     #[serde(default)]
     pub kind: StoreKind,
+    /// SQLite: whether answers wait for their commit (`sync`) or not (`batched`).
+    #[serde(default)]
+    pub durability: Durability,
     /// SQLite: the directory of `gateway.db`, created on start; relative to the gateway
     /// file's directory.
     #[serde(default = "default_data_dir")]
@@ -270,6 +322,7 @@ impl Default for StoreConfig {
     fn default() -> Self {
         StoreConfig {
             kind: StoreKind::default(),
+            durability: Durability::default(),
             data_dir: default_data_dir(),
             commit_interval_ms: default_commit_interval_ms(),
             retention_secs: default_retention_secs(),
@@ -452,6 +505,13 @@ pub struct ServerConfig {
     /// this port of `host`; 0 picks a free one. Off when absent.
     #[serde(default)]
     pub grpc_port: Option<u16>,
+    /// List the gRPC binding in the cards (`host:port`, as the A2A spec and its SDKs write
+    /// a gRPC address). False leaves it out, for clients that check every interface's URL
+    /// as an HTTP one (Google ADK's `RemoteA2aAgent`, which refuses a card whose URLs are
+    /// not https, or http on a loopback host, of the card's own origin); gRPC clients then
+    /// need the address from elsewhere.
+    #[serde(default = "default_true")]
+    pub grpc_in_cards: bool,
     /// HTTPS on the gateway's port (`[server.tls]`); plain HTTP when absent.
     #[serde(default)]
     pub tls: Option<TlsSettings>,
@@ -516,6 +576,7 @@ impl Default for ServerConfig {
             shutdown_grace_secs: default_shutdown_grace(),
             watch_config: true,
             grpc_port: None,
+            grpc_in_cards: true,
             tls: None,
         }
     }
@@ -579,6 +640,11 @@ pub struct Limits {
     /// Default: an eighth of `max_buffered_body_bytes`.
     #[serde(default)]
     pub max_buffered_body_bytes_per_caller: Option<usize>,
+    /// Anonymous callers' part of `max_buffered_body_bytes`, all their addresses together:
+    /// past it their new bodies get 503, while callers with credentials keep the rest.
+    /// Default: half of `max_buffered_body_bytes`.
+    #[serde(default)]
+    pub max_buffered_body_bytes_anonymous: Option<usize>,
     /// Unfinished tasks one caller (a principal; all anonymous callers are one) may hold;
     /// past it that caller's new tasks get -32052, and nobody else's.
     #[serde(default = "default_tasks_per_caller")]
@@ -616,6 +682,7 @@ impl Default for Limits {
             body_min_bytes_per_sec: default_body_min_rate(),
             max_buffered_body_bytes: default_body_budget(),
             max_buffered_body_bytes_per_caller: None,
+            max_buffered_body_bytes_anonymous: None,
             max_unfinished_tasks_per_caller: default_tasks_per_caller(),
             max_stored_bytes: None,
             max_unfinished_bytes_per_caller: None,
@@ -1442,26 +1509,79 @@ fn validate_gateway(
         }
     }
     let l = &gateway.limits;
+    // Every count and duration but `card_max_age_secs` (0: cards are not cached): a 0
+    // would refuse everything or be raised silently, so it is refused here, by name.
+    let set = |n: Option<usize>| n.map_or(1, |n| n as u64);
     for (key, value) in [
-        ("limits.max_body_bytes", l.max_body_bytes),
-        ("limits.max_tasks", l.max_tasks),
-        ("limits.agent_mailbox", l.agent_mailbox),
-        ("limits.agent_max_concurrency", l.agent_max_concurrency),
+        ("limits.max_body_bytes", l.max_body_bytes as u64),
+        ("limits.max_tasks", l.max_tasks as u64),
+        ("limits.agent_mailbox", l.agent_mailbox as u64),
+        (
+            "limits.agent_max_concurrency",
+            l.agent_max_concurrency as u64,
+        ),
+        ("limits.stream_keepalive_secs", l.stream_keepalive_secs),
+        ("limits.max_open_streams", set(l.max_open_streams)),
+        ("limits.max_connections", set(l.max_connections)),
+        (
+            "limits.max_connections_per_ip",
+            set(l.max_connections_per_ip),
+        ),
+        ("limits.header_timeout_secs", l.header_timeout_secs),
+        ("limits.body_timeout_secs", l.body_timeout_secs),
+        (
+            "limits.body_min_bytes_per_sec",
+            l.body_min_bytes_per_sec as u64,
+        ),
+        (
+            "limits.max_buffered_body_bytes",
+            l.max_buffered_body_bytes as u64,
+        ),
         (
             "limits.max_buffered_body_bytes_per_caller",
-            l.max_buffered_body_bytes_per_caller.unwrap_or(1),
+            set(l.max_buffered_body_bytes_per_caller),
         ),
         (
-            "limits.max_stored_bytes",
-            l.max_stored_bytes.map_or(1, |n| n as usize),
+            "limits.max_buffered_body_bytes_anonymous",
+            set(l.max_buffered_body_bytes_anonymous),
         ),
+        (
+            "limits.max_unfinished_tasks_per_caller",
+            l.max_unfinished_tasks_per_caller as u64,
+        ),
+        ("limits.max_stored_bytes", l.max_stored_bytes.unwrap_or(1)),
         (
             "limits.max_unfinished_bytes_per_caller",
-            l.max_unfinished_bytes_per_caller.map_or(1, |n| n as usize),
+            l.max_unfinished_bytes_per_caller.unwrap_or(1),
         ),
+        ("limits.interrupted_ttl_secs", l.interrupted_ttl_secs),
     ] {
         if value == 0 {
             diags.push(Diagnostic::file(file, format!("{key} must be at least 1")));
+        }
+    }
+    let mcp = &gateway.mcp;
+    for (key, value) in [
+        ("mcp.max_sessions", mcp.max_sessions.unwrap_or(1) as u64),
+        (
+            "mcp.max_sessions_per_caller",
+            mcp.max_sessions_per_caller as u64,
+        ),
+        ("mcp.idle_timeout_secs", mcp.idle_timeout_secs),
+    ] {
+        if value == 0 {
+            diags.push(Diagnostic::file(file, format!("{key} must be at least 1")));
+        }
+    }
+    for origin in &mcp.allowed_origins {
+        let parsed = url::Url::parse(origin).ok().filter(|u| {
+            matches!(u.scheme(), "http" | "https") && u.path() == "/" && !origin.ends_with('/')
+        });
+        if origin != "*" && parsed.is_none() {
+            diags.push(Diagnostic::file(
+                file,
+                format!("mcp.allowed_origins: {origin:?} is not an origin (scheme://host[:port], as browsers send it, or \"*\")"),
+            ));
         }
     }
     let reserved = ["/a2a", "/.well-known", "/metrics"];

@@ -321,7 +321,11 @@ async fn read_message(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse().ok());
     let principal = caller.principal.as_ref().ok();
-    let payer = |h: &ahash::RandomState| caller.live.caller_hash(head, principal, h);
+    let hash = |h: &ahash::RandomState| caller.live.caller_hash(head, principal, h);
+    let payer = crate::http::Payer {
+        hash: &hash,
+        anonymous: principal.is_none_or(|p| p.anonymous),
+    };
     let limit = state.bodies.max_bytes().saturating_add(5);
     let read = crate::http::read_chunks(
         body.into_data_stream(),
@@ -492,6 +496,17 @@ fn unary(handler: Handler, message: Bytes) -> Boxed<Bytes> {
         let answered = handler
             .in_time(async {
                 let (reply, admitted) = handler.run(message).await?;
+                // As on the other bindings: with a shared store or synced commits, the
+                // answer leaves once what the call changed is there.
+                let store = &handler.state.store;
+                if store.answers_wait() && !store.settled().await && store.sync {
+                    return Err(Refused {
+                        error: GatewayError::StoreUnavailable(
+                            "the commit holding the call's changes failed".into(),
+                        ),
+                        served: Some(admitted.served),
+                    });
+                }
                 let body = match reply {
                     RpcReply::Json { body, .. } => body,
                     RpcReply::Stream { .. } => {

@@ -15,10 +15,16 @@ use crate::config::Limits;
 use crate::error::GatewayError;
 
 /// JSON-RPC travels as `application/json`; `application/a2a+json` and other `+json` types are
-/// accepted too. A missing Content-Type is tolerated: the body must still parse as JSON.
+/// accepted too. A body with no Content-Type is refused: a browser sends one cross-origin
+/// without asking first (a `no-cors` fetch of an untyped Blob), as it does the form types
+/// (`text/plain`, `application/x-www-form-urlencoded`, `multipart/form-data`), so a page on
+/// any origin could otherwise run tasks on public agents. A JSON type always takes a
+/// preflight, which CORS answers.
 pub(super) fn check_content_type(req: &HttpRequest) -> Result<(), GatewayError> {
     let Some(value) = req.headers().get(header::CONTENT_TYPE) else {
-        return Ok(());
+        return Err(GatewayError::ContentTypeNotSupported(
+            "none given; send the body as application/json (or application/a2a+json)".into(),
+        ));
     };
     let raw = value.as_bytes();
     let essence = raw.split(|b| *b == b';').next().unwrap_or(raw).trim_ascii();
@@ -29,20 +35,46 @@ pub(super) fn check_content_type(req: &HttpRequest) -> Result<(), GatewayError> 
     } else {
         let essence = String::from_utf8_lossy(essence).to_ascii_lowercase();
         Err(GatewayError::ContentTypeNotSupported(format!(
-            "\"{essence}\"; send JSON-RPC as application/json"
+            "\"{essence}\"; send the body as application/json (or application/a2a+json)"
         )))
     }
 }
 
+/// [`check_content_type`] for a POST that needs no body (an HTTP+JSON cancel or
+/// subscribe): one sent with a body, or with a Content-Type, must be JSON all the same.
+pub(super) fn check_bodiless_post(req: &HttpRequest) -> Result<(), GatewayError> {
+    let headers = req.headers();
+    let empty = !headers.contains_key(header::TRANSFER_ENCODING)
+        && headers
+            .get(header::CONTENT_LENGTH)
+            .is_none_or(|v| v.as_bytes() == b"0");
+    match empty && !headers.contains_key(header::CONTENT_TYPE) {
+        true => Ok(()),
+        false => check_content_type(req),
+    }
+}
+
+/// Who pays for a body still arriving: a keyed hash of the caller (its credential, or its
+/// address when anonymous), and whether it is anonymous.
+pub(crate) struct Payer<'a> {
+    pub(crate) hash: &'a dyn Fn(&ahash::RandomState) -> u64,
+    pub(crate) anonymous: bool,
+}
+
 /// What a body may cost: its size, its time, and its share of the bytes held gateway-wide
 /// for bodies still arriving (so slow senders cannot hold the gateway's memory), of which
-/// one caller may hold only a part (so one sender cannot hold it all).
+/// one caller may hold only a part (so one sender cannot hold it all), and anonymous
+/// callers together another (so any number of addresses cannot take what callers with
+/// credentials are owed).
 pub(crate) struct BodyLimits {
     max_bytes: usize,
     base_time: Duration,
     min_rate: usize,
     budget: usize,
     buffered: AtomicUsize,
+    /// Bytes anonymous callers' bodies still arriving hold, and the most they may.
+    anonymous: AtomicUsize,
+    anonymous_budget: usize,
     per_caller: usize,
     /// Bytes held per caller, in slots chosen by a keyed hash of the caller: no map to
     /// lock, no key to allocate. Callers whose keys share a slot share its allowance,
@@ -67,6 +99,11 @@ impl BodyLimits {
             min_rate: limits.body_min_bytes_per_sec.max(1),
             budget,
             buffered: AtomicUsize::new(0),
+            anonymous: AtomicUsize::new(0),
+            anonymous_budget: limits
+                .max_buffered_body_bytes_anonymous
+                .unwrap_or(budget / 2)
+                .max(1),
             per_caller: limits
                 .max_buffered_body_bytes_per_caller
                 .unwrap_or(budget / 8)
@@ -92,9 +129,64 @@ impl BodyLimits {
         Ok(())
     }
 
-    fn slot(&self, caller: &dyn Fn(&ahash::RandomState) -> u64) -> &AtomicUsize {
-        let i = caller(&self.slot_of) as usize % CALLER_SLOTS;
-        &self.by_caller[i]
+    fn slot_index(&self, caller: &Payer<'_>) -> usize {
+        (caller.hash)(&self.slot_of) as usize % CALLER_SLOTS
+    }
+
+    /// Takes `n` bytes of the caller's share for something it keeps open (an MCP session)
+    /// beside its bodies, or refuses past the share; what to give back with
+    /// [`Self::give_back`].
+    pub(crate) fn hold_share(&self, caller: &Payer<'_>, n: usize) -> Result<usize, GatewayError> {
+        let slot = self.slot_index(caller);
+        let mut held = CallerHeld {
+            slot: &self.by_caller[slot],
+            bytes: 0,
+            max: self.per_caller,
+        };
+        held.grow_to(n)?;
+        held.keep();
+        Ok(slot)
+    }
+
+    /// Gives back what [`Self::hold_share`] took.
+    pub(crate) fn give_back(&self, slot: usize, n: usize) {
+        if let Some(slot) = self.by_caller.get(slot) {
+            slot.fetch_sub(n, Ordering::AcqRel);
+        }
+    }
+}
+
+/// What a body still arriving from an anonymous caller holds of the anonymous callers'
+/// part of the budget, given back with it.
+struct AnonymousHeld<'a> {
+    limits: &'a BodyLimits,
+    bytes: usize,
+}
+
+impl AnonymousHeld<'_> {
+    fn grow_to(&mut self, total: usize) -> Result<(), GatewayError> {
+        let more = total.saturating_sub(self.bytes);
+        if more == 0 {
+            return Ok(());
+        }
+        let pool = &self.limits.anonymous;
+        let before = pool.fetch_add(more, Ordering::AcqRel);
+        if before + more > self.limits.anonymous_budget {
+            pool.fetch_sub(more, Ordering::AcqRel);
+            return Err(GatewayError::AnonymousBodiesOverBudget(
+                crate::config::bytes_text(self.limits.anonymous_budget as u64),
+            ));
+        }
+        self.bytes = total;
+        Ok(())
+    }
+}
+
+impl Drop for AnonymousHeld<'_> {
+    fn drop(&mut self) {
+        self.limits
+            .anonymous
+            .fetch_sub(self.bytes, Ordering::AcqRel);
     }
 }
 
@@ -136,6 +228,13 @@ impl CallerHeld<'_> {
     }
 }
 
+impl CallerHeld<'_> {
+    /// Leaves what it holds held when it goes: [`BodyLimits::give_back`] gives it back.
+    fn keep(mut self) {
+        self.bytes = 0;
+    }
+}
+
 impl Drop for CallerHeld<'_> {
     fn drop(&mut self) {
         self.slot.fetch_sub(self.bytes, Ordering::AcqRel);
@@ -161,6 +260,7 @@ struct Reading<'a> {
     limit: usize,
     held: Held<'a>,
     caller: Option<CallerHeld<'a>>,
+    anonymous: Option<AnonymousHeld<'a>>,
 }
 
 impl Reading<'_> {
@@ -192,6 +292,9 @@ impl Reading<'_> {
         }
         if let Some(caller) = &mut self.caller {
             caller.grow_to(self.held.bytes)?;
+        }
+        if let Some(anonymous) = &mut self.anonymous {
+            anonymous.grow_to(self.held.bytes)?;
         }
         self.arrived = match std::mem::take(&mut self.arrived) {
             Arrived::Nothing => Arrived::One(chunk),
@@ -230,14 +333,14 @@ impl Reading<'_> {
 /// Reads the body: refused at once when its declared size is over the limit or the
 /// gateway's budget, refused as soon as it grows past either, and given up with 408 when it
 /// has not arrived within `body_timeout_secs` plus a second per `body_min_bytes_per_sec`.
-/// A body that is not all there at once counts against its caller's share (`caller`
-/// hashes the caller with the hasher it is given) from then on; one that came with its
-/// head (most do) pays for no account and no timer.
+/// A body that is not all there at once counts against its caller's share from then on,
+/// and an anonymous caller's against the anonymous callers' part of the budget; one that
+/// came with its head (most do) pays for no account and no timer.
 pub(super) fn read_body<'a>(
     req: &HttpRequest,
     body: web::Payload,
     limits: &'a BodyLimits,
-    caller: &'a dyn Fn(&ahash::RandomState) -> u64,
+    caller: &'a Payer<'a>,
 ) -> impl std::future::Future<Output = Result<Bytes, GatewayError>> + 'a {
     let declared = req
         .headers()
@@ -255,7 +358,7 @@ pub(crate) async fn read_chunks<S, E>(
     declared: Option<usize>,
     limit: usize,
     limits: &BodyLimits,
-    caller: &dyn Fn(&ahash::RandomState) -> u64,
+    caller: &Payer<'_>,
 ) -> Result<Bytes, GatewayError>
 where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
@@ -270,6 +373,7 @@ where
         limit,
         held: Held { limits, bytes: 0 },
         caller: None,
+        anonymous: None,
     };
     // A declared length is taken whole up front: a sender cannot start many bodies cheaply.
     if let Some(n) = declared {
@@ -309,12 +413,17 @@ where
     }
     // Still arriving.
     let mut share = CallerHeld {
-        slot: limits.slot(caller),
+        slot: &limits.by_caller[limits.slot_index(caller)],
         bytes: 0,
         max: limits.per_caller,
     };
     share.grow_to(reading.held.bytes)?;
     reading.caller = Some(share);
+    if caller.anonymous {
+        let mut pool = AnonymousHeld { limits, bytes: 0 };
+        pool.grow_to(reading.held.bytes)?;
+        reading.anonymous = Some(pool);
+    }
     let expected = declared.unwrap_or(limit);
     let deadline = limits.base_time + Duration::from_secs((expected / limits.min_rate) as u64);
     let rest = async {

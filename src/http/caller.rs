@@ -30,11 +30,14 @@ impl Caller {
     /// The caller of a call with this head (HTTP headers, gRPC metadata).
     pub(crate) fn of(head: &impl Head, state: &AppState) -> Caller {
         let live = super::live::current(&state.live);
-        let principal = live.authenticate(head);
-        if let Ok(p) = &principal {
-            if !p.anonymous {
-                crate::telemetry::note(|c| c.principal = Some(p.id.clone()));
+        let mut principal = live.authenticate(head);
+        match &mut principal {
+            Ok(p) if p.anonymous => {
+                let (peer, forwarded) = head.origin();
+                p.address = live.rates.client_ip(peer, forwarded);
             }
+            Ok(p) => crate::telemetry::note(|c| c.principal = Some(p.id.clone())),
+            Err(_) => {}
         }
         Caller { principal, live }
     }

@@ -27,9 +27,11 @@ fn wants_v10(req: &HttpRequest) -> bool {
 }
 
 /// The gRPC binding's address as clients reach it: the host they reach the gateway at,
-/// and the gRPC port.
-fn grpc_target(state: &AppState, base: &str) -> Option<String> {
-    let port = state.grpc_port?;
+/// and the gRPC port (unless `[server] grpc_in_cards` leaves it out).
+fn grpc_target(state: &AppState, live: &Live, base: &str) -> Option<String> {
+    let port = state
+        .grpc_port
+        .filter(|_| live.config.server.grpc_in_cards)?;
     let url = url::Url::parse(base).ok()?;
     Some(format!("{}:{port}", url.host_str()?))
 }
@@ -70,7 +72,7 @@ fn rendered_with<T>(
         required,
         v10,
     };
-    let grpc = grpc_target(state, base);
+    let grpc = grpc_target(state, live, base);
     let offers = card::Offers {
         push: state.service.push().enabled(),
         grpc: grpc.as_deref(),

@@ -7,7 +7,7 @@ use actix_web::{web, FromRequest, HttpRequest, HttpResponse};
 use futures_util::future::LocalBoxFuture;
 
 use super::admission::{self, Admitted, Refused, Target};
-use super::body::{check_content_type, read_body};
+use super::body::{check_content_type, read_body, Payer};
 use super::caller::Caller;
 use super::sse::event_stream;
 use super::{resume_from, served_headers, version_header, Addressed, AppState};
@@ -89,7 +89,11 @@ pub(super) async fn handle(
     if let Err(e) = check_content_type(&req) {
         return respond(&req, state, early(e));
     }
-    let payer = |h: &ahash::RandomState| live.caller_hash(&req, Some(&caller), h);
+    let hash = |h: &ahash::RandomState| live.caller_hash(&req, Some(&caller), h);
+    let payer = Payer {
+        hash: &hash,
+        anonymous: caller.anonymous,
+    };
     let bytes = match read_body(&req, body, &state.bodies, &payer).await {
         Ok(b) => b,
         Err(e) => return respond(&req, state, early(e)),
@@ -190,7 +194,11 @@ pub(super) async fn unknown_endpoint(
     };
     // The body only lends its id and dialect to the answer; one that cannot be read
     // (too large, cut off) leaves them at their defaults.
-    let payer = |h: &ahash::RandomState| caller.live.caller_hash(&req, None, h);
+    let hash = |h: &ahash::RandomState| caller.live.caller_hash(&req, None, h);
+    let payer = Payer {
+        hash: &hash,
+        anonymous: true,
+    };
     let bytes = read_body(&req, body, &state.bodies, &payer)
         .await
         .unwrap_or_default();
@@ -209,6 +217,12 @@ pub(crate) fn refusal(req: &HttpRequest, state: &AppState, error: &GatewayError)
         .flatten()
         .unwrap_or(Dialect::V03);
     respond(req, state, RpcReply::error(&RpcId::NULL, dialect, error))
+}
+
+/// A JSON-RPC answer made elsewhere (the MCP door's refusals), sent as every JSON-RPC
+/// answer is.
+pub(crate) fn answer(req: &HttpRequest, state: &AppState, reply: RpcReply) -> HttpResponse {
+    respond(req, state, reply)
 }
 
 fn respond(req: &HttpRequest, state: &AppState, reply: RpcReply) -> HttpResponse {

@@ -199,7 +199,8 @@ impl Live {
             Some(c) if !c.anonymous => hasher.hash_one(&*c.id),
             _ => {
                 let (peer, xff) = head.origin();
-                hasher.hash_one(self.rates.client_ip(peer, xff))
+                let ip = self.rates.client_ip(peer, xff);
+                hasher.hash_one(ip.map(crate::auth::address_group))
             }
         }
     }
@@ -214,7 +215,34 @@ impl Live {
     ) -> Result<(), GatewayError> {
         let key = || self.caller_key(head, caller);
         let counted = (self.rates).check(caller, key, &agent.def.name, noted_method);
-        self.counted(head, agent, counted)
+        self.counted(head, &agent.name, counted)
+    }
+
+    /// Counts one request against the caller's rate alone: one no agent answers (an MCP
+    /// session's own messages, `initialize` among them).
+    pub(crate) fn admit_caller(
+        &self,
+        head: &impl Head,
+        caller: &Principal,
+    ) -> Result<(), GatewayError> {
+        let key = || self.caller_key(head, caller);
+        let counted = (self.rates).check(caller, key, "", noted_method);
+        self.counted(head, "", counted)
+    }
+
+    /// [`Self::admit_caller`] against the allowance every replica shares.
+    pub(crate) async fn admit_caller_shared(
+        &self,
+        head: &impl Head,
+        caller: &Principal,
+        shared: &Shared,
+    ) -> Result<(), GatewayError> {
+        let key = || self.caller_key(head, caller);
+        let counted = self
+            .rates
+            .check_shared(shared, caller, key, "", noted_method)
+            .await;
+        self.counted(head, "", counted)
     }
 
     /// [`Self::admit`] against allowances every replica shares.
@@ -230,13 +258,15 @@ impl Live {
             .rates
             .check_shared(shared, caller, key, &agent.def.name, noted_method)
             .await;
-        self.counted(head, agent, counted)
+        self.counted(head, &agent.name, counted)
     }
 
+    /// The outcome of a count: its numbers kept for the answer; a refusal counted by
+    /// `agent` (empty for a request no agent answers).
     fn counted(
         &self,
         head: &impl Head,
-        agent: &Agent,
+        agent: &str,
         counted: Result<Option<crate::limits::RateInfo>, (GatewayError, crate::limits::RateInfo)>,
     ) -> Result<(), GatewayError> {
         match counted {
@@ -248,7 +278,7 @@ impl Live {
             }
             Err((e, info)) => {
                 if matches!(e, GatewayError::RateLimited { .. }) {
-                    self.metrics.rate_limited(&agent.name);
+                    self.metrics.rate_limited(agent);
                     head.keep_rate(info);
                 }
                 Err(e)

@@ -34,11 +34,11 @@ use crate::routing::{self, Router, Served};
 use crate::service::A2aService;
 use crate::telemetry::Metrics;
 
-pub(crate) use body::{read_chunks, BodyLimits};
+pub(crate) use body::{read_chunks, BodyLimits, Payer};
 pub(crate) use caller::Caller;
 pub(crate) use card_cache::CardCache;
 pub(crate) use cards::extended as extended_card;
-pub(crate) use jsonrpc::refusal;
+pub(crate) use jsonrpc::{answer as jsonrpc_answer, refusal};
 pub(crate) use lifecycle::Lifecycle;
 pub(crate) use live::{Live, LiveRef, Parts};
 pub(crate) use observe::{account, render_metrics, Edge, Logged};
@@ -78,6 +78,8 @@ pub(crate) struct AppState {
     pub(crate) reloaded: tokio::sync::watch::Sender<u64>,
     /// The span exporter, when `[telemetry]` (or the environment) names a collector.
     pub(crate) tracing: Option<Arc<crate::telemetry::Tracing>>,
+    /// MCP sessions open now (kept by the MCP endpoint), for the metrics.
+    pub(crate) mcp_sessions: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl AppState {
@@ -117,6 +119,22 @@ impl AppState {
                 Box::pin(live.admit_shared(head, caller, agent, shared)).await
             }
             _ => live.admit(head, caller, agent),
+        }
+    }
+
+    /// [`Self::admit`] for a request no agent answers (an MCP session's own messages):
+    /// refused while a shared store does not answer, and counted against the caller's rate.
+    pub(crate) async fn admit_caller(
+        &self,
+        head: &impl admission::Head,
+        live: &Live,
+        caller: &Principal,
+    ) -> Result<(), GatewayError> {
+        match self.store.shared.as_deref() {
+            Some(shared) if live.rates.active() => {
+                Box::pin(live.admit_caller_shared(head, caller, shared)).await
+            }
+            _ => live.admit_caller(head, caller),
         }
     }
 

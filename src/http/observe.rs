@@ -16,6 +16,7 @@ use actix_web::{web, HttpResponse};
 
 use super::cors::Cors;
 use super::{error_response, quoted, AppState};
+use crate::error::GatewayError;
 use crate::limits::RateInfo;
 use crate::telemetry::{self, TraceParent};
 
@@ -70,7 +71,7 @@ struct Watch {
     scope: Rc<telemetry::Scope>,
     cors: Cors,
     rated: bool,
-    /// Whether answers wait for a shared store.
+    /// Whether answers wait for the store (a shared one, or `durability = "sync"`).
     shared: bool,
     /// The access log's: the request's method and path, its trace id, and its span.
     head: Option<(actix_web::http::Method, String)>,
@@ -160,7 +161,7 @@ where
                 scope,
                 cors,
                 rated,
-                shared: state.store.shared.is_some(),
+                shared: state.store.answers_wait(),
                 head,
                 trace_id,
                 span,
@@ -274,10 +275,17 @@ where
                     }
                 };
                 if watch.shared && res.request().method() == actix_web::http::Method::POST {
-                    // Only with a shared store is there something to wait for: boxed then.
+                    // Only when answers wait for the store is there something to wait
+                    // for: boxed then.
                     let future = Box::pin(async move {
                         let parent = watch.scope.span().map(|s| s.parent());
-                        shared_first(&res, parent).await;
+                        let res = match stored_first(&res, parent).await {
+                            None => res,
+                            Some(refusal) => {
+                                let (req, _) = res.into_parts();
+                                ServiceResponse::new(req, refusal).map_into_right_body()
+                            }
+                        };
                         Ok(finish(res, watch))
                     });
                     self.set(EdgeFuture::Finishing { future });
@@ -437,40 +445,50 @@ pub(crate) fn account(
     }
 }
 
-/// With a shared store, an answer leaves once what its call changed is where every replica
-/// reads it. If the store does not take it in time, the answer still goes (the work is
-/// done, and the changes are written when the store is back), and the log says so.
-async fn shared_first<B>(res: &ServiceResponse<B>, parent: Option<crate::telemetry::Parent>) {
-    if res.request().method() != actix_web::http::Method::POST {
-        return;
-    }
-    let Some(written) = res
-        .request()
-        .app_data::<web::Data<AppState>>()
-        .and_then(|state| state.store.barrier())
-    else {
-        return;
-    };
+/// Where answers wait for the store, an answer leaves once what its call changed is where
+/// it must be: where every replica reads it (a shared store), or on disk (`durability =
+/// "sync"`). If a shared store does not take it in time, the answer still goes (the work
+/// is done, and the changes are written when the store is back), and the log says so; a
+/// synced one that does not is answered with the refusal returned here instead.
+async fn stored_first<B>(
+    res: &ServiceResponse<B>,
+    parent: Option<crate::telemetry::Parent>,
+) -> Option<HttpResponse> {
+    let req = res.request();
+    let state = req.app_data::<web::Data<AppState>>()?;
     // The wait's span, when spans are exported.
+    let system = match state.store.shared {
+        Some(_) => "redis",
+        None => "sqlite",
+    };
     let mut span = parent.map(|p| {
         p.child(
             "store commit".into(),
             opentelemetry::trace::SpanKind::Internal,
-            vec![opentelemetry::KeyValue::new("db.system.name", "redis")],
+            vec![opentelemetry::KeyValue::new("db.system.name", system)],
         )
     });
-    if !matches!(
-        tokio::time::timeout(std::time::Duration::from_secs(5), written).await,
-        Ok(Ok(()))
-    ) {
-        if let Some(span) = span.as_mut() {
-            span.fail("the shared store did not take the changes in time".into());
-        }
-        tracing::warn!(
-            path = %quoted(res.request().path()),
-            "answered before the shared store took the call's changes: other replicas see them once it is back"
-        );
+    if state.store.settled().await {
+        return None;
     }
+    if let Some(span) = span.as_mut() {
+        span.fail("the store did not take the changes in time".into());
+    }
+    if state.store.sync {
+        let error = GatewayError::StoreUnavailable(format!(
+            "the commit holding the changes of {} failed",
+            quoted(req.path())
+        ));
+        return Some(match jsonrpc_path(req.path()) {
+            true => super::jsonrpc::refusal(req, state, &error),
+            false => error_response(&error),
+        });
+    }
+    tracing::warn!(
+        path = %quoted(req.path()),
+        "answered before the shared store took the call's changes: other replicas see them once it is back"
+    );
+    None
 }
 
 /// The answer to a new request while draining, in its binding's shape: a JSON-RPC error
@@ -498,6 +516,7 @@ fn rate_limit_headers(headers: &mut HeaderMap, info: RateInfo) {
 
 /// `GET /metrics`: the Prometheus text exposition.
 pub(super) async fn metrics(state: web::Data<AppState>) -> HttpResponse {
+    crate::telemetry::flush_everywhere().await;
     render_metrics(&state)
 }
 
@@ -520,6 +539,9 @@ pub(crate) fn render_metrics(state: &AppState) -> HttpResponse {
         connections: state.connections.open(),
         refused: state.connections.refused(),
         spans_dropped: state.tracing.as_ref().map_or(0, |t| t.dropped()),
+        mcp_sessions: state
+            .mcp_sessions
+            .load(std::sync::atomic::Ordering::Relaxed),
     };
     let body = state.metrics.render(agents, &by_state, &store, &edge);
     HttpResponse::Ok()

@@ -4,7 +4,7 @@
 
 use actix_web::{web, HttpRequest, HttpResponse};
 
-use super::body::read_body;
+use super::body::{read_body, Payer};
 use super::{error_response, AppState};
 use crate::push::TOKEN_HEADER;
 
@@ -40,7 +40,11 @@ pub(super) async fn relay(
         .get(TOKEN_HEADER)
         .and_then(|v| v.to_str().ok());
     let outcome = async {
-        let payer = |h: &ahash::RandomState| state.live().caller_hash(&req, None, h);
+        let hash = |h: &ahash::RandomState| state.live().caller_hash(&req, None, h);
+        let payer = Payer {
+            hash: &hash,
+            anonymous: true,
+        };
         let bytes = read_body(&req, body, &state.bodies, &payer).await?;
         state.service.push_arrived(&secret, token, &bytes).await
     }

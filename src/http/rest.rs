@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use super::admission::{self, Admitted, Refused, Target};
-use super::body::{check_content_type, read_body};
+use super::body::{check_bodiless_post, check_content_type, read_body, Payer};
 use super::caller::Caller;
 use super::sse::event_stream;
 use super::{error_response, served_headers, version_header, Addressed, AppState, Live};
@@ -132,7 +132,11 @@ async fn routed_send(
         admission::policies_before_body(req, &live, &caller, &addressed, streams)
             .map_err(refusal)?;
     let read = async {
-        let payer = |h: &ahash::RandomState| live.caller_hash(req, Some(&caller), h);
+        let hash = |h: &ahash::RandomState| live.caller_hash(req, Some(&caller), h);
+        let payer = Payer {
+            hash: &hash,
+            anonymous: caller.anonymous,
+        };
         let bytes = read_body(req, body, &state.bodies, &payer).await?;
         let raw: Box<RawValue> =
             serde_json::from_slice(&bytes).map_err(|e| GatewayError::Parse(e.to_string()))?;
@@ -264,6 +268,10 @@ async fn caller_and_agent(
     let addressed = Addressed::of(&live.registry, req.match_info().get("name"));
     let principal = admission::at_the_door(&live, caller.principal, &addressed)
         .and_then(|p| check_version(req).map(|()| p))
+        .and_then(|p| match *req.method() == actix_web::http::Method::POST {
+            true => check_bodiless_post(req).map(|()| p),
+            false => Ok(p),
+        })
         .map_err(|e| error_response(&e))?;
     if let Target::Task(id) = target {
         telemetry::note_task(id, None);
@@ -404,8 +412,12 @@ async fn push_configs(
         let mut params = match op {
             PushOp::Set => {
                 check_content_type(&req)?;
-                let payer =
+                let hash =
                     |h: &ahash::RandomState| state.live().caller_hash(&req, Some(&caller), h);
+                let payer = Payer {
+                    hash: &hash,
+                    anonymous: caller.anonymous,
+                };
                 let bytes = read_body(&req, body, &state.bodies, &payer).await?;
                 match serde_json::from_slice(&bytes) {
                     Ok(serde_json::Value::Object(m)) => m,

@@ -146,7 +146,7 @@ pub(crate) fn default_stored_bytes() -> u64 {
 }
 
 /// The smallest of the cgroup (v2, then v1) memory limit and the machine's memory.
-fn memory_available() -> Option<u64> {
+pub(crate) fn memory_available() -> Option<u64> {
     let read = |path: &str| std::fs::read_to_string(path).ok();
     let cgroup = read("/sys/fs/cgroup/memory.max")
         .or_else(|| read("/sys/fs/cgroup/memory/memory.limit_in_bytes"))

@@ -256,11 +256,12 @@ impl RateLimits {
         self.trusted.iter().any(|net| net.contains(&ip))
     }
 
-    /// The key a caller is counted under: its credential, or its address when anonymous.
+    /// The key a caller is counted under: its credential, or its address group when
+    /// anonymous (see [`crate::auth::address_group`]).
     pub(crate) fn caller_key(&self, caller: &Principal, ip: Option<IpAddr>) -> String {
         if caller.anonymous {
             match ip {
-                Some(ip) => format!("anon:{ip}"),
+                Some(ip) => format!("anon:{}", crate::auth::address_group(ip)),
                 None => "anon:unknown".into(),
             }
         } else {

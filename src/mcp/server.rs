@@ -38,9 +38,10 @@ impl Tools {
     /// The agents the caller may use, by tool name.
     fn agents(&self, door: &Door) -> Vec<Arc<Agent>> {
         let live = self.state.live.load_full();
+        // Not `Live::authorize`, which counts a refusal: hiding a tool refuses nothing.
         live.registry
             .iter()
-            .filter(|a| live.authorize(&door.principal, a).is_ok())
+            .filter(|a| live.auth.authorize(&door.principal, &a.def).is_ok())
             .cloned()
             .collect()
     }
@@ -227,11 +228,22 @@ impl Call<'_> {
         let mut outcome = Outcome::default();
         loop {
             use futures_util::StreamExt as _;
+            let abandoned = async {
+                match &self.door.abandoned {
+                    Some(token) => token.cancelled().await,
+                    None => std::future::pending().await,
+                }
+            };
             let next = tokio::select! {
                 next = events.next() => next,
                 () = self.context.ct.cancelled() => {
                     self.cancel(&outcome).await;
                     return Ok(Err(CallToolResult::error(vec![Content::text("canceled")])));
+                }
+                () = abandoned => {
+                    // Its client went away without a word: nobody will read the answer.
+                    self.cancel(&outcome).await;
+                    return Ok(Err(CallToolResult::error(vec![Content::text("canceled: the client went away")])));
                 }
             };
             let Some(item) = next else { break };
@@ -270,9 +282,10 @@ impl Call<'_> {
         }
     }
 
-    /// The agent's question, to the user: on a 2026-07-28 session as an input request the
-    /// client answers by calling again; on an older one through `elicitation/create` when
-    /// the client can elicit; else the result says how to answer with a second call.
+    /// The agent's question, to the user, where the client said it can elicit: on a
+    /// 2026-07-28 call as an input request it answers by calling again; on an older
+    /// session through `elicitation/create`. Else the result says how to answer with a
+    /// second call.
     async fn ask(&self, outcome: &Outcome) -> Asked {
         let question = match outcome.said.as_deref() {
             Some(q) if !q.is_empty() => q.to_string(),
@@ -293,7 +306,13 @@ impl Call<'_> {
             .context
             .protocol_version()
             .is_some_and(|v| !v.has_initialize());
-        if modern {
+        // A 2026-07-28 request carries its client's capabilities; an older one's are the
+        // session's, from its handshake.
+        let can_elicit = match modern {
+            true => (self.context.client_capabilities()).is_some_and(|c| c.elicitation.is_some()),
+            false => !self.context.peer.supported_elicitation_modes().is_empty(),
+        };
+        if modern && can_elicit {
             let required = json!({
                 "resultType": "input_required",
                 "inputRequests": {ANSWER: {"method": "elicitation/create", "params": form}},
@@ -304,8 +323,7 @@ impl Call<'_> {
                 return Asked::Respond(CallToolResponse::InputRequired(required));
             }
         }
-        let can_elicit = !self.context.peer.supported_elicitation_modes().is_empty();
-        if can_elicit {
+        if can_elicit && !modern {
             if let Ok(params) = serde_json::from_value::<ElicitRequestParams>(form) {
                 if let Ok(answer) = self.context.peer.create_elicitation(params).await {
                     let answer = json!({

@@ -22,7 +22,14 @@ const FIELDS: &[(&str, &[&str])] = &[
     ("agent", &["name", "kind"]),
     (
         "a2a",
-        &["method", "dialect", "binding", "skill", "streaming"],
+        &[
+            "method",
+            "operation",
+            "dialect",
+            "binding",
+            "skill",
+            "streaming",
+        ],
     ),
     ("time", &["now"]),
 ];
@@ -72,6 +79,77 @@ pub(crate) struct Reads {
 pub(crate) struct Compiled {
     expr: IdedExpr,
     pub(crate) reads: Reads,
+    /// What is likely not meant (a rule on one method of a pair), at its offset.
+    pub(crate) warnings: Vec<CompileError>,
+}
+
+/// Methods that do the same thing one way and the other: a rule naming one of them is
+/// gone around through the other (and a tool call over MCP streams).
+const PAIRS: &[(&str, &str, &str)] = &[
+    ("SendMessage", "SendStreamingMessage", "send"),
+    ("GetTask", "SubscribeToTask", "get or subscribe"),
+];
+
+/// What a method does, whatever the binding, dialect or streaming variant it comes as:
+/// `a2a.operation`. Empty for a method not known here.
+pub(crate) fn operation_of(method: &str) -> &'static str {
+    match method {
+        "SendMessage" | "SendStreamingMessage" => "send",
+        "GetTask" => "get",
+        "ListTasks" => "list",
+        "CancelTask" => "cancel",
+        "SubscribeToTask" => "subscribe",
+        "CreateTaskPushNotificationConfig"
+        | "GetTaskPushNotificationConfig"
+        | "ListTaskPushNotificationConfigs"
+        | "DeleteTaskPushNotificationConfig" => "push_config",
+        "GetExtendedAgentCard" => "card",
+        _ => "",
+    }
+}
+
+/// The warnings of an expression that compares `a2a.method` with `literals` (each with its
+/// offset): one method of a pair without the other, or a method name of another dialect
+/// (`a2a.method` is always the 1.0 name).
+fn method_warnings(literals: &[(String, usize)]) -> Vec<CompileError> {
+    let named = |m: &str| literals.iter().any(|(l, _)| l == m);
+    let mut warnings = Vec::new();
+    for (text, offset) in literals {
+        let partner = PAIRS.iter().find_map(|(a, b, op)| match text.as_str() {
+            t if t == *a => Some((*b, *op)),
+            t if t == *b => Some((*a, *op)),
+            _ => None,
+        });
+        if let Some((partner, op)) = partner {
+            if !named(partner) {
+                let ops = op
+                    .split(" or ")
+                    .map(|o| format!("'{o}'"))
+                    .collect::<Vec<_>>();
+                warnings.push(CompileError {
+                    offset: *offset,
+                    message: format!(
+                        "names {text} but not {partner}: a caller does the same with the other (an MCP tool call streams); a2a.operation in [{}] covers every binding and variant",
+                        ops.join(", ")
+                    ),
+                });
+            }
+            continue;
+        }
+        let other_dialect = crate::protocol::jsonrpc::Method::lookup(text)
+            .filter(|(_, d)| *d != crate::protocol::Dialect::V10);
+        if let Some((method, _)) = other_dialect {
+            warnings.push(CompileError {
+                offset: *offset,
+                message: format!(
+                    "a2a.method is the A2A 1.0 name whatever the caller's dialect: '{text}' never matches; write '{}' (or a2a.operation == '{}')",
+                    method.name(),
+                    operation_of(method.name())
+                ),
+            });
+        }
+    }
+    warnings
 }
 
 pub(crate) fn compile(source: &str) -> Result<Compiled, CompileError> {
@@ -87,12 +165,19 @@ pub(crate) fn compile(source: &str) -> Result<Compiled, CompileError> {
         info: program.source_info(),
         bound: Vec::new(),
         reads: Reads::default(),
+        literals: Vec::new(),
+        reads_method: false,
     };
     let mut expr = program.expression().clone();
     checker.check(&mut expr)?;
+    let warnings = match checker.reads_method {
+        true => method_warnings(&checker.literals),
+        false => Vec::new(),
+    };
     Ok(Compiled {
         expr,
         reads: checker.reads,
+        warnings,
     })
 }
 
@@ -113,6 +198,10 @@ struct Checker<'p> {
     /// Names bound by the macros around the node being checked (`exists(g, ...)`).
     bound: Vec<String>,
     reads: Reads,
+    /// The string literals of the expression, with their offsets.
+    literals: Vec<(String, usize)>,
+    /// Whether it reads `a2a.method`.
+    reads_method: bool,
 }
 
 impl Checker<'_> {
@@ -182,6 +271,12 @@ impl Checker<'_> {
                     cel::common::ast::EntryExpr::StructField(f) => self.check(&mut f.value),
                 }),
             Expr::Struct(_) => Err(self.error(node, "message literals are not supported".into())),
+            Expr::Literal(cel::common::ast::LiteralValue::String(text)) => {
+                let offset = self.info.offset_for(node.id).map_or(0, |(start, _)| start);
+                self.literals
+                    .push((text.inner().to_string(), offset as usize));
+                Ok(())
+            }
             Expr::Literal(_) | Expr::Unspecified => Ok(()),
         }
     }
@@ -216,8 +311,10 @@ impl Checker<'_> {
                         format!("{root}.{field} is always set; has() tests caller.claims fields"),
                     ));
                 }
-                if (*root, field) == ("a2a", "skill") {
-                    self.reads.skill = true;
+                match (*root, field) {
+                    ("a2a", "skill") => self.reads.skill = true,
+                    ("a2a", "method") => self.reads_method = true,
+                    _ => {}
                 }
                 Ok(Some(format!("{root}.{field}")))
             }
@@ -309,6 +406,7 @@ impl VariableResolver for Facts<'_> {
             "agent.name" => text(self.agent_name),
             "agent.kind" => text(self.agent_kind),
             "a2a.method" => text(self.method),
+            "a2a.operation" => text(operation_of(self.method)),
             "a2a.dialect" => text(self.dialect),
             "a2a.binding" => text(self.binding),
             "a2a.skill" => text(self.skill),
@@ -402,7 +500,52 @@ mod tests {
         assert_eq!(eval(hours), Ok(true));
         assert_eq!(eval("a2a.method.matches('^Get')"), Ok(true));
         assert_eq!(eval("!has(caller.claims.team)"), Ok(true));
+        assert_eq!(eval("a2a.operation == 'get'"), Ok(true));
         assert_eq!(eval("[1, 2].exists(x, x == 2)"), Ok(true));
+    }
+
+    #[test]
+    fn every_method_has_its_operation() {
+        use crate::protocol::jsonrpc::Method;
+        for (name, op) in [
+            ("message/send", "send"),
+            ("message/stream", "send"),
+            ("tasks/send", "send"),
+            ("tasks/sendSubscribe", "send"),
+            ("tasks/get", "get"),
+            ("ListTasks", "list"),
+            ("tasks/cancel", "cancel"),
+            ("tasks/resubscribe", "subscribe"),
+            ("tasks/pushNotificationConfig/set", "push_config"),
+            ("tasks/pushNotificationConfig/delete", "push_config"),
+            ("agent/getAuthenticatedExtendedCard", "card"),
+        ] {
+            let (method, _) = Method::lookup(name).unwrap_or_else(|| panic!("{name}"));
+            assert_eq!(operation_of(method.name()), op, "{name}");
+        }
+    }
+
+    #[test]
+    fn one_method_of_a_pair_or_of_another_dialect_is_warned_about() {
+        let warned = |source: &str| -> Vec<(usize, String)> {
+            let compiled = compile(source).unwrap();
+            (compiled.warnings.into_iter())
+                .map(|w| (w.offset, w.message))
+                .collect()
+        };
+        let w = warned("a2a.method == 'SendMessage'");
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert_eq!(w[0].0, 14);
+        assert!(w[0].1.contains("not SendStreamingMessage"), "{}", w[0].1);
+        assert!(w[0].1.contains("a2a.operation in ['send']"), "{}", w[0].1);
+        assert!(warned("a2a.method in ['SendMessage', 'SendStreamingMessage']").is_empty());
+        assert!(warned("a2a.operation == 'send'").is_empty());
+        // A literal compared with something else is not a method.
+        assert!(warned("agent.name == 'SendMessage'").is_empty());
+        let w = warned("a2a.method == 'message/send'");
+        assert!(w[0].1.contains("write 'SendMessage'"), "{}", w[0].1);
+        let w = warned("a2a.method == 'SubscribeToTask'");
+        assert!(w[0].1.contains("not GetTask"), "{}", w[0].1);
     }
 
     #[test]

@@ -59,6 +59,8 @@ pub(crate) struct Policies {
     env: Arc<cel::Env>,
     reads_skill: bool,
     headers: Vec<String>,
+    /// What `check` and a load warn about: rules that likely do not mean what they say.
+    warnings: Vec<PolicyError>,
 }
 
 impl Default for Policies {
@@ -68,6 +70,7 @@ impl Default for Policies {
             env: Arc::new(cel::Env::stdlib()),
             reads_skill: false,
             headers: Vec::new(),
+            warnings: Vec::new(),
         }
     }
 }
@@ -90,7 +93,15 @@ impl Policies {
             }));
         for (file, agent, p) in all {
             match expr::compile(p.when.get_ref()) {
-                Ok(when) => {
+                Ok(mut when) => {
+                    for w in std::mem::take(&mut when.warnings) {
+                        policies.warnings.push(PolicyError {
+                            file: file.to_path_buf(),
+                            when_at: p.when.span().start,
+                            offset: w.offset,
+                            message: format!("policy \"{}\": {}", p.id, w.message),
+                        });
+                    }
                     policies.reads_skill |= when.reads.skill;
                     for h in &when.reads.headers {
                         if !policies.headers.contains(h) {
@@ -129,6 +140,11 @@ impl Policies {
 
     pub(crate) fn is_empty(&self) -> bool {
         self.rules.is_empty()
+    }
+
+    /// Rules that compile but likely do not mean what they say.
+    pub(crate) fn warnings(&self) -> &[PolicyError] {
+        &self.warnings
     }
 
     /// Whether a rule for `agent` reads `a2a.skill` (read from the request's body only

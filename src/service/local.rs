@@ -410,8 +410,14 @@ impl LocalOps {
             Some(write) if whole => Sent::Written(write(&task)?),
             _ => Sent::Result(SendResult::Task(task.view(history_length, true))),
         };
+        // Only an unfinished task counts against a quota (an anonymous caller's is its
+        // address's): a finished one makes no key.
+        let quota = match task.status.state.is_terminal() {
+            true => None,
+            false => caller.quota_key(),
+        };
         self.tasks
-            .create(agent.name.clone(), caller.id.clone(), task, None)?;
+            .create(agent.name.clone(), (caller.id.clone(), quota), task, None)?;
         Ok(Ok(answer))
     }
 
@@ -490,6 +496,7 @@ impl LocalOps {
             tasks: self.tasks.clone(),
             agent: agent.clone(),
             owner: caller.id.clone(),
+            quota: caller.quota_key(),
             backend: backend.clone(),
             message: p.message,
             continuing: p.continuing,
@@ -719,6 +726,8 @@ struct Job {
     tasks: Arc<Tasks>,
     agent: Arc<Agent>,
     owner: Arc<str>,
+    /// What a new task's unfinished count goes to when not its owner.
+    quota: Option<Arc<str>>,
     backend: Arc<dyn AgentBackend>,
     message: Message,
     /// The task a follow-up message continues; None for a new task.
@@ -743,6 +752,7 @@ impl Job {
             tasks: self.tasks.clone(),
             agent: self.agent.name.clone(),
             owner: self.owner.clone(),
+            quota: self.quota.clone(),
             task_id: self.task_id.clone(),
             context_id: self.context_id.clone(),
             pending,

@@ -373,6 +373,7 @@ impl A2aService {
                     anonymous,
                     tier: Arc::from(""),
                     claims: None,
+                    address: None,
                 };
                 let req = SendRequest {
                     message: *message,

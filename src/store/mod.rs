@@ -407,6 +407,9 @@ pub(crate) struct Store {
     /// Redis: what replicas share.
     pub(crate) shared: Option<Arc<redis::Shared>>,
     pub(crate) writes: Arc<WriteHealth>,
+    /// Answers wait for the commit that holds what their call changed, and fail without it
+    /// (`durability = "sync"`).
+    pub(crate) sync: bool,
 }
 
 impl Store {
@@ -418,14 +421,35 @@ impl Store {
             writer: Default::default(),
             shared: None,
             writes: Default::default(),
+            sync: false,
         }
     }
 
-    /// Resolves once every change made so far is where other replicas read it; None when
-    /// no other replica reads this store.
+    /// Resolves once every change made so far is where other replicas read it, or on disk
+    /// with `durability = "sync"`; None when answers need not wait (no other replica reads
+    /// this store, and its commits are batched). A receiver that errs: not written.
     pub(crate) fn barrier(&self) -> Option<tokio::sync::oneshot::Receiver<()>> {
-        self.shared.as_ref()?;
+        if self.shared.is_none() && !self.sync {
+            return None;
+        }
         self.journal.as_ref().map(Journal::barrier)
+    }
+
+    /// Waits (5 s at most) for what the calls so far changed to be where answers need it
+    /// (see [`Self::barrier`]); whether it is. At once when answers need not wait.
+    pub(crate) async fn settled(&self) -> bool {
+        let Some(written) = self.barrier() else {
+            return true;
+        };
+        matches!(
+            tokio::time::timeout(Duration::from_secs(5), written).await,
+            Ok(Ok(()))
+        )
+    }
+
+    /// Whether answers wait for the store (see [`Self::barrier`]).
+    pub(crate) fn answers_wait(&self) -> bool {
+        self.shared.is_some() || self.sync
     }
 
     /// Why the store takes no changes, for readiness and the log; None when it does.
@@ -478,19 +502,31 @@ pub(crate) fn open(
             let dir: std::path::PathBuf = base.join(&config.data_dir).components().collect();
             let (backend, loaded) = sqlite::open(&dir, config.retention_secs)?;
             let writes = Arc::new(WriteHealth::default());
+            let sync = config.durability == crate::config::Durability::Sync;
+            // Synced answers wait for their commit: each batch is what arrived while the
+            // last was written, with no interval to wait out.
+            let interval = if sync { Duration::ZERO } else { interval };
             let (journal, writer) =
                 start(Box::new(backend), tasks, interval, false, writes.clone())?;
+            let described = match sync {
+                true => format!(
+                    "sqlite {} (answers wait for their commit)",
+                    sqlite::path_in(&dir).display()
+                ),
+                false => format!(
+                    "sqlite {} (commits every {} ms)",
+                    sqlite::path_in(&dir).display(),
+                    interval.as_millis()
+                ),
+            };
             let store = Store {
                 journal: Some(journal),
                 writer: std::sync::Mutex::new(Some(writer)),
                 shared: None,
                 writes,
-                described: format!(
-                    "sqlite {} (commits every {} ms)",
-                    sqlite::path_in(&dir).display(),
-                    interval.as_millis()
-                ),
+                described,
                 retention,
+                sync,
             };
             Ok((store, loaded))
         }
@@ -530,6 +566,7 @@ pub(crate) fn open(
                     config.key_prefix
                 ),
                 retention,
+                sync: false,
             };
             Ok((store, Loaded::default()))
         }

@@ -60,7 +60,7 @@ fn create_as(
     let mut task = Task::submitted(id.clone(), context_id.into(), user("hi", &id, context_id));
     task.set_status(TaskStatus::now(state, None));
     h.tasks()
-        .create(agent.into(), owner.into(), task, None)
+        .create(agent.into(), (owner.into(), None), task, None)
         .unwrap();
     id
 }
@@ -551,7 +551,7 @@ fn a_streamed_tasks_log_counts_in_its_bytes() {
     let tasks = h.tasks();
     let id = new_id();
     let task = Task::submitted(id.clone(), "c".into(), user("hi", &id, "c"));
-    (tasks.create_logged(AGENT.into(), OWNER.into(), task, None, true)).unwrap();
+    (tasks.create_logged(AGENT.into(), (OWNER.into(), None), task, None, true)).unwrap();
     let stored = || tasks.store.byte_figures().0;
     let held = || tasks.unfinished.get(OWNER).map_or(0, |h| h.bytes);
     assert_eq!(stored(), held());

@@ -1,4 +1,7 @@
-//! The in-memory [`TaskStore`]: bounded in count, evicting the oldest finished tasks first.
+//! The in-memory [`TaskStore`]: bounded in count and in bytes. When full, it evicts a
+//! finished task of the caller whose finished tasks hold the most (in the bound that is
+//! full: bytes or count), its oldest first: a caller holding no more than its fair share
+//! keeps its tasks while another holds more, however fast that one sends.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -15,9 +18,8 @@ pub(crate) struct MemoryTaskStore {
     /// each insert and eviction walked several cold cache lines of a table too large to
     /// stay in cache.
     tasks: FastMap<TaskKey, Box<StoredTask>>,
-    /// Ids in the order their tasks finished; eviction takes from the front. An id may be
-    /// stale (already evicted), which eviction tolerates.
-    finished: Mutex<VecDeque<TaskKey>>,
+    /// Finished tasks by owner, each owner's in the order they finished.
+    finished: Mutex<Finished>,
     /// `tasks.len()` without visiting every shard of the map on each insert.
     count: AtomicUsize,
     capacity: usize,
@@ -39,7 +41,7 @@ impl MemoryTaskStore {
     pub(crate) fn new(capacity: usize, byte_capacity: usize) -> MemoryTaskStore {
         MemoryTaskStore {
             tasks: FastMap::default(),
-            finished: Mutex::new(VecDeque::new()),
+            finished: Mutex::default(),
             count: AtomicUsize::new(0),
             capacity: capacity.max(1),
             bytes: AtomicUsize::new(0),
@@ -60,6 +62,9 @@ impl MemoryTaskStore {
         };
         self.count.fetch_sub(1, Ordering::AcqRel);
         self.bytes.fetch_sub(st.bytes, Ordering::AcqRel);
+        if st.task.status.state.is_terminal() {
+            self.finished_queue().gone(&st.owner, st.bytes);
+        }
         if let Some(journal) = self.journal.get() {
             let seq = st.seq;
             journal.task_removed(st.task.id.clone(), seq, || snapshot_of(&st));
@@ -72,6 +77,7 @@ impl MemoryTaskStore {
         let id = key(&task.task.id).ok_or_else(|| StoreError::BadId(task.task.id.clone()))?;
         self.make_room(task.bytes)?;
         let finished = task.task.status.state.is_terminal();
+        let (owner, bytes) = (task.owner.clone(), task.bytes);
         match self.tasks.entry(id) {
             dashmap::Entry::Occupied(_) => return Err(StoreError::Duplicate(task.task.id)),
             dashmap::Entry::Vacant(v) => {
@@ -81,7 +87,7 @@ impl MemoryTaskStore {
             }
         }
         if finished {
-            self.finished_queue().push_back(id);
+            self.finished_queue().push(&owner, id, bytes);
         }
         if written {
             self.changed(id);
@@ -95,9 +101,9 @@ impl MemoryTaskStore {
         }
     }
 
-    fn finished_queue(&self) -> std::sync::MutexGuard<'_, VecDeque<TaskKey>> {
-        // A panic while holding this lock cannot leave the queue inconsistent (push/pop
-        // only), so a poisoned lock is still usable.
+    fn finished_queue(&self) -> std::sync::MutexGuard<'_, Finished> {
+        // A panic while holding this lock leaves at worst a count off (no invariant spans
+        // two steps), so a poisoned lock is still usable.
         self.finished
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -120,11 +126,11 @@ impl MemoryTaskStore {
             .filter(|st| st.task.id == id)
     }
 
-    /// Evicts the oldest finished tasks until a task of `bytes` more fits, in count and
-    /// in bytes; refuses when only unfinished ones are left.
+    /// Evicts finished tasks (see [`Finished::victim`]) until a task of `bytes` more fits,
+    /// in count and in bytes; refuses when only unfinished ones are left.
     fn make_room(&self, bytes: usize) -> Result<(), StoreError> {
         while self.count.load(Ordering::Acquire) >= self.capacity {
-            let Some(victim) = self.finished_queue().pop_front() else {
+            let Some(victim) = self.finished_queue().victim(Bound::Count) else {
                 return Err(StoreError::Full(format!(
                     "{} unfinished tasks",
                     self.capacity
@@ -133,7 +139,7 @@ impl MemoryTaskStore {
             self.remove(&victim);
         }
         while self.bytes.load(Ordering::Acquire) + bytes > self.byte_capacity {
-            let Some(victim) = self.finished_queue().pop_front() else {
+            let Some(victim) = self.finished_queue().victim(Bound::Bytes) else {
                 return Err(StoreError::Full(format!(
                     "{} of unfinished tasks",
                     crate::config::bytes_text(self.byte_capacity as u64)
@@ -144,15 +150,96 @@ impl MemoryTaskStore {
         Ok(())
     }
 
-    /// After a task grew: the oldest finished tasks make room until the store is within
-    /// its bytes again, as far as they can (unfinished tasks are never evicted).
+    /// After a task grew: finished tasks make room until the store is within its bytes
+    /// again, as far as they can (unfinished tasks are never evicted).
     fn shed(&self) {
         while self.bytes.load(Ordering::Acquire) > self.byte_capacity {
-            let Some(victim) = self.finished_queue().pop_front() else {
+            let Some(victim) = self.finished_queue().victim(Bound::Bytes) else {
                 return;
             };
             self.remove(&victim);
         }
+    }
+}
+
+/// The bound eviction makes room in.
+#[derive(Clone, Copy)]
+enum Bound {
+    Count,
+    Bytes,
+}
+
+/// The finished tasks in the store, by owner: the candidates for eviction.
+#[derive(Default)]
+struct Finished {
+    by_owner: std::collections::HashMap<Arc<str>, OwnerFinished, ahash::RandomState>,
+}
+
+/// One owner's finished tasks: their ids in the order they finished (an id may be stale,
+/// its task already gone, which eviction skips), and how many there are and what they
+/// hold now.
+#[derive(Default)]
+struct OwnerFinished {
+    order: VecDeque<TaskKey>,
+    tasks: usize,
+    bytes: usize,
+}
+
+impl Finished {
+    fn push(&mut self, owner: &Arc<str>, key: TaskKey, bytes: usize) {
+        let held = match self.by_owner.get_mut(owner) {
+            Some(held) => held,
+            None => self.by_owner.entry(owner.clone()).or_default(),
+        };
+        held.order.push_back(key);
+        held.tasks += 1;
+        held.bytes += bytes;
+    }
+
+    /// A finished task of `owner`'s, of `bytes`, left the store (evicted, pruned, or
+    /// resized: then it comes back with [`Self::resized`]).
+    fn gone(&mut self, owner: &Arc<str>, bytes: usize) {
+        let Some(held) = self.by_owner.get_mut(owner) else {
+            return;
+        };
+        held.tasks = held.tasks.saturating_sub(1);
+        held.bytes = held.bytes.saturating_sub(bytes);
+        if held.tasks == 0 {
+            self.by_owner.remove(owner);
+        }
+    }
+
+    /// A finished task of `owner`'s went from `before` to `after` bytes.
+    fn resized(&mut self, owner: &Arc<str>, before: usize, after: usize) {
+        if let Some(held) = self.by_owner.get_mut(owner) {
+            held.bytes = (held.bytes + after).saturating_sub(before);
+        }
+    }
+
+    /// The next task to evict to make room in `bound`: the oldest finished task of the
+    /// owner whose finished tasks hold the most of it. Whenever the store is full, that
+    /// owner holds at least an even share of it (the store's bound over the owners with
+    /// finished tasks), so an owner below that share loses no task while another holds
+    /// more. None when no task is finished.
+    fn victim(&mut self, bound: Bound) -> Option<TaskKey> {
+        let weight = |held: &OwnerFinished| match bound {
+            Bound::Count => held.tasks,
+            Bound::Bytes => held.bytes,
+        };
+        let owner = match self.by_owner.len() {
+            0 => return None,
+            1 => self.by_owner.keys().next()?.clone(),
+            _ => (self.by_owner.iter())
+                .max_by_key(|(_, held)| weight(held))
+                .map(|(owner, _)| owner.clone())?,
+        };
+        let held = self.by_owner.get_mut(&owner)?;
+        let key = held.order.pop_front();
+        if held.order.is_empty() {
+            // Only stale ids were left: what they counted is gone too.
+            self.by_owner.remove(&owner);
+        }
+        key
     }
 }
 
@@ -208,8 +295,12 @@ impl TaskStore for MemoryTaskStore {
         let bytes_before = st.bytes;
         f(&mut st);
         let key = *st.key();
-        if !was_finished && st.task.status.state.is_terminal() {
-            self.finished_queue().push_back(key);
+        match (was_finished, st.task.status.state.is_terminal()) {
+            (false, true) => self.finished_queue().push(&st.owner, key, st.bytes),
+            (true, true) if st.bytes != bytes_before => {
+                (self.finished_queue()).resized(&st.owner, bytes_before, st.bytes)
+            }
+            _ => {}
         }
         let grown = st.bytes.saturating_sub(bytes_before);
         // A task's resume log drops its oldest events as it takes new ones.
@@ -335,6 +426,7 @@ mod tests {
             },
             agent: Arc::from("a"),
             owner: Arc::from("anonymous"),
+            quota: None,
             seq: 0,
             version: 0,
             replica: None,
@@ -389,6 +481,58 @@ mod tests {
         }
         assert!(!store.read("not-a-uuid", &mut |_| {}));
         assert_eq!(store.len(), 2);
+    }
+
+    fn owned(id: &str, owner: &str, bytes: usize) -> StoredTask {
+        let mut t = task(id, TaskState::Completed);
+        t.owner = Arc::from(owner);
+        t.bytes = bytes;
+        t
+    }
+
+    fn id(n: u32) -> String {
+        format!("00000000-0000-4000-8000-{n:012}")
+    }
+
+    #[test]
+    fn a_flood_evicts_its_own_tasks_not_a_caller_within_its_share() {
+        // Bytes: room for ten tasks of 100; the quiet caller's one task is its oldest.
+        let store = MemoryTaskStore::new(1_000, 1_000);
+        store.insert(owned(&id(0), "key:quiet", 100)).unwrap();
+        for n in 1..200 {
+            store.insert(owned(&id(n), "anonymous", 100)).unwrap();
+        }
+        assert!(
+            store.read(&id(0), &mut |_| {}),
+            "the quiet caller's task was evicted"
+        );
+        assert!(!store.read(&id(1), &mut |_| {}));
+        assert!(store.read(&id(199), &mut |_| {}));
+        // Count: room for ten tasks.
+        let store = MemoryTaskStore::new(10, usize::MAX);
+        store.insert(owned(&id(0), "key:quiet", 1)).unwrap();
+        for n in 1..200 {
+            store.insert(owned(&id(n), "key:loud", 1)).unwrap();
+        }
+        assert!(store.read(&id(0), &mut |_| {}));
+        assert_eq!(store.len(), 10);
+        // A caller over its share loses its own oldest: two callers at five each, the
+        // first sends more and evicts its own.
+        let store = MemoryTaskStore::new(10, usize::MAX);
+        for n in 0..10 {
+            let owner = if n % 2 == 0 { "key:a" } else { "key:b" };
+            store.insert(owned(&id(n), owner, 1)).unwrap();
+        }
+        store.insert(owned(&id(10), "key:a", 1)).unwrap();
+        store.insert(owned(&id(11), "key:a", 1)).unwrap();
+        // a held 5 then 6: its oldest (0) went, then b held as many as a (5 each) and
+        // b's oldest or a's went; b keeps at least 4 of its 5.
+        assert!(!store.read(&id(0), &mut |_| {}));
+        let b_kept = (0..10)
+            .filter(|n| n % 2 == 1)
+            .filter(|n| store.read(&id(*n), &mut |_| {}))
+            .count();
+        assert!(b_kept >= 4, "{b_kept}");
     }
 
     #[test]

@@ -46,6 +46,8 @@ pub(crate) struct StoredTask {
     pub(crate) agent: Arc<str>,
     /// The principal that created it; everyone else is told it does not exist.
     pub(crate) owner: Arc<str>,
+    /// What its unfinished count goes to when not `owner` (an anonymous caller's address).
+    pub(crate) quota: Option<Arc<str>>,
     /// Creation order, the tie-breaker when status timestamps are equal.
     pub(crate) seq: u64,
     /// How many events the task took (other replicas' subscribers order by it).
@@ -169,6 +171,11 @@ pub(crate) trait TaskStore: Send + Sync + 'static {
 }
 
 impl StoredTask {
+    /// What the task's unfinished count goes to: its quota key, else its owner.
+    fn counted_as(&self) -> &Arc<str> {
+        self.quota.as_ref().unwrap_or(&self.owner)
+    }
+
     /// What the task's resume log takes (part of [`StoredTask::bytes`]).
     fn log_bytes(&self) -> usize {
         self.log.as_ref().map_or(0, |log| log.bytes)
@@ -197,6 +204,7 @@ impl StoredTask {
             task: row.task,
             agent: row.agent,
             owner: row.owner,
+            quota: None,
             seq: row.seq,
             version: row.version,
             replica,
@@ -441,10 +449,12 @@ impl Tasks {
 
     /// Stores a new task whose work, if any is still going on, `cancel` can stop. An
     /// unfinished one counts against its owner's quota until it finishes.
+    /// `owner` is the task's owner and what its unfinished count goes to when not the
+    /// owner (see [`StoredTask::quota`]).
     pub(crate) fn create(
         &self,
         agent: Arc<str>,
-        owner: Arc<str>,
+        owner: (Arc<str>, Option<Arc<str>>),
         task: Task,
         cancel: Option<CancellationToken>,
     ) -> Result<(), StoreError> {
@@ -455,15 +465,17 @@ impl Tasks {
     pub(crate) fn create_logged(
         &self,
         agent: Arc<str>,
-        owner: Arc<str>,
+        owner: (Arc<str>, Option<Arc<str>>),
         task: Task,
         cancel: Option<CancellationToken>,
         streamed: bool,
     ) -> Result<(), StoreError> {
+        let (owner, quota) = owner;
         let counted = !task.status.state.is_terminal();
         let bytes = task.approx_bytes();
+        let counted_as = quota.as_ref().unwrap_or(&owner);
         if counted {
-            let mut held = self.unfinished.entry(owner.clone()).or_default();
+            let mut held = self.unfinished.entry(counted_as.clone()).or_default();
             if held.tasks >= self.quota.tasks {
                 return Err(StoreError::Quota(format!(
                     "{} unfinished tasks",
@@ -482,10 +494,12 @@ impl Tasks {
         let seq = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.metrics
             .task_entered(&agent, task.status.state.v03_name());
+        let counted_as = counted.then(|| counted_as.clone());
         let inserted = self.store.insert(StoredTask {
             task,
             agent,
-            owner: owner.clone(),
+            owner,
+            quota,
             seq,
             version: 0,
             replica: None,
@@ -493,8 +507,8 @@ impl Tasks {
             bytes,
             log: streamed.then(Box::default),
         });
-        if inserted.is_err() && counted {
-            self.finished(&owner, bytes);
+        if let (Err(_), Some(counted_as)) = (&inserted, counted_as) {
+            self.finished(&counted_as, bytes);
         }
         inserted
     }
@@ -672,7 +686,7 @@ impl Tasks {
             let finished = st.task.status.state.is_terminal();
             if finished {
                 st.cancel = None;
-                self.finished(&st.owner, held);
+                self.finished(st.counted_as(), held);
             }
             st.version += 1;
             version = Some(st.version);
@@ -686,7 +700,7 @@ impl Tasks {
             );
             let logged_bytes = st.count_log(log_before);
             if !finished {
-                self.resized(&st.owner, added as isize + logged_bytes);
+                self.resized(st.counted_as(), added as isize + logged_bytes);
             }
             applied = Applied::Yes;
         });
@@ -741,7 +755,7 @@ impl Tasks {
             }
             let logged_bytes = st.count_log(log_before);
             if unfinished {
-                self.resized(&st.owner, added as isize + logged_bytes);
+                self.resized(st.counted_as(), added as isize + logged_bytes);
             }
             // Taken after the answer moved the task on: a streamed follow-up opens with
             // this snapshot, and a client reading its state must not see the question again.

@@ -101,15 +101,62 @@ fn record<V: Flush>(
     });
 }
 
-/// Flushes this thread's counts every [`FLUSH_EVERY`]; runs on each worker (spawned
-/// there) until its runtime stops.
+/// The flush loops running (one or more per worker thread).
+static FLUSH_LOOPS: AtomicUsize = AtomicUsize::new(0);
+/// Raised by a scrape: every loop flushes at once, and says so in [`FLUSHED`].
+static FLUSH_ASKED: std::sync::LazyLock<tokio::sync::watch::Sender<u64>> =
+    std::sync::LazyLock::new(|| tokio::sync::watch::channel(0).0);
+static FLUSHED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static FLUSHED_NOTIFY: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+/// Flushes this thread's counts every [`FLUSH_EVERY`], and when a scrape asks (see
+/// [`flush_everywhere`]); runs on each worker (spawned there) until its runtime stops.
 pub(crate) async fn flush_periodically() {
+    struct Running;
+    impl Drop for Running {
+        fn drop(&mut self) {
+            FLUSH_LOOPS.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+    FLUSH_LOOPS.fetch_add(1, Ordering::AcqRel);
+    let _running = Running;
+    let mut asked = FLUSH_ASKED.subscribe();
     let mut every = tokio::time::interval(FLUSH_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        every.tick().await;
-        flush_local();
+        tokio::select! {
+            _ = every.tick() => flush_local(),
+            changed = asked.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                flush_local();
+                FLUSHED.fetch_add(1, Ordering::AcqRel);
+                FLUSHED_NOTIFY.notify_waiters();
+            }
+        }
     }
+}
+
+/// Has every worker add its counts to the shared series, so that a scrape sees every call
+/// answered before it on any worker (a gRPC stream, an MCP call), not only its own
+/// worker's; waits at most 100 ms for them.
+pub(crate) async fn flush_everywhere() {
+    let loops = FLUSH_LOOPS.load(Ordering::Acquire) as u64;
+    let before = FLUSHED.load(Ordering::Acquire);
+    FLUSH_ASKED.send_modify(|n| *n = n.wrapping_add(1));
+    let all_flushed = async {
+        loop {
+            let notified = FLUSHED_NOTIFY.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if FLUSHED.load(Ordering::Acquire) >= before + loops {
+                return;
+            }
+            notified.await;
+        }
+    };
+    let _ = tokio::time::timeout(std::time::Duration::from_millis(100), all_flushed).await;
 }
 
 /// Tells gateways in one process (the tests) apart in the caches.
@@ -143,6 +190,7 @@ pub(crate) struct Metrics {
     push: IntCounterVec,
     config: IntGaugeVec,
     connections: IntGauge,
+    mcp_sessions: IntGauge,
     connections_refused: IntCounterVec,
     store_commit_failures: IntCounter,
     spans_dropped: IntCounter,
@@ -172,6 +220,7 @@ pub(crate) struct EdgeGauges {
     pub(crate) refused: [(&'static str, u64); 2],
     /// Spans the trace exporter dropped (its queue full, the collector away).
     pub(crate) spans_dropped: u64,
+    pub(crate) mcp_sessions: usize,
 }
 
 /// What one agent reports when scraped.
@@ -236,6 +285,13 @@ impl Metrics {
         let connections = IntGauge::new("a2a_open_connections", "Client connections open.")
             .expect("valid metric");
         r.register(Box::new(connections.clone()))
+            .expect("unique metric");
+        let mcp_sessions = IntGauge::new(
+            "a2a_mcp_sessions",
+            "MCP sessions open (handshake-era clients; see [mcp] max_sessions).",
+        )
+        .expect("valid metric");
+        r.register(Box::new(mcp_sessions.clone()))
             .expect("unique metric");
         let build = gauge(
             &r,
@@ -374,6 +430,7 @@ impl Metrics {
                 &["hash"],
             ),
             connections,
+            mcp_sessions,
             connections_refused: counter(
                 &r,
                 "a2a_connections_refused_total",
@@ -606,6 +663,7 @@ impl Metrics {
         catch_up(&self.store_commit_failures, store.commit_failures);
         catch_up(&self.spans_dropped, edge.spans_dropped);
         self.connections.set(edge.connections as i64);
+        self.mcp_sessions.set(edge.mcp_sessions as i64);
         for (reason, total) in edge.refused {
             catch_up(
                 &self.connections_refused.with_label_values(&[reason]),

@@ -14,8 +14,8 @@ pub(crate) use call::{
     request_span, upstream_answered, upstream_call, Call, Observed, Scope,
 };
 pub(crate) use metrics::{
-    flush_periodically, AgentGauges, EdgeGauges, Metrics, StoreGauges, UpstreamCalls,
-    UpstreamOutcome,
+    flush_everywhere, flush_periodically, AgentGauges, EdgeGauges, Metrics, StoreGauges,
+    UpstreamCalls, UpstreamOutcome,
 };
 pub(crate) use otel::{Child, Parent, ServerSpan, Tracing};
 pub(crate) use trace::TraceParent;

@@ -15,7 +15,6 @@
 //! running as root; otherwise the test fails saying so). Redis as in `replicas.rs`.
 
 use std::collections::{HashMap, HashSet};
-use std::net::IpAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -352,7 +351,7 @@ async fn sends_streams_subscriptions_cancels_and_push_configs_cross_replicas_thr
     let prefix = Prefix::new(url);
     let gws = replicas_with(url, &prefix.prefix, 3, PUSH);
     let nginx = Nginx::start(&gws);
-    let client = reqwest::Client::new();
+    let client = crate::helpers::client();
 
     // A blocking send, read back through nginx from the next replica.
     let sent = result(
@@ -848,20 +847,16 @@ async fn remaining(client: &reqwest::Client, nginx: &Nginx) -> String {
         .to_string()
 }
 
-fn client_from(addr: &str) -> reqwest::Client {
-    reqwest::Client::builder()
-        .local_address(addr.parse::<IpAddr>().ok())
-        .build()
-        .unwrap()
-}
-
 /// Through nginx, callers at two addresses have an allowance each once the replicas trust
 /// nginx's network (a CIDR) for X-Forwarded-For; without it they share nginx's one.
 #[tokio::test]
 async fn callers_at_two_addresses_get_an_allowance_each_through_nginx() {
     let url = redis_url();
     let tier = "[rate_limits.tiers.default]\nrequests_per_minute = 60\nburst = 3\n";
-    let (first, second) = (client_from("127.0.0.1"), client_from("127.0.0.2"));
+    let (first, second) = (
+        crate::helpers::client_from("127.0.0.1"),
+        crate::helpers::client_from("127.0.0.2"),
+    );
 
     let prefix = Prefix::new(url);
     let trusting =

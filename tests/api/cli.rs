@@ -81,6 +81,37 @@ fn check_prints_every_error_and_fails() {
     assert!(err.trim_end().ends_with("3 error(s)"), "{err}");
 }
 
+/// A rule that names one method of a pair, or a method of another dialect, loads (it is
+/// valid) but `check` warns, at the spot, and still says ok.
+#[test]
+fn check_warns_about_a_rule_on_one_method_of_a_pair() {
+    let gateway = "[[auth.policies]]\nid = \"no-sends\"\neffect = \"deny\"\nwhen = \"a2a.method == 'SendMessage'\"\n\n[[auth.policies]]\nid = \"old-name\"\neffect = \"deny\"\nwhen = \"a2a.method == 'tasks/cancel'\"\n";
+    let (dir, agents, config) = write_config(&[("echo.toml", ECHO)], Some(gateway));
+    let config = config.unwrap();
+    let out = bin()
+        .current_dir(dir.path())
+        .arg("check")
+        .arg("--config")
+        .arg(&config)
+        .arg("--agents-dir")
+        .arg(&agents)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("ok: "));
+    let at = format!(
+        "warning: {}:4:23: policy \"no-sends\": names SendMessage but not SendStreamingMessage",
+        config.display()
+    );
+    assert!(err.contains(&at), "{err}");
+    assert!(err.contains("a2a.operation in ['send']"), "{err}");
+    assert!(
+        err.contains("policy \"old-name\": a2a.method is the A2A 1.0 name whatever the caller's dialect: 'tasks/cancel' never matches; write 'CancelTask'"),
+        "{err}"
+    );
+}
+
 #[test]
 fn serve_refuses_a_bad_configuration_with_exit_64() {
     let (dir, agents, _) = write_config(&[("a.toml", "name = 1\n")], None);

@@ -784,7 +784,7 @@ async fn programs_do_not_outlive_the_gateway() {
             .unwrap_or_else(|| panic!("no banner: {banner:?}"))
             .trim()
             .to_string();
-        let client = reqwest::Client::new();
+        let client = crate::helpers::client();
         let call = |path: &str, params: Value| {
             client
                 .post(format!("{base}{path}"))

@@ -122,6 +122,47 @@ fn gateway_toml_is_strict_too() {
     );
 }
 
+/// A `[limits]` count or duration of 0 is refused at load, naming the key, not raised to
+/// 1 or used as is (a body budget of 0 would refuse every slow body).
+#[test]
+fn limits_of_zero_are_refused_by_name() {
+    for key in [
+        "max_body_bytes",
+        "max_tasks",
+        "agent_mailbox",
+        "agent_max_concurrency",
+        "stream_keepalive_secs",
+        "max_open_streams",
+        "max_connections",
+        "max_connections_per_ip",
+        "header_timeout_secs",
+        "body_timeout_secs",
+        "body_min_bytes_per_sec",
+        "max_buffered_body_bytes",
+        "max_buffered_body_bytes_per_caller",
+        "max_unfinished_tasks_per_caller",
+        "max_stored_bytes",
+        "max_unfinished_bytes_per_caller",
+        "interrupted_ttl_secs",
+    ] {
+        let got = problems(
+            &[("echo.toml", ECHO)],
+            Some(&format!("[limits]\n{key} = 0\n")),
+        );
+        let want = format!("limits.{key} must be at least 1");
+        assert!(
+            got.len() == 1 && got[0].contains(&want),
+            "{key}: wanted only {want:?}, got {got:?}"
+        );
+    }
+    // A card that is not to be cached is a choice, not a mistake.
+    let got = problems(
+        &[("echo.toml", ECHO)],
+        Some("[limits]\ncard_max_age_secs = 0\n"),
+    );
+    assert!(got.is_empty(), "{got:?}");
+}
+
 #[test]
 fn an_empty_agents_dir_is_an_error() {
     let got = problems(&[], None);

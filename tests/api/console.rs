@@ -165,6 +165,37 @@ async fn the_console_works_in_a_real_browser() {
     );
 }
 
+/// A page on an origin the gateway does not allow cannot run tasks on the shipped (public)
+/// agents: Chromium's no-cors fetches of untyped bodies and HTML form posts are refused for
+/// their Content-Type (415) before anything runs.
+#[tokio::test]
+async fn a_page_on_another_origin_cannot_run_tasks_on_public_agents() {
+    let chromium = browser().to_string();
+    let elsewhere = StaticServer::start();
+    let shipped = std::fs::read_to_string(repo_root().join("gateway.toml")).unwrap();
+    let gw = Running::start_with_agents(&repo_root().join("agents.d"), &shipped, "info");
+    let run = Browser {
+        gateway: gw.base.clone(),
+        other_origin: elsewhere.origin.clone(),
+        disallowed_origin: elsewhere.origin.clone(),
+        screenshots: "target/console-screenshots",
+        extra: vec!["--only".into(), "a-page-elsewhere-cannot-run-tasks".into()],
+        env: Vec::new(),
+    };
+    run.passes(chromium, 1).await;
+    // The HTTP+JSON sends are counted as refused for their type (the JSON-RPC ones are
+    // refused before their method is read, so they count in no method's series).
+    let metrics = gw.metrics().await;
+    let refused: f64 = metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("a2a_requests_total{") && l.contains("CONTENT_TYPE_NOT_SUPPORTED")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(refused, 4.0, "{metrics}");
+}
+
 /// The console served over https (`[server.tls]`, a certificate the test makes, trusted
 /// by its key alone): the page, its calls and streams, a question answered, and a call
 /// from another origin through CORS, in Chromium.

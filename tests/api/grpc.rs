@@ -129,6 +129,28 @@ async fn cards_list_the_grpc_interface_with_the_agent_as_tenant() {
         shared.get("tenant").is_none(),
         "the shared endpoint routes: {shared}"
     );
+    // `host:port`, as the spec's proto and the official SDKs write a gRPC address (their
+    // clients hand the URL to gRPC as it is: a scheme would not resolve).
+    assert!(!target.contains("://"), "{target}");
+
+    // Left out of the cards for clients that check every URL as an HTTP one.
+    let (dir, agents, gateway) = crate::helpers::write_config(
+        &[("echo.toml", ECHO)],
+        Some("[server]\nport = 0\nworkers = 1\ngrpc_port = 0\ngrpc_in_cards = false\n"),
+    );
+    let settings = a2a_gateway::config::load(gateway.as_deref(), &agents).unwrap();
+    let unlisted = crate::helpers::start(settings, dir).await;
+    for path in ["/a2a/agents/echo/card", "/.well-known/agent-card.json"] {
+        let card = unlisted.get_json(path).await;
+        let bindings: Vec<&Value> = card["supportedInterfaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| &i["protocolBinding"])
+            .collect();
+        assert!(!bindings.contains(&&json!("GRPC")), "{path}: {card}");
+        assert!(bindings.contains(&&json!("JSONRPC")), "{path}: {card}");
+    }
 }
 
 #[tokio::test]

@@ -118,10 +118,32 @@ pub async fn start(settings: config::Settings, dir: tempfile::TempDir) -> TestGa
     TestGateway {
         base,
         grpc,
-        client: reqwest::Client::new(),
+        client: client(),
         handle,
         _dir: dir,
     }
+}
+
+/// The tests' HTTP client: its requests say their bodies are JSON, as real clients' do (the
+/// gateway refuses a body with no Content-Type); a test that sends another type says so.
+pub fn client() -> reqwest::Client {
+    json_client(reqwest::Client::builder())
+}
+
+/// [`client`], connecting from the loopback address `from` (127.0.0.x): another client
+/// address to the gateway.
+pub fn client_from(from: &str) -> reqwest::Client {
+    let local = from.parse::<std::net::IpAddr>().expect("an address");
+    json_client(reqwest::Client::builder().local_address(local))
+}
+
+fn json_client(builder: reqwest::ClientBuilder) -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::CONTENT_TYPE,
+        reqwest::header::HeaderValue::from_static("application/json"),
+    );
+    builder.default_headers(headers).build().expect("a client")
 }
 
 /// The usual pair: `echo` (the default) and `other`.

@@ -167,11 +167,11 @@ async fn bodies_that_never_end_get_408_and_anonymous_ones_401_first() {
 async fn buffered_bodies_have_a_gateway_wide_budget() {
     let gw = spawn_with(
         &[("echo.toml", ECHO)],
-        "[limits]\nmax_buffered_body_bytes = 100000\nmax_buffered_body_bytes_per_caller = 100000\nbody_timeout_secs = 30",
+        "[limits]\nmax_buffered_body_bytes = 100000\nmax_buffered_body_bytes_per_caller = 100000\nmax_buffered_body_bytes_anonymous = 100000\nbody_timeout_secs = 30",
     )
     .await;
     let head = |len: usize| {
-        format!("POST /a2a/agents/echo HTTP/1.1\r\nhost: x\r\ncontent-length: {len}\r\n\r\n")
+        format!("POST /a2a/agents/echo HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {len}\r\n\r\n")
     };
     let mut hog = connect_from(&gw, "127.0.0.1").await;
     hog.write_all(head(80_000).as_bytes()).await.unwrap();
@@ -214,7 +214,7 @@ async fn a_caller_holding_bodies_open_takes_only_its_share() {
     .await;
     // An eighth of the budget each: 100,000 bytes.
     let head = |len: usize| {
-        format!("POST /a2a/agents/echo HTTP/1.1\r\nhost: x\r\na2a-version: 1.0\r\ncontent-length: {len}\r\n\r\n{{")
+        format!("POST /a2a/agents/echo HTTP/1.1\r\nhost: x\r\na2a-version: 1.0\r\ncontent-type: application/json\r\ncontent-length: {len}\r\n\r\n{{")
     };
     let mut hogs = Vec::new();
     for _ in 0..2 {

@@ -36,6 +36,7 @@ mod rest;
 mod resume;
 mod routing;
 mod running;
+mod shares;
 mod store;
 mod streaming;
 mod thirdparty;

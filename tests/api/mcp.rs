@@ -218,19 +218,38 @@ async fn a_question_is_asked_through_elicitation_and_answered_on_the_same_task()
         assert!(text_of(result).contains("Ada"), "{mode}: {asked}");
         assert_eq!(result["_meta"]["a2a-gateway/state"], "completed", "{asked}");
     }
-    // A client that cannot elicit: the result says how to answer, with the ids to answer on.
-    let waiting = client(&gw, None, "legacy", &["noelicit", "greet", "hello"]).await;
-    let result = &waiting["result"];
-    assert_eq!(
-        result["_meta"]["a2a-gateway/state"], "input-required",
-        "{waiting}"
+    // A client that cannot elicit (it declared no elicitation capability: in the
+    // 2026-07-28 era on each request, before it in its handshake) gets no input request it
+    // could not handle: the result says how to answer, with the ids to answer on.
+    for mode in ["auto", "legacy"] {
+        let waiting = client(&gw, None, mode, &["noelicit", "greet", "hello"]).await;
+        let result = &waiting["result"];
+        assert_eq!(
+            result["_meta"]["a2a-gateway/state"], "input-required",
+            "{mode}: {waiting}"
+        );
+        let task = result["_meta"]["a2a-gateway/taskId"].as_str().unwrap();
+        let context = result["_meta"]["a2a-gateway/contextId"].as_str().unwrap();
+        assert!(text_of(result).contains(task), "{mode}: {waiting}");
+        let more = json!({"task_id": task, "context_id": context}).to_string();
+        let answered = client(&gw, None, mode, &["call", "greet", "Grace", &more]).await;
+        assert!(
+            text_of(&answered["result"]).contains("Grace"),
+            "{mode}: {answered}"
+        );
+    }
+    // Anonymous calls that succeed are no authentication failures, although an agent
+    // (vault) requires credentials.
+    let metrics = gw.metrics().await;
+    assert!(
+        metrics.contains("a2a_auth_failures_total{kind=\"missing\"} 0"),
+        "{}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("auth_failures"))
+            .collect::<Vec<_>>()
+            .join("\n")
     );
-    let task = result["_meta"]["a2a-gateway/taskId"].as_str().unwrap();
-    let context = result["_meta"]["a2a-gateway/contextId"].as_str().unwrap();
-    assert!(text_of(result).contains(task), "{waiting}");
-    let more = json!({"task_id": task, "context_id": context}).to_string();
-    let answered = client(&gw, None, "legacy", &["call", "greet", "Grace", &more]).await;
-    assert!(text_of(&answered["result"]).contains("Grace"), "{answered}");
 }
 
 #[tokio::test]
@@ -525,30 +544,57 @@ async fn an_agent_may_show_as_one_tool_per_skill() {
     );
 }
 
-/// A client that goes away mid-call (its request dropped, no cancel sent): the task is left
-/// to finish, and the gateway goes on serving.
-#[tokio::test]
-async fn a_call_whose_client_goes_away_is_left_to_finish() {
-    let gw = gateway().await;
-    let session = raw_session(&gw, None).await;
-    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-        "params": {"name": "echo", "arguments": {"message": "/delay 1 still here"}}});
-    let answering = raw_post(&gw, &call, None, Some(&session)).await.unwrap();
-    assert_eq!(answering.status(), 200);
-    drop(answering);
+/// The state of echo's only task, once it is not working any more (or after 6 s).
+async fn settled_state(gw: &TestGateway) -> Value {
     let mut state = Value::Null;
     for _ in 0..60 {
         let listed = gw
             .call("/a2a/agents/echo", D::V10, "ListTasks", json!({}))
             .await;
         state = listed.result()["tasks"][0]["status"]["state"].clone();
-        if state == "TASK_STATE_COMPLETED" {
+        if state != "TASK_STATE_WORKING" && state != "TASK_STATE_SUBMITTED" && !state.is_null() {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    assert_eq!(state, "TASK_STATE_COMPLETED");
-    assert_eq!(gw.get_json("/a2a/health").await["status"], "ok");
+    state
+}
+
+/// A client that goes away mid-call (its request dropped, no cancel sent): its task is
+/// canceled, as the stdio bridge does when its client leaves; with
+/// `cancel_abandoned_calls = false` it is left to finish. The gateway goes on serving.
+#[tokio::test]
+async fn a_call_whose_client_goes_away_cancels_its_task_unless_configured_not_to() {
+    for (config, expected) in [
+        ("", "TASK_STATE_CANCELED"),
+        (
+            "[mcp]\ncancel_abandoned_calls = false\n",
+            "TASK_STATE_COMPLETED",
+        ),
+    ] {
+        let gw = spawn_with(&[("echo.toml", ECHO)], config).await;
+        let session = raw_session(&gw, None).await;
+        let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"message": "/delay 2 still here"}}});
+        let answering = raw_post(&gw, &call, None, Some(&session)).await.unwrap();
+        assert_eq!(answering.status(), 200);
+        // The task is running before the client leaves.
+        let mut running = 0;
+        for _ in 0..50 {
+            let listed = gw
+                .call("/a2a/agents/echo", D::V10, "ListTasks", json!({}))
+                .await;
+            running = listed.result()["tasks"].as_array().map_or(0, Vec::len);
+            if running == 1 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert_eq!(running, 1, "the call's task never started");
+        drop(answering);
+        assert_eq!(settled_state(&gw).await, expected, "with {config:?}");
+        assert_eq!(gw.get_json("/a2a/health").await["status"], "ok");
+    }
 }
 
 /// A browser MCP client on an allowed origin: its preflight (DELETE, the MCP headers) is

@@ -183,6 +183,96 @@ async fn the_shipped_configuration_reloads_only_when_it_changes() {
     }
 }
 
+/// A reload asked for the moment the banner says the gateway serves is not lost: a SIGHUP
+/// at once, and (the watcher on) a file written at once. The gateway listens for both
+/// before it says it serves; several starts, as the window was a race.
+#[tokio::test]
+async fn a_reload_asked_for_right_after_start_is_not_lost() {
+    for round in 0..4 {
+        // SIGHUP with the watcher off, so the signal alone must do it.
+        let gw = Running::start(
+            &[("echo.toml", ECHO)],
+            "[server]\nwatch_config = false\n",
+            "info",
+        );
+        std::fs::write(gw.agents.join("named.toml"), NAMED).unwrap();
+        gw.signal("HUP");
+        gw.wait_for_agents(&["echo", "named"]).await;
+        // A file written at once, no signal.
+        let gw = Running::start(&[("echo.toml", ECHO)], "", "info");
+        std::fs::write(gw.agents.join("named.toml"), NAMED).unwrap();
+        gw.wait_for_agents(&["echo", "named"]).await;
+        let _ = round;
+    }
+}
+
+/// A scrape counts every call answered before it, whichever worker answered it (each
+/// worker adds its own counts to the shared series when a scrape asks): an MCP tool call
+/// and a scrape, each on a connection of its own, so on the two workers in turn.
+#[tokio::test]
+async fn a_scrape_sees_every_call_answered_before_it_on_any_worker() {
+    let gw = Running::start_workers(&[("echo.toml", ECHO)], "", "warn", 2);
+    gw.wait_for_agents(&["echo"]).await;
+    // No connection kept between requests: each is accepted by the next worker.
+    let fresh = || {
+        reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .build()
+            .unwrap()
+    };
+    let mcp = |body: Value, session: Option<&str>| {
+        let mut req = fresh()
+            .post(gw.url("/mcp"))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25");
+        if let Some(s) = session {
+            req = req.header("mcp-session-id", s);
+        }
+        req.json(&body).send()
+    };
+    let opened = mcp(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "scrape", "version": "1"}}}),
+        None,
+    )
+    .await
+    .unwrap();
+    let session = opened.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let _ = opened.text().await;
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let _ = mcp(initialized, Some(&session)).await.unwrap().text().await;
+    for round in 1..=6 {
+        let call = json!({"jsonrpc": "2.0", "id": round + 1, "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"message": "counted"}}});
+        let answer = mcp(call, Some(&session))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(answer.contains("counted"), "{answer}");
+        let text = fresh()
+            .get(gw.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let calls = series(
+            &text,
+            "a2a_requests_total",
+            &["binding=\"mcp\"", "outcome=\"ok\""],
+        );
+        assert_eq!(calls, Some(f64::from(round)), "round {round}");
+    }
+}
+
 #[tokio::test]
 async fn sighup_and_file_changes_reload_and_a_bad_file_keeps_the_running_configuration() {
     let gw = Running::start(&[("echo.toml", ECHO)], "default_agent = \"echo\"\n", "info");
@@ -755,7 +845,7 @@ async fn metrics_can_be_moved_to_their_own_listener_or_turned_off() {
     let main = format!("http://127.0.0.1:{}", app.port());
     let handle = app.handle();
     tokio::spawn(app.run_until_stopped());
-    let client = reqwest::Client::new();
+    let client = crate::helpers::client();
     let on_main = client.get(format!("{main}/metrics")).send().await.unwrap();
     assert_eq!(on_main.status(), 404, "not on the A2A port");
     let text = client

@@ -281,6 +281,89 @@ async fn a_deny_rule_refuses_its_method_on_every_binding_and_names_itself() {
     assert_eq!(count("readers-do-not-stream"), 5, "{metrics}");
 }
 
+/// A rule on `a2a.operation` holds whatever way the operation comes: JSON-RPC in every
+/// dialect and both variants, HTTP+JSON, gRPC, and an MCP tool call; other operations pass.
+#[tokio::test]
+async fn an_operation_rule_holds_on_every_binding_dialect_and_variant() {
+    let gw = spawn_with_grpc(
+        &[("echo.toml", ECHO)],
+        "[[auth.policies]]\nid = \"no-sends\"\neffect = \"deny\"\nwhen = \"a2a.operation == 'send'\"\n",
+    )
+    .await;
+    let v01 = json!({"id": "t-01", "message": {"role": "user", "parts": [{"type": "text", "text": "hi"}]}});
+    let calls = [
+        (D::V10, "SendMessage", json!({"message": message("hi")})),
+        (
+            D::V10,
+            "SendStreamingMessage",
+            json!({"message": message("hi")}),
+        ),
+        (
+            D::V03,
+            "message/send",
+            json!({"message": D::V03.message("hi")}),
+        ),
+        (
+            D::V03,
+            "message/stream",
+            json!({"message": D::V03.message("hi")}),
+        ),
+        (D::V03, "tasks/send", v01.clone()),
+        (D::V03, "tasks/sendSubscribe", v01),
+    ];
+    for (d, method, params) in calls {
+        let reply = gw.call("/a2a/agents/echo", d, method, params.clone()).await;
+        assert_eq!(reply.status, 403, "{method}: {}", reply.body);
+        assert!(
+            reply.message().contains("\"no-sends\""),
+            "{method}: {}",
+            reply.body
+        );
+        let routed = gw.call("/a2a", d, method, params).await;
+        assert_eq!(routed.status, 403, "{method} on /a2a: {}", routed.body);
+    }
+    for route in ["message:send", "message:stream"] {
+        let rest = gw
+            .post_raw(
+                &format!("/a2a/agents/echo/rest/{route}"),
+                &[
+                    ("content-type", "application/a2a+json"),
+                    ("A2A-Version", "1.0"),
+                ],
+                json!({"message": message("hi")}).to_string(),
+            )
+            .await;
+        assert_eq!(rest.status, 403, "{route}: {}", rest.body);
+    }
+    for method in ["SendMessage", "SendStreamingMessage"] {
+        let grpc = probe_one(
+            &gw,
+            json!({"method": method, "request": {"tenant": "echo", "message": message("hi")}}),
+        )
+        .await;
+        assert_eq!(grpc["code"], "PERMISSION_DENIED", "{method}: {grpc}");
+    }
+    let session = raw_session(&gw, None).await;
+    let tool = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                      "params": {"name": "echo", "arguments": {"message": "hi"}}});
+    let text = raw_post(&gw, &tool, None, Some(&session))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains("\"isError\":true") && text.contains("no-sends"),
+        "{text}"
+    );
+    // Reading is another operation.
+    let listed = gw
+        .call("/a2a/agents/echo", D::V10, "ListTasks", json!({}))
+        .await;
+    assert_eq!(listed.status, 200, "{}", listed.body);
+    assert!(listed.body.get("result").is_some(), "{}", listed.body);
+}
+
 #[tokio::test]
 async fn allow_rules_skills_claims_and_failing_rules() {
     let gw = gateway().await;

@@ -1002,7 +1002,7 @@ async fn push_through_upstream_sdk_agents_with_and_without_push() {
 
 /// The push configs the upstream holds for its task (empty when it has no push).
 async fn upstream_configs(upstream: &crate::peers::Peer, id: &str) -> Vec<Value> {
-    let r: Value = reqwest::Client::new()
+    let r: Value = crate::helpers::client()
         .post(upstream.url())
         .header("A2A-Version", "1.0")
         .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "ListTaskPushNotificationConfigs", "params": {"taskId": id}}))

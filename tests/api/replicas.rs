@@ -270,7 +270,7 @@ async fn a_replica_killed_mid_stream_has_its_tasks_failed_by_the_survivors() {
         let b_url = gws[1].url("/a2a");
         let id = id.clone();
         tokio::spawn(async move {
-            let resp = reqwest::Client::new()
+            let resp = crate::helpers::client()
                 .post(b_url)
                 .header("A2A-Version", "1.0")
                 .body(crate::helpers::rpc("SubscribeToTask", json!({"id": id})))

@@ -20,6 +20,8 @@ pub struct Running {
     pub gateway: PathBuf,
     pub log_level: String,
     pub client: reqwest::Client,
+    /// Worker threads (`--workers`).
+    workers: usize,
 }
 
 impl Drop for Running {
@@ -33,10 +35,28 @@ impl Running {
     /// Serves `files` in agents.d and `gateway` beside it, logging JSON at `log_level` to a
     /// file. Returns once the banner names the port.
     pub fn start(files: &[(&str, &str)], gateway: &str, log_level: &str) -> Running {
+        Running::start_workers(files, gateway, log_level, 1)
+    }
+
+    /// [`Running::start`] with `workers` worker threads.
+    pub fn start_workers(
+        files: &[(&str, &str)],
+        gateway: &str,
+        log_level: &str,
+        workers: usize,
+    ) -> Running {
         let (dir, agents, gateway_path) = write_config(files, Some(gateway));
         let log = dir.path().join("gateway.log");
         let gateway_path = gateway_path.expect("gateway file");
-        let (child, base) = launch(dir.path(), &gateway_path, &agents, &log, log_level, "0");
+        let at = Launch {
+            dir: dir.path(),
+            gateway: &gateway_path,
+            agents: &agents,
+            log: &log,
+            log_level,
+            workers,
+        };
+        let (child, base) = launch(&at, "0");
         Running {
             child,
             base,
@@ -45,7 +65,8 @@ impl Running {
             agents,
             gateway: gateway_path,
             log_level: log_level.to_string(),
-            client: reqwest::Client::new(),
+            client: crate::helpers::client(),
+            workers,
         }
     }
 
@@ -55,7 +76,15 @@ impl Running {
         let (dir, _, gateway_path) = write_config(&[], Some(gateway));
         let log = dir.path().join("gateway.log");
         let gateway_path = gateway_path.expect("gateway file");
-        let (child, base) = launch(dir.path(), &gateway_path, agents, &log, log_level, "0");
+        let at = Launch {
+            dir: dir.path(),
+            gateway: &gateway_path,
+            agents,
+            log: &log,
+            log_level,
+            workers: 1,
+        };
+        let (child, base) = launch(&at, "0");
         Running {
             child,
             base,
@@ -64,7 +93,8 @@ impl Running {
             agents: agents.to_path_buf(),
             gateway: gateway_path,
             log_level: log_level.to_string(),
-            client: reqwest::Client::new(),
+            client: crate::helpers::client(),
+            workers: 1,
         }
     }
 
@@ -74,18 +104,19 @@ impl Running {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let port = self.base.rsplit(':').next().unwrap_or("0").to_string();
-        let (child, base) = launch(
-            self.dir.path(),
-            &self.gateway,
-            &self.agents,
-            &self.log,
-            &self.log_level,
-            &port,
-        );
+        let at = Launch {
+            dir: self.dir.path(),
+            gateway: &self.gateway,
+            agents: &self.agents,
+            log: &self.log,
+            log_level: &self.log_level,
+            workers: self.workers,
+        };
+        let (child, base) = launch(&at, &port);
         self.child = child;
         self.base = base;
         // Pooled connections were to the process that is gone.
-        self.client = reqwest::Client::new();
+        self.client = crate::helpers::client();
     }
 
     /// SIGKILL: no drain, no flush, as a crash.
@@ -255,35 +286,39 @@ impl Running {
 }
 
 /// Runs the binary on these files and returns once its banner names the port.
-fn launch(
-    dir: &Path,
-    gateway: &Path,
-    agents: &Path,
-    log: &Path,
-    log_level: &str,
-    port: &str,
-) -> (Child, String) {
+/// Where and how a gateway process is started.
+struct Launch<'a> {
+    dir: &'a Path,
+    gateway: &'a Path,
+    agents: &'a Path,
+    log: &'a Path,
+    log_level: &'a str,
+    workers: usize,
+}
+
+fn launch(at: &Launch<'_>, port: &str) -> (Child, String) {
     let log_file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(log)
+        .open(at.log)
         .expect("log file");
+    let workers = at.workers.to_string();
     let mut child = Command::new(env!("CARGO_BIN_EXE_a2a-gateway"))
-        .current_dir(dir)
+        .current_dir(at.dir)
         .args([
             "serve",
             "--port",
             port,
             "--workers",
-            "1",
+            &workers,
             "--log-format",
             "json",
         ])
         .arg("--config")
-        .arg(gateway)
+        .arg(at.gateway)
         .arg("--agents-dir")
-        .arg(agents)
-        .env("A2A_GATEWAY_LOG", log_level)
+        .arg(at.agents)
+        .env("A2A_GATEWAY_LOG", at.log_level)
         .stdout(Stdio::piped())
         .stderr(log_file)
         .spawn()
@@ -298,7 +333,7 @@ fn launch(
         .unwrap_or_else(|| {
             panic!(
                 "no URL in the banner: {first:?}; the log:\n{}",
-                std::fs::read_to_string(log).unwrap_or_default()
+                std::fs::read_to_string(at.log).unwrap_or_default()
             )
         })
         .to_string();

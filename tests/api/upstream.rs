@@ -928,6 +928,23 @@ async fn a_1_0_caller_is_bridged_to_an_older_0_3_remote() {
     assert_eq!(text_of(&by_context["tasks"][0]["artifacts"]), "all done");
     let bad = list(json!({"pageToken": "nope"})).await;
     assert_eq!(bad.code(), -32602, "{}", bad.body);
+
+    // It answers a cancel with the task as it is, canceled earlier or not: the first
+    // cancel is one, a later one is refused as the gateway's own agents refuse it.
+    let canceled = gw
+        .call(AGENT, d, d.cancel(), json!({"id": waiting["id"]}))
+        .await;
+    assert_eq!(
+        canceled.result()["status"]["state"],
+        "TASK_STATE_CANCELED",
+        "{}",
+        canceled.body
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(2_100)).await;
+    let again = gw
+        .call(AGENT, d, d.cancel(), json!({"id": waiting["id"]}))
+        .await;
+    assert_eq!(again.code(), -32002, "{}", again.body);
 }
 
 /// ListTasks on a 0.3 remote lists only the caller's own tasks.

@@ -130,6 +130,14 @@ class Legacy03:
             return json.loads(json.dumps(task))
 
     @classmethod
+    def cancel(cls, task_id: str):
+        with cls.lock:
+            task = cls.tasks.get(task_id)
+            if task and task['status']['state'] == 'input-required':
+                task['status'] = {'state': 'canceled', 'timestamp': now()}
+            return json.loads(json.dumps(task)) if task else None
+
+    @classmethod
     def get(cls, task_id: str):
         with cls.lock:
             task = cls.tasks.get(task_id)
@@ -270,6 +278,13 @@ class FaultHandler(BaseHTTPRequestHandler):
         method, params = body.get('method'), body.get('params') or {}
         if method == 'message/send':
             self.send_json({'jsonrpc': '2.0', 'id': request_id, 'result': Legacy03.send(params)})
+            return
+        if method == 'tasks/cancel':
+            # As fasta2a does: the task is answered as it is after the cancel, whether or
+            # not this call canceled it (a task canceled before is answered again).
+            task = Legacy03.cancel(params.get('id', ''))
+            reply = {'result': task} if task else {'error': {'code': -32001, 'message': 'Task not found'}}
+            self.send_json({'jsonrpc': '2.0', 'id': request_id, **reply})
             return
         task = Legacy03.get(params.get('id', '')) if method in ('tasks/get', 'tasks/resubscribe') else None
         if method == 'tasks/get' and task:

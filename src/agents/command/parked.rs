@@ -272,6 +272,7 @@ mod tests {
             tasks: tasks.clone(),
             agent: "a".into(),
             owner: "p".into(),
+            quota: None,
             task_id: task_id.into(),
             context_id: "c".into(),
             pending: Some(message),

@@ -832,10 +832,18 @@ impl RemoteAgent {
 
     /// A cancel the upstream answers with the task finished otherwise (fasta2a answers so
     /// for a task that had already ended) did not cancel it: the spec's not-cancelable.
+    /// Cancels an upstream task. A task that had already ended is not cancelable, as with
+    /// the gateway's own agents (-32002), whatever the upstream answers: some answer the
+    /// task as it is (fasta2a), canceled long before this call included.
     pub(crate) async fn cancel(&self, id: &str) -> Result<Task, GatewayError> {
+        // How far apart the upstream's clock and this one may be: a task canceled earlier
+        // than that before this call was canceled by someone else, before it.
+        const CLOCKS_APART: chrono::TimeDelta = chrono::TimeDelta::seconds(2);
+        let asked = chrono::Utc::now();
         let task = self.task_call(TaskOp::Cancel, id, None).await?;
+        let canceled_before = (task.status.timestamp).is_some_and(|at| at < asked - CLOCKS_APART);
         match task.status.state {
-            TaskState::Canceled => Ok(task),
+            TaskState::Canceled if !canceled_before => Ok(task),
             state if state.is_terminal() => Err(GatewayError::TaskNotCancelable {
                 id: id.to_string(),
                 state: state.v03_name(),
