@@ -385,15 +385,18 @@ bench_store() {
     echo "== store: SendMessage to the echo agent with each task store, $CONNECTIONS connections, $DURATION =="
     local REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379}" prefix="a2a-bench-$$:"
     redis-cli -u "$REDIS_URL" ping > /dev/null || { echo "bench store: no Redis at $REDIS_URL (set REDIS_URL)" >&2; exit 1; }
-    local pm ps pr pm_pid ps_pid pr_pid big='[limits]\nmax_tasks = 100000000'
+    local pm ps pss pr pm_pid ps_pid pr_pid big='[limits]\nmax_tasks = 100000000'
     pm=$(free_port); gateway "$pm" "$ROOT/agents.d" "default_agent = \"echo\"\n$big"; pm_pid=$GW_PID
     ps=$(free_port); gateway "$ps" "$ROOT/agents.d" "default_agent = \"echo\"\n$big\n[store]\nkind = \"sqlite\"\ndata_dir = \"data-$ps\""; ps_pid=$GW_PID
+    # durability = "sync": each answer waits for the group commit that holds it.
+    pss=$(free_port); gateway "$pss" "$ROOT/agents.d" "default_agent = \"echo\"\n$big\n[store]\nkind = \"sqlite\"\ndurability = \"sync\"\ndata_dir = \"data-$pss\""
     pr=$(free_port); gateway "$pr" "$ROOT/agents.d" "default_agent = \"echo\"\n$big\n[store]\nkind = \"redis\"\nurl = \"$REDIS_URL\"\nkey_prefix = \"$prefix\""; pr_pid=$GW_PID
     rounds "memory store" "http://127.0.0.1:$pm/a2a/agents/echo" \
         "sqlite store" "http://127.0.0.1:$ps/a2a/agents/echo" \
+        "sqlite store, sync" "http://127.0.0.1:$pss/a2a/agents/echo" \
         "redis store" "http://127.0.0.1:$pr/a2a/agents/echo"
     echo "(targets: sqlite >= 0.6x memory, redis >= 0.5x memory)"
-    echo "unloaded p50 (1 connection): memory $(p50_unloaded "$pm"), sqlite $(p50_unloaded "$ps"), redis $(p50_unloaded "$pr") (target: sqlite adds < 0.1 ms)"
+    echo "unloaded p50 (1 connection): memory $(p50_unloaded "$pm"), sqlite $(p50_unloaded "$ps"), sqlite sync $(p50_unloaded "$pss"), redis $(p50_unloaded "$pr") (target: sqlite adds < 0.1 ms)"
     echo "memory store: $(per_task "$pm" "$pm_pid")"
     echo "sqlite store: $(per_task "$ps" "$ps_pid"); database $(du -sh "$TMP/data-$ps" | cut -f1)"
     local r0 keys0 keys1 r1

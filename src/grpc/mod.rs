@@ -267,6 +267,10 @@ impl Head for GrpcHead {
         (self.peer, xff)
     }
 
+    fn peer(&self) -> Option<IpAddr> {
+        self.peer
+    }
+
     fn keep_rate(&self, info: RateInfo) {
         self.rate.set(Some(info));
     }

@@ -35,6 +35,8 @@ pub(crate) trait Head {
     /// The peer's address and the `X-Forwarded-For` it sent (trusted only from the
     /// proxies configured).
     fn origin(&self) -> (Option<IpAddr>, Option<&str>);
+    /// The peer's address alone (no header read).
+    fn peer(&self) -> Option<IpAddr>;
     /// Keeps the caller's rate numbers for the answer, refusal or not.
     fn keep_rate(&self, info: RateInfo);
     /// A header's (or gRPC metadata entry's) value, if it is text.
@@ -56,6 +58,10 @@ impl Head for HttpRequest {
             .get("x-forwarded-for")
             .and_then(|v| v.to_str().ok());
         (self.peer_addr().map(|a| a.ip()), xff)
+    }
+
+    fn peer(&self) -> Option<IpAddr> {
+        self.peer_addr().map(|a| a.ip())
     }
 
     fn keep_rate(&self, info: RateInfo) {

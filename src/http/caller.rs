@@ -32,10 +32,7 @@ impl Caller {
         let live = super::live::current(&state.live);
         let mut principal = live.authenticate(head);
         match &mut principal {
-            Ok(p) if p.anonymous => {
-                let (peer, forwarded) = head.origin();
-                p.address = live.rates.client_ip(peer, forwarded);
-            }
+            Ok(p) if p.anonymous => p.address = live.client_address(head),
             Ok(p) => crate::telemetry::note(|c| c.principal = Some(p.id.clone())),
             Err(_) => {}
         }

@@ -180,6 +180,18 @@ impl Live {
         }
     }
 
+    /// The client's address: the peer's, or behind a trusted proxy the one it forwarded
+    /// for (its header read only when proxies are trusted at all).
+    pub(crate) fn client_address(&self, head: &impl Head) -> Option<std::net::IpAddr> {
+        match self.rates.trusts_proxies() {
+            false => head.peer(),
+            true => {
+                let (peer, forwarded) = head.origin();
+                self.rates.client_ip(peer, forwarded)
+            }
+        }
+    }
+
     /// The key a caller is counted under (its credential, or its address when anonymous).
     pub(crate) fn caller_key(&self, head: &impl Head, caller: &Principal) -> String {
         let (peer, xff) = head.origin();

@@ -220,6 +220,11 @@ impl RateLimits {
         })
     }
 
+    /// Whether any proxy's `X-Forwarded-For` is believed.
+    pub(crate) fn trusts_proxies(&self) -> bool {
+        !self.trusted.is_empty()
+    }
+
     /// Whether any limit is configured at all.
     pub(crate) fn active(&self) -> bool {
         !self.tiers.is_empty() || !self.agents.is_empty()

@@ -156,6 +156,10 @@ impl Head for McpHead {
         (self.peer, xff)
     }
 
+    fn peer(&self) -> Option<IpAddr> {
+        self.peer
+    }
+
     fn keep_rate(&self, _info: crate::limits::RateInfo) {
         // An MCP answer is the client's session's; the numbers are in the refusal's text.
     }

@@ -77,17 +77,18 @@ impl MemoryTaskStore {
         let id = key(&task.task.id).ok_or_else(|| StoreError::BadId(task.task.id.clone()))?;
         self.make_room(task.bytes)?;
         let finished = task.task.status.state.is_terminal();
-        let (owner, bytes) = (task.owner.clone(), task.bytes);
         match self.tasks.entry(id) {
             dashmap::Entry::Occupied(_) => return Err(StoreError::Duplicate(task.task.id)),
             dashmap::Entry::Vacant(v) => {
                 self.bytes.fetch_add(task.bytes, Ordering::AcqRel);
-                v.insert(Box::new(task));
+                let stored = v.insert(Box::new(task));
                 self.count.fetch_add(1, Ordering::AcqRel);
+                // Under the task's lock, as `update` does (the task's lock, then the
+                // queue's: never the other way round).
+                if finished {
+                    self.finished_queue().push(&stored.owner, id, stored.bytes);
+                }
             }
-        }
-        if finished {
-            self.finished_queue().push(&owner, id, bytes);
         }
         if written {
             self.changed(id);

@@ -350,6 +350,27 @@ async fn a_canceled_call_cancels_its_task() {
     assert_eq!(state, "TASK_STATE_CANCELED");
 }
 
+/// Canceled calls and clients that leave are ordinary events: the gateway's log (the
+/// binary's, JSON) has no error for them, in either protocol era.
+#[tokio::test]
+async fn ordinary_cancels_log_no_errors() {
+    let gw = crate::running::Running::start(&[("echo.toml", ECHO)], "", "info");
+    gw.wait_for_agents(&["echo"]).await;
+    for mode in ["auto", "legacy"] {
+        let url = gw.url("/mcp");
+        let gave_up = client_at(&url, None, mode, &["cancel", "echo", "/delay 5 slow", "1"]).await;
+        assert!(
+            gave_up["outcome"].as_str().unwrap().starts_with("gave up"),
+            "{gave_up}"
+        );
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let errors: Vec<Value> = (gw.log_lines().into_iter())
+        .filter(|l| l["level"] == "ERROR")
+        .collect();
+    assert!(errors.is_empty(), "{errors:?}");
+}
+
 #[tokio::test]
 async fn upstream_and_llm_agents_answer_as_tools_counted_as_mcp_calls() {
     let upstream = crate::peers::python_agent_with("1.0", &[]).await;

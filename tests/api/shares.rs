@@ -159,6 +159,27 @@ async fn mcp_sessions_are_capped_per_caller_and_overall_and_idle_ones_close() {
     println!("figure: sessions 2 per caller, 6 overall, idle ones closed after 2 s");
 }
 
+/// An open session holds 96 KiB of its caller's memory share (the one its bodies still
+/// arriving count in): a caller whose share is 200 KiB opens two, not three, while the
+/// session cap would allow more; another caller is not affected.
+#[tokio::test]
+async fn mcp_sessions_count_in_the_callers_memory_share() {
+    let gw = spawn_with(
+        &[("echo.toml", ECHO)],
+        "[limits]\nmax_buffered_body_bytes_per_caller = 204800\n",
+    )
+    .await;
+    let (one, two) = (client_from("127.0.0.11"), client_from("127.0.0.12"));
+    open_session(&one, &gw.base, None).await;
+    open_session(&one, &gw.base, None).await;
+    let (status, code, reason, _) = refusal(initialize(&one, &gw.base, None, None).await).await;
+    assert_eq!(
+        (status, code, reason.as_str()),
+        (429, -32062, "BODIES_OVER_SHARE")
+    );
+    open_session(&two, &gw.base, None).await;
+}
+
 /// Every MCP request counts in its caller's rate limit like an A2A call, `initialize`
 /// included: past the burst the answer is MCP's 429 naming the request, and the caller's
 /// A2A sends share the one allowance.
