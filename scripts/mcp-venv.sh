@@ -9,6 +9,6 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=scripts/venv-lib.sh
 source "$ROOT/scripts/venv-lib.sh"
 ensure_venv mcp-venv "$ROOT/tests/interop/mcp/requirements.txt" "$ROOT/target/mcp" 10 \
-    'from mcp import Client, StdioServerParameters; from mcp.client.streamable_http import streamable_http_client'
+    'from mcp import Client, StdioServerParameters; from mcp.client.streamable_http import streamable_http_client; import openapi_spec_validator'
 echo "mcp python: $PY_BIN"
 echo "$PY_BIN"

@@ -24,6 +24,8 @@ pub struct Application {
     port: u16,
     metrics_port: Option<u16>,
     grpc_port: Option<u16>,
+    /// Where the admin API has a listener of its own (`[admin] listen`).
+    admin_port: Option<u16>,
     server: Server,
     state: Arc<AppState>,
     /// Where the configuration was read from, and what listens for reloads of it (from
@@ -74,6 +76,8 @@ pub(crate) fn build_state(ready: Ready) -> std::io::Result<(AppState, Vec<String
         .to_path_buf();
     let (store, mut loaded) =
         crate::store::open(&gateway.store, &base, memory.clone()).map_err(std::io::Error::other)?;
+    let (keys, key_refusals) = crate::auth::RuntimeKeys::new();
+    let gateway_file = ready.settings.gateway_file.clone();
     if let Some(journal) = &store.journal {
         memory.write_behind(journal.clone());
         match &store.shared {
@@ -140,6 +144,11 @@ pub(crate) fn build_state(ready: Ready) -> std::io::Result<(AppState, Vec<String
         tracing,
         reloaded: tokio::sync::watch::channel(0).0,
         mcp_sessions: Default::default(),
+        keys,
+        key_refusals: std::sync::Mutex::new(Some(key_refusals)),
+        control_applied: tokio::sync::watch::channel(0).0,
+        control_wake: Default::default(),
+        gateway_file,
     };
     Ok((state, failed))
 }
@@ -358,10 +367,15 @@ impl Application {
             Some(port) => Some(bind(&server.host, port)?),
             None => None,
         };
+        let admin_listener = match (&gateway.admin.listen, gateway.admin.enabled()) {
+            (Some(addr), true) => Some(bind_addr(addr)?),
+            _ => None,
+        };
         let listeners = Listeners {
             http: listener,
             metrics: metrics_listener,
             grpc: grpc_listener,
+            admin: admin_listener,
         };
         Application::with_listeners(ready, listeners).await
     }
@@ -371,7 +385,12 @@ impl Application {
             http: listener,
             metrics: metrics_listener,
             grpc: grpc_listener,
+            admin: admin_listener,
         } = listeners;
+        let admin_port = match &admin_listener {
+            Some(l) => Some(l.local_addr()?.port()),
+            None => None,
+        };
         let addr = listener.local_addr()?;
         let metrics_port = match &metrics_listener {
             Some(l) => Some(l.local_addr()?.port()),
@@ -438,6 +457,18 @@ impl Application {
         let state = web::Data::new(state);
         let shared = state.clone().into_inner();
         start_housekeeping(&shared);
+        // The admin API's agents and keys are in force before the gateway says it serves.
+        match crate::reload::apply_control(&shared).await {
+            Ok(version) => {
+                shared.control_applied.send_replace(version);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the admin API's entries were not read at start; trying again")
+            }
+        }
+        tokio::spawn(crate::reload::follow_control(Arc::downgrade(&shared)));
+        tokio::spawn(crate::reload::audit_key_refusals(Arc::downgrade(&shared)));
+        tokio::spawn(crate::reload::record_key_use(Arc::downgrade(&shared)));
         if let Some(store) = shared.store.shared.clone() {
             let retention = shared.live().config.store.retention_secs;
             tokio::spawn(store.clone().keep_lease());
@@ -458,6 +489,10 @@ impl Application {
                 (config.mcp.path.clone(), endpoint)
             })
         };
+        // The admin API, on the main listener unless it has one of its own.
+        let admin = crate::admin::enabled(&shared.live().config)
+            .then(|| web::Data::new(crate::admin::Admin::default()));
+        let admin_here = admin.clone().filter(|_| admin_listener.is_none());
         // Each worker builds its app once, on its own thread: where its metrics flush runs.
         let app = move || {
             if metrics_on {
@@ -470,6 +505,12 @@ impl Application {
                     if let Some((path, endpoint)) = &mcp {
                         cfg.app_data(endpoint.clone())
                             .service(web::resource(path.as_str()).to(crate::mcp::serve));
+                    }
+                })
+                .configure(|cfg| {
+                    if let Some(admin) = &admin_here {
+                        cfg.app_data(admin.clone());
+                        crate::admin::configure(cfg);
                     }
                 })
                 // The one middleware: the trailing slash, drain, CORS preflights (before
@@ -540,6 +581,24 @@ impl Application {
                 }
             })?,
         };
+        if let (Some(listener), Some(admin)) = (admin_listener, admin) {
+            // Its own address: the admin routes only, behind the same edge (logs, metrics)
+            // but not the connection gate's HTTP listener.
+            let state = web::Data::from(shared.clone());
+            server = server.listen("a2a-gateway-admin", listener, move || {
+                let app = App::new()
+                    .app_data(state.clone())
+                    .app_data(admin.clone())
+                    .configure(crate::admin::configure)
+                    .wrap(crate::http::Edge)
+                    .into_factory()
+                    .map_err(|e: actix_web::Error| e.error_response());
+                actix_http::HttpService::build()
+                    .client_request_timeout(header_timeout)
+                    .finish(actix_service::map_config(app, |_| AppConfig::default()))
+                    .tcp()
+            })?;
+        }
         if let Some(listener) = metrics_listener {
             let shared = shared.clone();
             server = server.listen("a2a-gateway-metrics", listener, move || {
@@ -616,6 +675,7 @@ impl Application {
             port: addr.port(),
             metrics_port,
             grpc_port,
+            admin_port,
             server,
             state: shared,
             source,
@@ -634,6 +694,11 @@ impl Application {
     /// The separate metrics listener's port, when `[metrics] listen` sets one.
     pub fn metrics_port(&self) -> Option<u16> {
         self.metrics_port
+    }
+
+    /// The admin API's own port, when `[admin] listen` gives it one.
+    pub fn admin_port(&self) -> Option<u16> {
+        self.admin_port
     }
 
     pub fn handle(&self) -> ServerHandle {
@@ -714,6 +779,7 @@ struct Listeners {
     http: TcpListener,
     metrics: Option<TcpListener>,
     grpc: Option<TcpListener>,
+    admin: Option<TcpListener>,
 }
 
 fn bind(host: &str, port: u16) -> std::io::Result<TcpListener> {

@@ -38,6 +38,89 @@ enum Command {
     /// Speak MCP on stdin/stdout, relaying to a running gateway's MCP endpoint: for MCP
     /// clients that launch a local server.
     Mcp(McpArgs),
+    /// Call a running gateway's admin API (`/admin/v1`): agents and keys, for scripts.
+    Admin {
+        #[command(flatten)]
+        at: AdminArgs,
+        #[command(subcommand)]
+        what: AdminCommand,
+    },
+    /// Runtime agents (made through the admin API) as agent files.
+    Agents {
+        #[command(subcommand)]
+        what: AgentsCommand,
+    },
+}
+
+#[derive(Args)]
+struct AdminArgs {
+    /// The gateway (or its admin listener)
+    #[arg(long, env = "A2A_GATEWAY_URL", default_value = "http://127.0.0.1:8080")]
+    url: String,
+    /// The environment variable holding an admin secret ([[admin.keys]])
+    #[arg(long, default_value = "A2A_GATEWAY_ADMIN_TOKEN")]
+    token_env: String,
+}
+
+#[derive(Subcommand)]
+enum AdminCommand {
+    /// Runtime keys for callers.
+    #[command(subcommand)]
+    Keys(KeysCommand),
+    /// Agents: list them, put or delete a runtime one.
+    #[command(subcommand)]
+    Agents(AdminAgentsCommand),
+}
+
+#[derive(Subcommand)]
+enum KeysCommand {
+    /// Issue a key; its secret is printed this once.
+    Create {
+        #[arg(long, default_value = "")]
+        description: String,
+        /// An agent it may call (repeat; none: all)
+        #[arg(long = "agent")]
+        agents: Vec<String>,
+        /// Its rate-limit tier
+        #[arg(long)]
+        tier: Option<String>,
+        /// When it stops working (RFC 3339)
+        #[arg(long)]
+        expires_at: Option<String>,
+    },
+    List,
+    /// A new secret; the old one works for --grace-secs more.
+    Rotate {
+        id: String,
+        #[arg(long, default_value_t = 0)]
+        grace_secs: u64,
+    },
+    Revoke {
+        id: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum AdminAgentsCommand {
+    List,
+    /// Create or replace runtime agent NAME from FILE (an agent file, or its keys as .json).
+    Put {
+        name: String,
+        file: PathBuf,
+    },
+    Delete {
+        name: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum AgentsCommand {
+    /// Write every runtime agent as DIR/<name>.toml, to move into Git.
+    Export {
+        dir: PathBuf,
+        #[command(flatten)]
+        at: AdminArgs,
+    },
 }
 
 #[derive(Args)]
@@ -110,12 +193,120 @@ pub fn run() -> ExitCode {
         Command::Check(args) => check(&args),
         Command::Serve(args) => serve(args),
         Command::Mcp(args) => mcp(&args),
+        Command::Admin { at, what } => admin(&at, what),
+        Command::Agents {
+            what: AgentsCommand::Export { dir, at },
+        } => export(&at, &dir),
         Command::Schema { of } => {
             let text = serde_json::to_string_pretty(&config::schema(of)).unwrap_or_default();
             use std::io::Write as _;
             let _ = writeln!(std::io::stdout().lock(), "{text}");
             ExitCode::SUCCESS
         }
+    }
+}
+
+/// The admin API's target, or why there is none.
+fn admin_target(at: &AdminArgs) -> Result<crate::admin::client::Target, ExitCode> {
+    match std::env::var(&at.token_env) {
+        Ok(token) if !token.trim().is_empty() => Ok(crate::admin::client::Target {
+            url: at.url.clone(),
+            token: token.trim().to_string(),
+        }),
+        _ => {
+            eprintln!(
+                "admin: set {} to an admin secret ([[admin.keys]] in gateway.toml), or name another variable with --token-env",
+                at.token_env
+            );
+            Err(ExitCode::from(EXIT_BAD_CONFIG))
+        }
+    }
+}
+
+/// Runs `fut` on a runtime of its own, with the TLS provider the gateway uses.
+fn block_on<T>(fut: impl std::future::Future<Output = T>) -> Result<T, ExitCode> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => Ok(rt.block_on(fut)),
+        Err(e) => {
+            eprintln!("{e}");
+            Err(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// `admin …`: one call, its answer printed as JSON.
+fn admin(at: &AdminArgs, what: AdminCommand) -> ExitCode {
+    use crate::admin::client::Call;
+    let target = match admin_target(at) {
+        Ok(t) => t,
+        Err(code) => return code,
+    };
+    let call = match what {
+        AdminCommand::Keys(KeysCommand::Create {
+            description,
+            agents,
+            tier,
+            expires_at,
+        }) => Call::CreateKey {
+            description,
+            agents,
+            tier,
+            expires_at,
+        },
+        AdminCommand::Keys(KeysCommand::List) => Call::ListKeys,
+        AdminCommand::Keys(KeysCommand::Rotate { id, grace_secs }) => {
+            Call::RotateKey { id, grace_secs }
+        }
+        AdminCommand::Keys(KeysCommand::Revoke { id }) => Call::RevokeKey(id),
+        AdminCommand::Agents(AdminAgentsCommand::List) => Call::ListAgents,
+        AdminCommand::Agents(AdminAgentsCommand::Put { name, file }) => {
+            Call::PutAgent { name, file }
+        }
+        AdminCommand::Agents(AdminAgentsCommand::Delete { name }) => Call::DeleteAgent(name),
+    };
+    match block_on(crate::admin::client::run(&target, call)) {
+        Ok(Ok(answer)) => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&answer).unwrap_or_default()
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(Err(e)) => {
+            eprintln!("admin: {e}");
+            ExitCode::FAILURE
+        }
+        Err(code) => code,
+    }
+}
+
+/// `agents export DIR`.
+fn export(at: &AdminArgs, dir: &std::path::Path) -> ExitCode {
+    let target = match admin_target(at) {
+        Ok(t) => t,
+        Err(code) => return code,
+    };
+    match block_on(crate::admin::client::export(&target, dir)) {
+        Ok(Ok(written)) => {
+            for file in &written {
+                println!("{file}");
+            }
+            eprintln!(
+                "{} runtime agent(s) written to {}",
+                written.len(),
+                dir.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(Err(e)) => {
+            eprintln!("agents export: {e}");
+            ExitCode::FAILURE
+        }
+        Err(code) => code,
     }
 }
 

@@ -24,6 +24,9 @@ pub mod gateway_codes {
     pub const SHUTTING_DOWN: i64 = -32055;
     pub const DEADLINE_EXCEEDED: i64 = -32056;
     pub const SESSION_CAPACITY: i64 = -32057;
+    pub const ADMIN_NOT_FOUND: i64 = -32080;
+    pub const ADMIN_CONFLICT: i64 = -32081;
+    pub const ADMIN_INVALID: i64 = -32082;
     pub const TOO_MANY_SESSIONS: i64 = -32072;
 }
 
@@ -122,6 +125,16 @@ pub enum GatewayError {
     TooManySessions(usize, u64),
     #[error("The gateway is holding its maximum of {0} MCP sessions; retry later")]
     SessionCapacity(usize),
+    /// The admin API: what the path names is not there.
+    #[error("Not found: {0}")]
+    AdminNotFound(String),
+    /// The admin API: the change conflicts with what is there (a name taken, a file's
+    /// agent, a version that moved on).
+    #[error("Conflict: {0}")]
+    AdminConflict(String),
+    /// The admin API: a body that does not check; each problem with the field it is about.
+    #[error("Invalid: {}", .0.iter().map(|(f, m)| if f.is_empty() { m.clone() } else { format!("{f}: {m}") }).collect::<Vec<_>>().join("; "))]
+    AdminInvalid(Vec<(String, String)>),
     /// A browser page on an origin the endpoint does not allow (MCP asks servers to check).
     #[error(
         "Forbidden: requests from the origin {0} are not allowed here (see [mcp] allowed_origins)"
@@ -186,6 +199,7 @@ pub enum GrpcCode {
     InvalidArgument = 3,
     DeadlineExceeded = 4,
     NotFound = 5,
+    AlreadyExists = 6,
     PermissionDenied = 7,
     ResourceExhausted = 8,
     FailedPrecondition = 9,
@@ -204,6 +218,7 @@ impl GrpcCode {
             401 => GrpcCode::Unauthenticated,
             403 => GrpcCode::PermissionDenied,
             404 => GrpcCode::NotFound,
+            409 => GrpcCode::AlreadyExists,
             413 | 429 => GrpcCode::ResourceExhausted,
             503 => GrpcCode::Unavailable,
             408 | 504 => GrpcCode::DeadlineExceeded,
@@ -217,6 +232,7 @@ impl GrpcCode {
             GrpcCode::InvalidArgument => "INVALID_ARGUMENT",
             GrpcCode::DeadlineExceeded => "DEADLINE_EXCEEDED",
             GrpcCode::NotFound => "NOT_FOUND",
+            GrpcCode::AlreadyExists => "ALREADY_EXISTS",
             GrpcCode::PermissionDenied => "PERMISSION_DENIED",
             GrpcCode::ResourceExhausted => "RESOURCE_EXHAUSTED",
             GrpcCode::FailedPrecondition => "FAILED_PRECONDITION",
@@ -410,6 +426,9 @@ impl GatewayError {
                 ours(SESSION_CAPACITY, "SESSION_CAPACITY", 503).retry()
             }
             GatewayError::OriginNotAllowed(_) => ours(FORBIDDEN, "ORIGIN_NOT_ALLOWED", 403),
+            GatewayError::AdminNotFound(_) => ours(ADMIN_NOT_FOUND, "NOT_FOUND", 404),
+            GatewayError::AdminConflict(_) => ours(ADMIN_CONFLICT, "CONFLICT", 409),
+            GatewayError::AdminInvalid(_) => ours(ADMIN_INVALID, "INVALID_ARGUMENT", 400),
             GatewayError::PayloadTooLarge(_) => ours(PAYLOAD_TOO_LARGE, "PAYLOAD_TOO_LARGE", 413),
             GatewayError::RequestTimeout(_) => ours(REQUEST_TIMEOUT, "REQUEST_TIMEOUT", 408),
             GatewayError::BodiesOverBudget => {
@@ -570,6 +589,15 @@ impl GatewayError {
             details.push(json!({
                 "@type": "type.googleapis.com/google.rpc.BadRequest",
                 "fieldViolations": [{"field": "params", "description": msg}],
+            }));
+        }
+        if let GatewayError::AdminInvalid(fields) = self {
+            let violations: Vec<Value> = (fields.iter())
+                .map(|(field, description)| json!({"field": field, "description": description}))
+                .collect();
+            details.push(json!({
+                "@type": "type.googleapis.com/google.rpc.BadRequest",
+                "fieldViolations": violations,
             }));
         }
         Value::Array(details)

@@ -7,6 +7,7 @@
 // `pub` is the crate's surface (the modules declared `pub` below); inside, `pub(crate)`.
 #![warn(unreachable_pub)]
 
+pub(crate) mod admin;
 pub(crate) mod agents;
 pub mod app;
 pub(crate) mod auth;

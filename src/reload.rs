@@ -156,6 +156,7 @@ pub(crate) fn live(
         rates,
         rules,
         policies,
+        admin,
         ..
     } = ready;
     let parts = crate::http::Parts {
@@ -163,6 +164,7 @@ pub(crate) fn live(
         rates,
         rules,
         policies,
+        admin,
     };
     Live::new(settings.gateway, parts, registry, metrics, fingerprint)
 }
@@ -185,8 +187,12 @@ pub(crate) async fn reload(
     let loaded = {
         let source = source.clone();
         // Reading files (and key files) blocks: off the workers.
+        let runtime: Vec<AgentDef> = (state.live().registry.iter())
+            .filter(|a| a.def.runtime)
+            .map(|a| a.def.clone())
+            .collect();
         tokio::task::spawn_blocking(move || {
-            source.load().map(|ready| {
+            source.load_with(&runtime).map(|ready| {
                 let named = ready.settings.named_files();
                 let files = digest(named.iter().map(PathBuf::as_path));
                 (ready, named, files)
@@ -628,5 +634,155 @@ fn changes_a_file(kind: &notify::EventKind) -> bool {
         | EventKind::Modify(_)
         | EventKind::Remove(_)
         | EventKind::Other => true,
+    }
+}
+
+/// Puts the admin API's entries in force: the runtime keys (the ring every request reads),
+/// and the enabled runtime agents beside the file agents, through the same path as a
+/// reload (cards, the aggregated card, MCP tools and metrics follow). Returns the version
+/// of the entries put in force.
+pub(crate) async fn apply_control(state: &AppState) -> Result<u64, String> {
+    use crate::store::control::Kind;
+    let control = &state.store.control;
+    let version = control.version().await?;
+    let keys: Vec<crate::auth::KeyRecord> = (control.list(Kind::Key).await?.iter())
+        .filter_map(|e| match serde_json::from_str(&e.value) {
+            Ok(record) => Some(record),
+            Err(err) => {
+                tracing::warn!(key = %e.name, error = %err, "a stored runtime key does not read; it is left out");
+                None
+            }
+        })
+        .collect();
+    let old = state.keys.ring.load();
+    (state.keys.ring).store(Arc::new(crate::auth::KeyRing::build(&keys, &old)));
+    let live = state.live();
+    let dir = state.gateway_file.parent().unwrap_or(Path::new("."));
+    let open_host = live.config.admin.allow_host_access;
+    let mut runtime = Vec::new();
+    for e in control.list(Kind::Agent).await? {
+        let record = serde_json::from_str::<crate::config::AgentRecord>(&e.value);
+        let agent = record
+            .map_err(|err| err.to_string())
+            .and_then(|r| match r.enabled {
+                true => r.agent(&e.name, dir, open_host).map(Some).map_err(|errs| {
+                    (errs.iter())
+                        .map(|f| format!("{}: {}", f.field, f.message))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                }),
+                false => Ok(None),
+            });
+        match agent {
+            Ok(Some(agent)) => runtime.push(agent),
+            Ok(None) => {}
+            Err(err) => {
+                tracing::warn!(agent = %e.name, error = %err, "a stored runtime agent does not check; it is not served")
+            }
+        }
+    }
+    let serving: Vec<&AgentDef> = (live.registry.iter())
+        .filter(|a| a.def.runtime)
+        .map(|a| &a.def)
+        .collect();
+    if serving.len() == runtime.len() && serving.iter().zip(&runtime).all(|(a, b)| **a == *b) {
+        return Ok(version);
+    }
+    let mut settings = crate::config::Settings {
+        gateway: live.config.clone(),
+        agents: (live.registry.iter())
+            .filter(|a| !a.def.runtime)
+            .map(|a| a.def.clone())
+            .collect(),
+        gateway_file: state.gateway_file.clone(),
+    };
+    crate::setup::add_runtime(&mut settings, &runtime);
+    let named = settings.named_files();
+    let files = digest(named.iter().map(PathBuf::as_path));
+    let ready = crate::setup::build(settings).map_err(|d| d.to_string())?;
+    match apply(state, ready, &files, "admin change", false).await {
+        true => Ok(version),
+        false => Err("the runtime agents were not put in force (see the log)".into()),
+    }
+}
+
+/// Keeps the admin API's entries in force on this replica: applies them whenever their
+/// version moves (polled twice a second: a change made through another replica is in
+/// force here within a second or so) or this replica's admin API says it changed them.
+/// What is in force is announced on `state.control_applied`.
+pub(crate) async fn follow_control(state: std::sync::Weak<AppState>) {
+    let mut applied: Option<u64> = None;
+    loop {
+        let Some(state) = state.upgrade() else {
+            return;
+        };
+        let seen = state.store.control.version().await;
+        if seen.as_ref().ok() != applied.as_ref() {
+            match apply_control(&state).await {
+                Ok(version) => {
+                    applied = Some(version);
+                    state.control_applied.send_replace(version);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "the admin API's entries were not put in force; trying again")
+                }
+            }
+        }
+        let wake = state.control_wake.clone();
+        drop(state);
+        let _ = tokio::time::timeout(Duration::from_millis(500), wake.notified()).await;
+    }
+}
+
+/// Appends every refusal of a runtime key to the audit log, while the gateway runs.
+pub(crate) async fn audit_key_refusals(state: std::sync::Weak<AppState>) {
+    let Some(mut refusals) = state
+        .upgrade()
+        .and_then(|s| s.key_refusals.lock().ok()?.take())
+    else {
+        return;
+    };
+    while let Some(r) = refusals.recv().await {
+        let Some(state) = state.upgrade() else {
+            return;
+        };
+        let entry = crate::store::control::AuditEntry {
+            seq: None,
+            at: r.at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            actor: format!("key:{}", r.id),
+            action: "key.refused".into(),
+            target: format!("key:{}", r.id),
+            from: r.from.map(|ip| ip.to_string()),
+            before: None,
+            after: None,
+            detail: Some(r.reason),
+        };
+        if let Err(e) = state.store.control.record(&entry).await {
+            tracing::warn!(error = %e, "a runtime key's refusal was not audited");
+        }
+    }
+}
+
+/// How often each replica writes when its runtime keys were last used.
+const KEY_USE_EVERY: Duration = Duration::from_secs(10);
+
+/// Writes when the runtime keys were last used here, every [`KEY_USE_EVERY`] (a kill -9
+/// loses at most that much of it), while the gateway runs.
+pub(crate) async fn record_key_use(state: std::sync::Weak<AppState>) {
+    let mut since = 0;
+    loop {
+        tokio::time::sleep(KEY_USE_EVERY).await;
+        let Some(state) = state.upgrade() else {
+            return;
+        };
+        let used = state.keys.ring.load().used_since(since);
+        if used.is_empty() {
+            continue;
+        }
+        let newest = used.iter().map(|(_, at)| *at).max().unwrap_or(since);
+        match state.store.control.used(used).await {
+            Ok(()) => since = newest,
+            Err(e) => tracing::debug!(error = %e, "keys' last use not written; tried again"),
+        }
     }
 }

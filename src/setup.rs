@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::auth::Authenticator;
+use crate::auth::{AdminAuth, Authenticator};
 use crate::config::{self, Diagnostic, Diagnostics, Settings};
 use crate::limits::RateLimits;
 use crate::policy::Policies;
@@ -21,6 +21,8 @@ pub struct Ready {
     pub(crate) rates: RateLimits,
     pub(crate) rules: Vec<Rule>,
     pub(crate) policies: Policies,
+    /// Who may use the admin API.
+    pub(crate) admin: AdminAuth,
     /// Where they were read from, to read them again on reload; none for settings made
     /// in memory (which then cannot be reloaded).
     pub source: Option<Source>,
@@ -48,7 +50,15 @@ pub struct Source {
 impl Source {
     /// Reads and builds the configuration; every problem of it, or the ready parts.
     pub fn load(&self) -> Result<Ready, Diagnostics> {
+        self.load_with(&[])
+    }
+
+    /// [`Self::load`], with `runtime` agents (the admin API's) beside the files' ones. A
+    /// file's agent of the same name wins: the runtime one is left out, and a warning says
+    /// so.
+    pub fn load_with(&self, runtime: &[config::AgentDef]) -> Result<Ready, Diagnostics> {
         let (mut settings, mut diags) = config::read(self.config.as_deref(), &self.agents_dir);
+        add_runtime(&mut settings, runtime);
         let server = &mut settings.gateway.server;
         if let Some(host) = &self.host {
             server.host.clone_from(host);
@@ -71,16 +81,31 @@ impl Source {
         }
         let parts = parts(&settings, &mut diags);
         match parts {
-            Some((auth, rates, rules, policies)) if diags.0.is_empty() => Ok(Ready {
+            Some((auth, rates, rules, policies, admin)) if diags.0.is_empty() => Ok(Ready {
                 warnings: warnings(&policies),
                 settings,
                 auth,
                 rates,
                 rules,
                 policies,
+                admin,
                 source: Some(self.clone()),
             }),
             _ => Err(diags),
+        }
+    }
+}
+
+/// Adds `runtime` agents to `settings`, but those a file defines already.
+pub fn add_runtime(settings: &mut Settings, runtime: &[config::AgentDef]) {
+    for agent in runtime {
+        match settings.agents.iter().find(|a| a.name == agent.name) {
+            Some(file) => tracing::warn!(
+                agent = %agent.name,
+                file = %file.source.display(),
+                "an agent file defines the name of a runtime agent: the file's is served"
+            ),
+            None => settings.agents.push(agent.clone()),
         }
     }
 }
@@ -90,13 +115,14 @@ pub fn load(config_path: Option<&Path>, agents_dir: &Path) -> Result<Ready, Diag
     let (settings, mut diags) = config::read(config_path, agents_dir);
     let parts = parts(&settings, &mut diags);
     match parts {
-        Some((auth, rates, rules, policies)) if diags.0.is_empty() => Ok(Ready {
+        Some((auth, rates, rules, policies, admin)) if diags.0.is_empty() => Ok(Ready {
             warnings: warnings(&policies),
             settings,
             auth,
             rates,
             rules,
             policies,
+            admin,
             source: None,
         }),
         _ => Err(diags),
@@ -107,13 +133,14 @@ pub fn load(config_path: Option<&Path>, agents_dir: &Path) -> Result<Ready, Diag
 pub fn build(settings: Settings) -> Result<Ready, Diagnostics> {
     let mut diags = Diagnostics::default();
     match parts(&settings, &mut diags) {
-        Some((auth, rates, rules, policies)) => Ok(Ready {
+        Some((auth, rates, rules, policies, admin)) => Ok(Ready {
             warnings: warnings(&policies),
             settings,
             auth,
             rates,
             rules,
             policies,
+            admin,
             source: None,
         }),
         None => Err(diags),
@@ -123,7 +150,7 @@ pub fn build(settings: Settings) -> Result<Ready, Diagnostics> {
 fn parts(
     settings: &Settings,
     diags: &mut Diagnostics,
-) -> Option<(Authenticator, RateLimits, Vec<Rule>, Policies)> {
+) -> Option<(Authenticator, RateLimits, Vec<Rule>, Policies, AdminAuth)> {
     let gateway = &settings.gateway;
     let file = settings.gateway_file.as_path();
     let before = diags.0.len();
@@ -131,6 +158,13 @@ fn parts(
         .map_err(|errors| {
             for e in errors {
                 diags.push(Diagnostic::file(file, format!("auth: {e}")));
+            }
+        })
+        .ok();
+    let admin = AdminAuth::build(&gateway.admin)
+        .map_err(|errors| {
+            for e in errors {
+                diags.push(Diagnostic::file(file, format!("admin: {e}")));
             }
         })
         .ok();
@@ -171,7 +205,7 @@ fn parts(
     if diags.0.len() > before {
         return None;
     }
-    Some((auth?, rates?, rules, policies?))
+    Some((auth?, rates?, rules, policies?, admin?))
 }
 
 /// The policies' warnings, each where its rule's expression says what it warns about.

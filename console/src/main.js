@@ -3,6 +3,7 @@
 
 import { Gateway, CallError } from './client.js';
 import { rawBytes, safeHref, safeType, size } from './files.js';
+import { initAdmin } from './admin.js';
 
 const $ = (id) => document.getElementById(id);
 
@@ -392,6 +393,7 @@ function init() {
   $('cancel').addEventListener('click', cancel);
   $('new-conversation').addEventListener('click', newConversation);
   $('filter-form').addEventListener('submit', listTasks);
+  initAdmin(state.base, loadAgents);
   loadAgents();
 }
 

@@ -29,6 +29,7 @@ const { values: args } = parseArgs({
     only: { type: 'string' },
     'trust-spki': { type: 'string' },
     through: { type: 'string' },
+    'admin-secret': { type: 'string' },
   },
 });
 const TIMEOUT = 15000;
@@ -53,7 +54,7 @@ async function page(url, key) {
   await p.goto(url);
   if (key !== undefined) {
     await p.getByLabel('Credential value').fill(key);
-    await p.getByRole('button', { name: 'Use' }).click();
+    await p.getByRole('button', { name: 'Use', exact: true }).click();
   }
   return p;
 }
@@ -294,6 +295,50 @@ const scenarios = {
     await p.locator('#agents > li').first().waitFor();
     await chat(p, 'echo', 'from afar');
     await stateIs(p, 'completed');
+    return p;
+  },
+  'admin-view-adds-an-agent-issues-and-revokes-a-key': async () => {
+    expect(args['admin-secret'], 'no --admin-secret');
+    const p = await page(consoleUrl, args['api-key']);
+    // A wrong secret shows no admin view, and says why.
+    await p.locator('#admin-secret').fill('not-the-secret');
+    await p.getByRole('button', { name: 'Use admin secret' }).click();
+    await p.locator('#admin-status[data-kind="error"]').filter({ hasText: 'HTTP 401' }).waitFor();
+    expect(await p.locator('#admin-view').isHidden(), 'the admin view shows for a wrong secret');
+    await p.locator('#admin-secret').fill(args['admin-secret']);
+    await p.getByRole('button', { name: 'Use admin secret' }).click();
+    await p.locator('#admin-view').waitFor();
+    // An agent from its card URL: listed among the agents at once.
+    await p.getByLabel('Name', { exact: true }).fill('added');
+    await p.getByLabel('Card URL').fill(`${args.gateway}/a2a/agents/echo`);
+    await p.getByRole('button', { name: 'Add agent' }).click();
+    await p.locator('#admin-status').filter({ hasText: 'Agent added added' }).waitFor();
+    await p.locator('#agents > li[data-agent="added"]').waitFor();
+    // A key: its secret shown once, with a copy button.
+    await p.getByLabel('Description').fill('from the console');
+    await p.getByRole('button', { name: 'Issue key' }).click();
+    const shown = p.locator('#admin-new-secret');
+    await shown.waitFor();
+    const secret = await shown.innerText();
+    expect(secret.startsWith('a2agw_'), `the secret shown: ${secret}`);
+    await p.getByRole('button', { name: 'Copy' }).click();
+    await p.getByRole('button', { name: 'Copied' }).waitFor();
+    const row = p.locator('#admin-keys tr').filter({ hasText: 'from the console' });
+    const id = await row.locator('td').first().innerText();
+    // The key works until it is revoked.
+    const works = async () => (await fetch(`${args.gateway}/a2a/agents/echo`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json', 'A2A-Version': '1.0', 'X-API-Key': secret },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'ListTasks', params: {} }),
+    })).status;
+    expect((await works()) === 200, 'the issued key does not work');
+    await p.getByRole('button', { name: `Revoke ${id}` }).click();
+    await row.locator('.key-state').filter({ hasText: 'revoked' }).waitFor();
+    expect((await works()) === 401, 'the revoked key still works');
+    // The audit log says what happened.
+    for (const action of ['agent.create', 'key.create', 'key.revoke']) {
+      await p.locator('#admin-audit .audit-action').filter({ hasText: new RegExp(`^${action}$`) }).first().waitFor();
+    }
     return p;
   },
   'disallowed-origin-fails-visibly': async () => {

@@ -373,6 +373,7 @@ mod tests {
                     mcp_tools: Default::default(),
                     policies: Vec::new(),
                     source: "a.toml".into(),
+                    runtime: false,
                 };
                 let limits = ActorLimits {
                     mailbox: 4,

@@ -6,8 +6,12 @@
 //! were not accepted, never whether a key id or an agent exists.
 
 mod jwt;
+mod keys;
 
 pub(crate) use jwt::JwksSource;
+pub(crate) use keys::{
+    new_secret, KeyRecord, KeyRing, PreviousSecret, Refusal, RuntimeKeys, SECRET_PREFIX,
+};
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -16,7 +20,7 @@ use actix_web::http::header::{HeaderMap, HeaderName};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::config::{Access, AgentDef, AuthConfig, CredentialConfig};
+use crate::config::{Access, AdminConfig, AgentDef, AuthConfig, CredentialConfig};
 use jwt::JwtVerifier;
 
 pub(crate) const API_KEY_HEADER: &str = "X-API-Key";
@@ -198,6 +202,14 @@ pub(crate) enum AuthError {
     /// expired, wrong signature...). The reason is logged, not sent.
     #[error("the credentials were not accepted")]
     Rejected { scheme: Scheme, reason: String },
+    /// 401: a runtime key (one the admin API issued) that is revoked, expired or rotated
+    /// out: as [`AuthError::Rejected`], and its refusal goes to the audit log.
+    #[error("the credentials were not accepted")]
+    KeyRefused {
+        scheme: Scheme,
+        id: String,
+        reason: String,
+    },
     /// 403: valid credentials that do not cover the agent.
     #[error("these credentials may not call this agent")]
     Forbidden,
@@ -212,9 +224,17 @@ impl AuthError {
             AuthError::Rejected {
                 scheme: Scheme::ApiKey,
                 ..
+            }
+            | AuthError::KeyRefused {
+                scheme: Scheme::ApiKey,
+                ..
             } => "rejected_api_key",
             AuthError::Rejected {
                 scheme: Scheme::Bearer,
+                ..
+            }
+            | AuthError::KeyRefused {
+                scheme: Scheme::Bearer | Scheme::ClientCertificate,
                 ..
             } => "rejected_bearer",
             AuthError::Rejected {
@@ -317,17 +337,104 @@ fn parse_hex32(hex: &str) -> Option<[u8; 32]> {
     Some(out)
 }
 
-/// Finds the credential whose digest matches, comparing against every entry so the time
+/// Finds the credential whose digest is `d`, comparing against every entry so the time
 /// taken does not depend on which one (or whether any) matched.
-fn find<'a>(list: &'a [StaticCredential], presented: &[u8]) -> Option<&'a StaticCredential> {
-    let d = digest(presented);
+fn find<'a>(list: &'a [StaticCredential], d: &[u8; 32]) -> Option<&'a StaticCredential> {
     let mut found = None;
     for c in list {
-        if bool::from(c.digest.ct_eq(&d)) {
+        if bool::from(c.digest.ct_eq(d)) {
             found = Some(c);
         }
     }
     found
+}
+
+/// Who may use the admin API (`[admin]`): its keys, and a JWT claim that grants it.
+pub(crate) struct AdminAuth {
+    keys: Vec<StaticCredential>,
+    jwt_claim: Option<String>,
+    jwt_value: String,
+}
+
+/// Why a request may not use the admin API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AdminRefusal {
+    /// 401: no admin credential, or one not accepted.
+    Unauthenticated,
+    /// 403: a caller's credential, valid, that is not an admin's.
+    NotAdmin,
+}
+
+impl AdminAuth {
+    pub(crate) fn build(cfg: &AdminConfig) -> Result<AdminAuth, Vec<String>> {
+        let mut errors = Vec::new();
+        let mut keys = Vec::new();
+        for k in &cfg.keys {
+            let as_credential = CredentialConfig {
+                id: k.id.clone(),
+                secret_env: k.secret_env.clone(),
+                secret_file: k.secret_file.clone(),
+                secret_sha256: k.secret_sha256.clone(),
+                agents: vec!["*".into()],
+                revoked: false,
+                tier: None,
+            };
+            match load_static(&as_credential, "admin key") {
+                Ok(c) => keys.push(c),
+                Err(e) => errors.push(e),
+            }
+        }
+        match errors.is_empty() {
+            true => Ok(AdminAuth {
+                keys,
+                jwt_claim: cfg.jwt_claim.clone(),
+                jwt_value: cfg.jwt_value.clone(),
+            }),
+            false => Err(errors),
+        }
+    }
+
+    /// The admin `presented` names (`admin-key:<id>`, or a JWT's `jwt:<issuer>:<sub>`), or
+    /// why not. Admin credentials come as `Authorization: Bearer`.
+    pub(crate) fn admit(
+        &self,
+        presented: Presented<'_>,
+        callers: &Authenticator,
+        ring: &arc_swap::ArcSwap<KeyRing>,
+    ) -> Result<Arc<str>, AdminRefusal> {
+        let token = (presented.bearer)
+            .and_then(|b| std::str::from_utf8(b).ok())
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim())
+            .filter(|t| !t.is_empty() && !presented.more && presented.key.is_none());
+        if let Some(token) = token {
+            if let Some(admin) = find(&self.keys, &digest(token.as_bytes())) {
+                return Ok(Arc::from(format!("admin-key:{}", admin.id)));
+            }
+            if let (Some(claim), Ok(p)) = (&self.jwt_claim, callers.verify_jwt(token)) {
+                let grants =
+                    p.claims
+                        .as_ref()
+                        .and_then(|c| c.get(claim))
+                        .is_some_and(|v| match v {
+                            serde_json::Value::String(s) => *s == self.jwt_value,
+                            serde_json::Value::Array(a) => a.iter().any(|x| *x == *self.jwt_value),
+                            serde_json::Value::Bool(b) => *b,
+                            _ => false,
+                        });
+                return match grants {
+                    true => Ok(p.id.clone()),
+                    false => Err(AdminRefusal::NotAdmin),
+                };
+            }
+        }
+        // Not an admin's: a caller's credential that is valid is forbidden, else unknown.
+        match callers.authenticate(presented, ring) {
+            Ok(p) if !p.anonymous => Err(AdminRefusal::NotAdmin),
+            _ => Err(AdminRefusal::Unauthenticated),
+        }
+    }
 }
 
 impl Authenticator {
@@ -409,7 +516,13 @@ impl Authenticator {
     /// it over the connection's). Presented credentials that are not accepted are an error
     /// even for public agents: a client with a broken key should hear so, not be served as
     /// someone else.
-    pub(crate) fn authenticate(&self, presented: Presented<'_>) -> Result<Principal, AuthError> {
+    /// The caller `presented` names: a file's credential, else a runtime key from `ring`
+    /// (looked at only when a key or a bearer matched no file's).
+    pub(crate) fn authenticate(
+        &self,
+        presented: Presented<'_>,
+        ring: &arc_swap::ArcSwap<KeyRing>,
+    ) -> Result<Principal, AuthError> {
         let Presented {
             key,
             bearer,
@@ -433,7 +546,17 @@ impl Authenticator {
                 scheme: Scheme::ApiKey,
                 reason: reason.into(),
             };
-            return match find(&self.api_keys, key) {
+            let d = digest(key);
+            return match find(&self.api_keys, &d) {
+                None => match ring.load().find(&d) {
+                    Some(Ok(p)) => Ok(p),
+                    Some(Err((id, reason))) => Err(AuthError::KeyRefused {
+                        scheme: Scheme::ApiKey,
+                        id,
+                        reason,
+                    }),
+                    None => Err(rejected("unknown api key")),
+                },
                 Some(c) if c.revoked => Err(rejected(&format!("api key {} is revoked", c.id))),
                 Some(c) => Ok(Principal {
                     id: Arc::from(format!("key:{}", c.id)),
@@ -443,7 +566,6 @@ impl Authenticator {
                     claims: None,
                     address: None,
                 }),
-                None => Err(rejected("unknown api key")),
             };
         }
         let Some(auth) = bearer else {
@@ -467,7 +589,8 @@ impl Authenticator {
         if token.is_empty() {
             return Err(rejected("empty bearer token".into()));
         }
-        if let Some(c) = find(&self.bearer_tokens, token.as_bytes()) {
+        let d = digest(token.as_bytes());
+        if let Some(c) = find(&self.bearer_tokens, &d) {
             if c.revoked {
                 return Err(rejected(format!("bearer token {} is revoked", c.id)));
             }
@@ -479,6 +602,17 @@ impl Authenticator {
                 claims: None,
                 address: None,
             });
+        }
+        if token.starts_with(SECRET_PREFIX) {
+            return match ring.load().find(&d) {
+                Some(Ok(p)) => Ok(p),
+                Some(Err((id, reason))) => Err(AuthError::KeyRefused {
+                    scheme: Scheme::Bearer,
+                    id,
+                    reason,
+                }),
+                None => Err(rejected("unknown bearer token".into())),
+            };
         }
         if token.split('.').count() == 3 && !self.jwt.is_empty() {
             return self.verify_jwt(token).map_err(rejected);
@@ -521,7 +655,7 @@ impl Authenticator {
         }
     }
 
-    fn verify_jwt(&self, token: &str) -> Result<Principal, String> {
+    pub(crate) fn verify_jwt(&self, token: &str) -> Result<Principal, String> {
         let key = digest(token.as_bytes());
         let now = chrono::Utc::now().timestamp();
         if let Some(hit) = self.verified.get(&key) {
@@ -562,8 +696,16 @@ impl Authenticator {
             AuthError::Rejected {
                 scheme: Scheme::ApiKey,
                 ..
+            }
+            | AuthError::KeyRefused {
+                scheme: Scheme::ApiKey,
+                ..
             } => format!("ApiKey header=\"{API_KEY_HEADER}\", realm=\"a2a-gateway\""),
             AuthError::Rejected {
+                scheme: Scheme::Bearer,
+                ..
+            }
+            | AuthError::KeyRefused {
                 scheme: Scheme::Bearer,
                 ..
             } => "Bearer realm=\"a2a-gateway\", error=\"invalid_token\"".to_string(),

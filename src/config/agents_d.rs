@@ -92,6 +92,172 @@ fn check_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A problem with an agent given as JSON: the field it is about (`backend.timeout_secs`,
+/// `skills[1].id`; empty for the whole) and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    pub field: String,
+    pub message: String,
+}
+
+/// An agent given as JSON (the admin API's `PUT /admin/v1/agents/{name}`: the agent file's
+/// schema), checked exactly as `check` checks a file: the JSON is written out as the TOML
+/// file it stands for and read by the same reader. `name` is the agent's (the JSON may
+/// repeat it); `dir` is where its relative paths would start. Every problem, each naming
+/// its field.
+pub fn agent_from_json(
+    name: &str,
+    json: &serde_json::Value,
+    dir: &Path,
+) -> Result<AgentDef, Vec<FieldError>> {
+    let whole = |message: String| {
+        vec![FieldError {
+            field: String::new(),
+            message,
+        }]
+    };
+    let serde_json::Value::Object(fields) = json else {
+        return Err(whole(
+            "an agent is a JSON object (the agent file's keys)".into(),
+        ));
+    };
+    let mut fields = fields.clone();
+    match fields.get("name") {
+        None => {
+            fields.insert("name".into(), serde_json::Value::String(name.into()));
+        }
+        Some(serde_json::Value::String(n)) if n == name => {}
+        Some(other) => {
+            return Err(vec![FieldError {
+                field: "name".into(),
+                message: format!("{other} is not the agent the path names (\"{name}\")"),
+            }])
+        }
+    }
+    let mut nulls = Vec::new();
+    find_nulls(
+        &serde_json::Value::Object(fields.clone()),
+        String::new(),
+        &mut nulls,
+    );
+    if !nulls.is_empty() {
+        return Err(nulls
+            .into_iter()
+            .map(|field| FieldError {
+                field,
+                message: "null is not a value here: leave the key out".into(),
+            })
+            .collect());
+    }
+    let text = toml::to_string(&fields)
+        .map_err(|e| whole(format!("cannot be written as an agent file: {e}")))?;
+    let file = dir.join(format!("{name}.toml"));
+    let mut diags = Diagnostics::default();
+    let Parsed { agent, .. } = parse_agent(&file, &text, &mut diags);
+    match agent {
+        Some(agent) if diags.0.is_empty() => Ok(agent),
+        _ => Err(diags
+            .0
+            .iter()
+            .map(|d| {
+                let at = field_at(&text, d.line);
+                // A missing field is reported where its table starts: name it instead.
+                let field = match missing_field(&d.message) {
+                    Some(missing) => {
+                        let table = at.rsplit_once('.').map_or("", |(t, _)| t);
+                        let table = if text
+                            .lines()
+                            .nth(d.line.saturating_sub(1))
+                            .is_some_and(|l| l.trim_start().starts_with('['))
+                        {
+                            at.as_str()
+                        } else {
+                            table
+                        };
+                        match table.is_empty() {
+                            true => missing.to_string(),
+                            false => format!("{table}.{missing}"),
+                        }
+                    }
+                    None => at,
+                };
+                FieldError {
+                    field,
+                    message: d.message.clone(),
+                }
+            })
+            .collect()),
+    }
+}
+
+/// The field a "missing field `x`" message names.
+fn missing_field(message: &str) -> Option<&str> {
+    message.strip_prefix("missing field `")?.split('`').next()
+}
+
+/// The paths of the nulls in `value` (TOML has none).
+fn find_nulls(value: &serde_json::Value, at: String, out: &mut Vec<String>) {
+    match value {
+        serde_json::Value::Null => out.push(at),
+        serde_json::Value::Object(map) => {
+            for (k, v) in map {
+                let path = if at.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{at}.{k}")
+                };
+                find_nulls(v, path, out);
+            }
+        }
+        serde_json::Value::Array(items) => {
+            for (i, v) in items.iter().enumerate() {
+                find_nulls(v, format!("{at}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The field a line of an agent file written from JSON is about: its table's path (an
+/// array of tables counted: `skills[1]`) and the line's key; the table alone for a line
+/// that is a header, none for line 0 (the whole file).
+fn field_at(text: &str, line: usize) -> String {
+    let mut table = String::new();
+    let mut counts: HashMap<String, usize> = HashMap::new();
+    let mut key = String::new();
+    for (n, l) in text.lines().enumerate().take(line) {
+        let l = l.trim();
+        if let Some(name) = l.strip_prefix("[[").and_then(|r| r.strip_suffix("]]")) {
+            let i = counts.entry(name.to_string()).or_insert(0);
+            table = format!("{name}[{i}]");
+            *i += 1;
+            key.clear();
+        } else if let Some(name) = l.strip_prefix('[').and_then(|r| r.strip_suffix(']')) {
+            // A table inside an array of tables stays under its element.
+            table = match name.split_once('.') {
+                Some((head, rest)) if counts.contains_key(head) => {
+                    format!("{head}[{}].{rest}", counts[head] - 1)
+                }
+                _ => name.to_string(),
+            };
+            key.clear();
+        } else if n + 1 == line {
+            key = l
+                .split('=')
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .trim_matches('"')
+                .to_string();
+        }
+    }
+    match (table.is_empty(), key.is_empty()) {
+        (true, _) => key,
+        (false, true) => table,
+        (false, false) => format!("{table}.{key}"),
+    }
+}
+
 /// Loads every `*.toml` in `dir`, adding a diagnostic per problem; returns the valid agents.
 pub fn load_agents_dir(dir: &Path, diags: &mut Diagnostics) -> Vec<AgentDef> {
     let entries = match std::fs::read_dir(dir) {
@@ -335,6 +501,7 @@ fn check_agent(
         mcp_tools: raw.mcp.tools,
         policies: raw.policies,
         source: file.to_path_buf(),
+        runtime: false,
     };
     Some(def)
 }

@@ -8,6 +8,7 @@ mod agents_d;
 mod diagnostics;
 mod openai;
 mod push;
+mod runtime;
 mod schema;
 
 use std::path::{Path, PathBuf};
@@ -15,10 +16,12 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use toml::Spanned;
 
-pub use agents_d::load_agents_dir;
+pub(crate) use agents_d::AgentFile;
+pub use agents_d::{agent_from_json, load_agents_dir, FieldError};
 pub use diagnostics::{Diagnostic, Diagnostics};
 pub use openai::{ApiKey, OpenAiConfig};
 pub use push::{AllowEntry, PushSettings};
+pub use runtime::{definition_to_agent, AgentRecord};
 pub use schema::{schema, SchemaOf};
 
 /// Both files as read and checked, before anything is built from them (see `setup`).
@@ -148,6 +151,62 @@ pub struct GatewayConfig {
     pub push: PushSettings,
     #[serde(default)]
     pub cards: CardsConfig,
+    #[serde(default)]
+    pub admin: AdminConfig,
+}
+
+/// `[admin]`: the admin API (`/admin/v1`): agents and keys managed at runtime, kept in the
+/// store every replica shares. Off unless a credential for it is configured.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AdminConfig {
+    /// Serve it on an address of its own (`"127.0.0.1:9090"`), not on the main listener.
+    #[serde(default)]
+    pub listen: Option<String>,
+    /// Who may use it: each presented as `Authorization: Bearer <secret>`.
+    #[serde(default)]
+    pub keys: Vec<AdminKeyConfig>,
+    /// A JWT from an issuer of `[[auth.jwt]]` grants admin when this claim holds
+    /// `jwt_value` (or is a list that contains it).
+    #[serde(default)]
+    pub jwt_claim: Option<String>,
+    #[serde(default = "default_admin_jwt_value")]
+    pub jwt_value: String,
+    /// Admin calls per minute, per admin credential (a burst of a tenth).
+    #[serde(default = "default_admin_rpm")]
+    pub requests_per_minute: u32,
+    /// Runtime agents may name the gateway host's programs (`kind = "command"`), files
+    /// (`*_file`) and environment variables (`*_env`, `${VAR}`): off, an admin credential
+    /// is not a shell on the host, nor a way to read its secrets.
+    #[serde(default)]
+    pub allow_host_access: bool,
+}
+
+impl AdminConfig {
+    /// Whether the admin API is served: some credential can use it.
+    pub fn enabled(&self) -> bool {
+        !self.keys.is_empty() || self.jwt_claim.is_some()
+    }
+}
+
+/// An admin credential: an id (named in the audit log) and its secret, never inline.
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AdminKeyConfig {
+    pub id: String,
+    #[serde(default)]
+    pub secret_env: Option<String>,
+    #[serde(default)]
+    pub secret_file: Option<PathBuf>,
+    #[serde(default)]
+    pub secret_sha256: Option<String>,
+}
+
+fn default_admin_jwt_value() -> String {
+    "a2a-admin".into()
+}
+fn default_admin_rpm() -> u32 {
+    600
 }
 
 /// `[cards]`: the key every card the gateway serves is signed with.
@@ -456,6 +515,7 @@ impl Default for GatewayConfig {
             mcp: McpConfig::default(),
             push: PushSettings::default(),
             cards: CardsConfig::default(),
+            admin: AdminConfig::default(),
         }
     }
 }
@@ -1012,6 +1072,8 @@ pub struct AgentDef {
     pub policies: Vec<PolicyConfig>,
     /// The file it came from, for messages.
     pub source: PathBuf,
+    /// Made through the admin API and kept in the store, not read from a file.
+    pub runtime: bool,
 }
 
 /// `[mcp]` in an agent file: how the agent shows in the gateway's MCP endpoint.

@@ -30,7 +30,7 @@ impl Caller {
     /// The caller of a call with this head (HTTP headers, gRPC metadata).
     pub(crate) fn of(head: &impl Head, state: &AppState) -> Caller {
         let live = super::live::current(&state.live);
-        let mut principal = live.authenticate(head);
+        let mut principal = live.authenticate(head, &state.keys);
         match &mut principal {
             Ok(p) if p.anonymous => p.address = live.client_address(head),
             Ok(p) => crate::telemetry::note(|c| c.principal = Some(p.id.clone())),

@@ -9,7 +9,7 @@ use actix_web::HttpRequest;
 use super::admission::Head;
 use super::Addressed;
 use crate::agents::{Agent, Registry};
-use crate::auth::{AuthError, Authenticator, Principal};
+use crate::auth::{AdminAuth, AuthError, Authenticator, Principal, RuntimeKeys};
 use crate::config::{Access, GatewayConfig};
 use crate::error::GatewayError;
 use crate::limits::RateLimits;
@@ -47,6 +47,8 @@ pub(crate) struct Live {
     pub(crate) rates: RateLimits,
     pub(crate) rules: Vec<Rule>,
     pub(crate) policies: Policies,
+    /// Who may use the admin API.
+    pub(crate) admin: AdminAuth,
     pub(crate) registry: Arc<Registry>,
     /// No credentials configured and every agent public: access has nothing to check.
     pub(crate) open_to_all: bool,
@@ -70,6 +72,7 @@ pub(crate) struct Parts {
     pub(crate) rates: RateLimits,
     pub(crate) rules: Vec<Rule>,
     pub(crate) policies: Policies,
+    pub(crate) admin: AdminAuth,
 }
 
 impl Live {
@@ -85,6 +88,7 @@ impl Live {
             rates,
             rules,
             policies,
+            admin,
         } = parts;
         let public = |a: &Arc<Agent>| auth.access_of(&a.def) == Access::Public;
         let open_to_all = !auth.enabled() && registry.iter().all(public);
@@ -95,6 +99,7 @@ impl Live {
             rates,
             rules,
             policies,
+            admin,
             registry,
             open_to_all,
             no_public_agent,
@@ -125,11 +130,18 @@ impl Live {
         std::time::Duration::from_secs(self.config.limits.stream_keepalive_secs.max(1))
     }
 
-    /// The caller, or the 401 to answer with. Runs before any body is read.
-    pub(crate) fn authenticate(&self, head: &impl Head) -> Result<Principal, GatewayError> {
-        self.auth
-            .authenticate(head.presented())
-            .map_err(|e| self.auth_error(e))
+    /// The caller, or the 401 to answer with (a runtime key's refusal is audited). Runs
+    /// before any body is read.
+    pub(crate) fn authenticate(
+        &self,
+        head: &impl Head,
+        keys: &RuntimeKeys,
+    ) -> Result<Principal, GatewayError> {
+        let caller = self.auth.authenticate(head.presented(), &keys.ring);
+        if let Err(AuthError::KeyRefused { id, reason, .. }) = &caller {
+            keys.refused(id, reason, head.peer());
+        }
+        caller.map_err(|e| self.auth_error(e))
     }
 
     /// Refuses from the headers alone, before any body is read, a caller that may not call
@@ -167,9 +179,13 @@ impl Live {
 
     pub(crate) fn auth_error(&self, e: AuthError) -> GatewayError {
         self.metrics.auth_failure(e.kind());
-        if let AuthError::Rejected { reason, .. } = &e {
+        match &e {
             // The reason, never the credential.
-            tracing::info!(%reason, "credentials rejected");
+            AuthError::Rejected { reason, .. } => tracing::info!(%reason, "credentials rejected"),
+            AuthError::KeyRefused { id, reason, .. } => {
+                tracing::info!(key = %id, %reason, "credentials rejected: a runtime key")
+            }
+            _ => {}
         }
         match e {
             AuthError::Forbidden => GatewayError::Forbidden,

@@ -80,6 +80,17 @@ pub(crate) struct AppState {
     pub(crate) tracing: Option<Arc<crate::telemetry::Tracing>>,
     /// MCP sessions open now (kept by the MCP endpoint), for the metrics.
     pub(crate) mcp_sessions: Arc<std::sync::atomic::AtomicUsize>,
+    /// The keys the admin API issued, in force.
+    pub(crate) keys: crate::auth::RuntimeKeys,
+    /// Their refusals, until the task that audits them takes them.
+    pub(crate) key_refusals:
+        std::sync::Mutex<Option<tokio::sync::mpsc::Receiver<crate::auth::Refusal>>>,
+    /// The version of the admin API's entries in force here (see `reload::follow_control`),
+    /// and how the admin API asks for them to be applied again at once.
+    pub(crate) control_applied: tokio::sync::watch::Sender<u64>,
+    pub(crate) control_wake: Arc<tokio::sync::Notify>,
+    /// The gateway file, whose directory runtime agents' relative paths start from.
+    pub(crate) gateway_file: std::path::PathBuf,
 }
 
 impl AppState {

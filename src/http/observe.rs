@@ -115,7 +115,12 @@ where
         };
         let (cors, rated) = {
             let live = state.live.load();
-            (Cors::check(&live.config.cors, &req), live.rates.active())
+            // The admin API is never CORS-enabled: a browser page elsewhere gets nothing.
+            let cors = match req.path().starts_with("/admin/") {
+                true => Cors::Off,
+                false => Cors::check(&live.config.cors, &req),
+            };
+            (cors, live.rates.active())
         };
         let cors = match cors {
             Cors::Preflight(resp) => return EdgeFuture::answered(req.into_response(resp)),

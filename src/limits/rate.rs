@@ -510,7 +510,7 @@ mod tests {
         let anonymous = AuthConfig::default();
         let caller = crate::auth::Authenticator::build(&anonymous)
             .unwrap()
-            .authenticate(crate::auth::Presented::default())
+            .authenticate(crate::auth::Presented::default(), &Default::default())
             .unwrap();
         for i in 0..1000 {
             limits

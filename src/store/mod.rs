@@ -11,6 +11,7 @@
 //! The durable kinds: [`sqlite`] (one file, one node). With no journal (the `memory` kind)
 //! nothing is written and a change costs one branch.
 
+pub(crate) mod control;
 pub(crate) mod redis;
 pub(crate) mod sqlite;
 
@@ -106,6 +107,12 @@ enum Change {
     Flush(SyncSender<()>),
     /// Commit and stop: the store closes (the file's lock is let go).
     Stop,
+    /// An admin-store operation, run (in a transaction of its own) once what was sent
+    /// before it is committed.
+    Control(
+        control::Op,
+        tokio::sync::oneshot::Sender<Result<control::Reply, String>>,
+    ),
 }
 
 /// Where the writer reads a changed task's current state (the memory store).
@@ -250,6 +257,17 @@ impl Journal {
         });
     }
 
+    /// Runs an admin-store operation on the store's writer (which holds the file).
+    pub(crate) async fn control(&self, op: control::Op) -> Result<control::Reply, String> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        // A full backlog makes this wait for the writer, as any change does: off the
+        // worker, so the worker goes on serving meanwhile.
+        let journal = self.clone();
+        let _ = tokio::task::spawn_blocking(move || journal.send(Change::Control(op, tx))).await;
+        rx.await
+            .map_err(|_| "the store's writer stopped".to_string())?
+    }
+
     /// Commits everything sent so far; false when the writer did not finish within `wait`.
     pub(crate) fn flush(&self, wait: Duration) -> bool {
         let (tx, rx) = mpsc::sync_channel(1);
@@ -267,6 +285,10 @@ impl Journal {
 /// A durable store's side of the journal: writes one batch as one transaction.
 pub(crate) trait Backend: Send + 'static {
     fn commit(&mut self, batch: &Batch) -> Result<(), String>;
+    /// An admin-store operation (see [`control`]); stores that keep none elsewhere.
+    fn control(&mut self, op: control::Op) -> Result<control::Reply, String> {
+        Err(format!("this store keeps no admin entries ({op:?})"))
+    }
     /// Housekeeping between commits (deleting old records, giving pages back), called about
     /// once a minute.
     fn maintain(&mut self) -> Result<(), String>;
@@ -308,6 +330,10 @@ struct Pending {
     events: Vec<(String, u64, Box<TaskEvent>, bool)>,
     flushes: Vec<SyncSender<()>>,
     barriers: Vec<tokio::sync::oneshot::Sender<()>>,
+    controls: Vec<(
+        control::Op,
+        tokio::sync::oneshot::Sender<Result<control::Reply, String>>,
+    )>,
     stop: bool,
 }
 
@@ -341,6 +367,7 @@ impl Pending {
             }
             Change::Flush(done) => self.flushes.push(done),
             Change::Stop => self.stop = true,
+            Change::Control(op, done) => self.controls.push((op, done)),
         }
     }
 
@@ -410,6 +437,8 @@ pub(crate) struct Store {
     /// Answers wait for the commit that holds what their call changed, and fail without it
     /// (`durability = "sync"`).
     pub(crate) sync: bool,
+    /// What the admin API keeps (runtime agents and keys, the audit log), in this store.
+    pub(crate) control: control::Control,
 }
 
 impl Store {
@@ -422,6 +451,7 @@ impl Store {
             shared: None,
             writes: Default::default(),
             sync: false,
+            control: control::Control::memory(),
         }
     }
 
@@ -520,6 +550,7 @@ pub(crate) fn open(
                 ),
             };
             let store = Store {
+                control: control::Control::journal(journal.clone()),
                 journal: Some(journal),
                 writer: std::sync::Mutex::new(Some(writer)),
                 shared: None,
@@ -554,11 +585,18 @@ pub(crate) fn open(
                 writes.clone(),
             )?;
             let lease = Duration::from_secs(config.lease_secs.max(2));
-            let shared = redis::Shared::new(client, keys, replica.clone(), health, lease);
+            let shared = Arc::new(redis::Shared::new(
+                client,
+                keys,
+                replica.clone(),
+                health,
+                lease,
+            ));
             let store = Store {
+                control: control::Control::redis(shared.clone()),
                 journal: Some(journal),
                 writer: std::sync::Mutex::new(Some(writer)),
-                shared: Some(Arc::new(shared)),
+                shared: Some(shared),
                 writes,
                 described: format!(
                     "redis {} prefix {:?} (replica {replica})",
@@ -602,7 +640,12 @@ fn write_loop(
         let deadline = Instant::now() + interval;
         // With no interval (Redis), a batch is whatever arrived while the last one was
         // being written.
-        while open && !pending.stop && pending.flushes.is_empty() && pending.len() < MAX_BATCH {
+        while open
+            && !pending.stop
+            && pending.flushes.is_empty()
+            && pending.controls.is_empty()
+            && pending.len() < MAX_BATCH
+        {
             let next = match deadline.checked_duration_since(Instant::now()) {
                 Some(left) if !left.is_zero() => rx.recv_timeout(left).ok(),
                 _ => rx.try_recv().ok(),
@@ -640,6 +683,9 @@ fn write_loop(
         }
         for done in pending.flushes.drain(..) {
             let _ = done.send(());
+        }
+        for (op, done) in pending.controls.drain(..) {
+            let _ = done.send(backend.control(op));
         }
         open &= !pending.stop;
         if maintained.elapsed() >= MAINTENANCE_EVERY {

@@ -88,6 +88,28 @@ impl Keys {
     pub(crate) fn record(&self, table: Table, key: &str) -> String {
         format!("{}rec:{}:{key}", self.prefix, table.name())
     }
+    /// The admin API's entries of a kind (a hash: name -> `<version>\n<json>`).
+    pub(crate) fn control(&self, kind: &str) -> String {
+        format!("{}control:{kind}", self.prefix)
+    }
+    /// How many changes the admin API's entries have seen; and the channel that says so.
+    pub(crate) fn control_version(&self) -> String {
+        format!("{}control:version", self.prefix)
+    }
+    pub(crate) fn control_changed(&self) -> String {
+        format!("{}control:changed", self.prefix)
+    }
+    /// The audit log (a sorted set by number) and its last number.
+    pub(crate) fn audit(&self) -> String {
+        format!("{}audit", self.prefix)
+    }
+    pub(crate) fn audit_seq(&self) -> String {
+        format!("{}audit:seq", self.prefix)
+    }
+    /// When each runtime key was last used (a hash: id -> ms).
+    pub(crate) fn key_used(&self) -> String {
+        format!("{}control:key_used", self.prefix)
+    }
     /// The prefix's part after `running:` in a key of [`Keys::running_pattern`].
     pub(crate) fn replica_of_running<'a>(&self, key: &'a str) -> Option<&'a str> {
         key.strip_prefix(&*self.prefix)?.strip_prefix("running:")

@@ -44,6 +44,20 @@ const MIGRATIONS: &[&str] = &[
         body TEXT NOT NULL,
         PRIMARY KEY (task_id, version)
     ) WITHOUT ROWID;",
+    // Version 3. What the admin API keeps: agents and keys made at runtime (each its JSON
+    // with a version of its own), the audit log, how many changes they have seen, and
+    // when each key was last used.
+    "CREATE TABLE control (
+        kind TEXT NOT NULL,
+        name TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        value TEXT NOT NULL,
+        PRIMARY KEY (kind, name)
+    ) WITHOUT ROWID;
+    CREATE TABLE audit (seq INTEGER PRIMARY KEY, entry TEXT NOT NULL);
+    CREATE TABLE control_changes (id INTEGER PRIMARY KEY CHECK (id = 1), changes INTEGER NOT NULL);
+    INSERT INTO control_changes (id, changes) VALUES (1, 0);
+    CREATE TABLE key_used (id TEXT PRIMARY KEY, at_ms INTEGER NOT NULL) WITHOUT ROWID;",
 ];
 
 /// Records kept per table (the newest), as many as the memory maps they fill hold.
@@ -284,6 +298,10 @@ impl Backend for SqliteBackend {
         tx.commit().map_err(|e| e.to_string())
     }
 
+    fn control(&mut self, op: super::control::Op) -> Result<super::control::Reply, String> {
+        control(&mut self.conn, op).map_err(|e| e.to_string())
+    }
+
     fn maintain(&mut self) -> Result<(), String> {
         let fail = |e: rusqlite::Error| e.to_string();
         for table in Table::ALL {
@@ -320,6 +338,115 @@ impl Backend for SqliteBackend {
             .execute_batch("PRAGMA incremental_vacuum(1000);")
             .map_err(fail)
     }
+}
+
+/// One admin-store operation, in a transaction of its own.
+fn control(
+    conn: &mut Connection,
+    op: super::control::Op,
+) -> rusqlite::Result<super::control::Reply> {
+    use super::control::{AuditRow, Entry, Op, Reply, Written, AUDIT_KEPT};
+    let tx = conn.transaction()?;
+    let reply = match op {
+        Op::List(kind) => {
+            let mut rows = tx.prepare_cached(
+                "SELECT name, version, value FROM control WHERE kind = ?1 ORDER BY name",
+            )?;
+            let entries = rows
+                .query_map([kind.name()], |r| {
+                    Ok(Entry {
+                        name: r.get(0)?,
+                        version: r.get::<_, i64>(1)?.max(0) as u64,
+                        value: r.get(2)?,
+                    })
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            Reply::Entries(entries)
+        }
+        Op::Put(kind, name, value, expect) => {
+            let current: Option<u64> = tx
+                .query_row(
+                    "SELECT version FROM control WHERE kind = ?1 AND name = ?2",
+                    params![kind.name(), name],
+                    |r| r.get::<_, i64>(0),
+                )
+                .optional()?
+                .map(|v| v.max(0) as u64);
+            if !expect.holds(current) {
+                return Ok(Reply::Written(Written::Conflict(current)));
+            }
+            let version = match value {
+                Some(value) => {
+                    let version = current.unwrap_or(0) + 1;
+                    tx.execute(
+                        "INSERT OR REPLACE INTO control (kind, name, version, value) VALUES (?1, ?2, ?3, ?4)",
+                        params![kind.name(), name, version as i64, value],
+                    )?;
+                    version
+                }
+                None => {
+                    tx.execute(
+                        "DELETE FROM control WHERE kind = ?1 AND name = ?2",
+                        params![kind.name(), name],
+                    )?;
+                    0
+                }
+            };
+            tx.execute(
+                "UPDATE control_changes SET changes = changes + 1 WHERE id = 1",
+                [],
+            )?;
+            Reply::Written(Written::Done(version))
+        }
+        Op::Append(entry) => {
+            tx.execute("INSERT INTO audit (entry) VALUES (?1)", [entry])?;
+            let seq = tx.last_insert_rowid();
+            tx.execute(
+                "DELETE FROM audit WHERE seq <= ?1",
+                [seq - AUDIT_KEPT as i64],
+            )?;
+            Reply::Seq(seq.max(0) as u64)
+        }
+        Op::Audit { before, limit } => {
+            let mut rows = tx.prepare_cached(
+                "SELECT seq, entry FROM audit WHERE seq < ?1 ORDER BY seq DESC LIMIT ?2",
+            )?;
+            let before = before.map_or(i64::MAX, |b| b as i64);
+            let page = rows
+                .query_map(params![before, limit as i64], |r| {
+                    Ok(AuditRow {
+                        seq: r.get::<_, i64>(0)?.max(0) as u64,
+                        entry: r.get(1)?,
+                    })
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            Reply::Audit(page)
+        }
+        Op::Version => Reply::Version(tx.query_row(
+            "SELECT changes FROM control_changes WHERE id = 1",
+            [],
+            |r| r.get::<_, i64>(0).map(|v| v.max(0) as u64),
+        )?),
+        Op::Used(used) => {
+            for (id, at) in used {
+                tx.execute(
+                    "INSERT INTO key_used (id, at_ms) VALUES (?1, ?2)
+                     ON CONFLICT (id) DO UPDATE SET at_ms = max(at_ms, excluded.at_ms)",
+                    params![id, at],
+                )?;
+            }
+            Reply::Used(Vec::new())
+        }
+        Op::UsedAll => {
+            let mut rows = tx.prepare_cached("SELECT id, at_ms FROM key_used")?;
+            let all = rows
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            Reply::Used(all)
+        }
+    };
+    tx.commit()?;
+    Ok(reply)
 }
 
 /// The database file in `dir`.

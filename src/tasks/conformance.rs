@@ -579,3 +579,66 @@ fn a_streamed_tasks_log_counts_in_its_bytes() {
         .read(&id, &mut |st| assert_eq!(st.bytes, stored()));
     assert!(found);
 }
+
+/// The admin API's entries in a SQLite file: versioned, conditional, audited, and there
+/// again after the file is opened again.
+#[test]
+fn control_entries_in_sqlite_are_kept_across_a_reopen() {
+    use crate::store::control::{self, Expect, Kind};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut h = sqlite();
+    let control = h.open.as_ref().unwrap().1.control.clone();
+    rt.block_on(control::conformance::entries_are_versioned_and_writes_conditional(&control));
+    rt.block_on(control::conformance::the_audit_pages_newest_first(&control));
+    rt.block_on(control.put(Kind::Key, "kept", Some("{}".into()), Expect::Absent))
+        .unwrap();
+    let version = rt.block_on(control.version()).unwrap();
+    assert!(h.reopen());
+    let control = h.open.as_ref().unwrap().1.control.clone();
+    let kept = rt.block_on(control.get(Kind::Key, "kept")).unwrap();
+    assert_eq!(kept.map(|e| e.version), Some(1));
+    assert_eq!(rt.block_on(control.version()).unwrap(), version);
+    assert_eq!(rt.block_on(control.audit(None, 100)).unwrap().len(), 5);
+}
+
+/// The admin API's entries in Redis: one replica's writes are the others', and two
+/// replicas creating one name at once do not both succeed.
+#[test]
+fn control_entries_in_redis_are_shared_and_writes_race_safely() {
+    use crate::store::control::{self, Expect, Kind, Written};
+    let h = redis();
+    let control = h.open.as_ref().unwrap().1.control.clone();
+    h.rt.block_on(control::conformance::entries_are_versioned_and_writes_conditional(&control));
+    h.rt.block_on(control::conformance::the_audit_pages_newest_first(&control));
+    let other = Redis::replica(&h.rt, &h.prefix);
+    let other_control = other.1.control.clone();
+    let outcomes = h.rt.block_on(async {
+        let a = control.put(
+            Kind::Agent,
+            "race",
+            Some("{\"by\":1}".into()),
+            Expect::Absent,
+        );
+        let b = other_control.put(
+            Kind::Agent,
+            "race",
+            Some("{\"by\":2}".into()),
+            Expect::Absent,
+        );
+        futures_util::future::join(a, b).await
+    });
+    let done = [outcomes.0.unwrap(), outcomes.1.unwrap()];
+    assert_eq!(
+        done.iter().filter(|w| **w == Written::Done(1)).count(),
+        1,
+        "{done:?}"
+    );
+    let seen =
+        h.rt.block_on(other_control.get(Kind::Agent, "race"))
+            .unwrap();
+    assert_eq!(seen.map(|e| e.version), Some(1));
+    other.1.close();
+}

@@ -126,9 +126,10 @@ async fn the_console_works_in_a_real_browser() {
     let allowed = StaticServer::start();
     let refused = StaticServer::start();
     let gateway = format!(
-        "default_agent = \"echo\"\n[auth]\ndefault_access = \"authenticated\"\n[[auth.api_keys]]\nid = \"console\"\nsecret_sha256 = \"{}\"\nagents = [\"*\"]\n[cors]\nallowed_origins = [\"{}\"]\n",
+        "default_agent = \"echo\"\n[auth]\ndefault_access = \"authenticated\"\n[[auth.api_keys]]\nid = \"console\"\nsecret_sha256 = \"{}\"\nagents = [\"*\"]\n[cors]\nallowed_origins = [\"{}\"]\n[[admin.keys]]\nid = \"console-admin\"\nsecret_sha256 = \"{}\"\n",
         sha("console-key"),
-        allowed.origin
+        allowed.origin,
+        sha("console-admin-secret")
     );
     let gw = Running::start_with_agents(&repo_root().join("agents.d"), &gateway, "info");
     // The gateway again behind a proxy that cuts the first stream after two events.
@@ -139,10 +140,15 @@ async fn the_console_works_in_a_real_browser() {
         other_origin: allowed.origin.clone(),
         disallowed_origin: refused.origin.clone(),
         screenshots: "target/console-screenshots",
-        extra: vec!["--through".into(), through],
+        extra: vec![
+            "--through".into(),
+            through,
+            "--admin-secret".into(),
+            "console-admin-secret".into(),
+        ],
         env: Vec::new(),
     };
-    run.passes(chromium, 12).await;
+    run.passes(chromium, 13).await;
     // The console picked its stream up with the id of the last event it had read.
     let heads = heads.lock().unwrap().clone();
     assert!(

@@ -1,6 +1,7 @@
 //! Integration tests: the real server on an ephemeral port, spoken to over real HTTP.
 //! One test binary, because each extra binary costs a link step.
 
+mod admin;
 mod auth;
 mod balancer;
 mod card_signatures;

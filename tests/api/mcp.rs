@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use crate::helpers::{repo_root, sha, spawn_with, TestGateway, D, ECHO};
 
-fn mcp_python() -> PathBuf {
+pub(crate) fn mcp_python() -> PathBuf {
     static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     PathBuf::from(PATH.get_or_init(|| {
         crate::helpers::provided_by("scripts/mcp-venv.sh", "set up the MCP client's venv")
