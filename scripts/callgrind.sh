@@ -18,6 +18,8 @@
 #   echo        the gateway -> the echo agent (memory store, metrics on, no Origin, push off)
 #   relay       the gateway -> a 1.0 upstream (bare_jsonrpc), relayed
 #   echo_sqlite, relay_sqlite   the same with the shipped gateway.toml's SQLite store
+#   echo_usage  echo with usage counted ([usage] enabled: every call tallied per caller,
+#               agent and day, written to the store every second)
 #   echo_policy with POLICY=1: echo with one simple policy (a deny rule on the method,
 #               evaluated on every call and never holding); reported, not budgeted
 # None of the measured configurations has a rate limit, so the rate limiter's clock
@@ -73,6 +75,7 @@ printf 'name = "fast"\n[backend]\nkind = "a2a"\nurl = "http://127.0.0.1:%s"\n' "
 sqlite=$(printf '[store]\nkind = "sqlite"\ndata_dir = "%s"\ncommit_interval_ms = 20\n' "$TMP/data")
 printf 'default_agent = "echo"\n' > "$TMP/echo.toml"
 printf 'default_agent = "echo"\n%s\n' "$sqlite" > "$TMP/echo-sqlite.toml"
+printf 'default_agent = "echo"\n[usage]\nenabled = true\n' > "$TMP/echo-usage.toml"
 printf 'default_agent = "echo"\n[[auth.policies]]\nid = "no-cancel"\neffect = "deny"\nwhen = "a2a.method == \x27CancelTask\x27"\n' > "$TMP/echo-policy.toml"
 : > "$TMP/relay.toml"
 printf '%s\n' "$sqlite" > "$TMP/relay-sqlite.toml"
@@ -147,6 +150,9 @@ for bin in "${BINS[@]}"; do
     serve=("$bin" serve --agents-dir "$ROOT/agents.d" --workers 1 --port @PORT@ --config)
     figure echo /a2a/agents/echo "${serve[@]}" "$TMP/echo.toml"
     figure echo_sqlite /a2a/agents/echo "${serve[@]}" "$TMP/echo-sqlite.toml"
+    figure echo_usage /a2a/agents/echo "${serve[@]}" "$TMP/echo-usage.toml"
+    awk -v u="${FIGURES[echo_usage]}" -v e="${FIGURES[echo]}" \
+        'BEGIN { printf "usage counted  %+7.1f%% instructions per request\n", (u - e) * 100 / e }'
     if [ "${POLICY:-0}" = 1 ]; then
         figure echo_policy /a2a/agents/echo "${serve[@]}" "$TMP/echo-policy.toml"
         awk -v p="${FIGURES[echo_policy]}" -v e="${FIGURES[echo]}" \

@@ -117,6 +117,14 @@ pub(crate) fn build_state(ready: Ready) -> std::io::Result<(AppState, Vec<String
     let bodies = crate::http::BodyLimits::new(limits);
     let connections = connection_limits(limits);
     metrics.config_loaded(&hash);
+    let usage = Arc::new(crate::usage::Usage::new(
+        gateway,
+        store.control.clone(),
+        store.shared.is_some(),
+        store.journal.is_some(),
+        metrics.clone(),
+    ));
+    tasks.count_usage(usage.clone());
     let live = crate::reload::live(ready, Arc::new(registry), metrics.clone(), hash);
     let state = AppState {
         service: A2aService::new(
@@ -149,6 +157,7 @@ pub(crate) fn build_state(ready: Ready) -> std::io::Result<(AppState, Vec<String
         control_applied: tokio::sync::watch::channel(0).0,
         control_wake: Default::default(),
         gateway_file,
+        usage,
     };
     Ok((state, failed))
 }
@@ -198,6 +207,38 @@ fn push_service(
     };
     let relay_url = settings.relay_url.clone().or(public);
     Ok(crate::service::push::Push::new(pusher, relay_url, kept))
+}
+
+/// Usage and budgets: what budgets spent before a restart read back, counts written
+/// every `flush_interval_ms`, and budget alerts posted to their webhooks by the push
+/// machinery (when it is on).
+async fn start_usage(state: &AppState) {
+    let usage = &state.usage;
+    usage.load().await;
+    tokio::spawn(crate::usage::Usage::keep_writing(Arc::downgrade(usage)));
+    if let Some(pusher) = state.service.push().deliveries() {
+        usage.on_alert(Box::new(move |alert| {
+            let Some(url) = alert.webhook.clone() else {
+                return;
+            };
+            let Ok(body) = serde_json::to_vec(&alert) else {
+                return;
+            };
+            let target = crate::push::Target {
+                task_id: format!("budget:{}", alert.budget),
+                config_id: url.clone(),
+                url,
+                token: None,
+                authorization: crate::push::Authorization::GatewayJwt,
+            };
+            let note = crate::push::Notification {
+                body: body.into(),
+                content_type: "application/json",
+                last: false,
+            };
+            pusher.enqueue(target, note);
+        }));
+    }
 }
 
 /// Fetches every upstream card once (in parallel, bounded by each agent's timeouts), then
@@ -454,6 +495,7 @@ impl Application {
             // Work that reloads and background tasks do here is counted too.
             tokio::spawn(crate::telemetry::flush_periodically());
         }
+        start_usage(&state).await;
         let state = web::Data::new(state);
         let shared = state.clone().into_inner();
         start_housekeeping(&shared);
@@ -708,6 +750,7 @@ impl Application {
     /// Serves until stopped through [`Application::handle`] (the tests' way).
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
         let served = self.server.await;
+        self.state.usage.flush().await;
         self.state.store.close();
         if let Some(tracing) = &self.state.tracing {
             tracing.flush();
@@ -762,6 +805,7 @@ impl Application {
         let stopping = tokio::spawn(stop_on_signal(state.clone(), handle));
         let served = server.await;
         stopping.abort();
+        state.usage.flush().await;
         state.store.close();
         // The last requests' spans go before the exit.
         if let Some(tracing) = &state.tracing {

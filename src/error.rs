@@ -28,6 +28,18 @@ pub mod gateway_codes {
     pub const ADMIN_CONFLICT: i64 = -32081;
     pub const ADMIN_INVALID: i64 = -32082;
     pub const TOO_MANY_SESSIONS: i64 = -32072;
+    pub const BUDGET_EXCEEDED: i64 = -32073;
+}
+
+/// A spent budget: which, its limit as people read it, what was used, when it resets
+/// (RFC 3339) and the seconds until then.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BudgetSpent {
+    pub budget: String,
+    pub limit: String,
+    pub used: String,
+    pub resets_at: String,
+    pub retry_after: u64,
 }
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -125,6 +137,10 @@ pub enum GatewayError {
     TooManySessions(usize, u64),
     #[error("The gateway is holding its maximum of {0} MCP sessions; retry later")]
     SessionCapacity(usize),
+    /// A budget is spent (boxed: the other variants are smaller, and every result carries
+    /// the largest).
+    #[error("Budget \"{}\" is spent ({}; {} used); it resets at {}", .0.budget, .0.limit, .0.used, .0.resets_at)]
+    BudgetExceeded(Box<BudgetSpent>),
     /// The admin API: what the path names is not there.
     #[error("Not found: {0}")]
     AdminNotFound(String),
@@ -425,6 +441,7 @@ impl GatewayError {
             GatewayError::SessionCapacity(_) => {
                 ours(SESSION_CAPACITY, "SESSION_CAPACITY", 503).retry()
             }
+            GatewayError::BudgetExceeded(_) => ours(BUDGET_EXCEEDED, "BUDGET_EXCEEDED", 429),
             GatewayError::OriginNotAllowed(_) => ours(FORBIDDEN, "ORIGIN_NOT_ALLOWED", 403),
             GatewayError::AdminNotFound(_) => ours(ADMIN_NOT_FOUND, "NOT_FOUND", 404),
             GatewayError::AdminConflict(_) => ours(ADMIN_CONFLICT, "CONFLICT", 409),
@@ -494,6 +511,7 @@ impl GatewayError {
     pub fn retry_after(&self) -> Option<u64> {
         match self {
             GatewayError::RateLimited { retry_after, .. } => Some(*retry_after),
+            GatewayError::BudgetExceeded(spent) => Some(spent.retry_after),
             other => other.row().retry.then_some(1),
         }
     }
@@ -550,6 +568,11 @@ impl GatewayError {
             }
             GatewayError::PayloadTooLarge(limit) => {
                 m.insert("limitBytes".into(), Value::String(limit.to_string()));
+            }
+            GatewayError::BudgetExceeded(spent) => {
+                m.insert("budget".into(), Value::String(spent.budget.clone()));
+                m.insert("limit".into(), Value::String(spent.limit.clone()));
+                m.insert("resetsAt".into(), Value::String(spent.resets_at.clone()));
             }
             _ => {}
         }

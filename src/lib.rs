@@ -31,6 +31,7 @@ pub(crate) mod signing;
 pub(crate) mod store;
 pub(crate) mod tasks;
 pub(crate) mod telemetry;
+pub(crate) mod usage;
 
 /// Entry points for the fuzz targets under `fuzz/`, which need a few internals; built only
 /// with the `fuzzing` feature, so the public surface stays what it is.

@@ -282,6 +282,7 @@ pub(crate) async fn apply(
         futures_util::future::join_all(jwks.iter().map(|s| s.fetch(&client))),
     )
     .await;
+    state.usage.configure(&ready.settings.gateway);
     let live = live(ready, registry.clone(), state.metrics.clone(), hash.clone());
     state.live.store(Arc::new(live));
     state.reloaded.send_modify(|n| *n += 1);
@@ -656,6 +657,19 @@ pub(crate) async fn apply_control(state: &AppState) -> Result<u64, String> {
         .collect();
     let old = state.keys.ring.load();
     (state.keys.ring).store(Arc::new(crate::auth::KeyRing::build(&keys, &old)));
+    let budgets = (control.list(Kind::Budget).await?.iter())
+        .filter_map(|e| match serde_json::from_str::<crate::config::BudgetConfig>(&e.value) {
+            Ok(mut budget) => {
+                budget.id = e.name.clone();
+                Some(budget)
+            }
+            Err(err) => {
+                tracing::warn!(budget = %e.name, error = %err, "a stored budget does not read; it is not in force");
+                None
+            }
+        })
+        .collect();
+    state.usage.set_runtime_budgets(budgets);
     let live = state.live();
     let dir = state.gateway_file.parent().unwrap_or(Path::new("."));
     let open_host = live.config.admin.allow_host_access;

@@ -1,7 +1,10 @@
 // The console's admin view: shown once the page holds an admin secret (kept apart from the
 // caller's credential, in session storage too). Adds an agent from a card URL, issues a key
-// (its secret shown once, with a copy button), revokes keys, and reads the audit log, all
+// (its secret shown once, with a copy button), revokes keys, shows usage (usage.js), and
+// reads the audit log, all
 // through the gateway's admin API (`/admin/v1`, same origin only: it is never CORS-enabled).
+
+import { initUsage, showUsage } from './usage.js';
 
 const $ = (id) => document.getElementById(id);
 
@@ -37,6 +40,13 @@ async function call(method, path, body) {
     throw new Error(`${message} (HTTP ${resp.status})`);
   }
   return answer;
+}
+
+/** A CSV the admin API answers, as a Blob. */
+async function csv(path) {
+  const resp = await fetch(`${base}/admin/v1${path}`, { headers: { Authorization: `Bearer ${secret}` } });
+  if (!resp.ok) throw new Error(`HTTP ${resp.status}`);
+  return resp.blob();
 }
 
 function note(text, kind = 'info') {
@@ -143,6 +153,7 @@ async function open() {
     await loadKeys();
     $('admin-view').hidden = false;
     note('Admin secret accepted');
+    await showUsage();
   } catch (e) {
     note(`Admin view unavailable: ${e.message}`, 'error');
   }
@@ -157,5 +168,6 @@ export function initAdmin(gateway, changed) {
   $('admin-secret-form').addEventListener('submit', useSecret);
   $('admin-agent-form').addEventListener('submit', addAgent);
   $('admin-key-form').addEventListener('submit', issueKey);
+  initUsage(call, csv);
   open();
 }

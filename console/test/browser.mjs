@@ -341,6 +341,41 @@ const scenarios = {
     }
     return p;
   },
+  'usage-page-draws-its-charts': async () => {
+    expect(args['admin-secret'], 'no --admin-secret');
+    // Calls to three agents, as the console's key.
+    const send = (agent, text) => fetch(`${args.gateway}/a2a/agents/${agent}`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json', 'A2A-Version': '1.0', 'X-API-Key': args['api-key'] },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'SendMessage', params: { message: { messageId: crypto.randomUUID(), role: 'ROLE_USER', parts: [{ text }] } } }),
+    });
+    for (const [agent, n] of [['echo', 6], ['shout', 4], ['greet', 2]]) {
+      for (let i = 0; i < n; i++) expect((await send(agent, `hello ${i}`)).status === 200, `a call to ${agent}`);
+    }
+    const p = await page(consoleUrl, args['api-key']);
+    await p.locator('#admin-secret').fill(args['admin-secret']);
+    await p.getByRole('button', { name: 'Use admin secret' }).click();
+    await p.locator('#admin-view').waitFor();
+    // No tokens from these agents: the page shows requests.
+    await p.locator('#usage-measure').selectOption('requests');
+    for (const agent of ['echo', 'shout', 'greet']) {
+      await p.locator(`#usage-daily rect.bar[data-agent="${agent}"]`).first().waitFor();
+    }
+    await p.locator('#usage-daily-legend').filter({ hasText: 'shout' }).waitFor();
+    await p.locator('#usage-top rect.bar[data-caller="key:console"]').waitFor();
+    const row = p.locator('#usage-rows tr').filter({ hasText: 'key:console' });
+    const requests = Number((await row.locator('td').nth(1).innerText()).replace(/\D/g, ''));
+    expect(requests >= 12, `key:console's requests: ${requests}`);
+    await p.locator('#usage-status').filter({ hasText: 'requests' }).waitFor();
+    // The CSV the page downloads is the admin API's.
+    const download = p.waitForEvent('download');
+    await p.getByRole('button', { name: 'Download CSV' }).click();
+    const csv = await (await download).path();
+    const text = (await import('node:fs')).readFileSync(csv, 'utf8');
+    expect(text.startsWith('day,caller,agent,requests'), `the CSV: ${text.slice(0, 80)}`);
+    await p.locator('#usage').screenshot({ path: join(args.screenshots, 'usage-charts.png') });
+    return p;
+  },
   'disallowed-origin-fails-visibly': async () => {
     const url = `${args['disallowed-origin']}/console.html?gateway=${encodeURIComponent(args.gateway)}`;
     const p = await page(url, args['api-key']);

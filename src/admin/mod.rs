@@ -1,5 +1,5 @@
-//! The admin API (`/admin/v1`): agents and keys managed at runtime, and the audit log of
-//! every change. A binding beside gRPC and MCP with a door of its own: admin credentials
+//! The admin API (`/admin/v1`): agents, keys and budgets managed at runtime, usage read
+//! back, and the audit log of every change. A binding beside gRPC and MCP with a door of its own: admin credentials
 //! (never a caller's), a rate limit of its own, never CORS. What it changes is written to
 //! the store's control entries (`store::control`), which every replica puts in force
 //! through the same path as a reload (`reload::follow_control`); an answer leaves once the
@@ -13,6 +13,7 @@ mod audit;
 pub(crate) mod client;
 mod keys;
 mod openapi;
+mod usage;
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -87,6 +88,16 @@ routes! {
         body: (), answer: 200 keys::KeyView, query: ();
     get "/audit" => audit::list, "listAudit", "The audit log, newest first, filtered and paged with a cursor",
         body: (), answer: 200 audit::AuditPage, query: audit::AuditQuery;
+    get "/usage" => usage::report, "getUsage", "Who used what: requests, tasks, bytes, tokens and cost per day, caller and agent, filtered and grouped; CSV with format=csv or Accept: text/csv",
+        body: (), answer: 200 crate::usage::report::UsageReport, query: crate::usage::report::UsageQuery;
+    get "/budgets" => usage::list, "listBudgets", "Every budget in force (of the gateway file and made here), with what its current window holds per key",
+        body: (), answer: 200 usage::BudgetList, query: ();
+    get "/budgets/{id}" => usage::get, "getBudget", "One budget",
+        body: (), answer: 200 usage::BudgetView, query: ();
+    put "/budgets/{id}" => usage::put, "putBudget", "Creates or replaces a runtime budget (201 when created); in force on every replica at once",
+        body: crate::config::BudgetConfig, answer: 200 usage::BudgetView, query: ();
+    delete "/budgets/{id}" => usage::delete, "deleteBudget", "Deletes a runtime budget (a file's budget is changed in its file)",
+        body: (), answer: 204 (), query: ();
 }
 
 /// Whether the admin API is served: some credential can use it (read at start).
@@ -138,7 +149,7 @@ pub(crate) struct Door {
 impl Door {
     /// The door: admin credentials (401 without, 403 for a caller's), then the rate limit
     /// (per admin; per address for those refused, so guessing is limited too).
-    fn of(req: &HttpRequest) -> Result<Door, GatewayError> {
+    pub(super) fn of(req: &HttpRequest) -> Result<Door, GatewayError> {
         let state = req
             .app_data::<web::Data<AppState>>()
             .cloned()
@@ -246,7 +257,7 @@ where
     }
 }
 
-fn error_response(e: &GatewayError) -> HttpResponse {
+pub(super) fn error_response(e: &GatewayError) -> HttpResponse {
     if let GatewayError::Internal(detail) = e {
         tracing::error!(%detail, "admin API: internal error");
     }

@@ -94,6 +94,8 @@ pub(crate) struct EventSink {
     relay: bool,
     /// Stored with a new task, so that CancelTask can reach the work.
     cancel: CancellationToken,
+    /// The tokens the task reported so far, where a budget stops streaming tasks.
+    running: Option<Box<crate::usage::Tokens>>,
 }
 
 impl EventSink {
@@ -115,6 +117,7 @@ impl EventSink {
             caller: Some(setup.caller),
             relay: setup.relay,
             cancel: setup.cancel,
+            running: None,
         };
         (sink, phase)
     }
@@ -173,6 +176,19 @@ impl EventSink {
         self.ensure_task().await?;
         match self.tasks.apply_at(&self.task_id, &event) {
             (Applied::Yes, version) => {
+                // A task that ended is answered once its tokens count against the budgets,
+                // so that the caller's next call sees them.
+                if event.finishes_task() {
+                    if let Some(usage) = self.tasks.usage() {
+                        usage.settled().await;
+                    }
+                }
+                // Where a budget stops streaming tasks, the tokens this event reported are
+                // checked against it (the event itself goes out first).
+                let watched = (self.tasks.usage())
+                    .filter(|u| u.stops_streaming())
+                    .and_then(|u| Some((u.clone(), crate::tasks::tokens_of_event(&event)?)))
+                    .filter(|_| !event.finishes_task());
                 let update = if self.relay {
                     Update::Item(Box::new(event.into()), version)
                 } else {
@@ -181,10 +197,47 @@ impl EventSink {
                     }
                 };
                 self.forward(Ok(update)).await;
+                if let Some((usage, tokens)) = watched {
+                    if let Some(error) = Box::pin(self.over_budget(&usage, tokens)).await {
+                        return self.stop(error).await;
+                    }
+                }
                 Ok(())
             }
             (Applied::TaskFinished | Applied::NotFound, _) => Err(SinkClosed),
         }
+    }
+
+    /// The refusal of a budget that stops streaming tasks, once the tokens this task
+    /// reported (`tokens` the latest) reach it.
+    async fn over_budget(
+        &mut self,
+        usage: &crate::usage::Usage,
+        tokens: crate::usage::ModelTokens,
+    ) -> Option<GatewayError> {
+        let running = self.running.get_or_insert_with(Default::default);
+        running.add(tokens);
+        usage.stopped_by(&self.owner, &self.agent, running).await
+    }
+
+    /// Cancels the task, saying why (a budget it crossed), and stops its work.
+    async fn stop(&mut self, error: GatewayError) -> Result<(), SinkClosed> {
+        let why = Message::agent_text(format!("canceled: {error}"));
+        let event = TaskEvent::Status(TaskStatusUpdateEvent {
+            task_id: self.task_id.clone(),
+            context_id: self.context_id.clone(),
+            status: TaskStatus::now(TaskState::Canceled, Some(why)),
+            metadata: None,
+        });
+        if let (Applied::Yes, version) = self.tasks.apply_at(&self.task_id, &event) {
+            let update = match self.relay {
+                true => Update::Item(Box::new(event.into()), version),
+                false => Update::Progress { ends_stream: true },
+            };
+            self.forward(Ok(update)).await;
+        }
+        self.cancel.cancel();
+        Err(SinkClosed)
     }
 
     /// Moves the task to `state`, with an optional agent message (kept in the history).

@@ -10,6 +10,7 @@ mod openai;
 mod push;
 mod runtime;
 mod schema;
+mod usage;
 
 use std::path::{Path, PathBuf};
 
@@ -23,6 +24,7 @@ pub use openai::{ApiKey, OpenAiConfig};
 pub use push::{AllowEntry, PushSettings};
 pub use runtime::{definition_to_agent, AgentRecord};
 pub use schema::{schema, SchemaOf};
+pub use usage::{budget_problems, BudgetConfig, ModelPrice, Pricing, UsageConfig, Window};
 
 /// Both files as read and checked, before anything is built from them (see `setup`).
 #[derive(Debug, Clone)]
@@ -153,6 +155,12 @@ pub struct GatewayConfig {
     pub cards: CardsConfig,
     #[serde(default)]
     pub admin: AdminConfig,
+    #[serde(default)]
+    pub usage: UsageConfig,
+    #[serde(default)]
+    pub pricing: Pricing,
+    #[serde(default)]
+    pub budgets: Vec<BudgetConfig>,
 }
 
 /// `[admin]`: the admin API (`/admin/v1`): agents and keys managed at runtime, kept in the
@@ -516,6 +524,9 @@ impl Default for GatewayConfig {
             push: PushSettings::default(),
             cards: CardsConfig::default(),
             admin: AdminConfig::default(),
+            usage: UsageConfig::default(),
+            pricing: Pricing::default(),
+            budgets: Vec::new(),
         }
     }
 }
@@ -1672,6 +1683,14 @@ fn validate_gateway(
         ));
     }
     push::check(&gateway.push, file, diags);
+    usage::check(
+        &gateway.usage,
+        &gateway.pricing,
+        &gateway.budgets,
+        gateway.push.enabled,
+        file,
+        diags,
+    );
     let store = &gateway.store;
     if !(1..=10_000).contains(&store.commit_interval_ms) {
         diags.push(Diagnostic::file(

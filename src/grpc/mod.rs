@@ -40,6 +40,7 @@ use crate::protocol::Dialect;
 use crate::routing::Served;
 use crate::rpc::RpcReply;
 use crate::telemetry;
+use crate::usage::budgets::Standing;
 use status::status_of;
 
 /// Runs hyper's futures on the worker that accepted the connection: the calls hold the
@@ -113,6 +114,7 @@ async fn call(
         peer: peer.addr.map(|p| p.ip()),
         certificate: peer.certificate,
         rate: Cell::new(None),
+        budget: Default::default(),
     };
     let framed = {
         let state = state.clone();
@@ -139,6 +141,9 @@ async fn call(
                 Ok(body) => body,
                 Err(error) => return refused(&head, error.into()).into_http(),
             };
+            if state.usage.recording() {
+                telemetry::note(|c| c.bytes_in = body.len() as u64);
+            }
             // The card's URLs name the host the caller reached (when no public_url is set).
             let host = (rpc.method == Method::GetExtendedAgentCard)
                 .then(|| parts.uri.host().map(str::to_owned))
@@ -189,6 +194,13 @@ async fn call(
     let (framed, scope) = telemetry::observed(trace, span, framed);
     let answer = framed.await;
     let call = scope.take();
+    // The answer's bytes, counted as they go out (a stream's included).
+    let streamed =
+        crate::usage::Streamed::start(&state.usage, call.principal.clone(), call.agent.clone());
+    let answer = match streamed {
+        Some(counted) => answer.map(|inner| tonic::body::Body::new(Counting { inner, counted })),
+        None => answer,
+    };
     let mut answer = answer;
     if let Some(activated) = call.extensions_activated.as_deref() {
         if let Ok(value) = http::HeaderValue::from_str(activated) {
@@ -239,12 +251,47 @@ fn grpc_timeout(headers: &http::HeaderMap) -> Option<Duration> {
     })
 }
 
+pin_project_lite::pin_project! {
+    /// An answer's body, its bytes counted for usage as they go out.
+    struct Counting {
+        #[pin]
+        inner: tonic::body::Body,
+        counted: crate::usage::Streamed,
+    }
+}
+
+impl http_body::Body for Counting {
+    type Data = bytes::Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, tonic::Status>>> {
+        let me = self.project();
+        let frame = std::task::ready!(me.inner.poll_frame(cx));
+        if let Some(Ok(data)) = frame.as_ref().map(|f| f.as_ref().map(|f| f.data_ref())) {
+            me.counted.bytes += data.map_or(0, |d| d.len() as u64);
+        }
+        std::task::Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 /// What admission reads of a gRPC call: its metadata, and the peer.
 struct GrpcHead {
     headers: http::HeaderMap,
     peer: Option<IpAddr>,
     certificate: Option<Arc<str>>,
     rate: Cell<Option<RateInfo>>,
+    budget: std::cell::RefCell<Option<Standing>>,
 }
 
 impl Head for GrpcHead {
@@ -275,6 +322,10 @@ impl Head for GrpcHead {
         self.rate.set(Some(info));
     }
 
+    fn keep_budget(&self, standing: Standing) {
+        *self.budget.borrow_mut() = Some(standing);
+    }
+
     fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
@@ -293,6 +344,13 @@ impl GrpcHead {
         for (name, value) in served.iter().flat_map(|s| s.headers()) {
             if let Ok(value) = value.parse() {
                 metadata.insert(name, value);
+            }
+        }
+        if let Some(standing) = self.budget.borrow().as_ref() {
+            for (name, value) in standing.headers() {
+                if let Ok(value) = value.parse() {
+                    metadata.insert(name, value);
+                }
             }
         }
     }

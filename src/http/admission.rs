@@ -26,6 +26,7 @@ use crate::protocol::jsonrpc::{Method, RpcRequest};
 use crate::protocol::params::{self, TaskIdParams};
 use crate::protocol::Dialect;
 use crate::routing::{self, Reason, Served};
+use crate::usage::budgets::Standing;
 
 /// What admission reads of a call's transport, whatever the binding: the credentials it
 /// presents, where it comes from (for the limits kept per address), and where the rate
@@ -39,6 +40,9 @@ pub(crate) trait Head {
     fn peer(&self) -> Option<IpAddr>;
     /// Keeps the caller's rate numbers for the answer, refusal or not.
     fn keep_rate(&self, info: RateInfo);
+    /// Keeps where the call stands in the budget it came nearest to spending, for the
+    /// answer, refusal or not (an MCP answer has nowhere to put it).
+    fn keep_budget(&self, _standing: Standing) {}
     /// A header's (or gRPC metadata entry's) value, if it is text.
     fn header(&self, name: &str) -> Option<&str>;
     /// The extensions the call asks for: `A2A-Extensions` (1.0), else `X-A2A-Extensions`
@@ -67,6 +71,11 @@ impl Head for HttpRequest {
     fn keep_rate(&self, info: RateInfo) {
         // The edge service writes them as `X-RateLimit-*` headers.
         self.extensions_mut().insert(info);
+    }
+
+    fn keep_budget(&self, standing: Standing) {
+        // The edge service writes them as `X-Budget-*` headers.
+        self.extensions_mut().insert(standing);
     }
 
     fn header(&self, name: &str) -> Option<&str> {

@@ -19,6 +19,7 @@ mod rejections;
 mod rest;
 mod sse;
 mod tls;
+mod usage;
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -47,6 +48,7 @@ pub(crate) use sse::watched;
 pub(crate) use tls::{
     tls_with_json_rejections, Certificate, ClientCertificate, OverTls, TlsConnection,
 };
+pub(crate) use usage::{query_of as usage_query, render as render_usage};
 
 /// Shared by every worker; built once. What a reload changes is in [`Live`], swapped whole.
 pub(crate) struct AppState {
@@ -91,6 +93,8 @@ pub(crate) struct AppState {
     pub(crate) control_wake: Arc<tokio::sync::Notify>,
     /// The gateway file, whose directory runtime agents' relative paths start from.
     pub(crate) gateway_file: std::path::PathBuf,
+    /// Who used what, and the budgets.
+    pub(crate) usage: Arc<crate::usage::Usage>,
 }
 
 impl AppState {
@@ -127,10 +131,24 @@ impl AppState {
         // larger (and it is copied whole wherever a request's future moves).
         match self.store.shared.as_deref() {
             Some(shared) if live.rates.active() => {
-                Box::pin(live.admit_shared(head, caller, agent, shared)).await
+                Box::pin(live.admit_shared(head, caller, agent, shared)).await?
             }
-            _ => live.admit(head, caller, agent),
+            _ => live.admit(head, caller, agent)?,
         }
+        // The budgets last: a call the rate limits refuse spends nothing. Boxed, and only
+        // where a budget is in force, for the same reason.
+        if self.usage.budgeted() {
+            let standing = Box::pin(self.usage.admit(&caller.id, &agent.name, sends)).await;
+            let (outcome, standing) = match standing {
+                Ok(standing) => (Ok(()), standing),
+                Err((error, standing)) => (Err(error), standing),
+            };
+            if let Some(standing) = standing {
+                head.keep_budget(standing);
+            }
+            outcome?;
+        }
+        Ok(())
     }
 
     /// [`Self::admit`] for a request no agent answers (an MCP session's own messages):
@@ -234,7 +252,8 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig, metrics_here: bool, console: 
                 .route(web::post().to(push::relay)),
         )
         // After the A2A routes, which every call would otherwise test these against first.
-        .service(web::resource(READY_PATH).route(web::get().to(lifecycle::ready)));
+        .service(web::resource(READY_PATH).route(web::get().to(lifecycle::ready)))
+        .service(web::resource(USAGE_PATH).route(web::get().to(usage::own)));
     if metrics_here {
         cfg.service(web::resource(METRICS_PATH).route(web::get().to(observe::metrics)));
     }
@@ -250,6 +269,8 @@ const AGENTS_PREFIX: &str = "/a2a/agents";
 pub(crate) const HEALTH_PATH: &str = "/a2a/health";
 pub(crate) const READY_PATH: &str = "/a2a/ready";
 pub(crate) const METRICS_PATH: &str = "/metrics";
+/// A caller's own usage.
+pub(crate) const USAGE_PATH: &str = "/a2a/usage";
 
 /// The agent name a path under `/a2a/agents/` starts with.
 pub(crate) fn agent_in_path(path: &str) -> Option<&str> {

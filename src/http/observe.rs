@@ -8,9 +8,9 @@ use std::rc::Rc;
 use std::task::{ready, Context, Poll};
 use std::time::Instant;
 
-use actix_web::body::{EitherBody, MessageBody};
+use actix_web::body::{BodySize, EitherBody, MessageBody};
 use actix_web::dev::{forward_ready, Service, ServiceRequest, ServiceResponse, Transform};
-use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
+use actix_web::http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use actix_web::HttpMessage;
 use actix_web::{web, HttpResponse};
 
@@ -19,6 +19,7 @@ use super::{error_response, quoted, AppState};
 use crate::error::GatewayError;
 use crate::limits::RateInfo;
 use crate::telemetry::{self, TraceParent};
+use crate::usage::budgets::Standing;
 
 use crate::telemetry::ACCESS;
 
@@ -326,6 +327,7 @@ fn finish<B: MessageBody + 'static>(
             rate_limit_headers(res.headers_mut(), info);
         }
     }
+
     cors.decorate(res.headers_mut());
     if let Some(activated) = &call.extensions_activated {
         // In the header the caller's dialect reads.
@@ -346,7 +348,24 @@ fn finish<B: MessageBody + 'static>(
             .and_then(|v| v.to_str().ok());
         span.finish(&call, status, false, route);
     }
-    if let Some(state) = res.request().app_data::<web::Data<AppState>>() {
+    // The request by handle (a count, not a copy): the state it lends stays borrowed
+    // while the answer's headers change.
+    let req = res.request().clone();
+    if let Some(state) = req.app_data::<web::Data<AppState>>() {
+        let mut call = call;
+        if call.method.is_some() && state.usage.budgeted() {
+            if let Some(standing) = req.extensions_mut().remove::<Standing>() {
+                budget_headers(res.headers_mut(), &standing);
+            }
+        }
+        if call.method.is_some() && state.usage.recording() {
+            call.bytes_in = (req.headers().get(header::CONTENT_LENGTH))
+                .and_then(|v| v.to_str().ok()?.parse().ok())
+                .unwrap_or(0);
+            if let BodySize::Sized(n) = res.response().body().size() {
+                call.bytes_out = n;
+            }
+        }
         let logged = head.as_ref().map(|(method, path)| Logged {
             method: method.as_str(),
             path,
@@ -419,6 +438,15 @@ pub(crate) fn account(
             ],
             outcome,
             seconds,
+        );
+        state.usage.request(
+            call.principal.as_ref(),
+            call.agent.as_ref(),
+            call.binding.unwrap_or(""),
+            method,
+            call.error.is_some(),
+            call.bytes_in,
+            call.bytes_out,
         );
     }
     if let Some(Logged {
@@ -516,6 +544,15 @@ fn jsonrpc_path(path: &str) -> bool {
 fn rate_limit_headers(headers: &mut HeaderMap, info: RateInfo) {
     for (name, value) in info.headers() {
         headers.insert(HeaderName::from_static(name), HeaderValue::from(value));
+    }
+}
+
+/// The `X-Budget-*` headers of the budget a call came nearest to spending.
+fn budget_headers(headers: &mut HeaderMap, standing: &Standing) {
+    for (name, value) in standing.headers() {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            headers.insert(HeaderName::from_static(name), value);
+        }
     }
 }
 

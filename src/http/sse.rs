@@ -29,12 +29,19 @@ pub(super) fn event_stream<R>(
 where
     R: Fn(&Result<StreamItem, GatewayError>) -> (bool, Vec<u8>) + 'static,
 {
+    // Called while the request's note is current: it names the caller and the agent.
+    let noted = telemetry::noted(|c| (c.principal.clone(), c.agent.clone()));
+    let mut counted = noted
+        .and_then(|(caller, agent)| crate::usage::Streamed::start(&state.usage, caller, agent));
     let events = watched_positioned(state, items, slot).map(move |positioned| {
         let (item, at) = match positioned {
             Ok((item, at)) => (Ok(item), at),
             Err(e) => (Err(e), None),
         };
         let (is_error, body) = render(&item);
+        if let Some(counted) = counted.as_mut() {
+            counted.bytes += body.len() as u64;
+        }
         let text = String::from_utf8(body)
             .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
         let data = sse::Data::new(text);

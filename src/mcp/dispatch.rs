@@ -112,7 +112,10 @@ async fn run(state: web::Data<AppState>, job: Job) {
     let work = call(&state, &head, &agent, method, &params);
     let (work, scope) = telemetry::observed(None, span, work);
     let result = work.await;
-    let call = scope.take();
+    let mut call = scope.take();
+    if let (Err(e), None) = (&result, call.error) {
+        call.error = Some((e.code(), e.reason()));
+    }
     let status = match &result {
         Ok(_) => 200,
         Err(e) => e.jsonrpc_http_status(),

@@ -275,6 +275,15 @@ impl Relayed {
         Ok(())
     }
 
+    /// The task's or message's JSON as the upstream sent it (before any rewrite).
+    pub fn object_bytes(&self) -> &[u8] {
+        self.body.get(self.object.clone()).unwrap_or_default()
+    }
+
+    pub fn is_task(&self) -> bool {
+        self.kind == RelayedKind::Task
+    }
+
     /// The task's state (None for a message).
     pub fn state(&self) -> Option<TaskState> {
         match self.kind {

@@ -184,7 +184,13 @@ impl A2aService {
         A2aService {
             push,
             local: LocalOps::new(tasks.clone(), contexts.clone()),
-            upstream: UpstreamOps::new(contexts, tasks_capacity_hint(), owners, ledgers),
+            upstream: UpstreamOps::new(
+                tasks.clone(),
+                contexts,
+                tasks_capacity_hint(),
+                owners,
+                ledgers,
+            ),
             tasks,
             legacy_ids: LegacyNames(Arc::new(BoundedMap::new(
                 tasks_capacity_hint(),

@@ -175,6 +175,11 @@ impl Push {
         self.shared.pusher.as_ref().map(|p| p.jwks())
     }
 
+    /// What delivers webhooks, while push is on (budget alerts use it too).
+    pub(crate) fn deliveries(&self) -> Option<Arc<Pusher>> {
+        self.shared.pusher.clone()
+    }
+
     fn pusher(&self) -> Result<&Arc<Pusher>, GatewayError> {
         self.shared
             .pusher

@@ -19,6 +19,8 @@ use crate::routing::{conversation, BoundedMap, ContextIndex};
 use crate::store::Kept;
 
 pub(super) struct UpstreamOps {
+    /// Where usage is counted (the tasks' own, though upstream tasks are not kept here).
+    tasks: Arc<crate::tasks::Tasks>,
     owners: Arc<RemoteOwners>,
     contexts: Arc<ContextIndex>,
     /// The 0.3 upstreams' ledgers as a durable store held them (per agent, until the
@@ -43,6 +45,7 @@ impl UpstreamOps {
     }
 
     pub(super) fn new(
+        tasks: Arc<crate::tasks::Tasks>,
         contexts: Arc<ContextIndex>,
         capacity: usize,
         owners: Kept,
@@ -59,6 +62,7 @@ impl UpstreamOps {
             }
         }
         UpstreamOps {
+            tasks,
             owners: Arc::new(RemoteOwners::new(capacity, owners)),
             contexts,
             ledgers: std::sync::Mutex::new(by_agent),
@@ -105,8 +109,17 @@ impl Operations for UpstreamOps {
             let remote = self.remote(agent)?;
             self.owners.check_message(&req.message, caller).await?;
             let _turn = take_turn(agent, caller, &req).await?;
+            let meter = Meter::start(&self.tasks, &caller.id, &agent.name);
             let result = remote.send(&req).await?;
             remote.note_result(&caller.id, &result);
+            if let Some(mut meter) = meter {
+                meter.result(&result);
+                drop(meter);
+                // Answered once its tokens count against the budgets.
+                if let Some(usage) = self.tasks.usage() {
+                    usage.settled().await;
+                }
+            }
             match &result {
                 SendResult::Task(t) => {
                     self.owners.record(&t.id, caller);
@@ -147,11 +160,16 @@ impl Operations for UpstreamOps {
             let (caller, anonymous) = (caller.id.clone(), caller.anonymous);
             let owner = caller.clone();
             let agent_name = agent.name.clone();
+            let upstream = remote.clone();
             let remote = remote.clone();
+            let mut meter = Meter::start(&self.tasks, &caller, &agent_name);
             let items = items.map_items(move |item| {
                 let _held = &turn;
                 if let Ok(item) = &item {
                     remote.note_item(&caller, item);
+                    if let Some(meter) = meter.as_mut() {
+                        meter.item(item);
+                    }
                 }
                 if let Ok(StreamItem::Task(t)) = &item {
                     owners.record_id(&t.id, &caller, anonymous);
@@ -159,6 +177,13 @@ impl Operations for UpstreamOps {
                 }
                 item
             });
+            let items = match self.tasks.usage().filter(|u| u.stops_streaming()) {
+                Some(usage) => {
+                    let usage = usage.clone();
+                    stop_at_budget(items, usage, owner.clone(), agent.name.clone(), upstream)
+                }
+                None => items,
+            };
             // Read to its end by a recorder, caller or not, and kept for resuming.
             Ok(self.logs.record(owner, items))
         })
@@ -318,6 +343,182 @@ fn until_finished(
     })
     .flatten();
     ItemStream::positioned(head.chain(tail))
+}
+
+/// An upstream stream whose task's reported tokens reach a budget that stops streaming
+/// tasks: the upstream task is canceled, and the stream ends, after the item that crossed
+/// the budget, with the budget's refusal.
+fn stop_at_budget(
+    items: ItemStream,
+    usage: Arc<crate::usage::Usage>,
+    caller: Arc<str>,
+    agent: Arc<str>,
+    remote: Arc<RemoteAgent>,
+) -> ItemStream {
+    use futures_util::StreamExt;
+    struct Watch {
+        items: std::pin::Pin<
+            Box<dyn futures_util::Stream<Item = crate::protocol::ops::Positioned> + Send>,
+        >,
+        running: crate::usage::Tokens,
+        /// The refusal that ends the stream after the item that crossed the budget.
+        refusal: Option<GatewayError>,
+        stopped: bool,
+    }
+    let watch = Watch {
+        items: items.with_positions(),
+        running: Default::default(),
+        refusal: None,
+        stopped: false,
+    };
+    let stream = futures_util::stream::unfold(watch, move |mut w| {
+        let (usage, caller, agent, remote) =
+            (usage.clone(), caller.clone(), agent.clone(), remote.clone());
+        async move {
+            if w.stopped {
+                return None;
+            }
+            if let Some(refusal) = w.refusal.take() {
+                w.stopped = true;
+                return Some((Err(refusal), w));
+            }
+            let next = w.items.next().await?;
+            let Ok((item, _)) = &next else {
+                return Some((next, w));
+            };
+            let tokens = match item {
+                StreamItem::StatusUpdate(s) if !s.status.state.is_terminal() => {
+                    crate::tasks::tokens_of_status(s)
+                }
+                StreamItem::ArtifactUpdate(a) => crate::tasks::tokens_of_artifact(a),
+                _ => None,
+            };
+            let Some(tokens) = tokens else {
+                return Some((next, w));
+            };
+            w.running.add(tokens);
+            let Some(error) = usage.stopped_by(&caller, &agent, &w.running).await else {
+                return Some((next, w));
+            };
+            if let Some(id) = item.task_id() {
+                if let Err(e) = remote.cancel(id).await {
+                    tracing::warn!(agent = %agent, task = id, error = %e, "a task over its budget could not be canceled upstream");
+                }
+            }
+            w.refusal = Some(error);
+            Some((next, w))
+        }
+    });
+    ItemStream::positioned(stream)
+}
+
+/// An upstream task's usage as its answers show it (its state, tokens and time): counted
+/// once, when it ends, or, for one the answers leave unfinished, what it reported so far
+/// when they stop.
+struct Meter {
+    usage: Arc<crate::usage::Usage>,
+    caller: Arc<str>,
+    agent: Arc<str>,
+    started: std::time::Instant,
+    /// What events reported one by one, and what a task reported as its total.
+    reported: crate::usage::Tokens,
+    total: crate::usage::Tokens,
+    ended: bool,
+}
+
+impl Meter {
+    /// A meter while usage wants tokens (else none, and nothing is read).
+    fn start(tasks: &crate::tasks::Tasks, caller: &Arc<str>, agent: &Arc<str>) -> Option<Meter> {
+        let usage = tasks.usage().filter(|u| u.wants_tokens())?;
+        Some(Meter {
+            usage: usage.clone(),
+            caller: caller.clone(),
+            agent: agent.clone(),
+            started: std::time::Instant::now(),
+            reported: Default::default(),
+            total: Default::default(),
+            ended: false,
+        })
+    }
+
+    fn result(&mut self, result: &SendResult) {
+        match result {
+            SendResult::Task(t) => self.task(t),
+            SendResult::Message(m) => self.message(m),
+            SendResult::Relayed(r) => {
+                let json = r.object_bytes();
+                match r.is_task() {
+                    true => {
+                        if let Ok(t) = serde_json::from_slice::<Task>(json) {
+                            self.task(&t);
+                        }
+                    }
+                    false => {
+                        if let Ok(m) = serde_json::from_slice::<Message>(json) {
+                            self.message(&m);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn item(&mut self, item: &StreamItem) {
+        match item {
+            StreamItem::Task(t) => self.task(t),
+            StreamItem::Message(m) => self.message(m),
+            StreamItem::StatusUpdate(s) => {
+                if let Some(t) = crate::tasks::tokens_of_status(s) {
+                    self.reported.add(t);
+                }
+                if s.status.state.is_terminal() {
+                    self.end(Some(s.status.state.v03_name()));
+                }
+            }
+            StreamItem::ArtifactUpdate(a) => {
+                if let Some(t) = crate::tasks::tokens_of_artifact(a) {
+                    self.reported.add(t);
+                }
+            }
+        }
+    }
+
+    fn task(&mut self, t: &Task) {
+        self.total = crate::tasks::tokens_of_task(t);
+        if t.status.state.is_terminal() {
+            self.end(Some(t.status.state.v03_name()));
+        }
+    }
+
+    fn message(&mut self, m: &Message) {
+        if let Some(t) = crate::usage::tokens::in_metadata(m.metadata.as_ref()) {
+            self.reported.add(t);
+        }
+        self.end(None);
+    }
+
+    fn end(&mut self, state: Option<&'static str>) {
+        if std::mem::replace(&mut self.ended, true) {
+            return;
+        }
+        let tokens = std::mem::take(&mut self.reported).larger(std::mem::take(&mut self.total));
+        self.usage.task_ended(crate::usage::TaskEnd {
+            caller: &self.caller,
+            agent: &self.agent,
+            state,
+            ms: self.started.elapsed().as_millis() as i64,
+            tokens,
+        });
+    }
+}
+
+impl Drop for Meter {
+    fn drop(&mut self) {
+        let reported = !(self.reported.is_empty() && self.total.is_empty());
+        if reported && !self.ended {
+            self.end(None);
+        }
+    }
 }
 
 /// Who created each upstream task. The remote owns the task and knows nothing of the

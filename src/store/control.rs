@@ -10,6 +10,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
+use super::counters::{CounterOp, CounterReply, MemoryCounters};
 use super::Journal;
 
 /// What a control entry is.
@@ -17,6 +18,7 @@ use super::Journal;
 pub(crate) enum Kind {
     Agent,
     Key,
+    Budget,
 }
 
 impl Kind {
@@ -24,6 +26,7 @@ impl Kind {
         match self {
             Kind::Agent => "agent",
             Kind::Key => "key",
+            Kind::Budget => "budget",
         }
     }
 }
@@ -126,6 +129,8 @@ pub(crate) enum Op {
     Version,
     Used(Vec<(String, i64)>),
     UsedAll,
+    /// Usage and budget counters (`store::counters`).
+    Counters(CounterOp),
 }
 
 #[derive(Debug)]
@@ -136,6 +141,7 @@ pub(crate) enum Reply {
     Audit(Vec<AuditRow>),
     Version(u64),
     Used(Vec<(String, i64)>),
+    Counters(CounterReply),
 }
 
 /// Where control entries are kept.
@@ -245,6 +251,14 @@ impl Control {
         self.run(Op::Used(used)).await.map(|_| ())
     }
 
+    /// A counter operation (see `store::counters`).
+    pub(crate) async fn counters(&self, op: CounterOp) -> Result<CounterReply, String> {
+        match self.run(Op::Counters(op)).await? {
+            Reply::Counters(reply) => Ok(reply),
+            other => Err(format!("unexpected reply {other:?}")),
+        }
+    }
+
     pub(crate) async fn used_all(&self) -> Result<HashMap<String, i64>, String> {
         match self.run(Op::UsedAll).await? {
             Reply::Used(u) => Ok(u.into_iter().collect()),
@@ -261,6 +275,7 @@ pub(crate) struct Memory {
     seq: u64,
     version: u64,
     used: HashMap<String, i64>,
+    counters: MemoryCounters,
 }
 
 impl Memory {
@@ -321,6 +336,7 @@ impl Memory {
                 Reply::Used(Vec::new())
             }
             Op::UsedAll => Reply::Used(self.used.iter().map(|(k, v)| (k.clone(), *v)).collect()),
+            Op::Counters(op) => Reply::Counters(self.counters.apply(op)),
         }
     }
 }
@@ -496,6 +512,9 @@ async fn on_redis(shared: &super::redis::Shared, op: Op) -> Result<Reply, String
                 .await?;
             Ok(Reply::Used(all))
         }
+        Op::Counters(op) => super::counters::on_redis(shared, op)
+            .await
+            .map(Reply::Counters),
     }
 }
 
@@ -503,6 +522,7 @@ async fn on_redis(shared: &super::redis::Shared, op: Op) -> Result<Reply, String
 pub(crate) mod conformance {
     //! What every kind of control store does, run against each.
     use super::*;
+    use crate::store::counters::{now_ms, Charge, Counted, CounterOp, CounterReply};
 
     pub(crate) async fn entries_are_versioned_and_writes_conditional(control: &Control) {
         let v0 = control.version().await.unwrap();
@@ -574,10 +594,92 @@ pub(crate) mod conformance {
         assert_eq!((used["k"], used["j"]), (10, 5));
     }
 
+    fn counted(group: &str, key: &str, field: &str, amount: i64) -> Counted {
+        Counted {
+            group: group.into(),
+            key: key.into(),
+            field: field.into(),
+            amount,
+            expires_ms: now_ms() + 60_000,
+        }
+    }
+
+    /// Adds accumulate and are read by group; with `reserves`, a reservation takes every
+    /// part or none.
+    pub(crate) async fn counters_add_read_and_reserve(control: &Control, reserves: bool) {
+        let values = control
+            .counters(CounterOp::Add(vec![
+                counted("g1", "a", "requests", 2),
+                counted("g1", "a", "requests", 3),
+                counted("g1", "b", "tokens", 7),
+                counted("g2", "c", "requests", 1),
+            ]))
+            .await
+            .unwrap();
+        assert_eq!(values, CounterReply::Values(vec![2, 5, 7, 1]));
+        let CounterReply::Rows(mut rows) = control
+            .counters(CounterOp::Read(vec!["g1".into()]))
+            .await
+            .unwrap()
+        else {
+            panic!("rows expected");
+        };
+        rows.sort_by(|a, b| (&a.key, &a.field).cmp(&(&b.key, &b.field)));
+        let read: Vec<_> = rows
+            .iter()
+            .map(|r| (r.key.as_str(), r.field.as_str(), r.amount))
+            .collect();
+        assert_eq!(read, [("a", "requests", 5), ("b", "tokens", 7)]);
+        if !reserves {
+            return;
+        }
+        let charge = |key: &str, field: &str, amount: i64, limit: i64| Charge {
+            counted: counted("g3", key, field, amount),
+            limit,
+        };
+        let first = control
+            .counters(CounterOp::Reserve(vec![
+                charge("x", "requests", 1, 2),
+                charge("y", "tokens", 0, 10),
+            ]))
+            .await
+            .unwrap();
+        assert_eq!(first, CounterReply::Values(vec![1, 0]));
+        let second = control
+            .counters(CounterOp::Reserve(vec![charge("x", "requests", 1, 2)]))
+            .await
+            .unwrap();
+        assert_eq!(second, CounterReply::Values(vec![2]));
+        // The limit reached: refused, and the other part not taken either.
+        let third = control
+            .counters(CounterOp::Reserve(vec![
+                charge("z", "requests", 1, 5),
+                charge("x", "requests", 1, 2),
+            ]))
+            .await
+            .unwrap();
+        assert_eq!(
+            third,
+            CounterReply::Refused {
+                index: 1,
+                current: 2
+            }
+        );
+        let CounterReply::Rows(rows) = control
+            .counters(CounterOp::Read(vec!["g3".into()]))
+            .await
+            .unwrap()
+        else {
+            panic!("rows expected");
+        };
+        assert!(!rows.iter().any(|r| r.key == "z"), "{rows:?}");
+    }
+
     #[tokio::test]
     async fn memory() {
         let control = Control::memory();
         entries_are_versioned_and_writes_conditional(&control).await;
         the_audit_pages_newest_first(&control).await;
+        counters_add_read_and_reserve(&control, true).await;
     }
 }

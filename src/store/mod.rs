@@ -12,6 +12,7 @@
 //! nothing is written and a change costs one branch.
 
 pub(crate) mod control;
+pub(crate) mod counters;
 pub(crate) mod redis;
 pub(crate) mod sqlite;
 

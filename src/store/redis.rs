@@ -106,6 +106,17 @@ impl Keys {
     pub(crate) fn audit_seq(&self) -> String {
         format!("{}audit:seq", self.prefix)
     }
+    /// A counter's fields (usage, budgets), and the set of a group's counters.
+    pub(crate) fn counter(&self, key: &str) -> String {
+        format!("{}counter:{key}", self.prefix)
+    }
+    pub(crate) fn counter_group(&self, group: &str) -> String {
+        format!("{}counters:{group}", self.prefix)
+    }
+    /// The key of a counter's hash (see [`Keys::counter`]).
+    pub(crate) fn counter_key_of<'a>(&self, hash: &'a str) -> Option<&'a str> {
+        hash.strip_prefix(&*self.prefix)?.strip_prefix("counter:")
+    }
     /// When each runtime key was last used (a hash: id -> ms).
     pub(crate) fn key_used(&self) -> String {
         format!("{}control:key_used", self.prefix)

@@ -58,6 +58,16 @@ const MIGRATIONS: &[&str] = &[
     CREATE TABLE control_changes (id INTEGER PRIMARY KEY CHECK (id = 1), changes INTEGER NOT NULL);
     INSERT INTO control_changes (id, changes) VALUES (1, 0);
     CREATE TABLE key_used (id TEXT PRIMARY KEY, at_ms INTEGER NOT NULL) WITHOUT ROWID;",
+    // Version 4. Counters: usage per day, what budgets spent per window (`store::counters`).
+    "CREATE TABLE counters (
+        grp TEXT NOT NULL,
+        key TEXT NOT NULL,
+        field TEXT NOT NULL,
+        amount INTEGER NOT NULL,
+        expires_ms INTEGER NOT NULL,
+        PRIMARY KEY (grp, key, field)
+    ) WITHOUT ROWID;
+    CREATE INDEX counters_expiry ON counters (expires_ms);",
 ];
 
 /// Records kept per table (the newest), as many as the memory maps they fill hold.
@@ -444,6 +454,7 @@ fn control(
                 .collect::<rusqlite::Result<Vec<_>>>()?;
             Reply::Used(all)
         }
+        Op::Counters(op) => Reply::Counters(super::counters::on_sqlite(&tx, op)?),
     };
     tx.commit()?;
     Ok(reply)

@@ -642,3 +642,62 @@ fn control_entries_in_redis_are_shared_and_writes_race_safely() {
     assert_eq!(seen.map(|e| e.version), Some(1));
     other.1.close();
 }
+
+/// Counters in a SQLite file: added, read by group, reserved all or nothing, and there
+/// again after the file is opened again.
+#[test]
+fn counters_in_sqlite_are_kept_across_a_reopen() {
+    use crate::store::control::conformance::counters_add_read_and_reserve;
+    use crate::store::counters::{CounterOp, CounterReply};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut h = sqlite();
+    let control = h.open.as_ref().unwrap().1.control.clone();
+    rt.block_on(counters_add_read_and_reserve(&control, true));
+    assert!(h.reopen());
+    let control = h.open.as_ref().unwrap().1.control.clone();
+    let loaded = rt.block_on(control.counters(CounterOp::Load("g".into())));
+    let CounterReply::Rows(rows) = loaded.unwrap() else {
+        panic!("rows expected");
+    };
+    let total: i64 = rows.iter().map(|r| r.amount).sum();
+    assert_eq!(total, 5 + 7 + 1 + 2, "{rows:?}");
+}
+
+/// Counters in Redis: two replicas add to the same numbers, and of two reservations of
+/// the last unit at once only one is taken.
+#[test]
+fn counters_in_redis_are_shared_and_the_last_unit_goes_once() {
+    use crate::store::control::conformance::counters_add_read_and_reserve;
+    use crate::store::counters::{self, Charge, Counted, CounterOp, CounterReply};
+    let h = redis();
+    let control = h.open.as_ref().unwrap().1.control.clone();
+    h.rt.block_on(counters_add_read_and_reserve(&control, true));
+    let other = Redis::replica(&h.rt, &h.prefix);
+    let other_control = other.1.control.clone();
+    let last = || {
+        CounterOp::Reserve(vec![Charge {
+            counted: Counted {
+                group: "race".into(),
+                key: "k".into(),
+                field: "requests".into(),
+                amount: 1,
+                expires_ms: counters::now_ms() + 60_000,
+            },
+            limit: 1,
+        }])
+    };
+    let (a, b) = h.rt.block_on(futures_util::future::join(
+        control.counters(last()),
+        other_control.counters(last()),
+    ));
+    let outcomes = [a.unwrap(), b.unwrap()];
+    let taken = outcomes
+        .iter()
+        .filter(|o| matches!(o, CounterReply::Values(_)))
+        .count();
+    assert_eq!(taken, 1, "{outcomes:?}");
+    other.1.close();
+}

@@ -434,6 +434,7 @@ mod tests {
             cancel: None,
             bytes: 100,
             log: None,
+            metered: None,
         }
     }
 

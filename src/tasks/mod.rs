@@ -62,6 +62,60 @@ pub(crate) struct StoredTask {
     /// The task's latest events, kept from when it was first streamed so that a client
     /// that lost its stream can resume it; none for a task nobody streamed.
     pub(crate) log: Option<Box<EventLog>>,
+    /// What usage counts of it while it runs (none while usage counts nothing).
+    pub(crate) metered: Option<Box<Metered>>,
+}
+
+/// A running task as usage sees it: when it started, and the tokens its events reported.
+#[derive(Debug, Clone)]
+pub(crate) struct Metered {
+    started: std::time::Instant,
+    reported: crate::usage::Tokens,
+}
+
+/// The tokens an event reports: in its metadata, its status message's or its artifact's.
+pub(crate) fn tokens_of_event(event: &TaskEvent) -> Option<crate::usage::ModelTokens> {
+    match event {
+        TaskEvent::Status(s) => tokens_of_status(s),
+        TaskEvent::Artifact(a) => tokens_of_artifact(a),
+    }
+}
+
+pub(crate) fn tokens_of_status(
+    s: &crate::protocol::model::TaskStatusUpdateEvent,
+) -> Option<crate::usage::ModelTokens> {
+    use crate::usage::tokens::in_metadata;
+    in_metadata(s.metadata.as_ref())
+        .or_else(|| in_metadata(s.status.message.as_ref().and_then(|m| m.metadata.as_ref())))
+}
+
+pub(crate) fn tokens_of_artifact(
+    a: &crate::protocol::model::TaskArtifactUpdateEvent,
+) -> Option<crate::usage::ModelTokens> {
+    use crate::usage::tokens::in_metadata;
+    in_metadata(a.metadata.as_ref()).or_else(|| in_metadata(a.artifact.metadata.as_ref()))
+}
+
+/// The tokens a task reports as its total: in its metadata, or its status message's;
+/// else what its artifacts' metadata add up to.
+pub(crate) fn tokens_of_task(task: &Task) -> crate::usage::Tokens {
+    use crate::usage::tokens::in_metadata;
+    let found = in_metadata(task.metadata.as_ref()).or_else(|| {
+        in_metadata(
+            task.status
+                .message
+                .as_ref()
+                .and_then(|m| m.metadata.as_ref()),
+        )
+    });
+    let mut tokens = crate::usage::Tokens::default();
+    match found {
+        Some(total) => tokens.add(total),
+        None => (task.artifacts.iter())
+            .filter_map(|a| in_metadata(a.metadata.as_ref()))
+            .for_each(|t| tokens.add(t)),
+    }
+    tokens
 }
 
 /// One event of a task with the version it made.
@@ -211,6 +265,7 @@ impl StoredTask {
             cancel: None,
             bytes,
             log,
+            metered: None,
         }
     }
 }
@@ -303,6 +358,17 @@ pub(crate) struct Tasks {
     /// With a durable store: where the events of streamed tasks are kept (and, for a
     /// shared store, every event goes for other replicas).
     journal: std::sync::OnceLock<crate::store::Journal>,
+    /// Where a task's end is counted.
+    usage: std::sync::OnceLock<Arc<crate::usage::Usage>>,
+}
+
+/// A task that ended, as usage counts it.
+struct Ended {
+    owner: Arc<str>,
+    agent: Arc<str>,
+    state: &'static str,
+    ms: i64,
+    tokens: crate::usage::Tokens,
 }
 
 /// What one owner's unfinished tasks hold.
@@ -337,6 +403,35 @@ impl Tasks {
             },
             shared: std::sync::OnceLock::new(),
             journal: std::sync::OnceLock::new(),
+            usage: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Counts tasks' ends (their state, time and tokens) in `usage`.
+    pub(crate) fn count_usage(&self, usage: Arc<crate::usage::Usage>) {
+        let _ = self.usage.set(usage);
+    }
+
+    /// Where usage is counted.
+    pub(crate) fn usage(&self) -> Option<&Arc<crate::usage::Usage>> {
+        self.usage.get()
+    }
+
+    /// Usage, while it wants tasks' tokens.
+    fn metering(&self) -> Option<&Arc<crate::usage::Usage>> {
+        self.usage.get().filter(|u| u.wants_tokens())
+    }
+
+    /// Counts a task that ended: `ended` is what the store's update took of it.
+    fn count_end(&self, ended: Option<Ended>) {
+        if let (Some(e), Some(usage)) = (ended, self.usage.get()) {
+            usage.task_ended(crate::usage::TaskEnd {
+                caller: &e.owner,
+                agent: &e.agent,
+                state: Some(e.state),
+                ms: e.ms,
+                tokens: e.tokens,
+            });
         }
     }
 
@@ -495,6 +590,24 @@ impl Tasks {
         self.metrics
             .task_entered(&agent, task.status.state.v03_name());
         let counted_as = counted.then(|| counted_as.clone());
+        let metered = self.metering().map(|_| {
+            Box::new(Metered {
+                started: std::time::Instant::now(),
+                reported: Default::default(),
+            })
+        });
+        let ended = match (&metered, counted) {
+            // Made finished (an answer in one go): it ends here.
+            (Some(_), false) => Some(Ended {
+                owner: owner.clone(),
+                agent: agent.clone(),
+                state: task.status.state.v03_name(),
+                ms: 0,
+                tokens: tokens_of_task(&task),
+            }),
+            _ => None,
+        };
+        let metered = metered.filter(|_| counted);
         let inserted = self.store.insert(StoredTask {
             task,
             agent,
@@ -506,9 +619,13 @@ impl Tasks {
             cancel,
             bytes,
             log: streamed.then(Box::default),
+            metered,
         });
         if let (Err(_), Some(counted_as)) = (&inserted, counted_as) {
             self.finished(&counted_as, bytes);
+        }
+        if inserted.is_ok() {
+            self.count_end(ended);
         }
         inserted
     }
@@ -662,6 +779,7 @@ impl Tasks {
         let mut applied = Applied::TaskFinished;
         let mut version = None;
         let mut logged = false;
+        let mut ended = None;
         let found = self.store.update(id, &mut |st| {
             if st.task.status.state.is_terminal() {
                 return;
@@ -683,10 +801,24 @@ impl Tasks {
                 self.metrics
                     .task_entered(&st.agent, st.task.status.state.v03_name());
             }
+            if let Some(metered) = st.metered.as_deref_mut() {
+                if let Some(tokens) = tokens_of_event(event) {
+                    metered.reported.add(tokens);
+                }
+            }
             let finished = st.task.status.state.is_terminal();
             if finished {
                 st.cancel = None;
                 self.finished(st.counted_as(), held);
+                if let Some(metered) = st.metered.take() {
+                    ended = Some(Ended {
+                        owner: st.owner.clone(),
+                        agent: st.agent.clone(),
+                        state: st.task.status.state.v03_name(),
+                        ms: metered.started.elapsed().as_millis() as i64,
+                        tokens: metered.reported.larger(tokens_of_task(&st.task)),
+                    });
+                }
             }
             st.version += 1;
             version = Some(st.version);
@@ -705,6 +837,7 @@ impl Tasks {
             applied = Applied::Yes;
         });
         self.share_event(id, version, event, logged);
+        self.count_end(ended);
         match found {
             true => (applied, version),
             false => (Applied::NotFound, None),

@@ -29,6 +29,10 @@ pub(crate) struct Call {
     pub(crate) extensions_asked: Option<Arc<str>>,
     /// The extensions the upstream agent says it activated, for the answer's header.
     pub(crate) extensions_activated: Option<String>,
+    /// The request's body and the answer's, in bytes, where usage is counted (a stream's
+    /// answer is counted as it is sent).
+    pub(crate) bytes_in: u64,
+    pub(crate) bytes_out: u64,
 }
 
 pub(crate) struct Scope {

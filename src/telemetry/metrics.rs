@@ -186,6 +186,10 @@ pub(crate) struct Metrics {
     auth_failures: IntCounterVec,
     policy_denials: IntCounterVec,
     rate_limited: IntCounterVec,
+    usage_tokens: IntCounterVec,
+    usage_cost: prometheus::CounterVec,
+    budget_alerts: IntCounterVec,
+    budget_refusals: IntCounterVec,
     reloads: IntCounterVec,
     push: IntCounterVec,
     config: IntGaugeVec,
@@ -411,6 +415,36 @@ impl Metrics {
                 "Requests refused by a rate limit.",
                 &["agent"],
             ),
+            usage_tokens: counter(
+                &r,
+                "a2a_usage_tokens_total",
+                "Tokens agents reported, by agent, model (as reported; past 64 models, \"other\") and direction (input, output); with [usage] metrics_per_caller, by caller too.",
+                &["agent", "model", "direction", "caller"],
+            ),
+            usage_cost: {
+                let c = prometheus::CounterVec::new(
+                    Opts::new(
+                        "a2a_usage_cost_total",
+                        "What the tokens cost at [pricing]'s prices, in [usage] currency, by agent and model (and caller, with metrics_per_caller).",
+                    ),
+                    &["agent", "model", "caller"],
+                )
+                .expect("valid metric");
+                r.register(Box::new(c.clone())).expect("unique metric");
+                c
+            },
+            budget_alerts: counter(
+                &r,
+                "a2a_budget_alerts_total",
+                "Budgets that crossed their soft_percent (level soft) or reached a limit (level spent), per key and window.",
+                &["budget", "level"],
+            ),
+            budget_refusals: counter(
+                &r,
+                "a2a_budget_refusals_total",
+                "Calls refused because a budget was spent.",
+                &["budget"],
+            ),
             reloads: counter(
                 &r,
                 "a2a_config_reloads_total",
@@ -575,6 +609,34 @@ impl Metrics {
     pub(crate) fn policy_denied(&self, rule: &str) {
         if self.enabled {
             self.policy_denials.with_label_values(&[rule]).inc();
+        }
+    }
+
+    /// Tokens an agent reported (`direction`: input or output).
+    pub(crate) fn tokens(&self, agent: &str, model: &str, direction: &str, caller: &str, n: u64) {
+        if self.enabled && n > 0 {
+            let labels = [agent, model, direction, caller];
+            self.usage_tokens.with_label_values(&labels).inc_by(n);
+        }
+    }
+
+    pub(crate) fn cost(&self, agent: &str, model: &str, caller: &str, amount: f64) {
+        if self.enabled && amount > 0.0 {
+            let labels = [agent, model, caller];
+            self.usage_cost.with_label_values(&labels).inc_by(amount);
+        }
+    }
+
+    /// A budget crossed its warning line (`soft`) or reached a limit (`spent`).
+    pub(crate) fn budget_alert(&self, budget: &str, level: &'static str) {
+        if self.enabled {
+            self.budget_alerts.with_label_values(&[budget, level]).inc();
+        }
+    }
+
+    pub(crate) fn budget_refused(&self, budget: &str) {
+        if self.enabled {
+            self.budget_refusals.with_label_values(&[budget]).inc();
         }
     }
 

@@ -631,18 +631,23 @@ async fn the_openapi_document_validates_and_lists_every_route() {
         operations,
         [
             "DELETE /admin/v1/agents/{name}",
+            "DELETE /admin/v1/budgets/{id}",
             "GET /admin/v1/agents",
             "GET /admin/v1/agents/{name}",
             "GET /admin/v1/audit",
+            "GET /admin/v1/budgets",
+            "GET /admin/v1/budgets/{id}",
             "GET /admin/v1/keys",
             "GET /admin/v1/keys/{id}",
             "GET /admin/v1/openapi.json",
+            "GET /admin/v1/usage",
             "POST /admin/v1/agents/{name}/disable",
             "POST /admin/v1/agents/{name}/enable",
             "POST /admin/v1/keys",
             "POST /admin/v1/keys/{id}/revoke",
             "POST /admin/v1/keys/{id}/rotate",
             "PUT /admin/v1/agents/{name}",
+            "PUT /admin/v1/budgets/{id}",
         ]
     );
     let file = tempfile::NamedTempFile::new().unwrap();

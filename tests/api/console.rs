@@ -126,7 +126,7 @@ async fn the_console_works_in_a_real_browser() {
     let allowed = StaticServer::start();
     let refused = StaticServer::start();
     let gateway = format!(
-        "default_agent = \"echo\"\n[auth]\ndefault_access = \"authenticated\"\n[[auth.api_keys]]\nid = \"console\"\nsecret_sha256 = \"{}\"\nagents = [\"*\"]\n[cors]\nallowed_origins = [\"{}\"]\n[[admin.keys]]\nid = \"console-admin\"\nsecret_sha256 = \"{}\"\n",
+        "default_agent = \"echo\"\n[usage]\nenabled = true\nflush_interval_ms = 100\n[auth]\ndefault_access = \"authenticated\"\n[[auth.api_keys]]\nid = \"console\"\nsecret_sha256 = \"{}\"\nagents = [\"*\"]\n[cors]\nallowed_origins = [\"{}\"]\n[[admin.keys]]\nid = \"console-admin\"\nsecret_sha256 = \"{}\"\n",
         sha("console-key"),
         allowed.origin,
         sha("console-admin-secret")
@@ -148,7 +148,7 @@ async fn the_console_works_in_a_real_browser() {
         ],
         env: Vec::new(),
     };
-    run.passes(chromium, 13).await;
+    run.passes(chromium, 14).await;
     // The console picked its stream up with the id of the last event it had read.
     let heads = heads.lock().unwrap().clone();
     assert!(

@@ -44,3 +44,4 @@ mod thirdparty;
 mod tls;
 mod traces;
 mod upstream;
+mod usage;

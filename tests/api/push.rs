@@ -14,9 +14,9 @@ use crate::peers::{free_port, python_agent_with, upstream_agent};
 
 /// What a receiver got: one request, whatever it answered.
 #[derive(Debug, Clone)]
-struct Got {
-    headers: Vec<(String, String)>,
-    body: Value,
+pub(crate) struct Got {
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) body: Value,
     raw: Vec<u8>,
 }
 
@@ -30,7 +30,7 @@ impl Got {
 }
 
 #[derive(Clone)]
-enum Answer {
+pub(crate) enum Answer {
     Ok,
     /// 503 to the first n requests, then 200.
     FailFirst(usize),
@@ -39,8 +39,8 @@ enum Answer {
     Redirect(String),
 }
 
-struct Receiver {
-    url: String,
+pub(crate) struct Receiver {
+    pub(crate) url: String,
     got: Arc<Mutex<Vec<Got>>>,
     handle: actix_web::dev::ServerHandle,
 }
@@ -52,7 +52,7 @@ impl Drop for Receiver {
 }
 
 impl Receiver {
-    async fn start(host: &str, answer: Answer) -> Receiver {
+    pub(crate) async fn start(host: &str, answer: Answer) -> Receiver {
         let got: Arc<Mutex<Vec<Got>>> = Arc::default();
         let state = (got.clone(), answer);
         let server = HttpServer::new(move || {
@@ -105,12 +105,12 @@ impl Receiver {
         }
     }
 
-    fn got(&self) -> Vec<Got> {
+    pub(crate) fn got(&self) -> Vec<Got> {
         self.got.lock().unwrap().clone()
     }
 
     /// Waits until `done` holds of what arrived (20 s at most).
-    async fn wait(&self, what: &str, done: impl Fn(&[Got]) -> bool) -> Vec<Got> {
+    pub(crate) async fn wait(&self, what: &str, done: impl Fn(&[Got]) -> bool) -> Vec<Got> {
         for _ in 0..400 {
             let got = self.got();
             if done(&got) {

@@ -22,6 +22,8 @@ pub struct Running {
     pub client: reqwest::Client,
     /// Worker threads (`--workers`).
     workers: usize,
+    /// Environment variables it is started with (again on a restart).
+    env: Vec<(String, String)>,
 }
 
 impl Drop for Running {
@@ -55,6 +57,7 @@ impl Running {
             log: &log,
             log_level,
             workers,
+            env: &[],
         };
         let (child, base) = launch(&at, "0");
         Running {
@@ -67,6 +70,44 @@ impl Running {
             log_level: log_level.to_string(),
             client: crate::helpers::client(),
             workers,
+            env: Vec::new(),
+        }
+    }
+
+    /// [`Running::start`] with environment variables of its own.
+    pub fn start_env(
+        files: &[(&str, &str)],
+        gateway: &str,
+        log_level: &str,
+        env: &[(&str, &str)],
+    ) -> Running {
+        let env: Vec<(String, String)> = (env.iter())
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let (dir, agents, gateway_path) = write_config(files, Some(gateway));
+        let log = dir.path().join("gateway.log");
+        let gateway_path = gateway_path.expect("gateway file");
+        let at = Launch {
+            dir: dir.path(),
+            gateway: &gateway_path,
+            agents: &agents,
+            log: &log,
+            log_level,
+            workers: 1,
+            env: &env,
+        };
+        let (child, base) = launch(&at, "0");
+        Running {
+            child,
+            base,
+            log,
+            dir,
+            agents,
+            gateway: gateway_path,
+            log_level: log_level.to_string(),
+            client: crate::helpers::client(),
+            workers: 1,
+            env,
         }
     }
 
@@ -83,6 +124,7 @@ impl Running {
             log: &log,
             log_level,
             workers: 1,
+            env: &[],
         };
         let (child, base) = launch(&at, "0");
         Running {
@@ -95,6 +137,7 @@ impl Running {
             log_level: log_level.to_string(),
             client: crate::helpers::client(),
             workers: 1,
+            env: Vec::new(),
         }
     }
 
@@ -111,6 +154,7 @@ impl Running {
             log: &self.log,
             log_level: &self.log_level,
             workers: self.workers,
+            env: &self.env,
         };
         let (child, base) = launch(&at, &port);
         self.child = child;
@@ -294,6 +338,7 @@ struct Launch<'a> {
     log: &'a Path,
     log_level: &'a str,
     workers: usize,
+    env: &'a [(String, String)],
 }
 
 fn launch(at: &Launch<'_>, port: &str) -> (Child, String) {
@@ -319,6 +364,7 @@ fn launch(at: &Launch<'_>, port: &str) -> (Child, String) {
         .arg("--agents-dir")
         .arg(at.agents)
         .env("A2A_GATEWAY_LOG", at.log_level)
+        .envs(at.env.iter().map(|(k, v)| (k, v)))
         .stdout(Stdio::piped())
         .stderr(log_file)
         .spawn()

@@ -5,7 +5,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::agents::{BackendError, EventSink};
-use crate::protocol::model::{Artifact, Message, Part, PartContent, TaskState};
+use crate::protocol::model::{Artifact, Message, Metadata, Part, PartContent, TaskState};
 
 pub(super) fn artifact(id: &str, part: Part) -> Artifact {
     Artifact {
@@ -41,6 +41,8 @@ struct Event {
     input_required: Option<String>,
     result: Option<String>,
     error: Option<String>,
+    /// Goes with the event (an artifact's, a status's, the result's): token usage, say.
+    metadata: Option<Metadata>,
 }
 
 /// One line of a jsonl program's output, understood.
@@ -65,13 +67,24 @@ pub(super) enum Line {
 }
 
 /// Reads one line of output; a line that is no event the protocol knows fails the task.
+#[cfg(test)]
 pub(super) fn parse_line(line: &str) -> Result<Line, BackendError> {
+    parse_event(line).map(|(line, _)| line)
+}
+
+/// [`parse_line`], with the event's `metadata`.
+pub(super) fn parse_event(line: &str) -> Result<(Line, Option<Metadata>), BackendError> {
     if line.trim().is_empty() {
-        return Ok(Line::Blank);
+        return Ok((Line::Blank, None));
     }
-    let ev: Event = serde_json::from_str(line).map_err(|e| {
+    let mut ev: Event = serde_json::from_str(line).map_err(|e| {
         BackendError::Failed(format!("the agent's program wrote an invalid event: {e}"))
     })?;
+    let metadata = ev.metadata.take();
+    understood(ev).map(|line| (line, metadata))
+}
+
+fn understood(ev: Event) -> Result<Line, BackendError> {
     if let Some(text) = ev.error {
         return Ok(Line::Failed(text));
     }
@@ -112,7 +125,8 @@ pub(super) fn parse_line(line: &str) -> Result<Line, BackendError> {
 
 /// Applies one line of output to the task.
 pub(super) async fn jsonl_event(events: &mut EventSink, line: &str) -> Result<Step, BackendError> {
-    match parse_line(line)? {
+    let (line, metadata) = parse_event(line)?;
+    match line {
         Line::Blank | Line::Nothing => Ok(Step::More),
         Line::Failed(text) => {
             events
@@ -133,7 +147,9 @@ pub(super) async fn jsonl_event(events: &mut EventSink, line: &str) -> Result<St
             events
                 .artifact(artifact("result", Part::text(text)), false, true)
                 .await?;
-            events.status(TaskState::Completed, None).await?;
+            events
+                .status_noted(TaskState::Completed, None, metadata)
+                .await?;
             Ok(Step::Reported)
         }
         Line::Artifact {
@@ -148,14 +164,14 @@ pub(super) async fn jsonl_event(events: &mut EventSink, line: &str) -> Result<St
                 filename: None,
                 media_type: None,
             };
-            events
-                .artifact(artifact(&name, part), append, last_chunk)
-                .await?;
+            let mut artifact = artifact(&name, part);
+            artifact.metadata = metadata;
+            events.artifact(artifact, append, last_chunk).await?;
             Ok(Step::More)
         }
         Line::Status { state, message } => {
             events
-                .status(state, message.map(Message::agent_text))
+                .status_noted(state, message.map(Message::agent_text), metadata)
                 .await?;
             Ok(Step::More)
         }
