@@ -128,7 +128,8 @@ pub(crate) struct Place {
 }
 
 impl Place {
-    fn counted(&self, measure: Measure, amount: i64) -> Counted {
+    /// `amount` of `measure` in this place's counters.
+    pub(crate) fn counted(&self, measure: Measure, amount: i64) -> Counted {
         Counted {
             group: self.group.clone(),
             key: self.key.clone(),

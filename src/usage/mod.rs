@@ -550,7 +550,7 @@ impl Usage {
             return;
         }
         let counted = (adds.iter())
-            .map(|(place, measure, _, amount)| place_counted(place, *measure, *amount))
+            .map(|(place, measure, _, amount)| place.counted(*measure, *amount))
             .collect();
         match self.ledger.run(CounterOp::Add(counted)).await {
             Ok(CounterReply::Values(values)) => {
@@ -748,16 +748,6 @@ impl Usage {
             CounterReply::Rows(rows) => Ok(rows),
             other => Err(format!("unexpected reply {other:?}")),
         }
-    }
-}
-
-fn place_counted(place: &Place, measure: Measure, amount: i64) -> Counted {
-    Counted {
-        group: place.group.clone(),
-        key: place.key.clone(),
-        field: measure.field().into(),
-        amount,
-        expires_ms: place.resets_ms + 24 * 3600 * 1000,
     }
 }
 

@@ -47,31 +47,7 @@ impl Running {
         log_level: &str,
         workers: usize,
     ) -> Running {
-        let (dir, agents, gateway_path) = write_config(files, Some(gateway));
-        let log = dir.path().join("gateway.log");
-        let gateway_path = gateway_path.expect("gateway file");
-        let at = Launch {
-            dir: dir.path(),
-            gateway: &gateway_path,
-            agents: &agents,
-            log: &log,
-            log_level,
-            workers,
-            env: &[],
-        };
-        let (child, base) = launch(&at, "0");
-        Running {
-            child,
-            base,
-            log,
-            dir,
-            agents,
-            gateway: gateway_path,
-            log_level: log_level.to_string(),
-            client: crate::helpers::client(),
-            workers,
-            env: Vec::new(),
-        }
+        Running::launched(files, gateway, log_level, workers, Vec::new())
     }
 
     /// [`Running::start`] with environment variables of its own.
@@ -81,9 +57,17 @@ impl Running {
         log_level: &str,
         env: &[(&str, &str)],
     ) -> Running {
-        let env: Vec<(String, String)> = (env.iter())
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let env = (env.iter()).map(|(k, v)| (k.to_string(), v.to_string()));
+        Running::launched(files, gateway, log_level, 1, env.collect())
+    }
+
+    fn launched(
+        files: &[(&str, &str)],
+        gateway: &str,
+        log_level: &str,
+        workers: usize,
+        env: Vec<(String, String)>,
+    ) -> Running {
         let (dir, agents, gateway_path) = write_config(files, Some(gateway));
         let log = dir.path().join("gateway.log");
         let gateway_path = gateway_path.expect("gateway file");
@@ -93,7 +77,7 @@ impl Running {
             agents: &agents,
             log: &log,
             log_level,
-            workers: 1,
+            workers,
             env: &env,
         };
         let (child, base) = launch(&at, "0");
@@ -106,7 +90,7 @@ impl Running {
             gateway: gateway_path,
             log_level: log_level.to_string(),
             client: crate::helpers::client(),
-            workers: 1,
+            workers,
             env,
         }
     }

@@ -91,6 +91,35 @@ async fn send_as(
     (status, headers, resp.json().await.unwrap_or(Value::Null))
 }
 
+/// A JSON-RPC stream as `key` at `agent`: its events' data, read to the end.
+async fn stream_as(
+    gw: &crate::helpers::TestGateway,
+    agent: &str,
+    key: &str,
+    text: &str,
+) -> Vec<Value> {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage",
+        "params": {"message": D::V10.message(text)}});
+    let answer = gw
+        .client
+        .post(gw.url(&format!("/a2a/agents/{agent}")))
+        .header("content-type", "application/json")
+        .header("A2A-Version", "1.0")
+        .header("Accept", "text/event-stream")
+        .header("X-API-Key", secret(key))
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    crate::helpers::parse_sse(&answer)
+        .into_iter()
+        .map(|e| e.data)
+        .collect()
+}
+
 /// The next midnight, UTC, as RFC 3339.
 fn next_midnight() -> String {
     let tomorrow = chrono::Utc::now().date_naive() + chrono::TimeDelta::days(1);
@@ -726,25 +755,8 @@ async fn a_budget_stops_a_streaming_task_that_crosses_it() {
         keys(&["a"])
     );
     let gw = spawn_with(&[("talker.toml", &agent)], &gateway).await;
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage",
-        "params": {"message": D::V10.message("talk")}});
-    let text = gw
-        .client
-        .post(gw.url("/a2a/agents/talker"))
-        .header("content-type", "application/json")
-        .header("A2A-Version", "1.0")
-        .header("Accept", "text/event-stream")
-        .header("X-API-Key", secret("a"))
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let events: Vec<Value> = crate::helpers::parse_sse(&text)
-        .into_iter()
-        .map(|e| e.data["result"].clone())
+    let events: Vec<Value> = (stream_as(&gw, "talker", "a", "talk").await.into_iter())
+        .map(|e| e["result"].clone())
         .collect();
     let chunks = events
         .iter()
@@ -775,24 +787,7 @@ async fn a_budget_stops_a_streaming_task_that_crosses_it() {
         upstream.base
     );
     let gw = spawn_with(&[("relayed.toml", &relayed)], &gateway).await;
-    let text = gw
-        .client
-        .post(gw.url("/a2a/agents/relayed"))
-        .header("content-type", "application/json")
-        .header("A2A-Version", "1.0")
-        .header("Accept", "text/event-stream")
-        .header("X-API-Key", secret("a"))
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let events: Vec<Value> = crate::helpers::parse_sse(&text)
-        .into_iter()
-        .map(|e| e.data)
-        .collect();
+    let events = stream_as(&gw, "relayed", "a", "talk").await;
     let chunks = (events.iter())
         .filter(|e| e["result"].get("artifactUpdate").is_some())
         .count();
