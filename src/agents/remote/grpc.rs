@@ -25,8 +25,8 @@ use serde_json::{json, Value};
 use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
 use tonic::{Code, Status};
 
+use super::failure::Failure;
 use super::resolve::GuardedResolver;
-use super::transport::Failure;
 use crate::config::A2aConfig;
 use crate::protocol::grpc::{self as wire, ErrorInfo, RawCodec, RpcStatus, ERROR_INFO_TYPE};
 use crate::protocol::grpc_v03;

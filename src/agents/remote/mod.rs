@@ -5,6 +5,7 @@
 //! ids are namespaced as `<agent>.<remote id>` on the way out, so ids from different
 //! remotes never collide and any task id names the agent that owns it.
 
+mod failure;
 mod grpc;
 mod ledger;
 pub(crate) mod resolve;
@@ -25,8 +26,9 @@ use futures_util::StreamExt;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
 use serde_json::Value;
 
+use self::failure::Failure;
 use self::ledger::Ledger;
-use self::transport::{Failure, Transport};
+use self::transport::Transport;
 use self::upstream_stream::Relay;
 use self::wire::TaskOp;
 use super::AgentHealth;
@@ -520,7 +522,7 @@ impl RemoteAgent {
             Failure::TooLarge => GatewayError::InvalidAgentResponse(format!(
                 "agent {} answered with more than {} MiB",
                 self.name,
-                transport::MAX_ANSWER_BYTES >> 20
+                failure::MAX_ANSWER_BYTES >> 20
             )),
         }
     }
@@ -1118,7 +1120,7 @@ impl RemoteAgent {
         self.note_alive();
         let is_sse = is_event_stream(resp.headers());
         if !is_sse {
-            let body = transport::read_capped(http::Response::from(resp).into_body())
+            let body = failure::read_capped(http::Response::from(resp).into_body())
                 .await
                 .map_err(|f| self.transport_error(f))?;
             self.counted(wire::read_response(&self.name, &body))?;

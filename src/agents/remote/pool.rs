@@ -28,8 +28,8 @@ use hyper_util::client::legacy::connect::{Connection, HttpConnector};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tower_service::Service;
 
+use super::failure::{read_capped, Failure};
 use super::resolve::GuardedResolver;
-use super::transport::{read_capped, Failure};
 
 type Connector = HttpsConnector<HttpConnector<GuardedResolver>>;
 type Body = Full<Bytes>;
@@ -113,7 +113,7 @@ impl Pool {
     }
 
     /// Sends `req` to `uri` and reads the whole answer (up to
-    /// [`MAX_ANSWER_BYTES`](super::transport::MAX_ANSWER_BYTES)); an
+    /// [`MAX_ANSWER_BYTES`](super::failure::MAX_ANSWER_BYTES)); an
     /// HTTP/1 connection read to its end is kept for the next call.
     pub(super) async fn exchange(
         &self,

@@ -12,83 +12,14 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
 use http::{Method, Request, Uri};
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use http_body_util::Full;
 use hyper_util::client::legacy::connect::HttpConnector;
 
+use super::failure::Failure;
 use super::pool::Pool;
 use super::resolve::GuardedResolver;
 use crate::config::A2aConfig;
 use crate::protocol::Dialect;
-
-/// Why a call got no answer. Shared with the reqwest paths so both map failures alike.
-#[derive(Debug)]
-pub(super) enum Failure {
-    Timeout,
-    /// No connection could be made; `refused` when the remote actively said no.
-    Connect {
-        refused: bool,
-        detail: String,
-    },
-    /// The connection broke before a whole answer arrived.
-    Broken(String),
-    /// The answer was longer than [`MAX_ANSWER_BYTES`]; the rest was not read.
-    TooLarge,
-}
-
-/// The longest unary answer read from a remote. Nothing in A2A needs more, and without a
-/// bound a broken remote could make the gateway buffer until it runs out of memory.
-pub(super) const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
-
-impl Failure {
-    pub(super) fn detail(&self) -> String {
-        match self {
-            Failure::Timeout => "timed out".into(),
-            Failure::TooLarge => format!("answered with more than {MAX_ANSWER_BYTES} bytes"),
-            Failure::Connect { detail, .. } | Failure::Broken(detail) => detail.clone(),
-        }
-    }
-
-    pub(super) fn from_reqwest(e: &reqwest::Error) -> Failure {
-        if e.is_timeout() {
-            Failure::Timeout
-        } else {
-            Failure::classify(e, e.is_connect())
-        }
-    }
-
-    pub(super) fn classify(e: &(dyn std::error::Error + 'static), connecting: bool) -> Failure {
-        if connecting {
-            connect_failure(e)
-        } else {
-            Failure::Broken(root_cause(e))
-        }
-    }
-}
-
-fn connect_failure(e: &(dyn std::error::Error + 'static)) -> Failure {
-    let mut refused = false;
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = cur {
-        if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            refused |= io.kind() == std::io::ErrorKind::ConnectionRefused;
-        }
-        refused |= err.to_string().to_ascii_lowercase().contains("refused");
-        cur = err.source();
-    }
-    Failure::Connect {
-        refused,
-        detail: root_cause(e),
-    }
-}
-
-/// The innermost error message (reqwest and hyper wrap io errors several levels deep).
-pub(super) fn root_cause(e: &dyn std::error::Error) -> String {
-    let mut cur = e;
-    while let Some(next) = cur.source() {
-        cur = next;
-    }
-    cur.to_string()
-}
 
 pub(super) struct Transport {
     pool: Pool,
@@ -207,19 +138,6 @@ impl Transport {
         tokio::time::timeout(self.timeout, exchange)
             .await
             .map_err(|_| "timed out".to_string())?
-    }
-}
-
-/// A whole answer body, or [`Failure::TooLarge`] once it passes [`MAX_ANSWER_BYTES`].
-pub(super) async fn read_capped<B>(body: B) -> Result<Bytes, Failure>
-where
-    B: http_body::Body<Data = Bytes>,
-    B::Error: std::error::Error + Send + Sync + 'static,
-{
-    match Limited::new(body, MAX_ANSWER_BYTES).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<LengthLimitError>() => Err(Failure::TooLarge),
-        Err(e) => Err(Failure::Broken(root_cause(&*e))),
     }
 }
 

@@ -16,8 +16,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::stream::{self, BoxStream, StreamExt};
 
+use super::failure::root_cause;
 use super::sse::{SseDecoder, SseEvent};
-use super::transport::root_cause;
 use super::{wire, RemoteAgent};
 use crate::error::GatewayError;
 use crate::protocol::model::{
