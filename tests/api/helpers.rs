@@ -612,3 +612,14 @@ pub async fn cutting_proxy(
 fn find_last(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).rposition(|w| w == needle)
 }
+
+/// The value of the series `name{labels}` in a Prometheus text exposition, where `labels`
+/// are `key="value"` pairs the series must all carry.
+pub(crate) fn series(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .find(|l| labels.iter().all(|lab| l.contains(lab)))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}

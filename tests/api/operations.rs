@@ -8,23 +8,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::helpers::{rpc, sha, spawn_with, write_config, D, ECHO, OTHER};
+use crate::helpers::{rpc, series, sha, spawn_with, write_config, D, ECHO, OTHER};
 use crate::peers::{fault_server_with, upstream_agent};
 use crate::running::Running;
 
 fn message(text: &str) -> Value {
     json!({"message": D::V10.message(text)})
-}
-
-/// The value of the series `name{labels}` in a Prometheus text exposition, where `labels`
-/// are `key="value"` pairs the series must all carry.
-fn series(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
-        .find(|l| labels.iter().all(|lab| l.contains(lab)))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
 }
 
 const NAMED: &str = "name = \"named\"\ndescription = \"d\"\n[backend]\nkind = \"echo\"\n";

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
-use crate::helpers::{client_from, sha, spawn_with, TestGateway, D, ECHO};
+use crate::helpers::{client_from, series, sha, spawn_with, TestGateway, D, ECHO};
 use crate::running::Running;
 
 const KEY: &str = "shares-key";
@@ -93,11 +93,8 @@ async fn refusal(resp: reqwest::Response) -> (u16, i64, String, Option<String>) 
     )
 }
 
-fn series(metrics: &str, name: &str) -> f64 {
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in the metrics"))
+fn sessions(metrics: &str) -> f64 {
+    series(metrics, "a2a_mcp_sessions", &[]).expect("a2a_mcp_sessions in the metrics")
 }
 
 /// Sessions are capped per caller (an anonymous client per address) and overall; the
@@ -134,7 +131,7 @@ async fn mcp_sessions_are_capped_per_caller_and_overall_and_idle_ones_close() {
         (status, code, reason.as_str()),
         (503, -32057, "SESSION_CAPACITY")
     );
-    assert_eq!(series(&gw.metrics().await, "a2a_mcp_sessions"), 6.0);
+    assert_eq!(sessions(&gw.metrics().await), 6.0);
     // An anonymous session is its address's: from another it does not exist.
     assert_eq!(list_tools(&two, base, &first).await, 404);
     assert_eq!(list_tools(&one, base, &first).await, 200);
@@ -150,7 +147,7 @@ async fn mcp_sessions_are_capped_per_caller_and_overall_and_idle_ones_close() {
     open_session(&three, base, None).await;
     // Left unused, every session closes within the idle timeout and a sweep.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while series(&gw.metrics().await, "a2a_mcp_sessions") > 0.0 {
+    while sessions(&gw.metrics().await) > 0.0 {
         assert!(Instant::now() < deadline, "idle sessions were not closed");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -313,7 +310,7 @@ async fn ten_thousand_refused_sessions_cost_no_memory() {
     );
     assert!(grown < 16 << 20, "RSS grew {grown} bytes");
     let metrics = gw.metrics().await;
-    assert_eq!(series(&metrics, "a2a_mcp_sessions"), 16.0);
+    assert_eq!(sessions(&metrics), 16.0);
 }
 
 /// A connection to `gw` from the loopback address `from`.
