@@ -11,6 +11,9 @@
 //!   `SendMessageRequest` in ProtoJSON, sent as `SendMessage` to TARGET (`host:port`), each
 //!   client on its own HTTP/2 connection. `closed` and `grpc` are one client written twice,
 //!   so that their figures compare the gateway's bindings, not two load tools.
+//! - `grpc-calls TARGET JSON_FILE CALLS`: CALLS of that `SendMessage` one after another on one
+//!   connection, once TARGET answers (waiting up to two minutes for it); fails on the first
+//!   call that does not answer OK. `scripts/callgrind.sh` counts instructions with it.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,7 +22,7 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 
 fn usage() -> ! {
-    eprintln!("usage: loadgen rate URL BODY_FILE RPS SECS [H:V..] | streams URL BODY_FILE COUNT HOLD_SECS [H:V..] | closed URL BODY_FILE CONNECTIONS SECS [H:V..] | grpc TARGET JSON_FILE CONNECTIONS SECS");
+    eprintln!("usage: loadgen rate URL BODY_FILE RPS SECS [H:V..] | streams URL BODY_FILE COUNT HOLD_SECS [H:V..] | closed URL BODY_FILE CONNECTIONS SECS [H:V..] | grpc TARGET JSON_FILE CONNECTIONS SECS | grpc-calls TARGET JSON_FILE CALLS");
     std::process::exit(2)
 }
 
@@ -47,6 +50,11 @@ fn headers(rest: &[String]) -> reqwest::header::HeaderMap {
 #[tokio::main(flavor = "multi_thread", worker_threads = 1)]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.len() == 4 && args[0] == "grpc-calls" {
+        let json = std::fs::read(&args[2]).unwrap_or_else(|_| usage());
+        let calls: usize = args[3].parse().unwrap_or_else(|_| usage());
+        return grpc_calls(&args[1], json, calls).await;
+    }
     if args.len() < 5 {
         usage();
     }
@@ -128,8 +136,17 @@ async fn closed(args: &[String], body: Vec<u8>, clients: usize, secs: u64) {
     .await;
 }
 
-async fn grpc(target: String, json: Vec<u8>, clients: usize, secs: u64) {
-    use a2a_gateway::protocol::grpc::{json_to_bytes, rpc_of, RawCodec};
+/// A gRPC client of its own HTTP/2 connection to `target`, the `SendMessage` path, and
+/// `json` (a 1.0 `SendMessageRequest` in ProtoJSON) as its message.
+type GrpcClient = tonic::client::Grpc<
+    hyper_util::client::legacy::Client<
+        hyper_util::client::legacy::connect::HttpConnector,
+        tonic::body::Body,
+    >,
+>;
+
+fn grpc_parts(target: &str, json: Vec<u8>) -> (http::Uri, http::uri::PathAndQuery, bytes::Bytes) {
+    use a2a_gateway::protocol::grpc::{json_to_bytes, rpc_of};
     use a2a_gateway::protocol::jsonrpc::Method;
     use a2a_gateway::protocol::Dialect;
     let Some(rpc) = rpc_of(Method::SendMessage, Dialect::V10) else {
@@ -140,34 +157,79 @@ async fn grpc(target: String, json: Vec<u8>, clients: usize, secs: u64) {
         eprintln!("{e}");
         usage()
     });
-    let origin: http::Uri = format!("http://{target}")
+    let origin = format!("http://{target}")
         .parse()
         .unwrap_or_else(|_| usage());
-    let path: http::uri::PathAndQuery = rpc.path.parse().unwrap_or_else(|_| usage());
-    let each: Vec<_> = (0..clients)
-        .map(|_| {
-            let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
-            connector.set_nodelay(true);
-            let client =
-                hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-                    .http2_only(true)
-                    .build::<_, tonic::body::Body>(connector);
-            tonic::client::Grpc::with_origin(client, origin.clone())
-        })
-        .collect();
+    let path = rpc.path.parse().unwrap_or_else(|_| usage());
+    (origin, path, message)
+}
+
+fn grpc_client(origin: &http::Uri) -> GrpcClient {
+    let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    connector.set_nodelay(true);
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build::<_, tonic::body::Body>(connector);
+    tonic::client::Grpc::with_origin(client, origin.clone())
+}
+
+async fn grpc_call(
+    client: &mut GrpcClient,
+    path: http::uri::PathAndQuery,
+    message: bytes::Bytes,
+) -> Result<bytes::Bytes, tonic::Status> {
+    use a2a_gateway::protocol::grpc::RawCodec;
+    let mut request = tonic::Request::new(message);
+    request.metadata_mut().insert(
+        "a2a-version",
+        tonic::metadata::MetadataValue::from_static("1.0"),
+    );
+    client
+        .ready()
+        .await
+        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    Ok(client.unary(request, path, RawCodec).await?.into_inner())
+}
+
+async fn grpc(target: String, json: Vec<u8>, clients: usize, secs: u64) {
+    let (origin, path, message) = grpc_parts(&target, json);
+    let each: Vec<_> = (0..clients).map(|_| grpc_client(&origin)).collect();
     let each = Arc::new(each);
     closed_loop(clients, secs, move |i| {
         let (mut client, message, path) = (each[i].clone(), message.clone(), path.clone());
-        async move {
-            let mut request = tonic::Request::new(message);
-            request.metadata_mut().insert(
-                "a2a-version",
-                tonic::metadata::MetadataValue::from_static("1.0"),
-            );
-            client.ready().await.is_ok() && client.unary(request, path, RawCodec).await.is_ok()
-        }
+        async move { grpc_call(&mut client, path, message).await.is_ok() }
     })
     .await;
+}
+
+async fn grpc_calls(target: &str, json: Vec<u8>, calls: usize) {
+    let (origin, path, message) = grpc_parts(target, json);
+    let mut client = grpc_client(&origin);
+    let waiting = Instant::now();
+    // The first call is retried while the server starts (slowly, under valgrind).
+    loop {
+        match grpc_call(&mut client, path.clone(), message.clone()).await {
+            Ok(answer) if !answer.is_empty() => break,
+            Ok(_) => fail("the first call answered an empty message"),
+            Err(status) if waiting.elapsed() > Duration::from_secs(120) => {
+                fail(&format!("no answer from {target}: {status}"))
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+        client = grpc_client(&origin);
+    }
+    for _ in 1..calls {
+        match grpc_call(&mut client, path.clone(), message.clone()).await {
+            Ok(answer) if !answer.is_empty() => {}
+            Ok(_) => fail("a call answered an empty message"),
+            Err(status) => fail(&format!("a call failed: {status}")),
+        }
+    }
+}
+
+fn fail(why: &str) -> ! {
+    eprintln!("loadgen: {why}");
+    std::process::exit(1)
 }
 
 async fn rate(client: reqwest::Client, url: String, body: Vec<u8>, rps: u64, secs: u64) {

@@ -8,7 +8,6 @@ use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use bytes::{Buf, BufMut, Bytes};
-use prost::Message as _;
 use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor, ServiceDescriptor};
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::Status;
@@ -117,9 +116,11 @@ pub fn encode_json(json: &str, message: &MessageDescriptor) -> Result<DynamicMes
         .map_err(|e| format!("not a {}: {e}", message.full_name()))
 }
 
-/// [`encode_json`], encoded.
+/// [`encode_json`], encoded (written straight from the JSON: see `protojson`).
 pub fn json_to_bytes(json: &str, message: &MessageDescriptor) -> Result<Bytes, String> {
-    encode_json(json, message).map(|m| Bytes::from(m.encode_to_vec()))
+    super::protojson::to_protobuf(json, message)
+        .map(Bytes::from)
+        .map_err(|e| format!("not a {}: {e}", message.full_name()))
 }
 
 /// A protobuf-encoded `message`, read.

@@ -8,6 +8,7 @@ pub mod jsonrpc;
 pub mod model;
 pub mod ops;
 pub mod params;
+mod protojson;
 pub mod push;
 pub mod relay;
 pub mod resume;
