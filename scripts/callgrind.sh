@@ -7,6 +7,7 @@
 #                                        budget in FILE (perf-budget.toml) by more than 2%,
 #                                        after scaling it by its anchor (see the check)
 #   scripts/callgrind.sh BIN [BIN ...]   only the gateway figures, for each binary given
+#   ONLY=echo,echo_usage scripts/callgrind.sh ...   only the figures named
 #
 # Each figure: one server under callgrind on 1 worker takes N1 and then N2 calls on one
 # keep-alive connection, in two runs (at once, one per core); the difference over N2 - N1
@@ -202,6 +203,7 @@ declare -A FIGURES
 figure() {
     local name=$1 kind=$2 path=$3; shift 3
     local a b pa pb
+    [ -z "${ONLY:-}" ] || [[ ",$ONLY," == *",$name,"* ]] || return 0
     run "$N1" "$kind" "$path" "$@" > "$TMP/$name.a" & pa=$!
     run "$N2" "$kind" "$path" "$@" > "$TMP/$name.b" & pb=$!
     wait "$pa" || { echo "callgrind: $name failed" >&2; exit 1; }
@@ -212,6 +214,7 @@ figure() {
 }
 # more NAME BASE WHAT: NAME's cost over BASE's, as a percentage.
 more() {
+    [ -n "${FIGURES[$1]:-}" ] && [ -n "${FIGURES[$2]:-}" ] || return 0
     awk -v x="${FIGURES[$1]}" -v e="${FIGURES[$2]}" -v w="$3" \
         'BEGIN { printf "%-14s %+7.1f%% instructions per request\n", w, (x - e) * 100 / e }'
 }
@@ -241,7 +244,7 @@ for bin in "${BINS[@]}"; do
     figure relay jsonrpc /a2a/agents/fast "${relay[@]}" "$TMP/relay.toml"
     figure relay_sqlite jsonrpc /a2a/agents/fast "${relay[@]}" "$TMP/relay-sqlite.toml"
 done
-if $ANCHORS; then
+if $ANCHORS && [ -z "${ONLY:-}" ]; then
     awk -v e="${FIGURES[echo]}" -v s="${FIGURES[echo_sqlite]}" -v b="${FIGURES[bare]}" \
         -v r="${FIGURES[relay]}" -v f="${FIGURES[forwarder]}" \
         -v g="${FIGURES[echo_grpc]}" -v bg="${FIGURES[bare_grpc]}" \

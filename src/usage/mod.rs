@@ -131,9 +131,16 @@ type TallyKey = (NaiveDate, Arc<str>, Arc<str>);
 /// What this replica counted and has not written yet.
 #[derive(Default)]
 struct Pending {
+    /// The zone days are counted in (`[usage] time_zone`; UTC until configured).
+    zone: Option<Tz>,
     /// Today (in the zone) and when it ends: most calls need no calendar.
     today: Option<(NaiveDate, i64)>,
-    tallies: std::collections::HashMap<TallyKey, Tally, ahash::RandomState>,
+    tallies: Vec<(TallyKey, Tally)>,
+    /// Where each key's tally is in `tallies`.
+    index: std::collections::HashMap<TallyKey, usize, ahash::RandomState>,
+    /// The tally counted last: a call's note and its task's end, and most calls after it,
+    /// count for the same caller and agent, found again without hashing their names.
+    last: Option<usize>,
     /// Counters a write did not take, tried again with the next.
     unwritten: Vec<Counted>,
 }
@@ -152,12 +159,37 @@ impl Pending {
         }
     }
 
-    fn tally(&mut self, zone: Tz, caller: &Arc<str>, agent: &Arc<str>) -> &mut Tally {
-        let day = self.day(zone, clock::now_ms());
-        (self.tallies)
-            .entry((day, caller.clone(), agent.clone()))
-            .or_default()
+    fn tally(&mut self, caller: &Arc<str>, agent: &Arc<str>) -> &mut Tally {
+        let zone = self.zone.unwrap_or(Tz::UTC);
+        let day = self.day(zone, clock::coarse_now_ms());
+        let same = |(d, c, a): &TallyKey| *d == day && same_name(c, caller) && same_name(a, agent);
+        let at = match self.last {
+            Some(i) if self.tallies.get(i).is_some_and(|(key, _)| same(key)) => i,
+            _ => {
+                let key = (day, caller.clone(), agent.clone());
+                let next = self.tallies.len();
+                let at = *self.index.entry(key.clone()).or_insert(next);
+                if at == next {
+                    self.tallies.push((key, Tally::default()));
+                }
+                self.last = Some(at);
+                at
+            }
+        };
+        &mut self.tallies[at].1
     }
+
+    /// What was counted, taken to be written.
+    fn take(&mut self) -> Vec<(TallyKey, Tally)> {
+        self.index.clear();
+        self.last = None;
+        std::mem::take(&mut self.tallies)
+    }
+}
+
+/// The same name, most often the same `Arc` (the caller's principal, the agent's config).
+fn same_name(a: &Arc<str>, b: &Arc<str>) -> bool {
+    Arc::ptr_eq(a, b) || **a == **b
 }
 
 /// A budget that crossed its warning line or reached a limit.
@@ -239,6 +271,8 @@ pub(crate) struct Usage {
     models_labelled: Mutex<HashSet<String>>,
     alert: OnceLock<Box<dyn Fn(Alert) + Send + Sync>>,
     anonymous: Arc<str>,
+    /// The agent of a call that reached none (refused before routing).
+    no_agent: Arc<str>,
     /// Tasks' tokens on their way to the budgets, and the signal that some arrived.
     spending: std::sync::atomic::AtomicUsize,
     spent: tokio::sync::Notify,
@@ -275,6 +309,7 @@ impl Usage {
             models_labelled: Mutex::default(),
             alert: OnceLock::new(),
             anonymous: Arc::from("anonymous"),
+            no_agent: Arc::from(""),
             spending: Default::default(),
             spent: tokio::sync::Notify::new(),
         };
@@ -290,7 +325,11 @@ impl Usage {
     /// Puts `[usage]`, `[pricing]` and `[[budgets]]` in force (at start and on reload).
     pub(crate) fn configure(&self, config: &crate::config::GatewayConfig) {
         let settings = Settings::of(&config.usage, &config.pricing);
-        self.pending().today = None;
+        {
+            let mut pending = self.pending();
+            pending.today = None;
+            pending.zone = Some(settings.zone);
+        }
         self.settings.store(Arc::new(settings));
         self.recording
             .store(config.usage.enabled, Ordering::Relaxed);
@@ -427,11 +466,10 @@ impl Usage {
         if !self.recording() {
             return;
         }
-        let zone = self.settings.load().zone;
         let caller = caller.unwrap_or(&self.anonymous);
-        let agent = agent.cloned().unwrap_or_else(|| Arc::from(""));
+        let agent = agent.unwrap_or(&self.no_agent);
         let mut pending = self.pending();
-        let tally = pending.tally(zone, caller, &agent);
+        let tally = pending.tally(caller, agent);
         bump(&mut tally.requests, (binding, method), 1);
         tally.errors += i64::from(failed);
         tally.bytes_in += bytes_in as i64;
@@ -443,21 +481,24 @@ impl Usage {
         if !self.recording() || bytes == 0 {
             return;
         }
-        let zone = self.settings.load().zone;
         let caller = caller.unwrap_or(&self.anonymous);
-        let agent = agent.cloned().unwrap_or_else(|| Arc::from(""));
-        self.pending().tally(zone, caller, &agent).bytes_out += bytes as i64;
+        let agent = agent.unwrap_or(&self.no_agent);
+        self.pending().tally(caller, agent).bytes_out += bytes as i64;
     }
 
     /// A task that ended: its final state, how long it ran, and the tokens it reported.
     pub(crate) fn task_ended(self: &Arc<Self>, end: TaskEnd<'_>) {
-        let settings = self.settings.load();
-        let costs: Vec<(ModelTokens, i64)> = (end.tokens.by_model.iter())
-            .map(|t| (t.clone(), settings.cost(t)))
-            .collect();
+        // Most tasks report no tokens: the settings (prices) are read only for those that do.
+        let settings = (!end.tokens.by_model.is_empty()).then(|| self.settings.load_full());
+        let costs: Vec<(ModelTokens, i64)> = match &settings {
+            Some(settings) => (end.tokens.by_model.iter())
+                .map(|t| (t.clone(), settings.cost(t)))
+                .collect(),
+            None => Vec::new(),
+        };
         if self.recording() {
             let mut pending = self.pending();
-            let tally = pending.tally(settings.zone, end.caller, end.agent);
+            let tally = pending.tally(end.caller, end.agent);
             if let Some(state) = end.state {
                 bump(&mut tally.tasks, state, 1);
                 tally.task_ms += end.ms.max(0);
@@ -470,7 +511,7 @@ impl Usage {
                 }
             }
             drop(pending);
-            let caller = match settings.per_caller {
+            let caller = match settings.as_ref().is_some_and(|s| s.per_caller) {
                 true => &**end.caller,
                 false => "",
             };
@@ -684,7 +725,7 @@ impl Usage {
         let settings = self.settings.load_full();
         let rows = {
             let mut pending = self.pending();
-            let tallies = std::mem::take(&mut pending.tallies);
+            let tallies = pending.take();
             let mut rows = std::mem::take(&mut pending.unwritten);
             for ((day, caller, agent), tally) in tallies {
                 let label = day.format("%Y-%m-%d").to_string();
