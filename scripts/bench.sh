@@ -330,15 +330,7 @@ bench_otel() {
     local sink away poff pon paway
     sink=$(free_port); away=$(free_port)
     # The sink: answers every OTLP/HTTP export 200 and keeps nothing.
-    python3 -c '
-import sys
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-class H(BaseHTTPRequestHandler):
-    def do_POST(self):
-        self.rfile.read(int(self.headers.get("content-length", 0)))
-        self.send_response(200); self.send_header("content-length", "0"); self.end_headers()
-    def log_message(self, *a): pass
-ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()' "$sink" &
+    python3 "$ROOT/scripts/bench/otlp_sink.py" "$sink" &
     PIDS+=($!)
     poff=$(free_port); gateway "$poff" "$ROOT/agents.d" 'default_agent = "echo"'
     pon=$(free_port); gateway "$pon" "$ROOT/agents.d" "default_agent = \"echo\"\n[telemetry]\notlp_endpoint = \"http://127.0.0.1:$sink\""

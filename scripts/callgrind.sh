@@ -81,15 +81,7 @@ printf 'name = "fast"\n[backend]\nkind = "a2a"\nurl = "http://127.0.0.1:%s"\n' "
 
 # The OTLP sink the spans go to (not under callgrind): answers every export 200.
 SINK_PORT=$(free_port)
-python3 -c '
-import sys
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-class H(BaseHTTPRequestHandler):
-    def do_POST(self):
-        self.rfile.read(int(self.headers.get("content-length", 0)))
-        self.send_response(200); self.send_header("content-length", "0"); self.end_headers()
-    def log_message(self, *a): pass
-ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()' "$SINK_PORT" &
+python3 "$ROOT/scripts/bench/otlp_sink.py" "$SINK_PORT" &
 PIDS+=($!)
 
 # The configurations, each a template: @RUN@ becomes the run's own directory (its SQLite
