@@ -5,21 +5,7 @@
 // through the gateway's admin API (`/admin/v1`, same origin only: it is never CORS-enabled).
 
 import { initUsage, showUsage } from './usage.js';
-
-const $ = (id) => document.getElementById(id);
-
-function el(tag, attrs = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (v === null || v === undefined || v === false) continue;
-    if (k.startsWith('on')) node.addEventListener(k.slice(2), v);
-    else node.setAttribute(k, v === true ? '' : v);
-  }
-  for (const c of children.flat()) {
-    if (c !== null && c !== undefined) node.append(c);
-  }
-  return node;
-}
+import { $, el } from './dom.js';
 
 let base = location.origin;
 let secret = sessionStorage.getItem('a2a-console-admin') || '';

@@ -4,22 +4,7 @@
 import { Gateway, CallError } from './client.js';
 import { rawBytes, safeHref, safeType, size } from './files.js';
 import { initAdmin } from './admin.js';
-
-const $ = (id) => document.getElementById(id);
-
-/** An element with attributes (on* are listeners) and children (strings become text). */
-function el(tag, attrs = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (v === null || v === undefined || v === false) continue;
-    if (k.startsWith('on')) node.addEventListener(k.slice(2), v);
-    else node.setAttribute(k, v === true ? '' : v);
-  }
-  for (const c of children.flat()) {
-    if (c !== null && c !== undefined) node.append(c);
-  }
-  return node;
-}
+import { $, el } from './dom.js';
 
 const STATES = {
   TASK_STATE_SUBMITTED: 'submitted',

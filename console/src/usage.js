@@ -4,7 +4,7 @@
 // The measure (tokens, requests, cost) and the days are chosen above them; the table under
 // them has the figures; the CSV is the admin API's own.
 
-const $ = (id) => document.getElementById(id);
+import { $, el } from './dom.js';
 
 // Colour-blind-safe (Okabe-Ito), one per agent in order; agents past them share grey.
 const COLOURS = ['#0072b2', '#e69f00', '#009e73', '#cc79a7', '#56b4e9', '#d55e00', '#f0e442'];
@@ -14,13 +14,6 @@ function svg(tag, attrs = {}, text) {
   const node = document.createElementNS($('usage-daily').namespaceURI, tag);
   for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
   if (text !== undefined) node.textContent = text;
-  return node;
-}
-
-function el(tag, attrs = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
-  node.append(...children);
   return node;
 }
 
