@@ -50,6 +50,25 @@ enum Command {
         #[command(subcommand)]
         what: AgentsCommand,
     },
+    /// Certificates for serving HTTPS.
+    Cert {
+        #[command(subcommand)]
+        what: CertCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum CertCommand {
+    /// A local CA (made once, kept) and a server certificate it signs for localhost,
+    /// 127.0.0.1 and ::1; prints the [server.tls] lines and how to trust the CA.
+    Dev {
+        /// Where to write ca.pem, ca.key, server.pem and server.key
+        #[arg(default_value = "dev-certs")]
+        dir: PathBuf,
+        /// Another name or IP address for the server certificate (repeatable)
+        #[arg(long = "host")]
+        hosts: Vec<String>,
+    },
 }
 
 #[derive(Args)]
@@ -135,6 +154,10 @@ struct McpArgs {
     /// The environment variable holding an API key to send as X-API-Key
     #[arg(long)]
     api_key_env: Option<String>,
+    /// A CA certificate (PEM) to trust besides the system's, for a gateway serving HTTPS
+    /// with a certificate of its own (`a2a-gateway cert dev` prints the one to pass)
+    #[arg(long, env = "A2A_GATEWAY_CA_FILE")]
+    ca_file: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -160,6 +183,10 @@ struct ServeArgs {
     /// Worker threads [default: one per core]
     #[arg(long, env = "A2A_GATEWAY_WORKERS")]
     workers: Option<usize>,
+    /// Serve the gRPC binding on this port too; 0 picks a free one [default:
+    /// server.grpc_port, else off]
+    #[arg(long, env = "A2A_GATEWAY_GRPC_PORT")]
+    grpc_port: Option<u16>,
     /// One bearer token for every agent, which all then require it
     /// (`Authorization: Bearer TOKEN`), beside any credentials gateway.toml names
     #[arg(long, env = "A2A_GATEWAY_AUTH_TOKEN", hide_env_values = true)]
@@ -197,6 +224,9 @@ pub fn run() -> ExitCode {
         Command::Agents {
             what: AgentsCommand::Export { dir, at },
         } => export(&at, &dir),
+        Command::Cert {
+            what: CertCommand::Dev { dir, hosts },
+        } => cert_dev(&dir, &hosts),
         Command::Schema { of } => {
             let text = serde_json::to_string_pretty(&config::schema(of)).unwrap_or_default();
             use std::io::Write as _;
@@ -204,6 +234,45 @@ pub fn run() -> ExitCode {
             ExitCode::SUCCESS
         }
     }
+}
+
+fn cert_dev(dir: &std::path::Path, hosts: &[String]) -> ExitCode {
+    let issued = match crate::devcert::issue(dir, hosts) {
+        Ok(issued) => issued,
+        Err(e) => {
+            eprintln!("cert dev: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let ca = issued.ca_cert.display();
+    let ca_said = match issued.ca_made {
+        true => "a new CA",
+        false => "the CA already there",
+    };
+    let text = format!(
+        "Wrote {cert} and {key}, signed by {ca_said} ({ca}),\n\
+         for {names}, valid until {expires}.\n\
+         \n\
+         Serve HTTPS with them: add to gateway.toml\n\
+         \n\
+         [server.tls]\n\
+         cert_file = \"{cert}\"\n\
+         key_file = \"{key}\"\n\
+         \n\
+         Then trust the CA (and only it: keep ca.key private):\n\
+         \x20 curl          curl --cacert {ca} https://127.0.0.1:8080/a2a/health\n\
+         \x20 Python        SSL_CERT_FILE={ca} python client.py   (httpx, so the A2A SDK; requests: REQUESTS_CA_BUNDLE)\n\
+         \x20 Node.js       NODE_EXTRA_CA_CERTS={ca} node client.mjs\n\
+         \x20 stdio bridge  a2a-gateway mcp --url https://127.0.0.1:8080 --ca-file {ca}\n\
+         \x20 grpcurl       grpcurl -cacert {ca} 127.0.0.1:GRPC_PORT list",
+        cert = issued.cert.display(),
+        key = issued.key.display(),
+        names = issued.names.join(", "),
+        expires = issued.expires,
+    );
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stdout().lock(), "{text}");
+    ExitCode::SUCCESS
 }
 
 /// The admin API's target, or why there is none.
@@ -335,7 +404,22 @@ fn mcp(args: &McpArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(crate::mcp::bridge(&args.url, key)) {
+    let ca = match &args.ca_file {
+        Some(path) => match std::fs::read(path) {
+            Ok(pem) => Some(pem),
+            Err(e) => {
+                eprintln!("mcp: --ca-file {}: {e}", path.display());
+                return ExitCode::from(EXIT_BAD_CONFIG);
+            }
+        },
+        None => None,
+    };
+    let target = crate::mcp::BridgeTarget {
+        url: args.url.clone(),
+        api_key: key,
+        ca_pem: ca,
+    };
+    match runtime.block_on(crate::mcp::bridge(target)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("mcp: {e}");
@@ -473,6 +557,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         host: args.host.clone(),
         port: args.port,
         workers: args.workers,
+        grpc_port: args.grpc_port,
         data_dir: args.data_dir.clone(),
     };
     // Read, checked and built whole (the same path a reload takes).

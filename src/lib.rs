@@ -14,6 +14,7 @@ pub(crate) mod auth;
 pub(crate) mod card;
 pub mod cli;
 pub mod config;
+pub(crate) mod devcert;
 pub mod error;
 pub(crate) mod grpc;
 pub(crate) mod http;

@@ -43,6 +43,8 @@ pub struct Source {
     pub host: Option<String>,
     pub port: Option<u16>,
     pub workers: Option<usize>,
+    /// `serve --grpc-port`, over `[server] grpc_port`.
+    pub grpc_port: Option<u16>,
     /// `serve --data-dir`, over `[store] data_dir`.
     pub data_dir: Option<PathBuf>,
 }
@@ -68,6 +70,9 @@ impl Source {
         }
         if let Some(workers) = self.workers {
             server.workers = workers;
+        }
+        if let Some(port) = self.grpc_port {
+            server.grpc_port = Some(port);
         }
         if let Some(dir) = &self.data_dir {
             // A flag's path is the shell's: relative to where the gateway was started.

@@ -8,6 +8,7 @@
 //! and dispatch as a JSON-RPC call; the answer is read back into the method's output
 //! message. Errors are statuses from the one error table (see [`status`]).
 
+mod reflection;
 pub(crate) mod status;
 
 use std::cell::Cell;
@@ -96,6 +97,9 @@ async fn call(
 ) -> Answer {
     let start = Instant::now();
     let rpc = wire::rpc_at(req.uri().path());
+    if rpc.is_none() && reflection::serves(req.uri().path()) {
+        return reflection::call(req).await;
+    }
     let trace = req.headers().get("traceparent").and_then(|parent| {
         let state = req.headers().get("tracestate").map(|v| v.as_bytes());
         telemetry::TraceParent::with_state(parent.as_bytes(), state)

@@ -193,10 +193,51 @@ fn read(cert_file: &Path, key_file: &Path) -> Result<CertifiedKey, String> {
     Ok(key)
 }
 
+/// Answers a plain HTTP request (its first byte is a method's letter; a TLS handshake
+/// starts with 0x16) with a 400 naming the scheme to use, then closes. The request is read
+/// first, so that closing does not reset the connection before the client reads the answer.
+async fn plain_http_refused(mut io: TcpStream, within: Duration) -> io::Error {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut head = vec![0u8; 8192];
+    let mut read = 0;
+    let _ = tokio::time::timeout(within, async {
+        while read < head.len() {
+            match io.read(&mut head[read..]).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => read += n,
+            }
+            if head[..read].windows(4).any(|w| w == b"\r\n\r\n") {
+                break;
+            }
+        }
+    })
+    .await;
+    let body =
+        "This port speaks HTTPS: the plain HTTP request was sent to a TLS port. Use https://.\n";
+    let answer = format!(
+        "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = tokio::time::timeout(within, async {
+        io.write_all(answer.as_bytes()).await?;
+        io.shutdown().await?;
+        // What is left of the request (a body) is read, not reset, until the client closes.
+        while io.read(&mut head).await? > 0 {}
+        Ok::<_, io::Error>(())
+    })
+    .await;
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        "plain HTTP sent to the TLS port",
+    )
+}
+
 /// TLS in front of the HTTP service: the handshake must finish within `handshake` (the
 /// header deadline: a client that never finishes holds nothing longer than one that never
-/// sends its headers), then ALPN says which HTTP it speaks. A connection that is not TLS
-/// (plain HTTP to this port) fails its handshake and is closed.
+/// sends its headers), then ALPN says which HTTP it speaks. Plain HTTP sent to this port is
+/// answered with a plain 400 that says so (as nginx does), rather than bytes a client
+/// reads as HTTP/0.9; anything else that is not TLS fails its handshake and is closed.
 pub(crate) fn tls_with_json_rejections<F>(
     http: F,
     config: Arc<rustls::ServerConfig>,
@@ -220,6 +261,11 @@ where
         let acceptor = acceptor.clone();
         async move {
             let peer = io.peer_addr().ok();
+            let mut first = [0u8; 1];
+            let peeked = tokio::time::timeout(handshake, io.peek(&mut first)).await;
+            if matches!(peeked, Ok(Ok(1))) && first[0].is_ascii_uppercase() {
+                return Err(plain_http_refused(io, handshake).await.into());
+            }
             let tls = tokio::time::timeout(handshake, acceptor.accept(io))
                 .await
                 .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"))?

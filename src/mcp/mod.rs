@@ -34,7 +34,7 @@ use crate::http::{refusal, Addressed, AppState, Caller, Live, Payer};
 use crate::protocol::jsonrpc::RpcId;
 
 pub(crate) use dispatch::Dispatch;
-pub(crate) use stdio::bridge;
+pub(crate) use stdio::{bridge, BridgeTarget};
 
 /// The MCP endpoint: rmcp's service, and the sessions it holds for whom.
 pub(crate) struct Endpoint {

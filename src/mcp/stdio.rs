@@ -1,4 +1,4 @@
-//! `a2a-gateway mcp --url URL`: MCP on stdin/stdout for clients that launch a local server,
+//! `a2a-gateway mcp --url URL [--ca-file CA.pem]`: MCP on stdin/stdout for clients that launch a local server,
 //! relaying to a running gateway's `/mcp` over HTTP. Both sides are rmcp's: an MCP server on
 //! stdio whose handlers call the gateway as an MCP client. Progress, the agents' questions
 //! and a changed tool list travel back to the local client.
@@ -39,18 +39,91 @@ impl Shared {
 
 type Remote = Arc<RunningService<RoleClient, Messages>>;
 
-/// Serves MCP on stdin/stdout until the local client goes, relaying to `url` (the gateway's
-/// MCP endpoint) with `api_key` as `X-API-Key`. An error says why it could not start (the
-/// gateway is reached once at start).
-pub(crate) async fn bridge(url: &str, api_key: Option<String>) -> Result<(), String> {
+/// Where the bridge relays to: the gateway's MCP endpoint (or its base URL, to which
+/// `/mcp` is added), the API key sent as `X-API-Key`, and a CA to trust besides the
+/// system's.
+pub(crate) struct BridgeTarget {
+    pub(crate) url: String,
+    pub(crate) api_key: Option<String>,
+    pub(crate) ca_pem: Option<Vec<u8>>,
+}
+
+/// The gateway as the bridge calls it.
+struct Gateway {
+    url: Arc<str>,
+    api_key: Option<String>,
+    client: reqwest013::Client,
+}
+
+impl Gateway {
+    fn of(target: BridgeTarget) -> Result<Gateway, String> {
+        let url = endpoint(&target.url)?;
+        let mut client = reqwest013::Client::builder();
+        if let Some(pem) = &target.ca_pem {
+            let certs = reqwest013::Certificate::from_pem_bundle(pem)
+                .map_err(|e| format!("--ca-file: not PEM certificates: {e}"))?;
+            if certs.is_empty() {
+                return Err("--ca-file: no certificate in the file".into());
+            }
+            client = client.tls_certs_merge(certs);
+        }
+        let client = client
+            .build()
+            .map_err(|e| format!("the HTTP client: {e}"))?;
+        Ok(Gateway {
+            url: url.into(),
+            api_key: target.api_key,
+            client,
+        })
+    }
+}
+
+/// The MCP endpoint `url` names: the URL itself, or `/mcp` under a gateway's base URL
+/// (`https://host:8080` or `…/`).
+fn endpoint(url: &str) -> Result<String, String> {
+    let mut parsed = url::Url::parse(url).map_err(|e| format!("--url {url}: not a URL ({e})"))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(format!(
+            "--url {url}: the gateway is reached over http or https"
+        ));
+    }
+    if parsed.path() == "/" {
+        parsed.set_path("/mcp");
+    }
+    Ok(parsed.into())
+}
+
+/// Why a connection failed, in words that say what to do about it: the whole chain of
+/// causes, and the trust step when the certificate was not verified.
+fn unreachable(url: &str, error: &dyn std::error::Error) -> String {
+    let mut causes = vec![error.to_string()];
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let said = cause.to_string();
+        if !causes.iter().any(|c| c.contains(&said)) {
+            causes.push(said);
+        }
+        source = cause.source();
+    }
+    let said = causes.join(": ");
+    let lower = said.to_ascii_lowercase();
+    if lower.contains("certificate") || lower.contains("unknownissuer") {
+        format!(
+            "{url}: TLS verification failed ({said}). The gateway's certificate is not \
+             signed by a CA this machine trusts: pass that CA with --ca-file CA.pem (for a \
+             certificate made by `a2a-gateway cert dev`, its ca.pem)"
+        )
+    } else {
+        format!("{url}: {said}")
+    }
+}
+
+/// Serves MCP on stdin/stdout until the local client goes, relaying to the gateway's MCP
+/// endpoint. An error says why it could not start (the gateway is reached once at start).
+pub(crate) async fn bridge(target: BridgeTarget) -> Result<(), String> {
+    let gateway = Arc::new(Gateway::of(target)?);
     let shared = Arc::new(Shared::default());
-    let handshake = connect(
-        url,
-        api_key.as_deref(),
-        &shared,
-        ProtocolVersion::V_2025_11_25,
-    )
-    .await?;
+    let handshake = connect(&gateway, &shared, ProtocolVersion::V_2025_11_25).await?;
     let info = handshake
         .peer_info()
         .map(|peer| {
@@ -65,8 +138,7 @@ pub(crate) async fn bridge(url: &str, api_key: Option<String>) -> Result<(), Str
     let relay = Relay {
         handshake,
         modern: Arc::default(),
-        url: url.into(),
-        api_key,
+        gateway,
         info,
         shared: shared.clone(),
     };
@@ -80,13 +152,12 @@ pub(crate) async fn bridge(url: &str, api_key: Option<String>) -> Result<(), Str
 
 /// The gateway's MCP endpoint, as a client of protocol `version`.
 async fn connect(
-    url: &str,
-    api_key: Option<&str>,
+    gateway: &Gateway,
     shared: &Arc<Shared>,
     version: ProtocolVersion,
 ) -> Result<Remote, String> {
-    let mut config = StreamableHttpClientTransportConfig::with_uri(url);
-    if let Some(key) = api_key {
+    let mut config = StreamableHttpClientTransportConfig::with_uri(gateway.url.clone());
+    if let Some(key) = &gateway.api_key {
         let value = key
             .parse()
             .map_err(|_| "the API key is not a valid header value".to_string())?;
@@ -94,7 +165,7 @@ async fn connect(
             .custom_headers
             .insert(http::HeaderName::from_static("x-api-key"), value);
     }
-    let transport = StreamableHttpClientTransport::from_config(config);
+    let transport = StreamableHttpClientTransport::with_client(gateway.client.clone(), config);
     let messages = Messages {
         shared: shared.clone(),
         version: version.clone(),
@@ -106,10 +177,15 @@ async fn connect(
             preferred_versions: vec![version],
         },
     };
-    let remote = rmcp::service::serve_client_with_lifecycle(messages, transport, lifecycle)
-        .await
-        .map_err(|e| format!("{url}: {e}"))?;
-    Ok(Arc::new(remote))
+    match rmcp::service::serve_client_with_lifecycle(messages, transport, lifecycle).await {
+        Ok(remote) => Ok(Arc::new(remote)),
+        // rmcp's error keeps the HTTP client's only as text, without its causes (the
+        // certificate not trusted, the connection refused): one plain request finds them.
+        Err(e) => match gateway.client.get(&*gateway.url).send().await {
+            Err(cause) => Err(unreachable(&gateway.url, &cause)),
+            Ok(_) => Err(unreachable(&gateway.url, &e)),
+        },
+    }
 }
 
 fn relayed(e: rmcp::ServiceError) -> McpError {
@@ -126,8 +202,7 @@ struct Relay {
     /// that era.
     handshake: Remote,
     modern: Arc<tokio::sync::OnceCell<Remote>>,
-    url: Arc<str>,
-    api_key: Option<String>,
+    gateway: Arc<Gateway>,
     info: InitializeResult,
     shared: Arc<Shared>,
 }
@@ -143,10 +218,7 @@ impl Relay {
             return Ok(&self.handshake);
         }
         self.modern
-            .get_or_try_init(|| {
-                let key = self.api_key.as_deref();
-                connect(&self.url, key, &self.shared, ProtocolVersion::LATEST)
-            })
+            .get_or_try_init(|| connect(&self.gateway, &self.shared, ProtocolVersion::LATEST))
             .await
             .map_err(|e| McpError::internal_error(e, None))
     }

@@ -25,6 +25,11 @@ const SERVICE_V03: &str = "a2a.v1.A2AService";
 /// The spec's protos, compiled by build.rs.
 static DESCRIPTOR: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/a2a.descriptor.bin"));
 
+/// The compiled protos as an encoded `FileDescriptorSet` (what gRPC reflection serves).
+pub fn descriptor_set() -> &'static [u8] {
+    DESCRIPTOR
+}
+
 static POOL: LazyLock<Option<DescriptorPool>> =
     LazyLock::new(|| DescriptorPool::decode(DESCRIPTOR).ok());
 

@@ -752,3 +752,41 @@ fn tokio_stream_of<T: Send + 'static>(
 ) -> impl futures_util::Stream<Item = T> + Send + 'static {
     futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
+
+/// Server reflection, as grpcio's reflection client (v1alpha) reads it: the one service the
+/// port serves and every method of it, resolved without the proto files. (`buf curl`, a v1 client, is run by
+/// tests/api/examples.rs.)
+#[tokio::test]
+async fn reflection_describes_the_service_to_a_generic_client() {
+    let gw = echo_gateway("").await;
+    let target = gw.grpc.clone().unwrap();
+    let code = r#"
+import json, sys, grpc
+from google.protobuf.descriptor_pool import DescriptorPool
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
+db = ProtoReflectionDescriptorDatabase(grpc.insecure_channel(sys.argv[1]))
+services = sorted(db.get_services())
+service = DescriptorPool(db).FindServiceByName('lf.a2a.v1.A2AService')
+print(json.dumps({'services': services, 'methods': sorted(m.name for m in service.methods),
+                  'send_input': service.methods_by_name['SendMessage'].input_type.full_name}))
+"#;
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(python())
+            .args(["-c", code, &target])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(seen["services"], json!(["lf.a2a.v1.A2AService"]), "{seen}");
+    let methods = seen["methods"].as_array().unwrap();
+    assert_eq!(methods.len(), 11, "{seen}");
+    assert!(methods.contains(&json!("SendMessage")) && methods.contains(&json!("SubscribeToTask")));
+    assert_eq!(seen["send_input"], "lf.a2a.v1.SendMessageRequest");
+}

@@ -101,12 +101,14 @@ async fn https_serves_http2_and_takes_a_renewed_certificate_without_dropping_con
         String::from_utf8_lossy(&out.stderr)
     );
 
-    // Plain HTTP to the TLS port: refused, and the gateway stays healthy.
+    // Plain HTTP to the TLS port: a 400 saying so (as nginx answers), nothing served, and
+    // the gateway stays healthy.
     let plain = gw.url("/a2a/health").replacen("https://", "http://", 1);
-    assert!(
-        reqwest::get(&plain).await.is_err(),
-        "plain HTTP was answered"
-    );
+    let refused = reqwest::get(&plain).await.expect("a plain answer");
+    assert_eq!(refused.status(), 400);
+    assert_eq!(refused.headers()["connection"], "close");
+    let said = refused.text().await.unwrap();
+    assert!(said.contains("This port speaks HTTPS"), "{said}");
     // A handshake that never comes is given up at the header deadline.
     let addr = gw.base.trim_start_matches("https://").to_string();
     let silent = tokio::task::spawn_blocking(move || {
