@@ -13,6 +13,7 @@ mod connections;
 mod console;
 mod deploy;
 mod errors;
+mod examples;
 mod extended_cards;
 mod extensions;
 mod grpc;

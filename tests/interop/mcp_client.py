@@ -11,6 +11,10 @@ Scenarios (each prints one JSON object on its last line):
     cancel TOOL MESSAGE SECS     a call given up after SECS (the client sends notifications/cancelled)
     watch SECS                   the tools, then again once the server says they changed
                                  (waiting SECS at most): {before, after, notified}
+    config FILE BIN              every server of an MCP client configuration (Claude Desktop's
+                                 mcpServers, VS Code's servers): stdio ones launched with BIN
+                                 for `a2a-gateway`, http ones called; the gateway's address in
+                                 the file is replaced by URL: {name: {tools, echoed}}
     stdio BIN                    `BIN mcp --url URL` launched over stdio (with --api-key:
                                  passed in $MCP_TEST_KEY): the tools, echo called, a question
                                  answered through elicitation
@@ -50,6 +54,29 @@ async def main():
     args = p.parse_args()
     rest = args.rest
     out = {}
+    if args.scenario == 'config':
+        with open(rest[0]) as f:
+            servers = json.load(f)
+        servers = servers.get('mcpServers') or servers.get('servers') or {}
+        if not servers:
+            raise SystemExit(f'{rest[0]}: no servers')
+        here = lambda text: text.replace('http://127.0.0.1:8080', args.url.rstrip('/'))
+        for name, server in servers.items():
+            if server.get('type', 'stdio') == 'stdio':
+                command = rest[1] if server['command'] == 'a2a-gateway' else server['command']
+                params = StdioServerParameters(
+                    command=command, args=[here(a) for a in server.get('args', [])],
+                    env={**os.environ, **server.get('env', {})})
+                client = Client(params, mode=args.mode)
+            else:
+                client = client_for(here(server['url']), args)
+            async with client as c:
+                tools = await c.list_tools()
+                called = dump(await c.call_tool('echo', {'message': f'via {name}'}))
+            out[name] = {'tools': [t.name for t in tools.tools],
+                         'echoed': ''.join(p.get('text', '') for p in called.get('content', []))}
+        print(json.dumps(out))
+        return
     if args.scenario == 'stdio':
         bridge = ['mcp', '--url', args.url]
         env = dict(os.environ)
