@@ -720,7 +720,8 @@ async fn on_sqlite_runtime_agents_and_keys_survive_a_restart_and_a_kill_9() {
         match restart {
             "clean" => {
                 gw.signal("TERM");
-                let _ = gw.wait_exit(Duration::from_secs(10));
+                let (status, _) = gw.wait_exit(Duration::from_secs(10));
+                assert!(status.success(), "a drained exit: {status:?}");
                 gw.restart();
             }
             _ => {

@@ -623,3 +623,25 @@ pub(crate) fn series(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
 }
+
+/// A JSON-RPC answer that succeeded: HTTP 200 and a `result` (a JSON-RPC error also comes
+/// with 200, so the status alone proves nothing). The result, or a panic with the answer.
+pub async fn answered(resp: reqwest::Response) -> Value {
+    let status = resp.status();
+    let text = resp.text().await.unwrap_or_default();
+    assert_eq!(status, 200, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    assert!(v.get("error").is_none(), "a JSON-RPC error: {v}");
+    v.get("result")
+        .cloned()
+        .unwrap_or_else(|| panic!("no result: {v}"))
+}
+
+/// Whether a JSON-RPC answer succeeded (see [`answered`]), without failing the test.
+pub async fn succeeded(resp: reqwest::Response) -> bool {
+    resp.status() == 200
+        && resp
+            .json::<Value>()
+            .await
+            .is_ok_and(|v| v.get("result").is_some())
+}

@@ -373,7 +373,7 @@ async fn sighup_and_file_changes_reload_and_a_bad_file_keeps_the_running_configu
         .send()
         .await
         .unwrap();
-    assert_eq!(with_key.status(), 200);
+    crate::helpers::answered(with_key).await;
 }
 
 #[tokio::test]
@@ -541,6 +541,7 @@ async fn sigterm_drains_streams_finishes_calls_and_exits_zero() {
         .await
         .unwrap();
     assert_eq!(stream.status(), 200);
+    assert_eq!(stream.headers()["content-type"], "text/event-stream");
     let mut stream = stream.bytes_stream();
     use futures_util::StreamExt;
     let first = stream.next().await.unwrap().unwrap();

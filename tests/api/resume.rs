@@ -503,7 +503,8 @@ async fn a_stream_resumes_after_the_gateway_restarts_with_the_sqlite_store() {
     .await
     .unwrap();
     gw.signal("TERM");
-    let _ = gw.wait_exit(Duration::from_secs(20));
+    let (status, _) = gw.wait_exit(Duration::from_secs(20));
+    assert!(status.success(), "a drained exit: {status:?}");
     gw.restart();
     let base = gw.base.clone();
     let id = first.last().unwrap().id.clone().unwrap();

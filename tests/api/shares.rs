@@ -380,7 +380,7 @@ async fn sixteen_anonymous_addresses_cannot_lock_a_keyed_caller_out_of_bodies() 
             .send()
             .await
             .unwrap();
-        served += u32::from(resp.status() == 200);
+        served += u32::from(crate::helpers::succeeded(resp).await);
     }
     let mut own = Vec::new();
     for _ in 0..2 {

@@ -112,7 +112,7 @@ async fn a_crash_loses_at_most_the_commit_interval() {
         "tasks answered more than the commit interval before the crash were lost: {lost_old:?}"
     );
     assert!(
-        lost < answered.len(),
+        lost * 2 < answered.len(),
         "most tasks survive ({lost} of {} lost)",
         answered.len()
     );
@@ -166,6 +166,9 @@ async fn finished_tasks_past_retention_are_deleted_for_good() {
         assert!(Instant::now() < deadline, "not deleted within 10 s");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // The deletion is written with the next group commit (every 20 ms, later on a loaded
+    // machine), as any update is: a kill -9 within that window may keep the task.
+    tokio::time::sleep(Duration::from_millis(500)).await;
     gw.kill_hard();
     gw.restart();
     assert_eq!(get(&gw, &id).await["error"]["code"], -32001);
@@ -221,7 +224,8 @@ async fn a_0_3_upstreams_task_records_and_owners_survive_a_restart() {
         ids.push(sent["result"]["task"]["id"].as_str().unwrap().to_string());
     }
     gw.signal("TERM");
-    let _ = gw.wait_exit(Duration::from_secs(30));
+    let (status, _) = gw.wait_exit(Duration::from_secs(30));
+    assert!(status.success(), "a drained exit: {status:?}");
     gw.restart();
     let listed = gw
         .call_as("/a2a/agents/up", "alice-key", "ListTasks", json!({}))

@@ -268,6 +268,7 @@ async fn stream_capacity_refuses_cleanly_and_disconnects_free_their_place() {
         .await
         .unwrap();
     assert_eq!(held.status(), 200);
+    assert_eq!(held.headers()["content-type"], "text/event-stream");
     assert_eq!(open_streams().await, 1);
 
     let refused = gw

@@ -310,7 +310,13 @@ async fn an_upstream_is_reached_with_the_files_ca_and_client_certificate() {
             json!({"message": D::V10.message("a b c")}),
         )
         .await;
-    assert!(!streamed.is_empty());
+    let last = &streamed.last().expect("events").data;
+    assert_eq!(
+        last["result"]["statusUpdate"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "the stream ends completed: {streamed:?}"
+    );
+    let said = format!("{streamed:?}");
+    assert!(said.contains("a b c"), "the echo streamed back: {said}");
 
     let agents = tempfile::tempdir().unwrap();
     let broken = format!(

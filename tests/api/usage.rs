@@ -541,12 +541,17 @@ async fn litellm_tokens_count_and_a_token_budget_holds_across_replicas() {
     };
     assert!(message.contains(&first_of_next_month), "{message}");
 
-    // Usage through either replica: the tokens, their model and their cost.
+    // Usage through either replica: the tokens, their model and their cost, once both
+    // replicas' counts have been flushed (each flushes on its own second).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let report = loop {
         let (_, report) = admin_json(&b.client, &b.base, "/usage?group_by=caller").await;
-        if report["total"]["tokens"].as_u64() == Some(tokens) {
+        if report["total"]["tokens"].as_u64() == Some(tokens)
+            && report["total"]["requests"] == 2
+        {
             break report;
         }
+        assert!(std::time::Instant::now() < deadline, "{report}");
         assert!(
             report["total"]["tokens"].as_u64() < Some(tokens),
             "{report}"
@@ -639,7 +644,8 @@ async fn usage_and_budgets_survive_a_restart_and_kill_9_loses_one_flush_at_most(
     }
     // A graceful stop writes everything.
     gw.signal("TERM");
-    gw.wait_exit(Duration::from_secs(10));
+    let (status, _) = gw.wait_exit(Duration::from_secs(10));
+    assert!(status.success(), "a drained exit: {status:?}");
     gw.restart();
     let (_, report) = admin_json(&gw.client, &gw.base, "/usage").await;
     assert_eq!(report["total"]["requests"], 20, "{report}");
