@@ -546,9 +546,7 @@ async fn litellm_tokens_count_and_a_token_budget_holds_across_replicas() {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let report = loop {
         let (_, report) = admin_json(&b.client, &b.base, "/usage?group_by=caller").await;
-        if report["total"]["tokens"].as_u64() == Some(tokens)
-            && report["total"]["requests"] == 2
-        {
+        if report["total"]["tokens"].as_u64() == Some(tokens) && report["total"]["requests"] == 2 {
             break report;
         }
         assert!(std::time::Instant::now() < deadline, "{report}");
