@@ -186,40 +186,6 @@ async fn the_mcp_client_configurations_launch_and_call_the_gateway() {
     }
 }
 
-/// A gateway started as `serve` with `gateway.toml` in `dir`; its child process and the base
-/// URL its banner prints.
-struct Served(std::process::Child, String);
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn serve(dir: &Path) -> Served {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_a2a-gateway"))
-        .args(["serve", "--port", "0", "--workers", "1"])
-        .current_dir(dir)
-        .env("A2A_GATEWAY_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
-    let mut banner = String::new();
-    std::io::BufRead::read_line(&mut stdout, &mut banner).unwrap();
-    let base = banner
-        .split("listening on ")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no banner: {banner:?}"))
-        .trim()
-        .to_string();
-    // The rest of the banner is read away, so that the gateway never blocks writing it.
-    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
-    Served(child, base)
-}
-
 /// `cert dev`, then exactly the steps it prints: the `[server.tls]` lines in gateway.toml,
 /// and the CA trusted by curl, the Python SDK (SSL_CERT_FILE) and the stdio bridge
 /// (--ca-file). Without the trust step each one says the certificate is not trusted; plain
@@ -268,15 +234,12 @@ async fn a_dev_certificate_serves_https_that_clients_trust_with_the_printed_step
     assert!(again.contains("the CA already there"), "{again}");
     assert_eq!(std::fs::read(&ca).unwrap(), ca_before);
 
-    std::fs::write(
-        dir.path().join("gateway.toml"),
-        format!("default_agent = \"echo\"\n{tls}\n"),
-    )
-    .unwrap();
-    std::fs::create_dir(dir.path().join("agents.d")).unwrap();
-    std::fs::write(dir.path().join("agents.d/echo.toml"), ECHO).unwrap();
-    let served = serve(dir.path());
-    let base = served.1.clone();
+    let served = crate::running::Running::start(
+        &[("echo.toml", ECHO)],
+        &format!("default_agent = \"echo\"\n{tls}\n"),
+        "warn",
+    );
+    let base = served.base.clone();
     assert!(base.starts_with("https://127.0.0.1:"), "{base}");
 
     let health = format!("{base}/a2a/health");
