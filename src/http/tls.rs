@@ -196,11 +196,11 @@ fn read(cert_file: &Path, key_file: &Path) -> Result<CertifiedKey, String> {
 /// Answers a plain HTTP request (its first byte is a method's letter; a TLS handshake
 /// starts with 0x16) with a 400 naming the scheme to use, then closes. The request is read
 /// first, so that closing does not reset the connection before the client reads the answer.
-async fn plain_http_refused(mut io: TcpStream, within: Duration) -> io::Error {
+async fn plain_http_refused(mut io: TcpStream, until: tokio::time::Instant) -> io::Error {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let mut head = vec![0u8; 8192];
     let mut read = 0;
-    let _ = tokio::time::timeout(within, async {
+    let _ = tokio::time::timeout_at(until, async {
         while read < head.len() {
             match io.read(&mut head[read..]).await {
                 Ok(0) | Err(_) => break,
@@ -219,7 +219,7 @@ async fn plain_http_refused(mut io: TcpStream, within: Duration) -> io::Error {
          content-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()
     );
-    let _ = tokio::time::timeout(within, async {
+    let _ = tokio::time::timeout_at(until, async {
         io.write_all(answer.as_bytes()).await?;
         io.shutdown().await?;
         // What is left of the request (a body) is read, not reset, until the client closes.
@@ -261,12 +261,14 @@ where
         let acceptor = acceptor.clone();
         async move {
             let peer = io.peer_addr().ok();
+            // One deadline for the first byte and the handshake together.
+            let until = tokio::time::Instant::now() + handshake;
             let mut first = [0u8; 1];
-            let peeked = tokio::time::timeout(handshake, io.peek(&mut first)).await;
+            let peeked = tokio::time::timeout_at(until, io.peek(&mut first)).await;
             if matches!(peeked, Ok(Ok(1))) && first[0].is_ascii_uppercase() {
-                return Err(plain_http_refused(io, handshake).await.into());
+                return Err(plain_http_refused(io, until).await.into());
             }
-            let tls = tokio::time::timeout(handshake, acceptor.accept(io))
+            let tls = tokio::time::timeout_at(until, acceptor.accept(io))
                 .await
                 .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"))?
                 .inspect_err(|e| tracing::debug!(error = %e, ?peer, "TLS handshake failed"))?;
