@@ -96,16 +96,7 @@ fn endpoint(url: &str) -> Result<String, String> {
 /// Why a connection failed, in words that say what to do about it: the whole chain of
 /// causes, and the trust step when the certificate was not verified.
 fn unreachable(url: &str, error: &dyn std::error::Error) -> String {
-    let mut causes = vec![error.to_string()];
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let said = cause.to_string();
-        if !causes.iter().any(|c| c.contains(&said)) {
-            causes.push(said);
-        }
-        source = cause.source();
-    }
-    let said = causes.join(": ");
+    let said = crate::error::error_chain(error);
     let lower = said.to_ascii_lowercase();
     if lower.contains("certificate") || lower.contains("unknownissuer") {
         format!(

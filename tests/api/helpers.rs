@@ -241,6 +241,20 @@ pub struct Reply {
 }
 
 impl Reply {
+    /// A response read whole; its body must be JSON.
+    pub async fn read(resp: reqwest::Response) -> Reply {
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let text = resp.text().await.expect("body");
+        let body =
+            serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON ({status}): {text:?}"));
+        Reply {
+            status,
+            headers,
+            body,
+        }
+    }
+
     pub fn result(&self) -> &Value {
         assert!(
             self.body.get("error").is_none(),
@@ -298,17 +312,7 @@ impl TestGateway {
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
-        let resp = req.body(body).send().await.expect("request");
-        let status = resp.status().as_u16();
-        let headers = resp.headers().clone();
-        let text = resp.text().await.expect("body");
-        let body =
-            serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON ({status}): {text:?}"));
-        Reply {
-            status,
-            headers,
-            body,
-        }
+        Reply::read(req.body(body).send().await.expect("request")).await
     }
 
     pub async fn call(&self, path: &str, d: D, method: &str, params: Value) -> Reply {
@@ -627,14 +631,14 @@ pub(crate) fn series(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
 /// A JSON-RPC answer that succeeded: HTTP 200 and a `result` (a JSON-RPC error also comes
 /// with 200, so the status alone proves nothing). The result, or a panic with the answer.
 pub async fn answered(resp: reqwest::Response) -> Value {
-    let status = resp.status();
-    let text = resp.text().await.unwrap_or_default();
-    assert_eq!(status, 200, "{text}");
-    let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
-    assert!(v.get("error").is_none(), "a JSON-RPC error: {v}");
-    v.get("result")
-        .cloned()
-        .unwrap_or_else(|| panic!("no result: {v}"))
+    let reply = Reply::read(resp).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(
+        reply.body.get("result").is_some(),
+        "no result: {}",
+        reply.body
+    );
+    reply.result().clone()
 }
 
 /// Whether a JSON-RPC answer succeeded (see [`answered`]), without failing the test.
