@@ -649,3 +649,30 @@ pub async fn succeeded(resp: reqwest::Response) -> bool {
             .await
             .is_ok_and(|v| v.get("result").is_some())
 }
+
+/// A local port that refuses connections for as long as this lives: bound but never
+/// listening, so no other test's server can take it (a port bound and released can be
+/// handed to the next server that binds port 0, which then answers in its place).
+pub struct RefusingPort {
+    _socket: socket2::Socket,
+    pub port: u16,
+}
+
+impl RefusingPort {
+    pub fn new() -> RefusingPort {
+        use socket2::{Domain, Socket, Type};
+        let socket = Socket::new(Domain::IPV4, Type::STREAM, None).expect("socket");
+        let any: std::net::SocketAddr = "127.0.0.1:0".parse().expect("address");
+        socket.bind(&any.into()).expect("bind");
+        let port = socket
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_socket())
+            .map(|a| a.port())
+            .expect("bound port");
+        RefusingPort {
+            _socket: socket,
+            port,
+        }
+    }
+}

@@ -781,10 +781,8 @@ async fn cancel_aborts_the_upstream_call_at_once() {
 #[tokio::test]
 async fn each_provider_error_fails_the_task_with_a_safe_message() {
     let llm = StandIn::start().await;
-    let closed = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        format!("http://127.0.0.1:{}/v1", l.local_addr().unwrap().port())
-    };
+    let refusing = crate::helpers::RefusingPort::new();
+    let closed = format!("http://127.0.0.1:{}/v1", refusing.port);
     let with_key = format!("api_key_env = \"{KEY_VAR}\"");
     let gw = gateway(&[
         (

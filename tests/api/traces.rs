@@ -417,9 +417,9 @@ async fn spans_go_over_grpc_and_a_request_without_traceparent_starts_the_trace()
 /// counted, and every request is answered.
 #[tokio::test]
 async fn a_collector_away_or_slow_costs_spans_not_requests() {
-    let away = crate::peers::free_port();
+    let away = crate::helpers::RefusingPort::new();
     let slow = Receiver::start(&["--delay", "3"]).await;
-    for (endpoint, queue) in [(away, 2048), (slow.http, 4)] {
+    for (endpoint, queue) in [(away.port, 2048), (slow.http, 4)] {
         let gateway = format!(
             "[telemetry]\notlp_endpoint = \"http://127.0.0.1:{endpoint}\"\nmax_queued_spans = {queue}\n"
         );
