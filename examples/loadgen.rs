@@ -2,7 +2,8 @@
 //!
 //! - `rate URL BODY_FILE RPS SECS [HEADER:VALUE...]`: requests at a fixed rate (latency is
 //!   measured from each request's scheduled time, so a slow server cannot hide its queue);
-//!   prints achieved rate, errors and p50/p90/p99/max.
+//!   prints achieved rate, errors and p50/p90/p99/max (and with `LATENCY_FILE=PATH`, writes
+//!   the whole distribution there: a percentile and its latency in ms a line).
 //! - `streams URL BODY_FILE COUNT HOLD_SECS [HEADER:VALUE...]`: opens COUNT SSE streams,
 //!   waits for the first event on each, prints `READY <n>`, holds them HOLD_SECS, exits.
 //! - `closed URL BODY_FILE CONNECTIONS SECS [HEADER:VALUE...]`: CONNECTIONS clients, each
@@ -267,6 +268,22 @@ async fn rate(client: reqwest::Client, url: String, body: Vec<u8>, rps: u64, sec
             .copied()
             .unwrap_or(0)
     };
+    // The whole distribution, for pictures: a percentile (0.0 to 100.0 in steps of 0.1) and
+    // its latency in ms a line.
+    if let Ok(path) = std::env::var("LATENCY_FILE") {
+        let lines: String = (0..=1000)
+            .map(|i| {
+                format!(
+                    "{:.1} {:.3}\n",
+                    i as f64 / 10.0,
+                    pct(i as f64 / 1000.0) as f64 / 1000.0
+                )
+            })
+            .collect();
+        if let Err(e) = std::fs::write(&path, lines) {
+            eprintln!("loadgen: cannot write {path}: {e}");
+        }
+    }
     println!(
         "rate {:.0} req/s ok {} errors {} p50 {:.2}ms p90 {:.2}ms p99 {:.2}ms max {:.2}ms",
         l.len() as f64 / elapsed,

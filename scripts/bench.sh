@@ -2,7 +2,7 @@
 # Load benchmarks (benchmarks, not tests: absolute numbers vary with the machine and its
 # neighbours, so every figure is a ratio against a baseline measured in the same run).
 #
-#   scripts/bench.sh [core|proxy|grpc|tls|auth|streams|burst|agents|ops|otel|policy|store|all]  (default: all)
+#   scripts/bench.sh [core|proxy|grpc|tls|auth|streams|burst|agents|ops|otel|policy|store|peers|all]  (default: all)
 #
 # core    SendMessage to the echo agent through the gateway vs a bare actix-web handler
 #         returning a fixed result (examples/bare_jsonrpc.rs), and the same gateway with a
@@ -35,6 +35,11 @@
 # store   the echo benchmark with the memory, SQLite and Redis task stores (targets: SQLite
 #         >= 0.6x memory, Redis >= 0.5x; SQLite adds < 0.1 ms to the unloaded p50); memory
 #         per stored task in each.
+# peers   the official A2A SDK servers (Python a2a-sdk, JavaScript @a2a-js/sdk; the interop
+#         tests' echo agents) served directly and behind the gateway: throughput in ROUNDS
+#         alternating rounds, then latency at a fixed rate (PEER_RATE_PY 100/s, PEER_RATE_JS
+#         700/s: about a quarter of each one's most) and what the gateway adds at p50 and p99; draws docs/img/peers-*.png (PEERS_IMG) from the run's figures,
+#         kept in target/bench/peers (PEERS_OUT).
 # burst   BURST (500) bodies of 1 MiB held at once, then answered: the gateway's RSS before,
 #         at its peak, and 5 s after (freed memory goes back to the system).
 #
@@ -416,6 +421,62 @@ bench_grpc() {
     printf 'ratio gRPC / JSON-RPC: rounds %s-> median %.2fx\n' "$ratios" "$(echo "$ratios" | tr ' ' '\n' | grep . | median)"
 }
 
+# peer PROGRAM SCRIPT: an official SDK's echo agent (A2A 1.0, JSON-RPC on /) on a free
+# port; sets PEER_PORT.
+peer() {
+    local ready="$TMP/peer-$RANDOM"
+    "$1" "$2" --port 0 --dialects 1.0 --ready-file "$ready" > "$ready.log" 2>&1 & PIDS+=($!)
+    for _ in $(seq 600); do [ -s "$ready" ] && break; sleep 0.1; done
+    PEER_PORT=$(cat "$ready" 2> /dev/null) || { echo "$2 did not start:" >&2; cat "$ready.log" >&2; exit 1; }
+    wait_up "http://127.0.0.1:$PEER_PORT/.well-known/agent-card.json"
+}
+
+bench_peers() {
+    echo "== peers: the official SDK servers (Python, JavaScript) served directly and behind the gateway, $CONNECTIONS connections, $DURATION, $WORKERS workers =="
+    local out="${PEERS_OUT:-$ROOT/target/bench/peers}" py js pg agents name
+    mkdir -p "$out"; rm -f "$out"/*.lat "$out/rounds.txt"
+    bash "$ROOT/scripts/interop-venv.sh" > /dev/null
+    bash "$ROOT/scripts/interop-node.sh" > /dev/null
+    peer "$ROOT/target/interop/venv/bin/python" "$ROOT/tests/interop/echo_reference_agent.py"; py=$PEER_PORT
+    peer node "$ROOT/tests/interop/js/echo_agent.mjs"; js=$PEER_PORT
+    agents="$TMP/peers.d"; mkdir -p "$agents"
+    for name in py js; do
+        local port; [ "$name" = py ] && port=$py || port=$js
+        printf 'name = "%s"\n[backend]\nkind = "a2a"\nurl = "http://127.0.0.1:%s/"\n' "$name" "$port" > "$agents/$name.toml"
+    done
+    pg=$(free_port); gateway "$pg" "$agents"
+    # First, while the servers hold few tasks: both SDKs keep every task in memory, and
+    # a heap of a few hundred thousand (Node after the rounds) stalls for ~400 ms at a time.
+    # About a quarter of what each server takes at most: latency, not queueing.
+    local rate_py="${PEER_RATE_PY:-100}" rate_js="${PEER_RATE_JS:-700}" h="A2A-Version:1.0" label url file rate line
+    echo "== peers: latency at a fixed rate ($rate_py req/s Python, $rate_js req/s JavaScript) for 10 s, each request timed from its scheduled start =="
+    while read -r file rate url label; do
+        line=$(LATENCY_FILE="$out/$file.lat" "$EX/loadgen" rate "$url" "$BODY" "$rate" 10 "$h")
+        printf '%-36s %s\n' "$label" "$line"
+    done <<EOT
+py-direct $rate_py http://127.0.0.1:$py/ Python SDK, direct
+py-gateway $rate_py http://127.0.0.1:$pg/a2a/agents/py Python SDK, behind the gateway
+js-direct $rate_js http://127.0.0.1:$js/ JavaScript SDK, direct
+js-gateway $rate_js http://127.0.0.1:$pg/a2a/agents/js JavaScript SDK, behind the gateway
+EOT
+    local sdk at
+    for sdk in py js; do
+        for at in 50.0 99.0; do
+            awk -v at="$at" -v sdk="$sdk" 'FNR == 1 { f++ } $1 == at { v[f] = $2 } END {
+                printf "%s: the gateway adds %.2f ms at p%d\n", (sdk == "py" ? "Python SDK" : "JavaScript SDK"), v[2] - v[1], at }' \
+                "$out/$sdk-direct.lat" "$out/$sdk-gateway.lat"
+        done
+    done
+    {
+        rounds "Python SDK, direct" "http://127.0.0.1:$py/" \
+            "Python SDK, behind the gateway" "http://127.0.0.1:$pg/a2a/agents/py"
+        rounds "JavaScript SDK, direct" "http://127.0.0.1:$js/" \
+            "JavaScript SDK, behind the gateway" "http://127.0.0.1:$pg/a2a/agents/js"
+    } | tee "$out/rounds.txt"
+
+    "$ROOT/scripts/bench/plot-peers.sh" "$out" "${PEERS_IMG:-$ROOT/docs/img}"
+}
+
 bench_tls() {
     echo "== tls: SendMessage to the echo agent over HTTPS vs plain HTTP, $CONNECTIONS connections, $DURATION, $WORKERS workers =="
     local pp pt
@@ -432,6 +493,7 @@ bench_tls() {
 case "$SECTION" in
     core) bench_core ;;
     tls) bench_tls ;;
+    peers) bench_peers ;;
     grpc) bench_grpc ;;
     store) bench_store ;;
     ops) bench_ops ;;
@@ -442,6 +504,6 @@ case "$SECTION" in
     auth) bench_auth ;;
     burst) bench_burst ;;
     agents) bench_agents ;;
-    all) bench_core; bench_ops; bench_store; bench_proxy; bench_grpc; bench_tls; bench_auth; bench_streams; bench_agents ;;
-    *) echo "usage: scripts/bench.sh [core|proxy|grpc|tls|auth|streams|burst|agents|ops|otel|policy|store|all]" >&2; exit 2 ;;
+    all) bench_core; bench_ops; bench_store; bench_proxy; bench_grpc; bench_tls; bench_auth; bench_streams; bench_agents; bench_peers ;;
+    *) echo "usage: scripts/bench.sh [core|proxy|grpc|tls|auth|streams|burst|agents|ops|otel|policy|store|peers|all]" >&2; exit 2 ;;
 esac
