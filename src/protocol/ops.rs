@@ -81,6 +81,20 @@ pub struct SendRequest {
     pub push: Option<Box<super::push::PushConfig>>,
     /// The dialect the answer goes out in: an upstream speaking it too is relayed as is.
     pub reply_dialect: super::Dialect,
+    /// Told the id of the task the send starts as soon as the task is stored, before the
+    /// send answers (a gateway's own agent; an upstream's task is known by its answer).
+    pub on_new_task: Option<OnNewTask>,
+}
+
+/// See [`SendRequest::on_new_task`]: a 0.1 client's name for its task is recorded then, so
+/// that the client can ask after the task by that name while its blocking send waits.
+#[derive(Clone)]
+pub struct OnNewTask(pub std::sync::Arc<dyn Fn(&str) + Send + Sync>);
+
+impl std::fmt::Debug for OnNewTask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OnNewTask")
+    }
 }
 
 #[derive(Debug, Serialize)]

@@ -230,6 +230,7 @@ pub(crate) fn send_request(p: SendParams, dialect: Dialect) -> Result<SendReques
         },
         message,
         reply_dialect: dialect,
+        on_new_task: None,
     })
 }
 

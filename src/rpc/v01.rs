@@ -15,7 +15,7 @@ use crate::error::GatewayError;
 use crate::protocol::jsonrpc::{render_result, Method, RpcId};
 use crate::protocol::model::{StreamEnd, StreamItem, Task};
 use crate::protocol::ops::ItemStream;
-use crate::protocol::ops::SendResult;
+use crate::protocol::ops::{OnNewTask, SendResult};
 use crate::protocol::params::TaskIdParams;
 use crate::protocol::v01::{self as shapes, MessageAsTaskV01, SendV01, TaskV01};
 use crate::protocol::Dialect;
@@ -61,9 +61,21 @@ pub(super) async fn dispatch(
                 });
                 return Ok(stream_reply(id, agent, served, ItemStream::new(items)));
             }
+            if known.is_none() {
+                // Named once the task is stored, so that the client can read or cancel it by
+                // its name while this send waits for it to end.
+                let (names, owner, caller, name) =
+                    (names.clone(), agent.clone(), caller.clone(), name.clone());
+                send.on_new_task = Some(OnNewTask(Arc::new(move |id: &str| {
+                    names.name(&owner, &caller, &name, id)
+                })));
+            }
             let result = service.send(agent, caller, send).await?;
+            // An upstream's task (and one answered at once) is known by the answer.
             if let (SendResult::Task(t), None) = (&result, &known) {
-                names.name(agent, caller, &name, &t.id);
+                if names.get(agent, caller, &name).as_deref() != Some(t.id.as_str()) {
+                    names.name(agent, caller, &name, &t.id);
+                }
             }
             let mut result = served.stamped(result);
             match &mut result {

@@ -307,11 +307,13 @@ impl LocalOps {
             Ok(answer) => return Ok(Local::Settled(answer)),
             Err(later) => later,
         };
+        let on_new_task = req.on_new_task.filter(|_| prepared.continuing.is_none());
         let started = self.launch(agent, caller, backend, prepared, false)?;
         Ok(Local::Launched(Launched {
             started,
             blocking: req.blocking,
             history_length,
+            on_new_task,
         }))
     }
 
@@ -330,6 +332,7 @@ impl LocalOps {
             },
             blocking,
             history_length,
+            on_new_task,
         } = launched;
         let mut saw_task = false;
         while let Some(update) = updates.recv().await {
@@ -340,6 +343,10 @@ impl LocalOps {
                 },
                 Update::Progress { ends_stream } => ends_stream,
             };
+            // The first update stored the task.
+            if let (false, Some(told)) = (saw_task, &on_new_task) {
+                (told.0)(&task_id);
+            }
             saw_task = true;
             if !blocking || ends_stream {
                 break;
@@ -669,6 +676,8 @@ struct Launched {
     started: Started,
     blocking: bool,
     history_length: Option<usize>,
+    /// A new task's (see [`SendRequest::on_new_task`]).
+    on_new_task: Option<crate::protocol::ops::OnNewTask>,
 }
 
 /// A task's events as they come, each at its version, until the task ends (or the

@@ -389,6 +389,7 @@ impl A2aService {
                     metadata: None,
                     push: None,
                     reply_dialect: crate::protocol::Dialect::V10,
+                    on_new_task: None,
                 };
                 let outcome = match self.send(&agent, &caller, req).await {
                     Ok(_) => Ok(()),

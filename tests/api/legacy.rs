@@ -143,6 +143,55 @@ async fn the_0_1_tutorial_flow() {
     );
 }
 
+/// A 0.1 client that sent a long task and waits for it can read and cancel it by the id it
+/// chose meanwhile (from another connection), and its send answers with the cancel.
+#[tokio::test]
+async fn a_blocking_send_is_known_by_its_name_while_it_waits() {
+    let gw = spawn().await;
+    let name = "slow-7f3a";
+    let waiting = {
+        let (client, url) = (gw.client.clone(), gw.url(AGENT));
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tasks/send",
+            "params": {"id": name, "message": {"role": "user", "parts": [
+                {"type": "text", "text": "/delay 60 zzz"}]}}});
+        tokio::spawn(async move {
+            let r = client.post(url).json(&body).send().await.expect("send");
+            r.json::<Value>().await.expect("JSON")
+        })
+    };
+    let get = json!({"jsonrpc": "2.0", "id": 2, "method": "tasks/get", "params": {"id": name}});
+    let mut seen = Value::Null;
+    for _ in 0..200 {
+        seen = post(&gw, get.clone()).await;
+        if seen["result"]["status"]["state"] == "working" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_0_1_task(&seen["result"], name);
+    assert_eq!(seen["result"]["status"]["state"], "working", "{seen}");
+
+    let canceled = post(
+        &gw,
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tasks/cancel", "params": {"id": name}}),
+    )
+    .await;
+    assert_0_1_task(&canceled["result"], name);
+    assert_eq!(
+        canceled["result"]["status"]["state"], "canceled",
+        "{canceled}"
+    );
+    let answered = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the send answers once its task is canceled")
+        .expect("the sender");
+    assert_0_1_task(&answered["result"], name);
+    assert_eq!(
+        answered["result"]["status"]["state"], "canceled",
+        "{answered}"
+    );
+}
+
 #[tokio::test]
 async fn send_subscribe_and_cancel_in_0_1() {
     let gw = spawn().await;

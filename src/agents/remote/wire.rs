@@ -386,6 +386,7 @@ mod tests {
             history_length: None,
             push: None,
             reply_dialect: Dialect::V10,
+            on_new_task: None,
         };
         for (modes, history, blocking, md, streaming) in [
             (vec![], None, true, None, false),
