@@ -209,6 +209,8 @@ async fn spans_follow_a_request_upstream_to_the_llm_and_to_webhooks() {
         ("enduser.id", "key:tracer"),
         ("http.request.method", "POST"),
         ("url.path", "/a2a"),
+        ("url.scheme", "http"),
+        ("network.protocol.version", "1.1"),
     ] {
         assert_eq!(a[key], want, "{key} in {server}");
     }
