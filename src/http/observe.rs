@@ -384,7 +384,7 @@ fn span_name(req: &ServiceRequest) -> String {
 
 /// The HTTP attributes of a request's span.
 fn span_attributes(req: &ServiceRequest) -> Vec<opentelemetry::KeyValue> {
-    use actix_web::http::Method;
+    use actix_web::http::{header, Method};
     use opentelemetry::KeyValue;
     // Static strings where the value is one of a few: a span's attributes are made on every
     // request, and each string made is an allocation, and another when it is exported.
@@ -399,14 +399,15 @@ fn span_attributes(req: &ServiceRequest) -> Vec<opentelemetry::KeyValue> {
     // The original request's scheme where a proxy says it (actix reads `Forwarded` and
     // `X-Forwarded-Proto`, and works out the host too, so only when one is there).
     let headers = req.headers();
-    let scheme: opentelemetry::Value =
-        if headers.contains_key("forwarded") || headers.contains_key("x-forwarded-proto") {
-            req.connection_info().scheme().to_string().into()
-        } else if req.app_config().secure() {
-            "https".into()
-        } else {
-            "http".into()
-        };
+    let scheme: opentelemetry::Value = if headers.contains_key(header::FORWARDED)
+        || headers.contains_key(header::X_FORWARDED_PROTO)
+    {
+        req.connection_info().scheme().to_string().into()
+    } else if req.app_config().secure() {
+        "https".into()
+    } else {
+        "http".into()
+    };
     let mut out = vec![
         KeyValue::new("http.request.method", method),
         KeyValue::new("url.path", req.path().to_string()),

@@ -81,8 +81,9 @@ pub struct SendRequest {
     pub push: Option<Box<super::push::PushConfig>>,
     /// The dialect the answer goes out in: an upstream speaking it too is relayed as is.
     pub reply_dialect: super::Dialect,
-    /// Told the id of the task the send starts as soon as the task is stored, before the
-    /// send answers (a gateway's own agent; an upstream's task is known by its answer).
+    /// Told the id of the task the send starts once its agent's actor has stored it, before
+    /// the send answers (a gateway's own agent). Not told of a task answered at once, or of
+    /// an upstream's: the answer names those.
     pub on_new_task: Option<OnNewTask>,
 }
 
