@@ -336,6 +336,9 @@ pub enum StoreKind {
     Sqlite,
     /// A Redis server shared by several replicas.
     Redis,
+    /// A schema in a PostgreSQL database (`url`, `schema`): survives restarts of the
+    /// gateway and of the server, for one gateway per schema.
+    Postgres,
 }
 
 /// When an answer may leave, against what it changed being on disk.
@@ -373,9 +376,14 @@ pub struct StoreConfig {
     /// Finished tasks older than this are deleted (0: kept until `max_tasks` evicts them).
     #[serde(default = "default_retention_secs")]
     pub retention_secs: u64,
-    /// Redis: the server, as `redis://host:port/db` (or `rediss://`).
+    /// Redis: the server, as `redis://host:port/db` (or `rediss://`). PostgreSQL:
+    /// `postgres://user:password@host:port/database`.
     #[serde(default = "default_redis_url")]
     pub url: String,
+    /// PostgreSQL: the schema the gateway's tables are in, created on start; one gateway
+    /// per schema.
+    #[serde(default = "default_pg_schema")]
+    pub schema: String,
     /// Redis: the prefix of every key, so several gateways can share one server.
     #[serde(default = "default_key_prefix")]
     pub key_prefix: String,
@@ -395,6 +403,7 @@ impl Default for StoreConfig {
             retention_secs: default_retention_secs(),
             url: default_redis_url(),
             key_prefix: default_key_prefix(),
+            schema: default_pg_schema(),
             lease_secs: default_lease_secs(),
         }
     }
@@ -414,6 +423,20 @@ fn default_redis_url() -> String {
 }
 fn default_key_prefix() -> String {
     "a2a:".into()
+}
+/// `url` with its password, if any, as `***` (for messages and the log).
+pub(crate) fn redacted_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("***"));
+            u.to_string()
+        }
+        _ => url.to_string(),
+    }
+}
+
+fn default_pg_schema() -> String {
+    "a2a_gateway".into()
 }
 fn default_lease_secs() -> u64 {
     10
@@ -1727,6 +1750,32 @@ fn validate_gateway(
             diags.push(Diagnostic::file(
                 file,
                 "store.lease_secs must be at least 2",
+            ));
+        }
+    }
+    if store.kind == StoreKind::Postgres {
+        let scheme = url::Url::parse(&store.url).map(|u| u.scheme().to_string());
+        if !matches!(scheme.as_deref(), Ok("postgres" | "postgresql")) {
+            diags.push(Diagnostic::file(
+                file,
+                format!(
+                    "store.url: kind = \"postgres\" needs a postgres://user@host:port/database URL (got {:?})",
+                    redacted_url(&store.url)
+                ),
+            ));
+        }
+        let name_ok = store.schema.len() <= 63
+            && store
+                .schema
+                .starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+            && store
+                .schema
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if !name_ok {
+            diags.push(Diagnostic::file(
+                file,
+                "store.schema must be 1 to 63 lowercase letters, digits and _, not starting with a digit",
             ));
         }
     }

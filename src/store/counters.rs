@@ -236,6 +236,78 @@ pub(crate) fn on_sqlite(
     })
 }
 
+/// [`on_sqlite`] in PostgreSQL: a reservation locks the rows it reads, so that two
+/// transactions never both take the last unit.
+pub(crate) fn on_postgres(
+    tx: &mut postgres::Transaction<'_>,
+    op: CounterOp,
+) -> Result<CounterReply, postgres::Error> {
+    let read = |r: postgres::Row| Counted {
+        group: r.get(0),
+        key: r.get(1),
+        field: r.get(2),
+        amount: r.get(3),
+        expires_ms: r.get(4),
+    };
+    Ok(match op {
+        CounterOp::Add(amounts) => {
+            let add = tx.prepare(
+                "INSERT INTO counters (grp, key, field, amount, expires_ms) VALUES ($1, $2, $3, $4, $5)
+                 ON CONFLICT (grp, key, field) DO UPDATE SET amount = counters.amount + excluded.amount,
+                   expires_ms = GREATEST(counters.expires_ms, excluded.expires_ms)
+                 RETURNING amount",
+            )?;
+            let mut values = Vec::with_capacity(amounts.len());
+            for c in &amounts {
+                let row = tx.query_one(
+                    &add,
+                    &[&c.group, &c.key, &c.field, &c.amount, &c.expires_ms],
+                )?;
+                values.push(row.get(0));
+            }
+            CounterReply::Values(values)
+        }
+        CounterOp::Reserve(charges) => {
+            let get = tx.prepare(
+                "SELECT amount FROM counters WHERE grp = $1 AND key = $2 AND field = $3 FOR UPDATE",
+            )?;
+            for (index, charge) in charges.iter().enumerate() {
+                let c = &charge.counted;
+                let current: i64 = tx
+                    .query_opt(&get, &[&c.group, &c.key, &c.field])?
+                    .map_or(0, |r| r.get(0));
+                if charge.refuses(current) {
+                    return Ok(CounterReply::Refused { index, current });
+                }
+            }
+            let counted = charges.into_iter().map(|c| c.counted).collect();
+            return on_postgres(tx, CounterOp::Add(counted));
+        }
+        CounterOp::Read(groups) => {
+            let rows = tx.prepare(
+                "SELECT grp, key, field, amount, expires_ms FROM counters WHERE grp = $1",
+            )?;
+            let mut out = Vec::new();
+            for group in groups {
+                out.extend(tx.query(&rows, &[&group])?.into_iter().map(read));
+            }
+            CounterReply::Rows(out)
+        }
+        CounterOp::Load(prefix) => {
+            let rows = tx.query(
+                "SELECT grp, key, field, amount, expires_ms FROM counters
+                 WHERE starts_with(grp, $1) AND expires_ms >= $2",
+                &[&prefix, &now_ms()],
+            )?;
+            CounterReply::Rows(rows.into_iter().map(read).collect())
+        }
+        CounterOp::Prune(before) => {
+            let n = tx.execute("DELETE FROM counters WHERE expires_ms < $1", &[&before])?;
+            CounterReply::Pruned(n)
+        }
+    })
+}
+
 /// Adds each amount (HINCRBY) and lists its key in its group; the values after.
 const ADD: &str = r#"
 local out = {}

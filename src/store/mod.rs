@@ -13,8 +13,11 @@
 
 pub(crate) mod control;
 pub(crate) mod counters;
+pub(crate) mod postgres;
 pub(crate) mod redis;
 pub(crate) mod sqlite;
+
+pub(crate) use crate::config::redacted_url as redacted;
 
 use std::collections::HashMap;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
@@ -424,6 +427,9 @@ fn start(
     Ok((Journal { tx, shares_events }, writer))
 }
 
+const CANNOT_WRITE_FILE: &str =
+    "the task store cannot write (a full disk?): new tasks are refused until it can";
+
 /// The store in use, as opened at start.
 pub(crate) struct Store {
     /// None for the memory kind.
@@ -440,6 +446,8 @@ pub(crate) struct Store {
     pub(crate) sync: bool,
     /// What the admin API keeps (runtime agents and keys, the audit log), in this store.
     pub(crate) control: control::Control,
+    /// What readiness and the log say while commits fail.
+    cannot_write: &'static str,
 }
 
 impl Store {
@@ -453,6 +461,7 @@ impl Store {
             writes: Default::default(),
             sync: false,
             control: control::Control::memory(),
+            cannot_write: CANNOT_WRITE_FILE,
         }
     }
 
@@ -488,7 +497,7 @@ impl Store {
         if self.shared.as_ref().is_some_and(|s| !s.health.up()) {
             Some("the shared task store (Redis) does not answer")
         } else if !self.writes.writing() {
-            Some("the task store cannot write (a full disk?): new tasks are refused until it can")
+            Some(self.cannot_write)
         } else {
             None
         }
@@ -528,27 +537,36 @@ pub(crate) fn open(
     let interval = Duration::from_millis(config.commit_interval_ms.max(1));
     match config.kind {
         StoreKind::Memory => Ok((Store::memory(), Loaded::default())),
-        StoreKind::Sqlite => {
-            // "./data" under "." reads "./data", not "././data".
-            let dir: std::path::PathBuf = base.join(&config.data_dir).components().collect();
-            let (backend, loaded) = sqlite::open(&dir, config.retention_secs)?;
+        StoreKind::Sqlite | StoreKind::Postgres => {
+            let (backend, loaded, place): (Box<dyn Backend>, Loaded, String) = if config.kind
+                == StoreKind::Sqlite
+            {
+                // "./data" under "." reads "./data", not "././data".
+                let dir: std::path::PathBuf = base.join(&config.data_dir).components().collect();
+                let (backend, loaded) = sqlite::open(&dir, config.retention_secs)?;
+                let place = format!("sqlite {}", sqlite::path_in(&dir).display());
+                (Box::new(backend), loaded, place)
+            } else {
+                let place = postgres::Place {
+                    url: config.url.clone(),
+                    schema: config.schema.clone(),
+                };
+                let (backend, loaded) = postgres::open(&place, config.retention_secs)?;
+                (
+                    Box::new(backend),
+                    loaded,
+                    format!("postgres {}", place.described()),
+                )
+            };
             let writes = Arc::new(WriteHealth::default());
             let sync = config.durability == crate::config::Durability::Sync;
             // Synced answers wait for their commit: each batch is what arrived while the
             // last was written, with no interval to wait out.
             let interval = if sync { Duration::ZERO } else { interval };
-            let (journal, writer) =
-                start(Box::new(backend), tasks, interval, false, writes.clone())?;
+            let (journal, writer) = start(backend, tasks, interval, false, writes.clone())?;
             let described = match sync {
-                true => format!(
-                    "sqlite {} (answers wait for their commit)",
-                    sqlite::path_in(&dir).display()
-                ),
-                false => format!(
-                    "sqlite {} (commits every {} ms)",
-                    sqlite::path_in(&dir).display(),
-                    interval.as_millis()
-                ),
+                true => format!("{place} (answers wait for their commit)"),
+                false => format!("{place} (commits every {} ms)", interval.as_millis()),
             };
             let store = Store {
                 control: control::Control::journal(journal.clone()),
@@ -559,6 +577,12 @@ pub(crate) fn open(
                 described,
                 retention,
                 sync,
+                cannot_write: match config.kind {
+                    StoreKind::Postgres => {
+                        "the task store (PostgreSQL) cannot write: new tasks are refused until it can"
+                    }
+                    _ => CANNOT_WRITE_FILE,
+                },
             };
             Ok((store, loaded))
         }
@@ -606,6 +630,7 @@ pub(crate) fn open(
                 ),
                 retention,
                 sync: false,
+                cannot_write: CANNOT_WRITE_FILE,
             };
             Ok((store, Loaded::default()))
         }
@@ -746,15 +771,4 @@ pub(crate) struct Kept {
     pub(crate) shared: Option<Arc<redis::Shared>>,
     /// Oldest first.
     pub(crate) loaded: Vec<(String, String)>,
-}
-
-/// A URL without its password, for the log.
-fn redacted(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(mut u) if u.password().is_some() => {
-            let _ = u.set_password(Some("***"));
-            u.to_string()
-        }
-        _ => url.to_string(),
-    }
 }

@@ -399,6 +399,105 @@ mod sqlite_kind {
     conformance!(sqlite_store, sqlite, bounded);
 }
 
+/// A schema of its own in the local PostgreSQL, opened as the gateway opens it (dropped
+/// when the harness is).
+struct Postgres {
+    open: Option<(Tasks, crate::store::Store)>,
+    // After `open`: the store lets go of the schema before it is dropped.
+    schema: crate::store::postgres::testing::Schema,
+}
+
+impl Postgres {
+    fn open_in(schema: &str) -> (Tasks, crate::store::Store) {
+        let config = crate::config::StoreConfig {
+            kind: crate::config::StoreKind::Postgres,
+            url: crate::store::postgres::testing::url(),
+            schema: schema.into(),
+            commit_interval_ms: 5,
+            ..Default::default()
+        };
+        let memory = Arc::new(super::MemoryTaskStore::new(CAPACITY, usize::MAX));
+        let (store, mut loaded) =
+            crate::store::open(&config, std::path::Path::new("."), memory.clone()).unwrap_or_else(
+                |e| panic!("{e} (the tests need the local PostgreSQL, or POSTGRES_URL)"),
+            );
+        memory.write_behind(store.journal.clone().unwrap());
+        let tasks = Tasks::new(memory, QUOTA, metrics());
+        tasks
+            .restore(std::mem::take(&mut loaded.tasks), &|_| "its work")
+            .unwrap();
+        (tasks, store)
+    }
+}
+
+impl Harness for Postgres {
+    fn tasks(&self) -> &Tasks {
+        &self.open.as_ref().unwrap().0
+    }
+    fn reopen(&mut self) -> bool {
+        let (tasks, store) = self.open.take().unwrap();
+        store.close();
+        drop((tasks, store));
+        self.open = Some(Postgres::open_in(&self.schema.0));
+        true
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        if let Some((_, store)) = self.open.take() {
+            store.close();
+        }
+    }
+}
+
+fn postgres() -> Postgres {
+    let schema =
+        crate::store::postgres::testing::Schema(crate::store::postgres::testing::schema_name());
+    Postgres {
+        open: Some(Postgres::open_in(&schema.0)),
+        schema,
+    }
+}
+
+mod postgres_kind {
+    use super::*;
+    conformance!(postgres_store, postgres, bounded);
+}
+
+/// The admin API's entries and the counters in PostgreSQL: versioned, conditional,
+/// audited, reserved all or nothing, and there again after the store is opened again.
+#[test]
+fn control_entries_and_counters_in_postgres_are_kept_across_a_reopen() {
+    use crate::store::control::conformance::counters_add_read_and_reserve;
+    use crate::store::control::{self, Expect, Kind};
+    use crate::store::counters::{CounterOp, CounterReply};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut h = postgres();
+    let control = h.open.as_ref().unwrap().1.control.clone();
+    rt.block_on(control::conformance::entries_are_versioned_and_writes_conditional(&control));
+    rt.block_on(control::conformance::the_audit_pages_newest_first(&control));
+    rt.block_on(counters_add_read_and_reserve(&control, true));
+    rt.block_on(control.put(Kind::Key, "kept", Some("{}".into()), Expect::Absent))
+        .unwrap();
+    let version = rt.block_on(control.version()).unwrap();
+    assert!(h.reopen());
+    let control = h.open.as_ref().unwrap().1.control.clone();
+    let kept = rt.block_on(control.get(Kind::Key, "kept")).unwrap();
+    assert_eq!(kept.map(|e| e.version), Some(1));
+    assert_eq!(rt.block_on(control.version()).unwrap(), version);
+    assert_eq!(rt.block_on(control.audit(None, 100)).unwrap().len(), 5);
+    let loaded = rt.block_on(control.counters(CounterOp::Load("g".into())));
+    let CounterReply::Rows(rows) = loaded.unwrap() else {
+        panic!("rows expected");
+    };
+    let total: i64 = rows.iter().map(|r| r.amount).sum();
+    assert_eq!(total, 5 + 7 + 1 + 2, "{rows:?}");
+}
+
 /// Redis for the tests: the one `REDIS_URL` names (default redis://127.0.0.1:6379), else a
 /// `redis-server` from PATH started for this test process (and left to die with it).
 fn redis_url() -> &'static str {

@@ -32,6 +32,7 @@ mod operations;
 mod paths;
 mod peers;
 mod policies;
+mod postgres;
 mod push;
 mod replicas;
 mod rest;
