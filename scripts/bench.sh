@@ -32,9 +32,10 @@
 # policy  the core benchmark with no policy and with one simple one (a deny rule on the
 #         method, evaluated on every call and never holding); the difference in CPU time
 #         per request (WORKERS cores busy / throughput).
-# store   the echo benchmark with the memory, SQLite and Redis task stores (targets: SQLite
-#         >= 0.6x memory, Redis >= 0.5x; SQLite adds < 0.1 ms to the unloaded p50); memory
-#         per stored task in each.
+# store   the echo benchmark with the memory, SQLite, Redis and PostgreSQL task stores
+#         (targets: SQLite >= 0.6x memory, Redis >= 0.5x; SQLite adds < 0.1 ms to the
+#         unloaded p50); memory per stored task in each. PostgreSQL: POSTGRES_URL (default
+#         the local server's database test), in a schema of the run's own, dropped after.
 # peers   the official A2A SDK servers (Python a2a-sdk, JavaScript @a2a-js/sdk; the interop
 #         tests' echo agents) served directly and behind the gateway: throughput in ROUNDS
 #         alternating rounds, then latency at a fixed rate (PEER_RATE_PY 100/s, PEER_RATE_JS
@@ -388,12 +389,19 @@ bench_store() {
     # durability = "sync": each answer waits for the group commit that holds it.
     pss=$(free_port); gateway "$pss" "$ROOT/agents.d" "default_agent = \"echo\"\n$big\n[store]\nkind = \"sqlite\"\ndurability = \"sync\"\ndata_dir = \"data-$pss\""
     pr=$(free_port); gateway "$pr" "$ROOT/agents.d" "default_agent = \"echo\"\n$big\n[store]\nkind = \"redis\"\nurl = \"$REDIS_URL\"\nkey_prefix = \"$prefix\""; pr_pid=$GW_PID
+    local POSTGRES_URL="${POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}" pp pps pp_pid pps_pid
+    psql "$POSTGRES_URL" -Atc "select 1" > /dev/null || { echo "bench store: no PostgreSQL at $POSTGRES_URL (set POSTGRES_URL)" >&2; exit 1; }
+    pp=$(free_port); gateway "$pp" "$ROOT/agents.d" "default_agent = \"echo\"\n$big\n[store]\nkind = \"postgres\"\nurl = \"$POSTGRES_URL\"\nschema = \"a2a_bench_$pp\""; pp_pid=$GW_PID
+    pps=$(free_port); gateway "$pps" "$ROOT/agents.d" "default_agent = \"echo\"\n$big\n[store]\nkind = \"postgres\"\ndurability = \"sync\"\nurl = \"$POSTGRES_URL\"\nschema = \"a2a_bench_$pps\""; pps_pid=$GW_PID
     rounds "memory store" "http://127.0.0.1:$pm/a2a/agents/echo" \
         "sqlite store" "http://127.0.0.1:$ps/a2a/agents/echo" \
         "sqlite store, sync" "http://127.0.0.1:$pss/a2a/agents/echo" \
-        "redis store" "http://127.0.0.1:$pr/a2a/agents/echo"
+        "redis store" "http://127.0.0.1:$pr/a2a/agents/echo" \
+        "postgres store" "http://127.0.0.1:$pp/a2a/agents/echo" \
+        "postgres store, sync" "http://127.0.0.1:$pps/a2a/agents/echo"
     echo "(targets: sqlite >= 0.6x memory, redis >= 0.5x memory)"
-    echo "unloaded p50 (1 connection): memory $(p50_unloaded "$pm"), sqlite $(p50_unloaded "$ps"), sqlite sync $(p50_unloaded "$pss"), redis $(p50_unloaded "$pr") (target: sqlite adds < 0.1 ms)"
+    echo "unloaded p50 (1 connection): memory $(p50_unloaded "$pm"), sqlite $(p50_unloaded "$ps"), sqlite sync $(p50_unloaded "$pss"), redis $(p50_unloaded "$pr"), postgres $(p50_unloaded "$pp"), postgres sync $(p50_unloaded "$pps") (target: sqlite adds < 0.1 ms)"
+    echo "postgres store: $(per_task "$pp" "$pp_pid"); $(psql "$POSTGRES_URL" -Atc "select pg_size_pretty(sum(pg_total_relation_size(c.oid))::bigint) || ' in the schema, ' || (sum(pg_total_relation_size(c.oid)) / greatest((select count(*) from a2a_bench_$pp.tasks), 1))::bigint || ' bytes per task' from pg_class c join pg_namespace n on n.oid = c.relnamespace where n.nspname = 'a2a_bench_$pp' and c.relkind = 'r'")"
     echo "memory store: $(per_task "$pm" "$pm_pid")"
     echo "sqlite store: $(per_task "$ps" "$ps_pid"); database $(du -sh "$TMP/data-$ps" | cut -f1)"
     local r0 keys0 keys1 r1
@@ -401,8 +409,10 @@ bench_store() {
     echo "redis store: $(per_task "$pr" "$pr_pid")"
     r1=$(redis_used); keys1=$(redis-cli -u "$REDIS_URL" --scan --pattern "${prefix}task:*" | wc -l)
     awk -v a="$r0" -v b="$r1" -v k0="$keys0" -v k1="$keys1" 'BEGIN { printf "redis store: %.0f bytes of Redis memory per task\n", (b - a) / (k1 - k0) }'
-    # Only this run's keys.
+    # Only this run's keys and schemas (their gateways stop first: they hold the schemas).
     redis-cli -u "$REDIS_URL" --scan --pattern "${prefix}*" | xargs -r -n 1000 redis-cli -u "$REDIS_URL" del > /dev/null
+    kill "$pp_pid" "$pps_pid"; wait "$pp_pid" "$pps_pid" 2>/dev/null || true
+    psql "$POSTGRES_URL" -qc "set client_min_messages to warning; drop schema if exists a2a_bench_$pp cascade; drop schema if exists a2a_bench_$pps cascade"
 }
 
 bench_grpc() {
