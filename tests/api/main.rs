@@ -45,5 +45,6 @@ mod streaming;
 mod thirdparty;
 mod tls;
 mod traces;
+mod upgrade;
 mod upstream;
 mod usage;

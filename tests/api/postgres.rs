@@ -18,7 +18,9 @@ fn url() -> String {
 
 /// Runs `f` with a connection of its own (the blocking client cannot run inside a test's
 /// runtime).
-fn sql<T: Send + 'static>(f: impl FnOnce(&mut postgres::Client) -> T + Send + 'static) -> T {
+pub(crate) fn sql<T: Send + 'static>(
+    f: impl FnOnce(&mut postgres::Client) -> T + Send + 'static,
+) -> T {
     std::thread::spawn(move || {
         let mut client = postgres::Client::connect(&url(), postgres::NoTls).unwrap_or_else(|e| {
             panic!(
@@ -33,10 +35,10 @@ fn sql<T: Send + 'static>(f: impl FnOnce(&mut postgres::Client) -> T + Send + 's
 }
 
 /// A schema of the test's own, dropped (with what the gateway put in it) when the test ends.
-struct Schema(String);
+pub(crate) struct Schema(pub(crate) String);
 
 impl Schema {
-    fn new() -> Schema {
+    pub(crate) fn new() -> Schema {
         Schema(format!("a2a_test_{}", uuid::Uuid::new_v4().simple()))
     }
 }
@@ -48,12 +50,17 @@ impl Drop for Schema {
     }
 }
 
-fn start(schema: &Schema, extra: &str) -> Running {
-    let gateway = format!(
-        "default_agent = \"echo\"\n[store]\nkind = \"postgres\"\nurl = \"{}\"\nschema = \"{}\"\n{extra}",
+/// `[store]` on `schema` in the tests' PostgreSQL.
+pub(crate) fn store_lines(schema: &Schema) -> String {
+    format!(
+        "[store]\nkind = \"postgres\"\nurl = \"{}\"\nschema = \"{}\"\n",
         url(),
         schema.0
-    );
+    )
+}
+
+fn start(schema: &Schema, extra: &str) -> Running {
+    let gateway = format!("default_agent = \"echo\"\n{}{extra}", store_lines(schema));
     Running::start(
         &[("echo.toml", ECHO), ("other.toml", OTHER)],
         &gateway,
