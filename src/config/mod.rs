@@ -1764,6 +1764,17 @@ fn validate_gateway(
                 ),
             ));
         }
+        let tls = url::Url::parse(&store.url).ok().and_then(|u| {
+            u.query_pairs()
+                .find(|(k, v)| k == "sslmode" && v != "disable" && v != "prefer")
+                .map(|(_, v)| v.into_owned())
+        });
+        if let Some(mode) = tls {
+            diags.push(Diagnostic::file(
+                file,
+                format!("store.url: sslmode={mode}: TLS to PostgreSQL is not supported yet (sslmode=disable or prefer; run it on a private network or a Unix socket)"),
+            ));
+        }
         let name_ok = store.schema.len() <= 63
             && store
                 .schema

@@ -187,6 +187,23 @@ async fn a_newer_schema_a_schema_in_use_and_a_silent_server_are_refused_by_name(
     assert!(!err.contains("s3cret"), "{err}");
     assert!(started.elapsed() < Duration::from_secs(30));
 
+    // TLS is refused before anything is tried, saying so.
+    std::fs::write(
+        &gw.gateway,
+        format!(
+            "default_agent = \"echo\"\n[store]\nkind = \"postgres\"\nurl = \"{}?sslmode=require\"\n",
+            url()
+        ),
+    )
+    .unwrap();
+    let tls = gw.serve_again();
+    assert!(!tls.status.success());
+    let err = String::from_utf8_lossy(&tls.stderr);
+    assert!(
+        err.contains("sslmode=require: TLS to PostgreSQL is not supported yet"),
+        "{err}"
+    );
+
     // A URL that is not PostgreSQL's is a configuration error.
     std::fs::write(
         &gw.gateway,
