@@ -465,39 +465,6 @@ mod postgres_kind {
     conformance!(postgres_store, postgres, bounded);
 }
 
-/// The admin API's entries and the counters in PostgreSQL: versioned, conditional,
-/// audited, reserved all or nothing, and there again after the store is opened again.
-#[test]
-fn control_entries_and_counters_in_postgres_are_kept_across_a_reopen() {
-    use crate::store::control::conformance::counters_add_read_and_reserve;
-    use crate::store::control::{self, Expect, Kind};
-    use crate::store::counters::{CounterOp, CounterReply};
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let mut h = postgres();
-    let control = h.open.as_ref().unwrap().1.control.clone();
-    rt.block_on(control::conformance::entries_are_versioned_and_writes_conditional(&control));
-    rt.block_on(control::conformance::the_audit_pages_newest_first(&control));
-    rt.block_on(counters_add_read_and_reserve(&control, true));
-    rt.block_on(control.put(Kind::Key, "kept", Some("{}".into()), Expect::Absent))
-        .unwrap();
-    let version = rt.block_on(control.version()).unwrap();
-    assert!(h.reopen());
-    let control = h.open.as_ref().unwrap().1.control.clone();
-    let kept = rt.block_on(control.get(Kind::Key, "kept")).unwrap();
-    assert_eq!(kept.map(|e| e.version), Some(1));
-    assert_eq!(rt.block_on(control.version()).unwrap(), version);
-    assert_eq!(rt.block_on(control.audit(None, 100)).unwrap().len(), 5);
-    let loaded = rt.block_on(control.counters(CounterOp::Load("g".into())));
-    let CounterReply::Rows(rows) = loaded.unwrap() else {
-        panic!("rows expected");
-    };
-    let total: i64 = rows.iter().map(|r| r.amount).sum();
-    assert_eq!(total, 5 + 7 + 1 + 2, "{rows:?}");
-}
-
 /// Redis for the tests: the one `REDIS_URL` names (default redis://127.0.0.1:6379), else a
 /// `redis-server` from PATH started for this test process (and left to die with it).
 fn redis_url() -> &'static str {
@@ -679,28 +646,53 @@ fn a_streamed_tasks_log_counts_in_its_bytes() {
     assert!(found);
 }
 
-/// The admin API's entries in a SQLite file: versioned, conditional, audited, and there
-/// again after the file is opened again.
-#[test]
-fn control_entries_in_sqlite_are_kept_across_a_reopen() {
+/// What the admin API keeps, in a durable store (`open` gives the store's control): entries
+/// versioned, conditional and audited, counters added, read and reserved all or nothing,
+/// and all of it there again after the store is opened again.
+fn control_and_counters_survive_a_reopen<H: Harness>(
+    h: &mut H,
+    control_of: fn(&H) -> crate::store::control::Control,
+) {
+    use crate::store::control::conformance::counters_add_read_and_reserve;
     use crate::store::control::{self, Expect, Kind};
+    use crate::store::counters::{CounterOp, CounterReply};
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let mut h = sqlite();
-    let control = h.open.as_ref().unwrap().1.control.clone();
+    let control = control_of(h);
     rt.block_on(control::conformance::entries_are_versioned_and_writes_conditional(&control));
     rt.block_on(control::conformance::the_audit_pages_newest_first(&control));
+    rt.block_on(counters_add_read_and_reserve(&control, true));
     rt.block_on(control.put(Kind::Key, "kept", Some("{}".into()), Expect::Absent))
         .unwrap();
     let version = rt.block_on(control.version()).unwrap();
     assert!(h.reopen());
-    let control = h.open.as_ref().unwrap().1.control.clone();
+    let control = control_of(h);
     let kept = rt.block_on(control.get(Kind::Key, "kept")).unwrap();
     assert_eq!(kept.map(|e| e.version), Some(1));
     assert_eq!(rt.block_on(control.version()).unwrap(), version);
     assert_eq!(rt.block_on(control.audit(None, 100)).unwrap().len(), 5);
+    let loaded = rt.block_on(control.counters(CounterOp::Load("g".into())));
+    let CounterReply::Rows(rows) = loaded.unwrap() else {
+        panic!("rows expected");
+    };
+    let total: i64 = rows.iter().map(|r| r.amount).sum();
+    assert_eq!(total, 5 + 7 + 1 + 2, "{rows:?}");
+}
+
+#[test]
+fn control_and_counters_in_sqlite_survive_a_reopen() {
+    control_and_counters_survive_a_reopen(&mut sqlite(), |h| {
+        h.open.as_ref().unwrap().1.control.clone()
+    });
+}
+
+#[test]
+fn control_and_counters_in_postgres_survive_a_reopen() {
+    control_and_counters_survive_a_reopen(&mut postgres(), |h| {
+        h.open.as_ref().unwrap().1.control.clone()
+    });
 }
 
 /// The admin API's entries in Redis: one replica's writes are the others', and two
@@ -740,29 +732,6 @@ fn control_entries_in_redis_are_shared_and_writes_race_safely() {
             .unwrap();
     assert_eq!(seen.map(|e| e.version), Some(1));
     other.1.close();
-}
-
-/// Counters in a SQLite file: added, read by group, reserved all or nothing, and there
-/// again after the file is opened again.
-#[test]
-fn counters_in_sqlite_are_kept_across_a_reopen() {
-    use crate::store::control::conformance::counters_add_read_and_reserve;
-    use crate::store::counters::{CounterOp, CounterReply};
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let mut h = sqlite();
-    let control = h.open.as_ref().unwrap().1.control.clone();
-    rt.block_on(counters_add_read_and_reserve(&control, true));
-    assert!(h.reopen());
-    let control = h.open.as_ref().unwrap().1.control.clone();
-    let loaded = rt.block_on(control.counters(CounterOp::Load("g".into())));
-    let CounterReply::Rows(rows) = loaded.unwrap() else {
-        panic!("rows expected");
-    };
-    let total: i64 = rows.iter().map(|r| r.amount).sum();
-    assert_eq!(total, 5 + 7 + 1 + 2, "{rows:?}");
 }
 
 /// Counters in Redis: two replicas add to the same numbers, and of two reservations of
