@@ -389,61 +389,57 @@ fn write(tx: &mut Transaction<'_>, batch: &Batch) -> Result<(), postgres::Error>
 
 impl Backend for PostgresBackend {
     fn commit(&mut self, batch: &Batch) -> Result<(), String> {
-        let place = self.place.clone();
-        let fail = |e: postgres::Error| failed(&place, &e);
         let once = |client: &mut Client| -> Result<(), postgres::Error> {
             let mut tx = client.transaction()?;
             write(&mut tx, batch)?;
             tx.commit()
         };
-        match once(self.client()?) {
+        let done = match once(self.client()?) {
             // The server dropped the connection (restarted, or an operator ended it): a
             // new one is tried at once, so that answers waiting for this commit need not
             // fail.
-            Err(_) if self.client.is_closed() => once(self.client()?).map_err(fail),
-            done => done.map_err(fail),
-        }
+            Err(_) if self.client.is_closed() => once(self.client()?),
+            done => done,
+        };
+        done.map_err(|e| failed(&self.place, &e))
     }
 
     fn control(&mut self, op: super::control::Op) -> Result<super::control::Reply, String> {
-        let place = self.place.clone();
-        control(self.client()?, op).map_err(|e| failed(&place, &e))
+        let done = control(self.client()?, op);
+        done.map_err(|e| failed(&self.place, &e))
     }
 
     fn maintain(&mut self) -> Result<(), String> {
-        let place = self.place.clone();
         let retention_secs = self.retention_secs;
-        let client = self.client()?;
-        let fail = |e: postgres::Error| failed(&place, &e);
-        for table in Table::ALL {
-            if retention_secs > 0 {
-                let cutoff = now_ms() - (retention_secs as i64).saturating_mul(1000);
-                client
-                    .execute(
-                        "DELETE FROM records WHERE tbl = $1 AND written_ms < $2",
-                        &[&table.name(), &cutoff],
-                    )
-                    .map_err(fail)?;
-            }
-            let newest_kept = client
-                .query_opt(
-                    "SELECT written_ms FROM records WHERE tbl = $1
-                     ORDER BY written_ms DESC LIMIT 1 OFFSET $2",
-                    &[&table.name(), &RECORDS_PER_TABLE],
-                )
-                .map_err(fail)?;
-            if let Some(row) = newest_kept {
-                client
-                    .execute(
-                        "DELETE FROM records WHERE tbl = $1 AND written_ms <= $2",
-                        &[&table.name(), &row.get::<_, i64>(0)],
-                    )
-                    .map_err(fail)?;
-            }
-        }
-        // PostgreSQL's autovacuum gives the space of deleted rows back.
-        Ok(())
+        let done = prune_records(self.client()?, retention_secs);
+        done.map_err(|e| failed(&self.place, &e))
     }
+}
+
+/// Deletes records past retention, and past [`RECORDS_PER_TABLE`] per table, oldest first.
+/// PostgreSQL's autovacuum gives the space of deleted rows back.
+fn prune_records(client: &mut Client, retention_secs: u64) -> Result<(), postgres::Error> {
+    for table in Table::ALL {
+        if retention_secs > 0 {
+            let cutoff = now_ms() - (retention_secs as i64).saturating_mul(1000);
+            client.execute(
+                "DELETE FROM records WHERE tbl = $1 AND written_ms < $2",
+                &[&table.name(), &cutoff],
+            )?;
+        }
+        let newest_kept = client.query_opt(
+            "SELECT written_ms FROM records WHERE tbl = $1
+             ORDER BY written_ms DESC LIMIT 1 OFFSET $2",
+            &[&table.name(), &RECORDS_PER_TABLE],
+        )?;
+        if let Some(row) = newest_kept {
+            client.execute(
+                "DELETE FROM records WHERE tbl = $1 AND written_ms <= $2",
+                &[&table.name(), &row.get::<_, i64>(0)],
+            )?;
+        }
+    }
+    Ok(())
 }
 
 /// One admin-store operation, in a transaction of its own.

@@ -348,6 +348,22 @@ fn subscribing_holds_a_channel_only_while_the_task_runs() {
     assert_eq!(tasks.fanout.channels.len(), 0);
 }
 
+/// A durable store opened as the gateway opens it: memory in front, the store's journal
+/// behind, and what it held restored.
+fn open_durable(
+    config: &crate::config::StoreConfig,
+    base: &std::path::Path,
+) -> Result<(Tasks, crate::store::Store), String> {
+    let memory = Arc::new(super::MemoryTaskStore::new(CAPACITY, usize::MAX));
+    let (store, mut loaded) = crate::store::open(config, base, memory.clone())?;
+    memory.write_behind(store.journal.clone().unwrap());
+    let tasks = Tasks::new(memory, QUOTA, metrics());
+    tasks
+        .restore(std::mem::take(&mut loaded.tasks), &|_| "its work")
+        .unwrap();
+    Ok((tasks, store))
+}
+
 /// A SQLite file in a temporary directory, opened as the gateway opens it.
 struct Sqlite {
     dir: tempfile::TempDir,
@@ -362,16 +378,10 @@ impl Sqlite {
             commit_interval_ms: 5,
             ..Default::default()
         };
-        let memory = Arc::new(super::MemoryTaskStore::new(CAPACITY, usize::MAX));
-        let (store, mut loaded) = crate::store::open(&config, dir.path(), memory.clone()).unwrap();
-        memory.write_behind(store.journal.clone().unwrap());
-        let tasks = Tasks::new(memory, QUOTA, metrics());
-        tasks
-            .restore(std::mem::take(&mut loaded.tasks), &|_| "its work")
-            .unwrap();
+        let open = open_durable(&config, dir.path()).unwrap();
         Sqlite {
             dir,
-            open: Some((tasks, store)),
+            open: Some(open),
         }
     }
 }
@@ -416,17 +426,9 @@ impl Postgres {
             commit_interval_ms: 5,
             ..Default::default()
         };
-        let memory = Arc::new(super::MemoryTaskStore::new(CAPACITY, usize::MAX));
-        let (store, mut loaded) =
-            crate::store::open(&config, std::path::Path::new("."), memory.clone()).unwrap_or_else(
-                |e| panic!("{e} (the tests need the local PostgreSQL, or POSTGRES_URL)"),
-            );
-        memory.write_behind(store.journal.clone().unwrap());
-        let tasks = Tasks::new(memory, QUOTA, metrics());
-        tasks
-            .restore(std::mem::take(&mut loaded.tasks), &|_| "its work")
-            .unwrap();
-        (tasks, store)
+        open_durable(&config, std::path::Path::new(".")).unwrap_or_else(|e| {
+            panic!("{e} (the tests need the local PostgreSQL, or POSTGRES_URL)")
+        })
     }
 }
 
