@@ -386,6 +386,23 @@ async fn serve_replica_commands(state: std::sync::Weak<AppState>) {
     }
 }
 
+/// Every half lease, follows the tasks whose push follower died with its replica (the
+/// survivors' reaper hands them over).
+async fn adopt_push_followers(state: std::sync::Weak<AppState>) {
+    loop {
+        let Some(state) = state.upgrade() else {
+            return;
+        };
+        let Some(every) = state.store.shared.as_ref().map(|s| s.lease / 2) else {
+            return;
+        };
+        let live = state.live();
+        state.service.adopt_followed(&live.registry).await;
+        drop((live, state));
+        tokio::time::sleep(every).await;
+    }
+}
+
 impl Application {
     /// Builds the parts of `settings` (see [`crate::setup`]) and serves them.
     pub async fn build(settings: Settings) -> std::io::Result<Application> {
@@ -521,6 +538,7 @@ impl Application {
             );
             tokio::spawn(watch_store(store));
             actix_web::rt::spawn(serve_replica_commands(Arc::downgrade(&shared)));
+            actix_web::rt::spawn(adopt_push_followers(Arc::downgrade(&shared)));
         }
         // The MCP endpoint, one for every worker (its sessions are the gateway's).
         let mcp = {

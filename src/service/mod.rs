@@ -365,22 +365,11 @@ impl A2aService {
                 ..
             } => {
                 let id = message.task_id.clone().unwrap_or_default();
-                let Some(agent) = registry
-                    .get(&agent)
-                    .or_else(|| registry.retired_agent(&agent))
-                    .cloned()
-                else {
+                let Some(agent) = agent_named(registry, &agent) else {
                     return Answer::NotFound;
                 };
                 // Authenticated and authorized where the call came in.
-                let caller = Principal {
-                    id: principal.into(),
-                    scope: crate::auth::Scope::All,
-                    anonymous,
-                    tier: Arc::from(""),
-                    claims: None,
-                    address: None,
-                };
+                let caller = checked_elsewhere(principal, anonymous);
                 let req = SendRequest {
                     message: *message,
                     blocking: false,
@@ -427,6 +416,27 @@ impl A2aService {
             Some((task, _)) => replicas::Answer::Finished(task.status.state.v03_name().into()),
             None => replicas::Answer::NotFound,
         }
+    }
+}
+
+/// The agent `name`, among those in force or retired (its tasks still finish).
+fn agent_named(registry: &crate::agents::Registry, name: &str) -> Option<Arc<Agent>> {
+    registry
+        .get(name)
+        .or_else(|| registry.retired_agent(name))
+        .cloned()
+}
+
+/// The caller `principal`, authenticated and authorized by another replica (or by this
+/// one, earlier): what acting on its behalf needs of it.
+fn checked_elsewhere(principal: String, anonymous: bool) -> Principal {
+    Principal {
+        id: principal.into(),
+        scope: crate::auth::Scope::All,
+        anonymous,
+        tier: Arc::from(""),
+        claims: None,
+        address: None,
     }
 }
 

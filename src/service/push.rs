@@ -23,9 +23,11 @@ use crate::error::GatewayError;
 use crate::protocol::model::{StreamItem, Task};
 use crate::protocol::ops::{ItemStream, SendRequest, SendResult};
 use crate::protocol::push::{PushCall, PushConfig, PushOp};
+use crate::protocol::resume::ResumeFrom;
 use crate::protocol::Dialect;
 use crate::push::{Authorization, Notification, Pusher, Target};
 use crate::routing::BoundedMap;
+use crate::store::redis::Shared as SharedStore;
 use crate::store::Kept;
 
 /// Where the gateway's own webhooks for upstream tasks are served (`/<secret>` after it).
@@ -75,16 +77,20 @@ struct Shared {
     pusher: Option<Arc<Pusher>>,
 }
 
-/// A task's entry in `watched` while its watcher is being set up: removed if the setup
-/// ends (or is dropped) without handing the task to a watcher, which removes it itself.
+/// A task's entry in `watched` (and its hold, with a shared store) while its watcher is
+/// being set up: removed (given up) if the setup ends, or is dropped, without handing the
+/// task to a watcher, which removes it itself.
 struct Watching<'a> {
     watched: &'a DashMap<String, (), ahash::RandomState>,
     id: Option<String>,
+    hold: Option<Hold>,
 }
 
 impl Watching<'_> {
-    fn handed_over(&mut self) {
+    /// The task goes to a watcher, with the hold.
+    fn handed_over(&mut self) -> Option<Hold> {
         self.id = None;
+        self.hold.take()
     }
 }
 
@@ -93,7 +99,40 @@ impl Drop for Watching<'_> {
         if let Some(id) = self.id.take() {
             self.watched.remove(&id);
         }
+        if let Some(hold) = self.hold.take() {
+            tokio::spawn(async move { hold.release().await });
+        }
     }
+}
+
+/// This replica's hold on following a task, when replicas share a store: one replica
+/// follows each task, notifying every config whichever replica made it.
+struct Hold {
+    store: Arc<SharedStore>,
+    task_id: String,
+}
+
+impl Hold {
+    /// Whether to send the update that made the task `version` (0: unknown): false once
+    /// another replica adopted the task (this one stalled past its lease).
+    async fn keeps(&self, version: u64) -> bool {
+        // The store away: nobody can adopt the task meanwhile, so notify.
+        (self.store.follow_mark(&self.task_id, version).await).unwrap_or(true)
+    }
+
+    async fn release(&self) {
+        if let Err(e) = self.store.follow_release(&self.task_id).await {
+            tracing::warn!(task = %self.task_id, error = %e, "push: could not give up following the task; a survivor adopts it if this replica dies");
+        }
+    }
+}
+
+/// What a replica adopting a task another one followed needs to know of it.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Followed {
+    agent: String,
+    owner: String,
+    anonymous: bool,
 }
 
 /// One task whose upstream pushes to the gateway.
@@ -101,6 +140,8 @@ struct Relay {
     task_id: String,
     token: String,
     remote: Arc<RemoteAgent>,
+    /// Given up when the task finishes.
+    hold: std::sync::Mutex<Option<Hold>>,
     /// The task as the notifications so far made it (0.3 and 0.1 receivers get it whole).
     task: tokio::sync::Mutex<Option<Task>>,
 }
@@ -280,19 +321,22 @@ impl Shared {
         }
     }
 
-    /// Follows `items` (a subscription, starting with the task) to the task's end; an
-    /// upstream task whose subscription ends before that is polled from there (`fallback`).
+    /// Follows `items` (a subscription, starting with the task, or a stream resumed after
+    /// `known`, the task as read before) to the task's end; an upstream task whose
+    /// subscription ends before that is polled from there (`fallback`).
     async fn follow(
         self: Arc<Self>,
         task_id: String,
-        mut items: ItemStream,
+        (items, known): (ItemStream, Option<Task>),
         fallback: Option<(Arc<RemoteAgent>, Duration)>,
+        hold: Option<Hold>,
     ) {
-        let mut task: Option<Task> = None;
+        let mut items = items.with_positions();
+        let mut task = known;
         let mut finished = false;
         while let Some(item) = items.next().await {
-            let item = match item {
-                Ok(item) => item,
+            let (item, version) = match item {
+                Ok(positioned) => positioned,
                 Err(e) => {
                     tracing::warn!(task = %task_id, error = %e, "push: the task's updates stopped coming");
                     break;
@@ -301,6 +345,9 @@ impl Shared {
             let Some(now) = item.fold_into(&mut task) else {
                 continue;
             };
+            if !keeps(&hold, version.unwrap_or(0)).await {
+                return self.handed_over(&task_id);
+            }
             self.notify(&task_id, &item, now).await;
             if item.finishes_task() {
                 finished = true;
@@ -309,12 +356,24 @@ impl Shared {
         }
         match (finished, fallback, task) {
             (false, Some((remote, every)), Some(task)) => {
-                Box::pin(self.poll(task_id, remote, task, every)).await;
+                Box::pin(self.poll(task_id, remote, task, every, hold)).await;
             }
-            _ => {
-                self.watched.remove(&task_id);
-            }
+            _ => self.done(&task_id, hold).await,
         }
+    }
+
+    /// This replica no longer follows the task: it finished, or could not be followed.
+    async fn done(&self, task_id: &str, hold: Option<Hold>) {
+        if let Some(hold) = hold {
+            hold.release().await;
+        }
+        self.watched.remove(task_id);
+    }
+
+    /// Another replica adopted the task while this one stalled: it follows it now.
+    fn handed_over(&self, task_id: &str) {
+        tracing::warn!(task = %task_id, "push: another replica follows the task now (this one stalled past its lease)");
+        self.watched.remove(task_id);
     }
 
     /// Polls an upstream task that can neither stream nor push, notifying each change.
@@ -324,6 +383,7 @@ impl Shared {
         remote: Arc<RemoteAgent>,
         mut task: Task,
         every: Duration,
+        hold: Option<Hold>,
     ) {
         let mut failures = 0;
         let until = tokio::time::Instant::now() + MAX_POLL;
@@ -349,6 +409,9 @@ impl Shared {
                 }
             };
             if now.status != task.status || now.artifacts != task.artifacts {
+                if !keeps(&hold, 0).await {
+                    return self.handed_over(&task_id);
+                }
                 let item = StreamItem::Task(now.clone());
                 self.notify(&task_id, &item, &now).await;
                 if now.status.state.is_terminal() {
@@ -360,7 +423,15 @@ impl Shared {
                 break;
             }
         }
-        self.watched.remove(&task_id);
+        self.done(&task_id, hold).await;
+    }
+}
+
+/// Whether a follower (with its hold, if replicas share a store) still notifies.
+async fn keeps(hold: &Option<Hold>, version: u64) -> bool {
+    match hold {
+        Some(hold) => hold.keeps(version).await,
+        None => true,
     }
 }
 
@@ -571,30 +642,35 @@ impl A2aService {
             return;
         }
         if push.shared.watched.insert(id.clone(), ()).is_some() {
-            // Its watcher reads the configs at each update, this one included, unless the
-            // task finished in the meantime: then the final state is sent here.
-            if let Ok(now) = self.get(agent, caller, &id, None).await {
-                if now.status.state.is_terminal() {
-                    send(pusher, &id, config, &StreamItem::Task(now.clone()), &now);
-                }
-            }
-            return;
+            // Its watcher reads the configs at each update, this one included.
+            return self.send_if_finished(agent, caller, &id, config).await;
         }
         // Until a watcher is under way, the entry goes with this call (which its caller
         // may drop at any await).
         let mut entry = Watching {
             watched: &push.shared.watched,
             id: Some(id.clone()),
+            hold: None,
         };
+        match self.hold(agent, caller, &id).await {
+            Ok(hold) => entry.hold = hold,
+            Err(holder) => {
+                // Another replica follows the task, reading the configs at each update.
+                tracing::debug!(task = %id, replica = %holder, "push: followed by another replica");
+                drop(entry);
+                return self.send_if_finished(agent, caller, &id, config).await;
+            }
+        }
         let shared = push.shared.clone();
         let every = Duration::from_secs(pusher.settings().poll_interval_secs);
         if let Some(remote) = agent.remote().cloned() {
             // Each relay is kept until its task ends upstream; past this many, watch.
             if remote.pushes() && push.shared.relays.len() < MAX_RELAYS {
                 if let Some(base) = &push.relay_url {
-                    match self.relay(&remote, base, &task).await {
-                        Ok(()) => return entry.handed_over(),
-                        Err(e) => {
+                    match self.relay(&remote, base, &task, entry.hold.take()).await {
+                        Ok(()) => return drop(entry.handed_over()),
+                        Err((e, hold)) => {
+                            entry.hold = hold;
                             tracing::warn!(task = %id, agent = %agent.name, error = %e, "push: the upstream did not take the gateway's webhook; watching the task instead")
                         }
                     }
@@ -604,20 +680,20 @@ impl A2aService {
                 if let Ok(items) = self.subscribe(agent, caller, &id).await {
                     // Upstreams may end a subscription early (at input-required, say):
                     // polled from there.
-                    tokio::spawn(shared.follow(id, items, Some((remote, every))));
-                    return entry.handed_over();
+                    let hold = entry.handed_over();
+                    tokio::spawn(shared.follow(id, (items, None), Some((remote, every)), hold));
+                    return;
                 }
             }
-            tokio::spawn(shared.poll(id, remote, task, every));
-            return entry.handed_over();
+            tokio::spawn(shared.poll(id, remote, task, every, entry.handed_over()));
+            return;
         }
         match self.subscribe(agent, caller, &id).await {
             Ok(items) => {
-                tokio::spawn(shared.follow(id, items, None));
-                entry.handed_over();
+                tokio::spawn(shared.follow(id, (items, None), None, entry.handed_over()));
             }
             Err(e) => {
-                drop(entry);
+                let hold = entry.handed_over();
                 // Finished meanwhile: what it finished as is the one notification left.
                 if let Ok(now) = self.get(agent, caller, &id, None).await {
                     let item = StreamItem::Task(now.clone());
@@ -625,6 +701,136 @@ impl A2aService {
                 } else {
                     tracing::warn!(task = %id, error = %e, "push: cannot follow the task");
                 }
+                shared.done(&id, hold).await;
+            }
+        }
+    }
+
+    /// A config made for a task some watcher follows: that watcher notifies it, unless the
+    /// task finished in the meantime; then its final state is sent to it here.
+    async fn send_if_finished(
+        &self,
+        agent: &Agent,
+        caller: &Principal,
+        id: &str,
+        config: &PushConfig,
+    ) {
+        let Some(pusher) = &self.push.shared.pusher else {
+            return;
+        };
+        if let Ok(now) = self.get(agent, caller, id, None).await {
+            if now.status.state.is_terminal() {
+                send(pusher, id, config, &StreamItem::Task(now.clone()), &now);
+            }
+        }
+    }
+
+    /// With a shared store, takes the hold on following task `id` cluster-wide (`Ok(None)`
+    /// without one); the replica that holds it, if another does.
+    async fn hold(
+        &self,
+        agent: &Agent,
+        caller: &Principal,
+        id: &str,
+    ) -> Result<Option<Hold>, String> {
+        let Some(store) = self.tasks.shared() else {
+            return Ok(None);
+        };
+        let about = Followed {
+            agent: agent.name.to_string(),
+            owner: caller.id.to_string(),
+            anonymous: caller.anonymous,
+        };
+        let about = serde_json::to_string(&about).unwrap_or_default();
+        match store.follow_claim(id, &about).await {
+            Ok(None) => Ok(Some(Hold {
+                store: store.clone(),
+                task_id: id.to_string(),
+            })),
+            Ok(Some(holder)) => Err(holder),
+            Err(e) => {
+                // Followed here rather than not at all.
+                tracing::warn!(task = %id, error = %e, "push: the store did not answer; following the task here");
+                Ok(None)
+            }
+        }
+    }
+
+    /// Follows the tasks replicas that died were following, as the survivors' reaper hands
+    /// them over: from after the last update their follower notified. `registry` has the
+    /// agents in force.
+    pub(crate) async fn adopt_followed(&self, registry: &crate::agents::Registry) {
+        let Some(store) = self.tasks.shared() else {
+            return;
+        };
+        if !self.push.enabled() {
+            return;
+        }
+        loop {
+            match store.follow_adopt().await {
+                Ok(Some((id, about, seen))) => {
+                    let hold = Hold {
+                        store: store.clone(),
+                        task_id: id,
+                    };
+                    self.adopt(registry, hold, &about, seen).await;
+                }
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::debug!(error = %e, "push: could not look for tasks to adopt");
+                    return;
+                }
+            }
+        }
+    }
+
+    async fn adopt(&self, registry: &crate::agents::Registry, hold: Hold, about: &str, seen: u64) {
+        let id = hold.task_id.clone();
+        let shared = self.push.shared.clone();
+        let followed = serde_json::from_str::<Followed>(about).ok();
+        let Some((agent, about)) =
+            followed.and_then(|f| Some((super::agent_named(registry, &f.agent)?, f)))
+        else {
+            tracing::warn!(task = %id, "push: a task to adopt names no agent here; not followed");
+            return hold.release().await;
+        };
+        let caller = super::checked_elsewhere(about.owner, about.anonymous);
+        shared.watched.insert(id.clone(), ());
+        // What the resumed events apply to (a subscription starts with the task itself).
+        let known = match seen {
+            0 => None,
+            _ => self.get(&agent, &caller, &id, None).await.ok(),
+        };
+        let items = match seen {
+            0 => self.subscribe(&agent, &caller, &id).await,
+            version => {
+                let from = ResumeFrom {
+                    task_id: id.clone(),
+                    version,
+                };
+                self.resume(&agent, &caller, &from).await
+            }
+        };
+        let every = shared.pusher.as_ref().map_or(Duration::from_secs(5), |p| {
+            Duration::from_secs(p.settings().poll_interval_secs)
+        });
+        let remote = agent.remote().cloned();
+        tracing::info!(task = %id, after = seen, "push: following a task a replica that died followed");
+        match (items, remote) {
+            (Ok(items), remote) => {
+                let fallback = remote.map(|r| (r, every));
+                tokio::spawn(shared.follow(id, (items, known), fallback, Some(hold)));
+            }
+            (Err(_), Some(remote)) => match self.get(&agent, &caller, &id, None).await {
+                Ok(task) if !task.status.state.is_terminal() => {
+                    tokio::spawn(shared.poll(id, remote, task, every, Some(hold)));
+                }
+                _ => shared.done(&id, Some(hold)).await,
+            },
+            (Err(e), None) => {
+                // Gone from the store, or unreadable: nothing more will come.
+                tracing::warn!(task = %id, error = %e, "push: cannot follow an adopted task");
+                shared.done(&id, Some(hold)).await;
             }
         }
     }
@@ -651,7 +857,8 @@ impl A2aService {
         remote: &Arc<RemoteAgent>,
         base: &str,
         task: &Task,
-    ) -> Result<(), GatewayError> {
+        hold: Option<Hold>,
+    ) -> Result<(), (GatewayError, Option<Hold>)> {
         let secret = uuid::Uuid::new_v4().simple().to_string();
         let token = uuid::Uuid::new_v4().simple().to_string();
         let url = format!("{base}{RELAY_PATH}/{secret}");
@@ -660,13 +867,18 @@ impl A2aService {
             token: token.clone(),
             remote: remote.clone(),
             task: tokio::sync::Mutex::new(Some(task.clone())),
+            hold: std::sync::Mutex::new(hold),
         });
-        self.push.shared.relays.insert(secret.clone(), relay);
+        self.push
+            .shared
+            .relays
+            .insert(secret.clone(), relay.clone());
         let registered = remote.register_webhook(&task.id, &url, &token).await;
-        if registered.is_err() {
+        registered.map_err(|e| {
             self.push.shared.relays.remove(&secret);
-        }
-        registered
+            let hold = relay.hold.lock().ok().and_then(|mut h| h.take());
+            (e, hold)
+        })
     }
 
     /// A notification an upstream pushed to the gateway's webhook `secret`, with the
@@ -710,7 +922,8 @@ impl A2aService {
         shared.notify(&relay.task_id, &item, now).await;
         if now.status.state.is_terminal() {
             shared.relays.remove(secret);
-            shared.watched.remove(&relay.task_id);
+            let hold = relay.hold.lock().ok().and_then(|mut h| h.take());
+            shared.done(&relay.task_id, hold).await;
         }
         Ok(())
     }

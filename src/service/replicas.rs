@@ -160,6 +160,10 @@ pub(super) fn resume(
     logged: Vec<Published>,
     events: impl Stream<Item = Published> + Send + 'static,
 ) -> ItemStream {
+    // Finished, and nothing after `after`: there is nothing to pick up.
+    if task.status.state.is_terminal() && after >= version {
+        return ItemStream::positioned(stream::empty());
+    }
     let reaches = logged
         .first()
         .map_or(after == version, |p| p.version <= after + 1);

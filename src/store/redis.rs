@@ -121,6 +121,24 @@ impl Keys {
     pub(crate) fn key_used(&self) -> String {
         format!("{}control:key_used", self.prefix)
     }
+    /// Who follows each task's push configs (hashes by task id: the replica, what the
+    /// task is, the last version notified), the tasks each replica follows, and those a
+    /// dead replica followed, waiting for a survivor.
+    pub(crate) fn push_holder(&self) -> String {
+        format!("{}push:holder", self.prefix)
+    }
+    pub(crate) fn push_about(&self) -> String {
+        format!("{}push:about", self.prefix)
+    }
+    pub(crate) fn push_seen(&self) -> String {
+        format!("{}push:seen", self.prefix)
+    }
+    pub(crate) fn push_following(&self, replica: &str) -> String {
+        format!("{}push:following:{replica}", self.prefix)
+    }
+    pub(crate) fn push_orphans(&self) -> String {
+        format!("{}push:orphans", self.prefix)
+    }
     /// The prefix's part after `running:` in a key of [`Keys::running_pattern`].
     pub(crate) fn replica_of_running<'a>(&self, key: &'a str) -> Option<&'a str> {
         key.strip_prefix(&*self.prefix)?.strip_prefix("running:")
@@ -665,6 +683,7 @@ impl Shared {
             self.with(|mut c| async move { c.del::<_, ()>(set).await })
                 .await?;
             self.forget_streams_of(&replica).await?;
+            self.orphan_followed_by(&replica).await?;
             let (all, gone) = (self.keys.replicas(), replica.clone());
             self.with(|mut c| async move { c.srem::<_, _, ()>(all, gone).await })
                 .await?;
@@ -674,6 +693,21 @@ impl Shared {
             }
         }
         Ok(())
+    }
+
+    /// The tasks a dead replica followed for push wait for a survivor to adopt them.
+    async fn orphan_followed_by(&self, replica: &str) -> RedisResult<()> {
+        let (orphans, following) = (self.keys.push_orphans(), self.keys.push_following(replica));
+        self.with(|mut c| async move {
+            let mut pipe = redis::pipe();
+            pipe.atomic()
+                .sunionstore(&orphans, &[&orphans, &following])
+                .ignore()
+                .del(&following)
+                .ignore();
+            pipe.query_async::<()>(&mut c).await
+        })
+        .await
     }
 
     /// A dead replica's streams are gone: they no longer count against their callers.
@@ -742,5 +776,132 @@ impl Shared {
         })
         .await?;
         Ok(true)
+    }
+}
+
+/// One replica follows each task's push configs (it notifies every config, whichever replica
+/// made it): a hold per task, taken when a replica starts following, checked before each
+/// notification (a replica that stalled past its lease finds it gone and stops), and
+/// adopted by a survivor when its replica dies, with the last version it notified.
+impl Shared {
+    /// Takes the hold on following `task` (`about` says what a successor needs to know of
+    /// it); the replica holding it already, if another does.
+    pub(crate) async fn follow_claim(
+        &self,
+        task: &str,
+        about: &str,
+    ) -> RedisResult<Option<String>> {
+        static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
+        let script = SCRIPT.get_or_init(|| {
+            redis::Script::new(
+                r#"
+local held = redis.call('HGET', KEYS[1], ARGV[1])
+if held and held ~= ARGV[2] then return held end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+redis.call('SADD', KEYS[3], ARGV[1])
+return ''
+"#,
+            )
+        });
+        let k = &self.keys;
+        let keys = [
+            k.push_holder(),
+            k.push_about(),
+            k.push_following(&self.replica),
+        ];
+        let args = [task, &*self.replica, about];
+        let held: String = self
+            .with(|mut c| async move { script.key(&keys).arg(&args).invoke_async(&mut c).await })
+            .await?;
+        Ok((!held.is_empty()).then_some(held))
+    }
+
+    /// Whether this replica still holds `task`, noting `version` (when not 0) as notified.
+    pub(crate) async fn follow_mark(&self, task: &str, version: u64) -> RedisResult<bool> {
+        static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
+        let script = SCRIPT.get_or_init(|| {
+            redis::Script::new(
+                r#"
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
+if ARGV[3] ~= '0' then redis.call('HSET', KEYS[2], ARGV[1], ARGV[3]) end
+return 1
+"#,
+            )
+        });
+        let keys = [self.keys.push_holder(), self.keys.push_seen()];
+        let args = [
+            task.to_string(),
+            self.replica.to_string(),
+            version.to_string(),
+        ];
+        let mine: i64 = self
+            .with(|mut c| async move { script.key(&keys).arg(&args).invoke_async(&mut c).await })
+            .await?;
+        Ok(mine == 1)
+    }
+
+    /// Gives the hold on `task` up (its task finished), if this replica has it.
+    pub(crate) async fn follow_release(&self, task: &str) -> RedisResult<()> {
+        static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
+        let script = SCRIPT.get_or_init(|| {
+            redis::Script::new(
+                r#"
+redis.call('SREM', KEYS[4], ARGV[1])
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[3], ARGV[1])
+return 1
+"#,
+            )
+        });
+        let k = &self.keys;
+        let keys = [
+            k.push_holder(),
+            k.push_about(),
+            k.push_seen(),
+            k.push_following(&self.replica),
+        ];
+        let args = [task, &*self.replica];
+        self.with(|mut c| async move {
+            script
+                .key(&keys)
+                .arg(&args)
+                .invoke_async::<i64>(&mut c)
+                .await
+        })
+        .await
+        .map(drop)
+    }
+
+    /// Takes the hold on one task a dead replica followed: its id, what it is, and the
+    /// last version notified (0: none known).
+    pub(crate) async fn follow_adopt(&self) -> RedisResult<Option<(String, String, u64)>> {
+        static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
+        let script = SCRIPT.get_or_init(|| {
+            redis::Script::new(
+                r#"
+local task = redis.call('SPOP', KEYS[1])
+if not task then return false end
+redis.call('HSET', KEYS[2], task, ARGV[1])
+redis.call('SADD', KEYS[5], task)
+return {task, redis.call('HGET', KEYS[3], task) or '', redis.call('HGET', KEYS[4], task) or '0'}
+"#,
+            )
+        });
+        let k = &self.keys;
+        let keys = [
+            k.push_orphans(),
+            k.push_holder(),
+            k.push_about(),
+            k.push_seen(),
+            k.push_following(&self.replica),
+        ];
+        let me = self.replica.to_string();
+        let adopted: Option<(String, String, String)> = self
+            .with(|mut c| async move { script.key(&keys).arg(me).invoke_async(&mut c).await })
+            .await?;
+        Ok(adopted.map(|(task, about, seen)| (task, about, seen.parse().unwrap_or(0))))
     }
 }

@@ -16,6 +16,7 @@ mod errors;
 mod examples;
 mod extended_cards;
 mod extensions;
+mod fleet;
 mod grpc;
 mod helpers;
 mod hostile;

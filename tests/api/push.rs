@@ -140,7 +140,7 @@ fn final_state(body: &Value) -> Option<String> {
         .then_some(state)
 }
 
-fn state_of(body: &Value) -> Option<String> {
+pub(crate) fn state_of(body: &Value) -> Option<String> {
     let status = if body.get("statusUpdate").is_some() {
         &body["statusUpdate"]["status"]
     } else if body.get("task").is_some() {

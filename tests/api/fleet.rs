@@ -1,0 +1,203 @@
+//! Replicas on a shared store act as one fleet for push: one replica follows each task,
+//! however many replicas made its configs, so every update reaches each config once; a
+//! replica that dies (kill -9) or stalls past its lease (SIGSTOP) hands the following to a
+//! survivor, which picks up after the last update notified.
+//!
+//! Redis as in `replicas`: a key prefix of this test's own, deleted at the end.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::helpers::D;
+use crate::push::{state_of, Answer, Got, Receiver};
+use crate::replicas::{redis_url, replicas_with, Prefix};
+
+const PUSH: &str = "[push]\nenabled = true\nallow_http = true\nallow = [\"127.0.0.1\"]\n";
+
+fn is_final(state: &str) -> bool {
+    matches!(
+        state,
+        "TASK_STATE_COMPLETED" | "TASK_STATE_FAILED" | "TASK_STATE_CANCELED"
+    )
+}
+
+/// The notifications a receiver got, checked for repeats: the same body twice is the
+/// same update delivered twice (every update carries its own timestamp or artifact).
+fn no_repeats(got: &[Got]) {
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for g in got {
+        *seen.entry(g.body.to_string()).or_default() += 1;
+    }
+    let repeated: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        repeated.is_empty(),
+        "delivered more than once: {repeated:#?}"
+    );
+}
+
+/// The final states among what a receiver got, in order.
+fn finals(got: &[Got]) -> Vec<String> {
+    got.iter()
+        .filter_map(|g| state_of(&g.body))
+        .filter(|s| is_final(s))
+        .collect()
+}
+
+/// Waits for a final notification, then a moment for any that would repeat it.
+async fn settled(rx: &Receiver) -> Vec<Got> {
+    rx.wait("a final notification", |got| !finals(got).is_empty())
+        .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    rx.got()
+}
+
+/// The replica holding the following of `task`, if any (the store's own record).
+fn holder(prefix: &Prefix, task: &str) -> Option<String> {
+    let mut c = redis::Client::open(redis_url())
+        .and_then(|c| c.get_connection())
+        .expect("redis");
+    redis::cmd("HGET")
+        .arg(format!("{}push:holder", prefix.prefix))
+        .arg(task)
+        .query(&mut c)
+        .expect("HGET")
+}
+
+#[tokio::test]
+async fn configs_made_through_two_replicas_each_get_every_update_once() {
+    let url = redis_url();
+    let prefix = Prefix::new(url);
+    let gws = replicas_with(url, &prefix.prefix, 2, PUSH);
+    let (a, b) = (&gws[0], &gws[1]);
+    let (on_a, on_b) = (
+        Receiver::start("127.0.0.1", Answer::Ok).await,
+        Receiver::start("127.0.0.1", Answer::Ok).await,
+    );
+    let asked = a.send_task("/input your name?", json!({})).await;
+    let id = asked["id"].as_str().unwrap().to_string();
+    for (gw, name, rx) in [(a, "on-a", &on_a), (b, "on-b", &on_b)] {
+        let made = gw
+            .call(
+                "/a2a",
+                "CreateTaskPushNotificationConfig",
+                json!({"taskId": id, "id": name, "url": rx.url}),
+            )
+            .await;
+        assert_eq!(made["result"]["id"], name, "{made}");
+    }
+    assert!(holder(&prefix, &id).is_some(), "one replica follows it");
+    // Answered through B; the task runs on A.
+    let mut answer = D::V10.message("Ada");
+    answer["taskId"] = asked["id"].clone();
+    answer["contextId"] = asked["contextId"].clone();
+    let reply = b
+        .call("/a2a", "SendMessage", json!({"message": answer}))
+        .await;
+    assert_eq!(
+        reply["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{reply}"
+    );
+    for rx in [&on_a, &on_b] {
+        let got = settled(rx).await;
+        no_repeats(&got);
+        assert_eq!(finals(&got), ["TASK_STATE_COMPLETED"], "{got:#?}");
+    }
+    // The same updates, from when each config was made: A's also had the task as it was.
+    let bodies = |rx: &Receiver| -> Vec<Value> { rx.got().into_iter().map(|g| g.body).collect() };
+    let (all, later) = (bodies(&on_a), bodies(&on_b));
+    assert!(
+        all.ends_with(&later) && later.len() >= 3,
+        "{all:#?}\n{later:#?}"
+    );
+    assert_eq!(
+        holder(&prefix, &id),
+        None,
+        "the hold is given up at the end"
+    );
+}
+
+#[tokio::test]
+async fn a_survivor_follows_on_from_a_killed_replica_without_missing_or_repeating() {
+    let url = redis_url();
+    let prefix = Prefix::new(url);
+    let mut gws = replicas_with(url, &prefix.prefix, 2, PUSH);
+    let rx = Receiver::start("127.0.0.1", Answer::Ok).await;
+    // Runs on B; its config is made through A, which follows it.
+    let task = gws[1]
+        .send_task("/delay 4 done", json!({"returnImmediately": true}))
+        .await;
+    let id = task["id"].as_str().unwrap().to_string();
+    let made = gws[0]
+        .call(
+            "/a2a",
+            "CreateTaskPushNotificationConfig",
+            json!({"taskId": id, "id": "hook", "url": rx.url}),
+        )
+        .await;
+    assert_eq!(made["result"]["id"], "hook", "{made}");
+    rx.wait("the first notification, from A", |got| !got.is_empty())
+        .await;
+    let followed_by = holder(&prefix, &id).expect("a holder");
+    gws[0].kill_hard();
+    let got = settled(&rx).await;
+    no_repeats(&got);
+    assert_eq!(finals(&got), ["TASK_STATE_COMPLETED"], "{got:#?}");
+    let last = &got.last().unwrap().body;
+    assert_eq!(state_of(last).as_deref(), Some("TASK_STATE_COMPLETED"));
+    assert_eq!(
+        holder(&prefix, &id),
+        None,
+        "given up by {followed_by}'s successor"
+    );
+    // The artifact came through too: nothing between A's last update and the end is lost.
+    assert!(
+        got.iter()
+            .any(|g| g.body.get("artifactUpdate").is_some()
+                || g.body["task"]["artifacts"].is_array()),
+        "{got:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_replica_stalled_past_its_lease_stops_notifying_once_it_wakes() {
+    let url = redis_url();
+    let prefix = Prefix::new(url);
+    let gws = replicas_with(url, &prefix.prefix, 2, PUSH);
+    let rx = Receiver::start("127.0.0.1", Answer::Ok).await;
+    let task = gws[1]
+        .send_task("/delay 6 done", json!({"returnImmediately": true}))
+        .await;
+    let id = task["id"].as_str().unwrap().to_string();
+    let made = gws[0]
+        .call(
+            "/a2a",
+            "CreateTaskPushNotificationConfig",
+            json!({"taskId": id, "id": "hook", "url": rx.url}),
+        )
+        .await;
+    assert_eq!(made["result"]["id"], "hook", "{made}");
+    rx.wait("the first notification, from A", |got| !got.is_empty())
+        .await;
+    // Stalled past its lease (2 s) and the survivors' two looks: B adopts the task.
+    gws[0].signal("STOP");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    gws[0].signal("CONT");
+    let got = settled(&rx).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let got = if rx.got().len() > got.len() {
+        rx.got()
+    } else {
+        got
+    };
+    no_repeats(&got);
+    assert_eq!(finals(&got), ["TASK_STATE_COMPLETED"], "{got:#?}");
+    // A woke with the task's end coming in, and let it go.
+    let stood_down = gws[0].log_lines().iter().any(|l| {
+        l["fields"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("another replica follows the task now"))
+    });
+    assert!(stood_down, "A's log says it stood down");
+}
