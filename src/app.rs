@@ -539,6 +539,9 @@ impl Application {
             tokio::spawn(watch_store(store));
             actix_web::rt::spawn(serve_replica_commands(Arc::downgrade(&shared)));
             actix_web::rt::spawn(adopt_push_followers(Arc::downgrade(&shared)));
+            tokio::spawn(crate::tasks::Tasks::exchange_unfinished(Arc::downgrade(
+                shared.service.tasks(),
+            )));
         }
         // The MCP endpoint, one for every worker (its sessions are the gateway's).
         let mcp = {

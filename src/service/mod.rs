@@ -209,7 +209,7 @@ impl A2aService {
         &self.legacy_ids
     }
 
-    pub(crate) fn tasks(&self) -> &Tasks {
+    pub(crate) fn tasks(&self) -> &Arc<Tasks> {
         &self.tasks
     }
 

@@ -136,6 +136,10 @@ impl Keys {
     pub(crate) fn push_following(&self, replica: &str) -> String {
         format!("{}push:following:{replica}", self.prefix)
     }
+    /// A replica's unfinished tasks per owner (a hash: owner -> "<tasks> <bytes>").
+    pub(crate) fn unfinished(&self, replica: &str) -> String {
+        format!("{}unfinished:{replica}", self.prefix)
+    }
     pub(crate) fn push_orphans(&self) -> String {
         format!("{}push:orphans", self.prefix)
     }
@@ -539,6 +543,61 @@ return 1
                 Ok(())
             })
             .await;
+    }
+
+    /// Replaces what this replica says its owners' unfinished tasks hold (`held`: owner,
+    /// tasks, bytes; gone a lease after it stops saying so) and returns what the other
+    /// replicas say, summed per owner.
+    pub(crate) async fn exchange_unfinished(
+        &self,
+        held: Vec<(String, u64, u64)>,
+    ) -> RedisResult<std::collections::HashMap<String, (u64, u64)>> {
+        let mine = self.keys.unfinished(&self.replica);
+        let millis = self.lease.as_millis() as u64;
+        let all = self.keys.replicas();
+        let others: Vec<String> = self
+            .with(|mut c| async move {
+                let mut pipe = redis::pipe();
+                pipe.atomic().del(&mine).ignore();
+                if !held.is_empty() {
+                    let fields: Vec<(String, String)> = (held.into_iter())
+                        .map(|(owner, tasks, bytes)| (owner, format!("{tasks} {bytes}")))
+                        .collect();
+                    pipe.hset_multiple(&mine, &fields)
+                        .ignore()
+                        .pexpire(&mine, millis as i64)
+                        .ignore();
+                }
+                pipe.smembers(all);
+                let (replicas,): (Vec<String>,) = pipe.query_async(&mut c).await?;
+                Ok(replicas)
+            })
+            .await?;
+        let keys: Vec<String> = (others.iter())
+            .filter(|r| **r != *self.replica)
+            .map(|r| self.keys.unfinished(r))
+            .collect();
+        let mut summed = std::collections::HashMap::new();
+        if keys.is_empty() {
+            return Ok(summed);
+        }
+        let hashes: Vec<std::collections::HashMap<String, String>> = self
+            .with(|mut c| async move {
+                let mut pipe = redis::pipe();
+                for key in &keys {
+                    pipe.hgetall(key);
+                }
+                pipe.query_async(&mut c).await
+            })
+            .await?;
+        for (owner, value) in hashes.into_iter().flatten() {
+            let mut numbers = value.split(' ').map(|n| n.parse::<u64>().unwrap_or(0));
+            let (tasks, bytes) = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
+            let sum: &mut (u64, u64) = summed.entry(owner).or_default();
+            sum.0 += tasks;
+            sum.1 += bytes;
+        }
+        Ok(summed)
     }
 
     /// Whether Redis answers a PING now.

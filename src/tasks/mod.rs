@@ -20,6 +20,12 @@ pub(crate) use memory::MemoryTaskStore;
 
 /// DashMap with a fast, DoS-resistant hasher; SipHash showed up in profiles.
 pub(crate) type FastMap<K, V> = dashmap::DashMap<K, V, ahash::RandomState>;
+type HashMap<K, V> = std::collections::HashMap<K, V, ahash::RandomState>;
+
+/// How often replicas tell each other what their callers' unfinished tasks hold: a caller
+/// starting tasks through several replicas at once can pass its quota by what it starts
+/// in this time.
+const UNFINISHED_EXCHANGE: std::time::Duration = std::time::Duration::from_millis(200);
 
 use crate::protocol::model::{
     ApproxBytes, Message, StreamItem, Task, TaskEvent, TaskState, TaskStatus, TaskStatusUpdateEvent,
@@ -350,6 +356,9 @@ pub(crate) struct Tasks {
     seq: std::sync::atomic::AtomicU64,
     /// Unfinished tasks per owner, so that one caller cannot fill the store for everyone.
     unfinished: FastMap<Arc<str>, Held>,
+    /// With a shared store: what each owner's unfinished tasks hold on the other replicas,
+    /// as they last said (see [`Tasks::exchange_unfinished`]); the quota covers both.
+    elsewhere: arc_swap::ArcSwap<HashMap<Arc<str>, Held>>,
     quota: Quota,
     metrics: Arc<crate::telemetry::Metrics>,
     /// With a store other replicas share: where events go for their subscribers, and
@@ -397,6 +406,7 @@ impl Tasks {
             fanout: Fanout::default(),
             seq: Default::default(),
             unfinished: FastMap::default(),
+            elsewhere: Default::default(),
             quota: Quota {
                 tasks: quota.tasks.max(1),
                 bytes: quota.bytes.max(1),
@@ -570,14 +580,15 @@ impl Tasks {
         let bytes = task.approx_bytes();
         let counted_as = quota.as_ref().unwrap_or(&owner);
         if counted {
+            let other = self.unfinished_elsewhere(counted_as);
             let mut held = self.unfinished.entry(counted_as.clone()).or_default();
-            if held.tasks >= self.quota.tasks {
+            if held.tasks + other.tasks >= self.quota.tasks {
                 return Err(StoreError::Quota(format!(
                     "{} unfinished tasks",
                     self.quota.tasks
                 )));
             }
-            if held.bytes + bytes > self.quota.bytes {
+            if held.bytes + other.bytes + bytes > self.quota.bytes {
                 return Err(StoreError::Quota(format!(
                     "{} of unfinished tasks",
                     crate::config::bytes_text(self.quota.bytes as u64)
@@ -678,6 +689,58 @@ impl Tasks {
         match chrono::Duration::from_std(retention) {
             Ok(age) => self.store.prune_finished(chrono::Utc::now() - age),
             Err(_) => 0,
+        }
+    }
+
+    /// What `owner`'s unfinished tasks hold on the other replicas (nothing without a
+    /// shared store).
+    fn unfinished_elsewhere(&self, owner: &Arc<str>) -> Held {
+        if self.shared.get().is_none() {
+            return Held::default();
+        }
+        self.elsewhere
+            .load()
+            .get(owner)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// With a shared store, every [`UNFINISHED_EXCHANGE`]: tells the other replicas what
+    /// each owner's unfinished tasks hold here, and learns what they hold there, so that a
+    /// caller's quota is one across replicas. Until `tasks` is dropped.
+    pub(crate) async fn exchange_unfinished(tasks: std::sync::Weak<Tasks>) {
+        loop {
+            let Some(here) = tasks.upgrade() else {
+                return;
+            };
+            let Some(shared) = here.shared().cloned() else {
+                return;
+            };
+            let held: Vec<(String, u64, u64)> = (here.unfinished.iter())
+                .map(|e| (e.key().to_string(), e.tasks as u64, e.bytes as u64))
+                .collect();
+            drop(here);
+            match shared.exchange_unfinished(held).await {
+                Ok(others) => {
+                    let Some(here) = tasks.upgrade() else {
+                        return;
+                    };
+                    let others = (others.into_iter())
+                        .map(|(owner, (tasks, bytes))| {
+                            let held = Held {
+                                tasks: usize::try_from(tasks).unwrap_or(usize::MAX),
+                                bytes: usize::try_from(bytes).unwrap_or(usize::MAX),
+                            };
+                            (Arc::from(owner), held)
+                        })
+                        .collect();
+                    here.elsewhere.store(Arc::new(others));
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "store: could not exchange unfinished counts")
+                }
+            }
+            tokio::time::sleep(UNFINISHED_EXCHANGE).await;
         }
     }
 

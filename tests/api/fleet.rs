@@ -1,7 +1,8 @@
-//! Replicas on a shared store act as one fleet for push: one replica follows each task,
+//! Replicas on a shared store act as one fleet. For push: one replica follows each task,
 //! however many replicas made its configs, so every update reaches each config once; a
 //! replica that dies (kill -9) or stalls past its lease (SIGSTOP) hands the following to a
-//! survivor, which picks up after the last update notified.
+//! survivor, which picks up after the last update notified. A caller's quota of
+//! unfinished tasks is one across the replicas.
 //!
 //! Redis as in `replicas`: a key prefix of this test's own, deleted at the end.
 
@@ -200,4 +201,53 @@ async fn a_replica_stalled_past_its_lease_stops_notifying_once_it_wakes() {
             .is_some_and(|m| m.contains("another replica follows the task now"))
     });
     assert!(stood_down, "A's log says it stood down");
+}
+
+/// Asks a question: a task left waiting for input (unfinished).
+async fn ask(gw: &crate::running::Running) -> Value {
+    let message = D::V10.message("/input your name?");
+    gw.call("/a2a", "SendMessage", json!({"message": message}))
+        .await
+}
+
+/// A caller's quota of unfinished tasks is one across replicas: what it holds through one
+/// counts through the others (replicas tell each other every 200 ms).
+#[tokio::test]
+async fn a_callers_unfinished_tasks_are_one_quota_across_replicas() {
+    let url = redis_url();
+    let prefix = Prefix::new(url);
+    let gws = replicas_with(
+        url,
+        &prefix.prefix,
+        2,
+        "[limits]\nmax_unfinished_tasks_per_caller = 2\n",
+    );
+    let (a, b) = (&gws[0], &gws[1]);
+    let first = ask(a).await;
+    let first_id = first["result"]["task"]["id"].clone();
+    assert!(first_id.is_string(), "{first}");
+    let second = ask(a).await;
+    assert!(second["result"]["task"]["id"].is_string(), "{second}");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let refused = ask(b).await;
+    assert_eq!(refused["error"]["code"], -32052, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("2 unfinished tasks")),
+        "{refused}"
+    );
+    // One finishes through A: B starts one again.
+    let canceled = a.call("/a2a", "CancelTask", json!({"id": first_id})).await;
+    assert_eq!(
+        canceled["result"]["status"]["state"], "TASK_STATE_CANCELED",
+        "{canceled}"
+    );
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let taken = ask(b).await;
+    assert!(taken["result"]["task"]["id"].is_string(), "{taken}");
+    // And now A is at the quota too.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let refused = ask(a).await;
+    assert_eq!(refused["error"]["code"], -32052, "{refused}");
 }
