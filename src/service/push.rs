@@ -45,6 +45,13 @@ const MAX_POLL: Duration = Duration::from_secs(24 * 3600);
 /// Failed reads in a row after which an upstream task is no longer polled.
 const MAX_POLL_FAILURES: u32 = 30;
 
+/// How long a change to the shared store is retried while the store is away (restarting).
+const STORE_RETRY_FOR: Duration = Duration::from_secs(60);
+
+/// How long a send's config is retried while the store is away: the send was answered
+/// by then, and waits.
+const INLINE_RETRY_FOR: Duration = Duration::from_secs(10);
+
 /// Upstream tasks relayed at once; more are followed instead.
 const MAX_RELAYS: usize = 100_000;
 
@@ -120,9 +127,38 @@ impl Hold {
         (self.store.follow_mark(&self.task_id, version).await).unwrap_or(true)
     }
 
+    /// Hands the task to the next replica to adopt one (this one, maybe), which picks up
+    /// after the last version notified.
+    async fn abandon(&self) {
+        let done = retried(|| self.store.follow_abandon(&self.task_id)).await;
+        if let Err(e) = done {
+            tracing::warn!(task = %self.task_id, error = %e, "push: could not hand the task over; it is followed again if this replica dies");
+        }
+    }
+
+    /// Gives the hold up: the task finished, and every update was notified. Kept, a
+    /// successor would notify again what came after the last version noted.
     async fn release(&self) {
-        if let Err(e) = self.store.follow_release(&self.task_id).await {
+        let done = retried(|| self.store.follow_release(&self.task_id)).await;
+        if let Err(e) = done {
             tracing::warn!(task = %self.task_id, error = %e, "push: could not give up following the task; a survivor adopts it if this replica dies");
+        }
+    }
+}
+
+/// `op` until the store answers, for [`STORE_RETRY_FOR`] at most.
+async fn retried<T, E, F, Fut>(mut op: F) -> Result<T, E>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let until = tokio::time::Instant::now() + STORE_RETRY_FOR;
+    loop {
+        match op().await {
+            Err(_) if tokio::time::Instant::now() < until => {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            done => return done,
         }
     }
 }
@@ -354,11 +390,19 @@ impl Shared {
                 break;
             }
         }
-        match (finished, fallback, task) {
-            (false, Some((remote, every)), Some(task)) => {
+        // Resumed after its last update (notified before a handover): nothing came.
+        let finished = finished || task.as_ref().is_some_and(|t| t.status.state.is_terminal());
+        match (finished, fallback, task, hold) {
+            (false, Some((remote, every)), Some(task), hold) => {
                 Box::pin(self.poll(task_id, remote, task, every, hold)).await;
             }
-            _ => self.done(&task_id, hold).await,
+            // Its updates stopped coming (the shared store went away): a replica adopts
+            // it again, resuming after the last update notified.
+            (false, None, _, Some(hold)) => {
+                hold.abandon().await;
+                self.watched.remove(&task_id);
+            }
+            (_, _, _, hold) => self.done(&task_id, hold).await,
         }
     }
 
@@ -622,9 +666,20 @@ impl A2aService {
         if config.id.is_empty() {
             config.id.clone_from(&task.id);
         }
-        if let Err(e) = self.push.add(&task.id, &config).await {
-            tracing::warn!(task = %task.id, error = %e, "push: the send's config was not kept");
-            return;
+        // The send went through: its config waits out a store restarting rather than
+        // being dropped.
+        let until = tokio::time::Instant::now() + INLINE_RETRY_FOR;
+        loop {
+            match self.push.add(&task.id, &config).await {
+                Ok(()) => break,
+                Err(GatewayError::StoreUnavailable(_)) if tokio::time::Instant::now() < until => {
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                Err(e) => {
+                    tracing::error!(task = %task.id, error = %e, "push: the send's config was not kept");
+                    return;
+                }
+            }
         }
         self.watch(agent, caller, task, &config).await;
     }

@@ -66,9 +66,8 @@ impl UpstreamOps {
             owners: Arc::new(RemoteOwners::new(capacity, owners)),
             contexts,
             ledgers: std::sync::Mutex::new(by_agent),
-            // With a shared store the ledger is per replica (nothing reads it back): kept only
-            // where it is read back at a restart.
-            ledger_journal: ledgers.journal.filter(|_| ledgers.shared.is_none()),
+            // With a shared store, other replicas read it at each ListTasks.
+            ledger_journal: ledgers.journal,
             logs: Default::default(),
         }
     }
@@ -212,6 +211,13 @@ impl Operations for UpstreamOps {
     ) -> LocalBoxFuture<'a, Result<ListTasksResponse, GatewayError>> {
         Box::pin(async move {
             let remote = self.remote(agent)?;
+            if let Some(shared) = self.tasks.shared() {
+                remote
+                    .take_in_ledger(|| async {
+                        (shared.ledger(&agent.name).await).map_err(GatewayError::StoreUnavailable)
+                    })
+                    .await?;
+            }
             let mut page = remote.list(&caller.id, query).await?;
             // The remote does not know our callers: keep only what this one created
             // (through any replica).

@@ -136,6 +136,10 @@ impl Keys {
     pub(crate) fn push_following(&self, replica: &str) -> String {
         format!("{}push:following:{replica}", self.prefix)
     }
+    /// The ids of the tasks relayed to a 0.3 upstream `agent` (a sorted set by time).
+    pub(crate) fn ledger_index(&self, agent: &str) -> String {
+        format!("{}ledger:{agent}", self.prefix)
+    }
     /// A replica's unfinished tasks per owner (a hash: owner -> "<tasks> <bytes>").
     pub(crate) fn unfinished(&self, replica: &str) -> String {
         format!("{}unfinished:{replica}", self.prefix)
@@ -329,6 +333,15 @@ impl RedisBackend {
             pipe.publish(self.keys.events(id), json).ignore();
         }
         for (table, key, value) in &batch.records {
+            // Ledger records are listed by agent (ListTasks of a 0.3 upstream): indexed.
+            if let (Table::Ledger, Some((agent, id))) = (table, key.split_once('\n')) {
+                let index = self.keys.ledger_index(agent);
+                pipe.zadd(&index, id, chrono::Utc::now().timestamp_millis())
+                    .ignore();
+                if self.retention_secs > 0 {
+                    pipe.expire(&index, self.retention_secs as i64).ignore();
+                }
+            }
             let key = self.keys.record(*table, key);
             match self.retention_secs {
                 0 => pipe.set(key, value).ignore(),
@@ -466,6 +479,39 @@ impl Shared {
     pub(crate) async fn record(&self, table: Table, key: &str) -> RedisResult<Option<String>> {
         let key = self.keys.record(table, key);
         self.with(|mut c| async move { c.get(key).await }).await
+    }
+
+    /// The records of every task relayed to the 0.3 upstream `agent` through any replica,
+    /// as `(task id, record)`, oldest first (ids whose record expired are dropped).
+    pub(crate) async fn ledger(&self, agent: &str) -> RedisResult<Vec<(String, String)>> {
+        let index = self.keys.ledger_index(agent);
+        let ids: Vec<String> = {
+            let index = index.clone();
+            self.with(|mut c| async move { c.zrange(index, 0, -1).await })
+                .await?
+        };
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys: Vec<String> = (ids.iter())
+            .map(|id| self.keys.record(Table::Ledger, &format!("{agent}\n{id}")))
+            .collect();
+        let values: Vec<Option<String>> =
+            self.with(|mut c| async move { c.mget(keys).await }).await?;
+        let mut out = Vec::with_capacity(ids.len());
+        let mut gone = Vec::new();
+        for (id, value) in ids.into_iter().zip(values) {
+            match value {
+                Some(v) => out.push((id, v)),
+                None => gone.push(id),
+            }
+        }
+        if !gone.is_empty() {
+            let _ = self
+                .with(|mut c| async move { c.zrem::<_, _, ()>(index, gone).await })
+                .await;
+        }
+        Ok(out)
     }
 
     /// A connection of its own for pub/sub.
@@ -921,6 +967,39 @@ return 1
             k.push_about(),
             k.push_seen(),
             k.push_following(&self.replica),
+        ];
+        let args = [task, &*self.replica];
+        self.with(|mut c| async move {
+            script
+                .key(&keys)
+                .arg(&args)
+                .invoke_async::<i64>(&mut c)
+                .await
+        })
+        .await
+        .map(drop)
+    }
+
+    /// Hands `task` over to whichever replica adopts it next (this one included): its
+    /// follower here lost its updates (the store went away, say), and a new one picks up
+    /// after the last version notified.
+    pub(crate) async fn follow_abandon(&self, task: &str) -> RedisResult<()> {
+        static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
+        let script = SCRIPT.get_or_init(|| {
+            redis::Script::new(
+                r#"
+redis.call('SREM', KEYS[2], ARGV[1])
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
+redis.call('SADD', KEYS[3], ARGV[1])
+return 1
+"#,
+            )
+        });
+        let k = &self.keys;
+        let keys = [
+            k.push_holder(),
+            k.push_following(&self.replica),
+            k.push_orphans(),
         ];
         let args = [task, &*self.replica];
         self.with(|mut c| async move {

@@ -153,11 +153,13 @@ impl EventLog {
     }
 
     /// The events after `version`, if the log reaches back to the one right after it.
-    fn after(&self, version: u64) -> Option<Vec<Arc<Logged>>> {
-        let oldest = self.events.front().map(|e| e.version);
-        match oldest {
-            Some(oldest) if oldest > version + 1 => None,
-            _ => Some(
+    /// `current` is the task's version: an empty log reaches back only to it (a log made
+    /// after the task's events, for a task nobody streamed, holds none of them).
+    fn after(&self, version: u64, current: u64) -> Option<Vec<Arc<Logged>>> {
+        let oldest = self.events.front().map_or(current + 1, |e| e.version);
+        match oldest > version + 1 {
+            true => None,
+            false => Some(
                 (self.events.iter())
                     .filter(|e| e.version > version)
                     .cloned()
@@ -1012,7 +1014,7 @@ impl Tasks {
             }
             let finished = st.task.status.state.is_terminal();
             let log = st.log.get_or_insert_with(Box::default);
-            let resumed = match log.after(version) {
+            let resumed = match log.after(version, st.version) {
                 Some(mut events) => {
                     // A finished task whose last event the log lacks (kept from before it
                     // was streamed, or lost with a crash): its final status ends the replay.
@@ -1105,21 +1107,24 @@ mod log_tests {
         let mut log = EventLog::default();
         let versions =
             |events: Vec<Arc<Logged>>| events.iter().map(|e| e.version).collect::<Vec<_>>();
-        assert_eq!(log.after(0).map(versions), Some(vec![]));
+        assert_eq!(log.after(0, 0).map(versions), Some(vec![]));
+        // Empty, made after the task's first three events: it does not reach them.
+        assert!(log.after(1, 3).is_none());
+        assert_eq!(log.after(3, 3).map(versions), Some(vec![]));
         for v in 1..=(RESUME_EVENTS as u64 + 10) {
             log.push(logged(v));
         }
         // The oldest 10 are gone: from 11 on.
-        assert!(log.after(9).is_none());
+        let last = RESUME_EVENTS as u64 + 10;
+        assert!(log.after(9, last).is_none());
         assert_eq!(
-            log.after(10).map(versions).map(|v| v.len()),
+            log.after(10, last).map(versions).map(|v| v.len()),
             Some(RESUME_EVENTS)
         );
-        let last = RESUME_EVENTS as u64 + 10;
         assert_eq!(
-            log.after(last - 2).map(versions),
+            log.after(last - 2, last).map(versions),
             Some(vec![last - 1, last])
         );
-        assert_eq!(log.after(last).map(versions), Some(vec![]));
+        assert_eq!(log.after(last, last).map(versions), Some(vec![]));
     }
 }

@@ -6,6 +6,7 @@ mod auth;
 mod balancer;
 mod card_signatures;
 mod cards;
+mod chaos;
 mod cli;
 mod command;
 mod config;

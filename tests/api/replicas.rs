@@ -48,16 +48,22 @@ pub fn redis_url() -> &'static str {
         .url
 }
 
-/// A `redis-server` of the test's own, on `port`, keeping nothing on disk.
-struct RedisServer {
+/// A `redis-server` of the test's own, on `port`, keeping nothing on disk (unless told).
+pub(crate) struct RedisServer {
     child: Child,
     port: u16,
 }
 
 impl RedisServer {
     fn start(port: u16) -> RedisServer {
+        RedisServer::start_with(port, &["--appendonly", "no"])
+    }
+
+    /// With `args` after the port's (`--appendonly yes --dir …` to keep what it is told).
+    pub(crate) fn start_with(port: u16, args: &[&str]) -> RedisServer {
         let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--save", "", "--appendonly", "no"])
+            .args(["--port", &port.to_string(), "--save", ""])
+            .args(args)
             .stdout(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| {
@@ -77,7 +83,7 @@ impl RedisServer {
         server
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
 }
@@ -498,9 +504,10 @@ async fn a_task_its_replica_evicted_from_memory_is_still_read_from_redis() {
 }
 
 /// Who created an upstream agent's task through one replica is known to the others: its
-/// creator reads it anywhere, another caller nowhere.
+/// creator reads it anywhere, another caller nowhere; and ListTasks of the 0.3 upstream
+/// (answered from the gateway's record of what it relayed) lists what every replica relayed.
 #[tokio::test]
-async fn upstream_task_owners_are_shared_between_replicas() {
+async fn upstream_task_owners_and_0_3_task_lists_are_shared_between_replicas() {
     let url = redis_url();
     let prefix = Prefix::new(url);
     let peer = crate::peers::fault_server("legacy03", 0).await;
@@ -532,4 +539,35 @@ async fn upstream_task_owners_are_shared_between_replicas() {
         .call_as("/a2a/agents/up", "bob-key", "GetTask", json!({"id": id}))
         .await;
     assert_eq!(bobs["error"]["code"], -32001, "{bobs}");
+
+    let more = gws[1]
+        .call_as(
+            "/a2a/agents/up",
+            "alice-key",
+            "SendMessage",
+            json!({"message": D::V10.message("again")}),
+        )
+        .await;
+    let other = more["result"]["task"]["id"].clone();
+    assert!(other.is_string(), "{more}");
+    for gw in &gws {
+        let listed = gw
+            .call_as("/a2a/agents/up", "alice-key", "ListTasks", json!({}))
+            .await;
+        let mut ids: Vec<Value> = listed["result"]["tasks"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{listed}"))
+            .iter()
+            .map(|t| t["id"].clone())
+            .collect();
+        ids.sort_by_key(|v| v.to_string());
+        let mut want = vec![id.clone(), other.clone()];
+        want.sort_by_key(|v| v.to_string());
+        assert_eq!(ids, want, "{listed}");
+        assert_eq!(listed["result"]["totalSize"], 2, "{listed}");
+        let bobs = gw
+            .call_as("/a2a/agents/up", "bob-key", "ListTasks", json!({}))
+            .await;
+        assert_eq!(bobs["result"]["tasks"], json!([]), "{bobs}");
+    }
 }

@@ -103,6 +103,12 @@ impl Ledger {
         if self.kept.set((journal, agent.to_string())).is_err() {
             return;
         }
+        self.take_in(loaded);
+    }
+
+    /// Takes in records another replica wrote (task id, record; oldest first): new ones
+    /// are added, known ones take the status written.
+    pub(super) fn take_in(&self, loaded: Vec<(String, String)>) {
         for (id, value) in loaded {
             let Ok(k) = serde_json::from_str::<Persisted>(&value) else {
                 continue;

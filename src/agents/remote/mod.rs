@@ -971,6 +971,21 @@ impl RemoteAgent {
         }
     }
 
+    /// Takes in what other replicas relayed to this 0.3 upstream, for a ListTasks that
+    /// covers them (`read` gets the records from the shared store); nothing to do for
+    /// other upstreams.
+    pub(crate) async fn take_in_ledger<F, Fut>(&self, read: F) -> Result<(), GatewayError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<Vec<(String, String)>, GatewayError>>,
+    {
+        if let Some(ledger) = self.ledger() {
+            let records = read().await?;
+            ledger.take_in(records);
+        }
+        Ok(())
+    }
+
     /// The ledger, while the upstream speaks 0.3 (1.0 upstreams list their own tasks).
     fn ledger(&self) -> Option<&Ledger> {
         let v03 = self

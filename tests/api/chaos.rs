@@ -1,0 +1,400 @@
+//! Chaos, bounded: the shipped nginx configuration in front of three replicas sharing a
+//! store, under mixed load (blocking sends, sends left running, streams; most with a push
+//! config), while one replica is killed (-9), the store restarts, and another replica
+//! stalls past its lease (SIGSTOP, then SIGCONT). Then:
+//! - no answered task is lost: each is read back through nginx, finished;
+//! - each push config gets its task's final state exactly once, and no update twice;
+//! - each stream ends with its task's final state, picked up with `Last-Event-ID` through
+//!   whichever replica nginx picks when the one it was on went away.
+//!
+//! Redis: a `redis-server` of the test's own (appendonly, fsync always: the durable
+//! setting), restarted on its port mid-run.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+
+use crate::balancer::Nginx;
+use crate::helpers::{rpc, D};
+use crate::push::{state_of, Answer, Got, Receiver};
+use crate::replicas::{replicas_with, Prefix, RedisServer};
+
+const PUSH: &str = "[push]\nenabled = true\nallow_http = true\nallow = [\"127.0.0.1\"]\n\
+    timeout_secs = 2\ninitial_backoff_ms = 100\nmax_backoff_secs = 1\nretry_for_secs = 120\n";
+
+const WORKERS: usize = 6;
+
+fn is_final(state: &str) -> bool {
+    matches!(
+        state,
+        "TASK_STATE_COMPLETED"
+            | "TASK_STATE_FAILED"
+            | "TASK_STATE_CANCELED"
+            | "TASK_STATE_REJECTED"
+    )
+}
+
+/// The task a notification or stream event is about.
+fn task_of(body: &Value) -> Option<&str> {
+    body["task"]["id"]
+        .as_str()
+        .or(body["statusUpdate"]["taskId"].as_str())
+        .or(body["artifactUpdate"]["taskId"].as_str())
+}
+
+/// What the load saw.
+#[derive(Default)]
+struct Seen {
+    /// Tasks whose send was answered with a task.
+    answered: Vec<String>,
+    /// Those of them made with a push config.
+    pushed: Vec<String>,
+    /// Streams that started a task: its id, and how the stream ended ("" if it did not).
+    streams: Vec<(String, String)>,
+    /// Streams picked up again with `Last-Event-ID`.
+    resumed: usize,
+    /// Calls that got no answer, or an error (while a replica or the store was away).
+    unanswered: usize,
+}
+
+struct Load {
+    base: String,
+    hook: String,
+    stop: AtomicBool,
+    seen: Mutex<Seen>,
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+impl Load {
+    async fn call(&self, client: &reqwest::Client, method: &str, params: Value) -> Option<Value> {
+        let resp = client
+            .post(format!("{}/a2a", self.base))
+            .header("A2A-Version", "1.0")
+            .header("Content-Type", "application/json")
+            .body(rpc(method, params))
+            .send()
+            .await
+            .ok()?;
+        resp.json::<Value>().await.ok()
+    }
+
+    /// A send with a push config (`wait`: blocking, else left running); the task it made.
+    async fn send(&self, client: &reqwest::Client, text: &str, wait: bool) {
+        let config =
+            json!({"returnImmediately": !wait, "taskPushNotificationConfig": {"url": self.hook}});
+        let params = json!({"message": D::V10.message(text), "configuration": config});
+        let answer = self.call(client, "SendMessage", params).await;
+        let id = answer
+            .as_ref()
+            .and_then(|a| a["result"]["task"]["id"].as_str());
+        let mut seen = self.seen.lock().unwrap();
+        match id {
+            Some(id) => {
+                seen.answered.push(id.to_string());
+                seen.pushed.push(id.to_string());
+            }
+            None => seen.unanswered += 1,
+        }
+    }
+
+    /// A streamed send, read to its task's final state: picked up with `Last-Event-ID`
+    /// when the stream breaks first (within 40 s).
+    async fn stream(&self, client: &reqwest::Client, text: &str) {
+        let deadline = Instant::now() + Duration::from_secs(40);
+        let mut task: Option<String> = None;
+        let mut last_id: Option<String> = None;
+        let mut end = String::new();
+        let mut attempts = 0;
+        while end.is_empty() && Instant::now() < deadline {
+            let request = match &task {
+                None if attempts > 0 => break,
+                None => client.post(format!("{}/a2a", self.base)).body(rpc(
+                    "SendStreamingMessage",
+                    json!({"message": D::V10.message(text)}),
+                )),
+                Some(id) => {
+                    self.seen.lock().unwrap().resumed += 1;
+                    let mut r = client
+                        .post(format!("{}/a2a", self.base))
+                        .body(rpc("SubscribeToTask", json!({"id": id})));
+                    if let Some(last) = &last_id {
+                        r = r.header("Last-Event-ID", last);
+                    }
+                    r
+                }
+            };
+            attempts += 1;
+            let request = request
+                .header("A2A-Version", "1.0")
+                .header("Content-Type", "application/json")
+                .header("Accept", "text/event-stream")
+                .timeout(Duration::from_secs(30));
+            if let Ok(resp) = request.send().await {
+                let mut body = resp.bytes_stream();
+                let mut text = String::new();
+                while let Some(Ok(chunk)) = body.next().await {
+                    text.push_str(&String::from_utf8_lossy(&chunk).replace("\r\n", "\n"));
+                    while let Some(at) = text.find("\n\n") {
+                        let block: String = text.drain(..at + 2).collect();
+                        let (id, data) = sse_block(&block);
+                        let Some(data) = data else { continue };
+                        let result = &data["result"];
+                        if task.is_none() {
+                            task = task_of(result).map(str::to_string);
+                        }
+                        if id.is_some() {
+                            last_id = id;
+                        }
+                        if let Some(state) = state_of(result).filter(|s| is_final(s)) {
+                            end = state;
+                        }
+                    }
+                }
+            }
+            if end.is_empty() {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+        let mut seen = self.seen.lock().unwrap();
+        match task {
+            Some(id) => {
+                seen.answered.push(id.clone());
+                seen.streams.push((id, end));
+            }
+            None => seen.unanswered += 1,
+        }
+    }
+
+    async fn work(self: Arc<Self>, worker: usize) {
+        let client = client();
+        let mut i = 0;
+        while !self.stop.load(Ordering::Relaxed) {
+            match i % 3 {
+                0 => {
+                    self.send(&client, &format!("/delay 0.3 b{worker}-{i}"), true)
+                        .await
+                }
+                1 => {
+                    self.send(&client, &format!("/delay 1.5 r{worker}-{i}"), false)
+                        .await
+                }
+                _ => {
+                    self.stream(&client, &format!("/delay 1 s{worker}-{i}"))
+                        .await
+                }
+            }
+            i += 1;
+        }
+    }
+}
+
+/// One SSE block: its `id:` and its data as JSON.
+fn sse_block(block: &str) -> (Option<String>, Option<Value>) {
+    let mut id = None;
+    let mut data = String::new();
+    for line in block.lines() {
+        if let Some(v) = line.strip_prefix("id:") {
+            id = Some(v.trim().to_string());
+        } else if let Some(d) = line.strip_prefix("data:") {
+            data.push_str(d.trim_start());
+        }
+    }
+    (id, serde_json::from_str(&data).ok())
+}
+
+/// The task as read through nginx once it finished (20 s at most): its state, or why not.
+async fn final_state(base: &str, id: &str) -> String {
+    let client = client();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let resp = client
+            .post(format!("{base}/a2a"))
+            .header("A2A-Version", "1.0")
+            .header("Content-Type", "application/json")
+            .body(rpc("GetTask", json!({"id": id})))
+            .send()
+            .await;
+        let got = match resp {
+            Ok(r) => r.json::<Value>().await.unwrap_or(Value::Null),
+            Err(e) => json!({"error": {"message": e.to_string()}}),
+        };
+        let state = got["result"]["status"]["state"].as_str().unwrap_or("");
+        if is_final(state) {
+            return state.to_string();
+        }
+        if Instant::now() > deadline {
+            return format!("not finished: {got}");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The final notifications per task, and the bodies delivered more than once.
+fn deliveries(got: &[Got]) -> (HashMap<String, Vec<String>>, Vec<String>) {
+    let mut finals: HashMap<String, Vec<String>> = HashMap::new();
+    let mut bodies: HashMap<String, usize> = HashMap::new();
+    for g in got {
+        *bodies.entry(g.body.to_string()).or_default() += 1;
+        if let (Some(task), Some(state)) = (task_of(&g.body), state_of(&g.body)) {
+            if is_final(&state) {
+                finals.entry(task.to_string()).or_default().push(state);
+            }
+        }
+    }
+    let repeated = (bodies.into_iter())
+        .filter(|(_, n)| *n > 1)
+        .map(|(b, _)| b)
+        .collect();
+    (finals, repeated)
+}
+
+#[tokio::test]
+async fn replicas_behind_nginx_survive_a_kill_a_store_restart_and_a_stall_on_redis() {
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path().to_str().unwrap().to_string();
+    let durable = [
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+        "--dir",
+        &dir,
+    ];
+    let port = crate::peers::free_port();
+    let mut redis = Some(RedisServer::start_with(port, &durable));
+    let url = redis.as_ref().unwrap().url();
+    let prefix = Prefix::new(&url);
+    let mut gws = replicas_with(&url, &prefix.prefix, 3, PUSH);
+    let nginx = Nginx::start(&gws);
+    let rx = Receiver::start("127.0.0.1", Answer::Ok).await;
+    let load = Arc::new(Load {
+        base: nginx.url(""),
+        hook: rx.url.clone(),
+        stop: AtomicBool::new(false),
+        seen: Mutex::default(),
+    });
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|w| tokio::spawn(load.clone().work(w)))
+        .collect();
+
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Streams on every replica (nginx takes them in turn) when one dies.
+    let doomed: Vec<_> = (0..3)
+        .map(|n| {
+            let load = load.clone();
+            tokio::spawn(async move { load.stream(&client(), &format!("/delay 4 d{n}")).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    gws[0].kill_hard();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    drop(redis.take());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let _redis = RedisServer::start_with(port, &durable);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    gws[1].signal("STOP");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    gws[1].signal("CONT");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    load.stop.store(true, Ordering::Relaxed);
+    for w in workers.into_iter().chain(doomed) {
+        tokio::time::timeout(Duration::from_secs(60), w)
+            .await
+            .expect("a worker finishes within a minute")
+            .unwrap();
+    }
+
+    let seen = std::mem::take(&mut *load.seen.lock().unwrap());
+    let mut lost = Vec::new();
+    let mut states = HashMap::new();
+    for id in &seen.answered {
+        let state = final_state(&load.base, id).await;
+        if !is_final(&state) {
+            lost.push((id.clone(), state.clone()));
+        }
+        states.insert(id.clone(), state);
+    }
+    // Every pushed task's final state has arrived (30 s at most), once.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (finals, repeated) = loop {
+        let (finals, repeated) = deliveries(&rx.got());
+        let missing = seen
+            .pushed
+            .iter()
+            .filter(|id| !finals.contains_key(*id))
+            .count();
+        if missing == 0 || Instant::now() > deadline {
+            break (finals, repeated);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (finals_after, repeated_after) = deliveries(&rx.got());
+    let (finals, repeated) = if finals_after.values().map(Vec::len).sum::<usize>()
+        > finals.values().map(Vec::len).sum::<usize>()
+        || repeated_after.len() > repeated.len()
+    {
+        (finals_after, repeated_after)
+    } else {
+        (finals, repeated)
+    };
+    let missed: Vec<&String> = seen
+        .pushed
+        .iter()
+        .filter(|id| !finals.contains_key(*id))
+        .collect();
+    let twice: Vec<(&String, &Vec<String>)> = finals.iter().filter(|(_, s)| s.len() > 1).collect();
+    let unended: Vec<&(String, String)> = seen
+        .streams
+        .iter()
+        .filter(|(_, end)| end.is_empty())
+        .collect();
+    let failed = states
+        .values()
+        .filter(|s| *s == "TASK_STATE_FAILED")
+        .count();
+    println!(
+        "figure: chaos on redis: {} tasks answered ({} with push, {} streamed, {} streams picked up again), {} calls unanswered while a replica or the store was away, {} tasks failed with their replica; {} notifications",
+        seen.answered.len(),
+        seen.pushed.len(),
+        seen.streams.len(),
+        seen.resumed,
+        seen.unanswered,
+        failed,
+        rx.got().len()
+    );
+    assert!(
+        lost.is_empty(),
+        "answered tasks lost or unfinished: {lost:#?}"
+    );
+    assert!(
+        missed.is_empty(),
+        "no final notification for {} tasks: {missed:?}",
+        missed.len()
+    );
+    assert!(twice.is_empty(), "final state notified twice: {twice:?}");
+    assert!(
+        repeated.is_empty(),
+        "updates delivered twice: {repeated:#?}"
+    );
+    assert!(
+        unended.is_empty(),
+        "streams that did not end with their task: {unended:?}"
+    );
+    assert!(
+        seen.answered.len() > 30,
+        "the load ran: {}",
+        seen.answered.len()
+    );
+    assert!(seen.resumed > 0, "a stream was picked up again");
+}
