@@ -785,6 +785,16 @@ impl Default for Limits {
     }
 }
 
+/// libpq's `sslmode` values a PostgreSQL store URL may give, each with whether it means TLS.
+pub(crate) const POSTGRES_SSL_MODES: &[(&str, bool)] = &[
+    ("disable", false),
+    ("allow", false),
+    ("prefer", false),
+    ("require", true),
+    ("verify-ca", true),
+    ("verify-full", true),
+];
+
 /// A byte count as people read it: "512 bytes", "64 MiB", "1.5 GiB".
 pub(crate) fn bytes_text(n: u64) -> String {
     const UNITS: [(&str, u64); 3] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
@@ -1764,15 +1774,16 @@ fn validate_gateway(
                 ),
             ));
         }
-        let tls = url::Url::parse(&store.url).ok().and_then(|u| {
+        let mode = url::Url::parse(&store.url).ok().and_then(|u| {
             u.query_pairs()
-                .find(|(k, v)| k == "sslmode" && v != "disable" && v != "prefer")
+                .find(|(k, _)| k == "sslmode")
                 .map(|(_, v)| v.into_owned())
         });
-        if let Some(mode) = tls {
+        if let Some(mode) = mode.filter(|m| !POSTGRES_SSL_MODES.iter().any(|(n, _)| n == m)) {
+            let names: Vec<&str> = POSTGRES_SSL_MODES.iter().map(|(n, _)| *n).collect();
             diags.push(Diagnostic::file(
                 file,
-                format!("store.url: sslmode={mode}: TLS to PostgreSQL is not supported yet (sslmode=disable or prefer; run it on a private network or a Unix socket)"),
+                format!("store.url: sslmode={mode} is none of {}", names.join(", ")),
             ));
         }
         let name_ok = store.schema.len() <= 63

@@ -14,6 +14,7 @@
 pub(crate) mod control;
 pub(crate) mod counters;
 pub(crate) mod postgres;
+mod postgres_tls;
 pub(crate) mod redis;
 pub(crate) mod sqlite;
 

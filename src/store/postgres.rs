@@ -135,7 +135,8 @@ fn failed(place: &Place, e: &postgres::Error) -> String {
 
 /// A connection with the schema created, on its search path and held by this gateway.
 fn connect(place: &Place) -> Result<Client, String> {
-    let mut config: postgres::Config = place.url.parse().map_err(|e| format!("store.url: {e}"))?;
+    let (url, tls) = super::postgres_tls::prepare(&place.url)?;
+    let mut config: postgres::Config = url.parse().map_err(|e| format!("store.url: {e}"))?;
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(CONNECT_TIMEOUT);
     }
@@ -143,7 +144,11 @@ fn connect(place: &Place) -> Result<Client, String> {
         // Operators find the gateway's sessions, by schema, in pg_stat_activity.
         config.application_name(&format!("a2a-gateway/{}", place.schema));
     }
-    let mut client = config.connect(NoTls).map_err(|e| {
+    let connected = match tls {
+        Some(tls) => config.connect(tls),
+        None => config.connect(NoTls),
+    };
+    let mut client = connected.map_err(|e| {
         let why = match (e.as_db_error(), std::error::Error::source(&e)) {
             (Some(db), _) => db.message().to_string(),
             (None, Some(cause)) => format!("{e} ({cause})"),

@@ -1,6 +1,6 @@
 //! The PostgreSQL store on the real binary: tasks survive a kill -9 and a connection the
 //! server dropped, and a schema from a newer gateway, a schema in use and a server that
-//! does not answer are refused by name. Each test has a schema of its own in the local
+//! does not answer are refused by name; TLS as libpq's `sslmode` asks for it. Each test has a schema of its own in the local
 //! PostgreSQL (`POSTGRES_URL`), dropped when it ends.
 
 use std::time::Duration;
@@ -187,23 +187,6 @@ async fn a_newer_schema_a_schema_in_use_and_a_silent_server_are_refused_by_name(
     assert!(!err.contains("s3cret"), "{err}");
     assert!(started.elapsed() < Duration::from_secs(30));
 
-    // TLS is refused before anything is tried, saying so.
-    std::fs::write(
-        &gw.gateway,
-        format!(
-            "default_agent = \"echo\"\n[store]\nkind = \"postgres\"\nurl = \"{}?sslmode=require\"\n",
-            url()
-        ),
-    )
-    .unwrap();
-    let tls = gw.serve_again();
-    assert!(!tls.status.success());
-    let err = String::from_utf8_lossy(&tls.stderr);
-    assert!(
-        err.contains("sslmode=require: TLS to PostgreSQL is not supported yet"),
-        "{err}"
-    );
-
     // A URL that is not PostgreSQL's is a configuration error.
     std::fs::write(
         &gw.gateway,
@@ -218,4 +201,108 @@ async fn a_newer_schema_a_schema_in_use_and_a_silent_server_are_refused_by_name(
         "{err}"
     );
     assert!(err.contains("store.schema must be"), "{err}");
+}
+
+/// The gateway's session on `schema` is encrypted (pg_stat_ssl).
+fn session_encrypted(schema: &Schema) -> bool {
+    let query = format!(
+        "SELECT s.ssl FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) \
+         WHERE a.application_name = 'a2a-gateway/{}'",
+        schema.0
+    );
+    sql(move |c| c.query_one(&query, &[]).map(|r| r.get::<_, bool>(0)))
+        .expect("the gateway's session")
+}
+
+/// TLS to PostgreSQL as libpq's `sslmode` asks for it, against the local server's own
+/// certificate (Debian's snakeoil, made for `localhost`): `require` encrypts; `verify-full`
+/// checks the chain and the name (`localhost` passes, `127.0.0.1` is refused); `verify-ca`
+/// checks the chain only (a root the certificate does not chain to is refused).
+#[tokio::test]
+async fn tls_is_used_and_checked_as_sslmode_asks() {
+    let snakeoil = "/etc/ssl/certs/ssl-cert-snakeoil.pem";
+    let (ssl, cert): (String, String) = sql(|c| {
+        let ssl = c.query_one("SHOW ssl", &[]).unwrap().get(0);
+        let cert = c.query_one("SHOW ssl_cert_file", &[]).unwrap().get(0);
+        (ssl, cert)
+    });
+    assert!(
+        ssl == "on" && cert == snakeoil && std::path::Path::new(snakeoil).exists(),
+        "this test needs the local PostgreSQL serving TLS with Debian's snakeoil certificate (ssl = on, ssl_cert_file = {snakeoil}); it has ssl = {ssl}, ssl_cert_file = {cert}"
+    );
+    let on = |host: &str, query: &str| {
+        let mut u = url::Url::parse(&url()).unwrap();
+        u.set_host(Some(host)).unwrap();
+        u.set_query(Some(query));
+        u.to_string()
+    };
+    let started = |url: String| {
+        let schema = Schema::new();
+        let gateway = format!(
+            "default_agent = \"echo\"\n[store]\nkind = \"postgres\"\nurl = \"{url}\"\nschema = \"{}\"\n",
+            schema.0
+        );
+        let gw = Running::start(&[("echo.toml", ECHO)], &gateway, "info");
+        (gw, schema)
+    };
+    for query in [
+        "sslmode=require".to_string(),
+        format!("sslmode=verify-ca&sslrootcert={snakeoil}"),
+    ] {
+        let (gw, schema) = started(on("127.0.0.1", &query));
+        assert!(session_encrypted(&schema), "{query}");
+        let task = gw.send_task("over TLS", json!({})).await;
+        assert_eq!(
+            task["status"]["state"], "TASK_STATE_COMPLETED",
+            "{query}: {task}"
+        );
+    }
+    let (_gw, schema) = started(on(
+        "localhost",
+        &format!("sslmode=verify-full&sslrootcert={snakeoil}"),
+    ));
+    assert!(session_encrypted(&schema), "verify-full on localhost");
+
+    // Refused, saying why: the certificate names localhost, not 127.0.0.1; another root.
+    let other_root = tempfile::NamedTempFile::new().unwrap();
+    let other = rcgen::generate_simple_self_signed(vec!["elsewhere".into()]).unwrap();
+    std::fs::write(other_root.path(), other.cert.pem()).unwrap();
+    let schema = Schema::new();
+    let mut gw = start(&schema, "");
+    gw.kill_hard();
+    for (query, why) in [
+        (
+            format!("sslmode=verify-full&sslrootcert={snakeoil}"),
+            "certificate not valid for name \"127.0.0.1\"",
+        ),
+        (
+            format!(
+                "sslmode=verify-ca&sslrootcert={}",
+                other_root.path().display()
+            ),
+            "UnknownIssuer",
+        ),
+        (
+            "sslmode=verify-ca&sslrootcert=/nonexistent.pem".into(),
+            "sslrootcert /nonexistent.pem",
+        ),
+        (
+            "sslmode=sometimes".into(),
+            "sslmode=sometimes is none of disable, allow, prefer",
+        ),
+    ] {
+        std::fs::write(
+            &gw.gateway,
+            format!(
+                "default_agent = \"echo\"\n[store]\nkind = \"postgres\"\nurl = \"{}\"\nschema = \"{}\"\n",
+                on("127.0.0.1", &query),
+                schema.0
+            ),
+        )
+        .unwrap();
+        let refused = gw.serve_again();
+        assert!(!refused.status.success(), "{query}");
+        let err = String::from_utf8_lossy(&refused.stderr);
+        assert!(err.contains(why), "{query}: {err}");
+    }
 }
