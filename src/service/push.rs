@@ -382,7 +382,7 @@ impl Shared {
                 continue;
             };
             if !keeps(&hold, version.unwrap_or(0)).await {
-                return self.handed_over(&task_id);
+                return self.stood_down(&task_id);
             }
             self.notify(&task_id, &item, now).await;
             if item.finishes_task() {
@@ -415,7 +415,7 @@ impl Shared {
     }
 
     /// Another replica adopted the task while this one stalled: it follows it now.
-    fn handed_over(&self, task_id: &str) {
+    fn stood_down(&self, task_id: &str) {
         tracing::warn!(task = %task_id, "push: another replica follows the task now (this one stalled past its lease)");
         self.watched.remove(task_id);
     }
@@ -454,7 +454,7 @@ impl Shared {
             };
             if now.status != task.status || now.artifacts != task.artifacts {
                 if !keeps(&hold, 0).await {
-                    return self.handed_over(&task_id);
+                    return self.stood_down(&task_id);
                 }
                 let item = StreamItem::Task(now.clone());
                 self.notify(&task_id, &item, &now).await;

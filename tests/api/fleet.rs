@@ -119,15 +119,11 @@ async fn configs_made_through_two_replicas_each_get_every_update_once() {
     );
 }
 
-#[tokio::test]
-async fn a_survivor_follows_on_from_a_killed_replica_without_missing_or_repeating() {
-    let url = redis_url();
-    let prefix = Prefix::new(url);
-    let mut gws = replicas_with(url, &prefix.prefix, 2, PUSH);
-    let rx = Receiver::start("127.0.0.1", Answer::Ok).await;
-    // Runs on B; its config is made through A, which follows it.
+/// A task `text` starts running on replica B, its config made through A (which follows
+/// it), once A has notified its first update: its id.
+async fn followed_by_a(gws: &[crate::running::Running], rx: &Receiver, text: &str) -> String {
     let task = gws[1]
-        .send_task("/delay 4 done", json!({"returnImmediately": true}))
+        .send_task(text, json!({"returnImmediately": true}))
         .await;
     let id = task["id"].as_str().unwrap().to_string();
     let made = gws[0]
@@ -140,6 +136,16 @@ async fn a_survivor_follows_on_from_a_killed_replica_without_missing_or_repeatin
     assert_eq!(made["result"]["id"], "hook", "{made}");
     rx.wait("the first notification, from A", |got| !got.is_empty())
         .await;
+    id
+}
+
+#[tokio::test]
+async fn a_survivor_follows_on_from_a_killed_replica_without_missing_or_repeating() {
+    let url = redis_url();
+    let prefix = Prefix::new(url);
+    let mut gws = replicas_with(url, &prefix.prefix, 2, PUSH);
+    let rx = Receiver::start("127.0.0.1", Answer::Ok).await;
+    let id = followed_by_a(&gws, &rx, "/delay 4 done").await;
     let followed_by = holder(&prefix, &id).expect("a holder");
     gws[0].kill_hard();
     let got = settled(&rx).await;
@@ -167,20 +173,7 @@ async fn a_replica_stalled_past_its_lease_stops_notifying_once_it_wakes() {
     let prefix = Prefix::new(url);
     let gws = replicas_with(url, &prefix.prefix, 2, PUSH);
     let rx = Receiver::start("127.0.0.1", Answer::Ok).await;
-    let task = gws[1]
-        .send_task("/delay 6 done", json!({"returnImmediately": true}))
-        .await;
-    let id = task["id"].as_str().unwrap().to_string();
-    let made = gws[0]
-        .call(
-            "/a2a",
-            "CreateTaskPushNotificationConfig",
-            json!({"taskId": id, "id": "hook", "url": rx.url}),
-        )
-        .await;
-    assert_eq!(made["result"]["id"], "hook", "{made}");
-    rx.wait("the first notification, from A", |got| !got.is_empty())
-        .await;
+    followed_by_a(&gws, &rx, "/delay 6 done").await;
     // Stalled past its lease (2 s) and the survivors' two looks: B adopts the task.
     gws[0].signal("STOP");
     tokio::time::sleep(Duration::from_secs(5)).await;
