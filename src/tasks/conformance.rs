@@ -235,7 +235,10 @@ pub(super) fn unfinished_tasks_fail_when_their_work_is_gone(h: &mut dyn Harness)
         );
     }
     assert_eq!(get(h, &done).unwrap().status.state, TaskState::Completed);
-    // New tasks after a restart sort after the old ones.
+    // New tasks after a restart sort after the old ones. (Lists sort by status time, in
+    // milliseconds; a shared store's replicas number their tasks each their own way, so a
+    // task made in the millisecond the old ones failed in may sort either way.)
+    std::thread::sleep(std::time::Duration::from_millis(2));
     let newer = create(h, "c", TaskState::Completed);
     assert_eq!(all_pages(h, query(10))[0], newer);
 }

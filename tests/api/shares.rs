@@ -350,8 +350,14 @@ async fn sixteen_anonymous_addresses_cannot_lock_a_keyed_caller_out_of_bodies() 
             match tokio::time::timeout(Duration::from_millis(300), conn.read(&mut answer)).await {
                 Ok(Ok(n)) => {
                     let answer = String::from_utf8_lossy(&answer[..n]);
-                    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
-                    assert!(answer.contains("ANONYMOUS_BODIES_OVER_BUDGET"), "{answer}");
+                    // Or, about 3% of runs, 429: two of the addresses drew one of the 4,096
+                    // per-caller slots and share its allowance (by design, erring toward
+                    // refusing).
+                    let over_budget = answer.starts_with("HTTP/1.1 503")
+                        && answer.contains("ANONYMOUS_BODIES_OVER_BUDGET");
+                    let shared_slot =
+                        answer.starts_with("HTTP/1.1 429") && answer.contains("BODIES_OVER_SHARE");
+                    assert!(over_budget || shared_slot, "{answer}");
                     refused += 1;
                 }
                 _ => held.push(conn),
