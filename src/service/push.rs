@@ -130,7 +130,12 @@ impl Hold {
     /// Hands the task to the next replica to adopt one (this one, maybe), which picks up
     /// after the last version notified.
     async fn abandon(&self) {
-        let done = retried(|| self.store.follow_abandon(&self.task_id)).await;
+        let done = retried(
+            STORE_RETRY_FOR,
+            |_| true,
+            || self.store.follow_abandon(&self.task_id),
+        )
+        .await;
         if let Err(e) = done {
             tracing::warn!(task = %self.task_id, error = %e, "push: could not hand the task over; it is followed again if this replica dies");
         }
@@ -139,23 +144,33 @@ impl Hold {
     /// Gives the hold up: the task finished, and every update was notified. Kept, a
     /// successor would notify again what came after the last version noted.
     async fn release(&self) {
-        let done = retried(|| self.store.follow_release(&self.task_id)).await;
+        let done = retried(
+            STORE_RETRY_FOR,
+            |_| true,
+            || self.store.follow_release(&self.task_id),
+        )
+        .await;
         if let Err(e) = done {
             tracing::warn!(task = %self.task_id, error = %e, "push: could not give up following the task; a survivor adopts it if this replica dies");
         }
     }
 }
 
-/// `op` until the store answers, for [`STORE_RETRY_FOR`] at most.
-async fn retried<T, E, F, Fut>(mut op: F) -> Result<T, E>
+/// `op`, again every 250 ms while it fails in a way `transient` says passes (the store
+/// away), for `within` at most.
+async fn retried<T, E, F, Fut>(
+    within: Duration,
+    transient: impl Fn(&E) -> bool,
+    mut op: F,
+) -> Result<T, E>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, E>>,
 {
-    let until = tokio::time::Instant::now() + STORE_RETRY_FOR;
+    let until = tokio::time::Instant::now() + within;
     loop {
         match op().await {
-            Err(_) if tokio::time::Instant::now() < until => {
+            Err(e) if transient(&e) && tokio::time::Instant::now() < until => {
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
             done => return done,
@@ -668,18 +683,14 @@ impl A2aService {
         }
         // The send went through: its config waits out a store restarting rather than
         // being dropped.
-        let until = tokio::time::Instant::now() + INLINE_RETRY_FOR;
-        loop {
-            match self.push.add(&task.id, &config).await {
-                Ok(()) => break,
-                Err(GatewayError::StoreUnavailable(_)) if tokio::time::Instant::now() < until => {
-                    tokio::time::sleep(Duration::from_millis(250)).await;
-                }
-                Err(e) => {
-                    tracing::error!(task = %task.id, error = %e, "push: the send's config was not kept");
-                    return;
-                }
-            }
+        let unavailable = |e: &GatewayError| matches!(e, GatewayError::StoreUnavailable(_));
+        let kept = retried(INLINE_RETRY_FOR, unavailable, || {
+            self.push.add(&task.id, &config)
+        })
+        .await;
+        if let Err(e) = kept {
+            tracing::error!(task = %task.id, error = %e, "push: the send's config was not kept");
+            return;
         }
         self.watch(agent, caller, task, &config).await;
     }
@@ -818,9 +829,10 @@ impl A2aService {
         let Some(store) = self.tasks.shared() else {
             return;
         };
-        if !self.push.enabled() {
+        let Some(pusher) = &self.push.shared.pusher else {
             return;
-        }
+        };
+        let every = Duration::from_secs(pusher.settings().poll_interval_secs);
         loop {
             match store.follow_adopt().await {
                 Ok(Some((id, about, seen))) => {
@@ -828,7 +840,7 @@ impl A2aService {
                         store: store.clone(),
                         task_id: id,
                     };
-                    self.adopt(registry, hold, &about, seen).await;
+                    self.adopt(registry, hold, (&about, seen), every).await;
                 }
                 Ok(None) => return,
                 Err(e) => {
@@ -839,7 +851,15 @@ impl A2aService {
         }
     }
 
-    async fn adopt(&self, registry: &crate::agents::Registry, hold: Hold, about: &str, seen: u64) {
+    /// Follows one adopted task (`about`: what it is; `seen`: the last version notified),
+    /// polling an upstream that cannot stream `every` so long.
+    async fn adopt(
+        &self,
+        registry: &crate::agents::Registry,
+        hold: Hold,
+        (about, seen): (&str, u64),
+        every: Duration,
+    ) {
         let id = hold.task_id.clone();
         let shared = self.push.shared.clone();
         let followed = serde_json::from_str::<Followed>(about).ok();
@@ -866,9 +886,6 @@ impl A2aService {
                 self.resume(&agent, &caller, &from).await
             }
         };
-        let every = shared.pusher.as_ref().map_or(Duration::from_secs(5), |p| {
-            Duration::from_secs(p.settings().poll_interval_secs)
-        });
         let remote = agent.remote().cloned();
         tracing::info!(task = %id, after = seen, "push: following a task a replica that died followed");
         match (items, remote) {

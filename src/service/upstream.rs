@@ -54,7 +54,7 @@ impl UpstreamOps {
         let mut by_agent: std::collections::HashMap<String, Vec<(String, String)>> =
             Default::default();
         for (key, value) in ledgers.loaded {
-            if let Some((agent, id)) = key.split_once('\n') {
+            if let Some((agent, id)) = crate::store::ledger_key_parts(&key) {
                 by_agent
                     .entry(agent.to_string())
                     .or_default()

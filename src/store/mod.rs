@@ -69,6 +69,16 @@ pub(crate) enum Table {
     PushConfigs,
 }
 
+/// The key of `agent`'s [`Table::Ledger`] record of task `id`.
+pub(crate) fn ledger_key(agent: &str, id: &str) -> String {
+    format!("{agent}\n{id}")
+}
+
+/// The agent and task id of a [`Table::Ledger`] key.
+pub(crate) fn ledger_key_parts(key: &str) -> Option<(&str, &str)> {
+    key.split_once('\n')
+}
+
 impl Table {
     pub(crate) const ALL: [Table; 5] = [
         Table::Contexts,

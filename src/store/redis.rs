@@ -334,7 +334,7 @@ impl RedisBackend {
         }
         for (table, key, value) in &batch.records {
             // Ledger records are listed by agent (ListTasks of a 0.3 upstream): indexed.
-            if let (Table::Ledger, Some((agent, id))) = (table, key.split_once('\n')) {
+            if let (Table::Ledger, Some((agent, id))) = (table, super::ledger_key_parts(key)) {
                 let index = self.keys.ledger_index(agent);
                 pipe.zadd(&index, id, chrono::Utc::now().timestamp_millis())
                     .ignore();
@@ -494,7 +494,10 @@ impl Shared {
             return Ok(Vec::new());
         }
         let keys: Vec<String> = (ids.iter())
-            .map(|id| self.keys.record(Table::Ledger, &format!("{agent}\n{id}")))
+            .map(|id| {
+                self.keys
+                    .record(Table::Ledger, &super::ledger_key(agent, id))
+            })
             .collect();
         let values: Vec<Option<String>> =
             self.with(|mut c| async move { c.mget(keys).await }).await?;

@@ -70,11 +70,6 @@ struct Persisted {
     owner: String,
 }
 
-/// The store key of `agent`'s record of task `id`.
-pub(crate) fn key(agent: &str, id: &str) -> String {
-    format!("{agent}\n{id}")
-}
-
 #[derive(Default)]
 struct Inner {
     records: HashMap<String, Record>,
@@ -134,7 +129,11 @@ impl Ledger {
             owner: r.owner.to_string(),
         };
         if let Ok(value) = serde_json::to_string(&kept) {
-            journal.record(Table::Ledger, &key(agent, &r.id), value);
+            journal.record(
+                Table::Ledger,
+                &crate::store::ledger_key(agent, &r.id),
+                value,
+            );
         }
     }
 
