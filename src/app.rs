@@ -319,7 +319,7 @@ fn start_housekeeping(state: &Arc<AppState>) {
 
 /// Asks a shared store every second whether it answers, so readiness follows it (and its
 /// connection comes back by itself when it does).
-async fn watch_store(store: Arc<crate::store::redis::Shared>) {
+async fn watch_store(store: Arc<crate::store::Shared>) {
     loop {
         store.ping().await;
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -335,23 +335,15 @@ async fn serve_replica_commands(state: std::sync::Weak<AppState>) {
         let Some(store) = state.upgrade().and_then(|s| s.store.shared.clone()) else {
             return;
         };
-        let channel = store.keys.commands(&store.replica);
-        let mut pubsub = match store.pubsub().await {
-            Ok(p) => p,
+        let mut messages = match store.commands().await {
+            Ok(m) => m,
             Err(_) => {
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 continue;
             }
         };
-        if pubsub.subscribe(&channel).await.is_err() {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            continue;
-        }
-        let mut messages = pubsub.into_on_message();
-        while let Some(msg) = messages.next().await {
-            let Ok(payload) = msg.get_payload::<String>() else {
-                continue;
-            };
+        drop(store);
+        while let Some(payload) = messages.next().await {
             let Ok(command) = serde_json::from_str::<crate::service::replicas::Command>(&payload)
             else {
                 tracing::warn!("store: a replica command that does not parse was ignored");
@@ -364,20 +356,13 @@ async fn serve_replica_commands(state: std::sync::Weak<AppState>) {
                 let reply = command.reply_to().to_string();
                 let live = state.live();
                 let answer = state.service.run_forwarded(command, &live.registry).await;
-                // Answered once what it changed is in Redis, as a call here would be.
+                // Answered once what it changed is in the store, as a call here would be.
                 let _ = state.store.settled().await;
                 let Ok(json) = serde_json::to_string(&answer) else {
                     return;
                 };
                 if let Some(store) = &state.store.shared {
-                    let _ = store
-                        .with(|mut c| async move {
-                            let mut pipe = redis::pipe();
-                            pipe.rpush(&reply, json).ignore();
-                            pipe.expire(&reply, 60).ignore();
-                            pipe.query_async::<()>(&mut c).await
-                        })
-                        .await;
+                    store.answer(&reply, json).await;
                 }
             });
         }
@@ -393,7 +378,7 @@ async fn adopt_push_followers(state: std::sync::Weak<AppState>) {
         let Some(state) = state.upgrade() else {
             return;
         };
-        let Some(every) = state.store.shared.as_ref().map(|s| s.lease / 2) else {
+        let Some(every) = state.store.shared.as_ref().map(|s| s.lease() / 2) else {
             return;
         };
         let live = state.live();
@@ -530,12 +515,12 @@ impl Application {
         tokio::spawn(crate::reload::record_key_use(Arc::downgrade(&shared)));
         if let Some(store) = shared.store.shared.clone() {
             let retention = shared.live().config.store.retention_secs;
-            tokio::spawn(store.clone().keep_lease());
-            tokio::spawn(
-                store
-                    .clone()
-                    .reap_dead(crate::tasks::REPLICA_LOST, retention),
-            );
+            let keeping = store.clone();
+            tokio::spawn(async move { keeping.keep_lease().await });
+            let reaping = store.clone();
+            tokio::spawn(async move {
+                (reaping.reap_dead(crate::tasks::REPLICA_LOST, retention)).await
+            });
             tokio::spawn(watch_store(store));
             actix_web::rt::spawn(serve_replica_commands(Arc::downgrade(&shared)));
             actix_web::rt::spawn(adopt_push_followers(Arc::downgrade(&shared)));

@@ -26,7 +26,7 @@ use crate::protocol::jsonrpc::{Method, RpcRequest};
 use crate::protocol::model::{Metadata, Stamp, StreamItem, Task};
 use crate::protocol::ops::SendResult;
 use crate::protocol::ops::{ItemStream, ListTasksResponse};
-use crate::store::redis::Shared;
+use crate::store::Shared;
 use crate::store::{Journal, Kept, Table};
 use crate::tasks::Tasks;
 

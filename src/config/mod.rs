@@ -384,10 +384,14 @@ pub struct StoreConfig {
     /// per schema.
     #[serde(default = "default_pg_schema")]
     pub schema: String,
+    /// PostgreSQL: several gateways (replicas) share the schema, as they share a Redis
+    /// store: each other's tasks, events, leases, limits and push holds.
+    #[serde(default)]
+    pub shared: bool,
     /// Redis: the prefix of every key, so several gateways can share one server.
     #[serde(default = "default_key_prefix")]
     pub key_prefix: String,
-    /// Redis: a replica that has not renewed its lease for this long is taken for dead,
+    /// Redis, shared PostgreSQL: a replica that has not renewed its lease for this long is taken for dead,
     /// and its unfinished tasks are marked failed by the others.
     #[serde(default = "default_lease_secs")]
     pub lease_secs: u64,
@@ -404,6 +408,7 @@ impl Default for StoreConfig {
             url: default_redis_url(),
             key_prefix: default_key_prefix(),
             schema: default_pg_schema(),
+            shared: false,
             lease_secs: default_lease_secs(),
         }
     }
@@ -1737,6 +1742,18 @@ fn validate_gateway(
             "store.retention_secs must be at most 100 years (3153600000)",
         ));
     }
+    if store.shared && store.kind != StoreKind::Postgres {
+        diags.push(Diagnostic::file(
+            file,
+            "store.shared applies to kind = \"postgres\" (a Redis store is always shared)",
+        ));
+    }
+    if (store.kind == StoreKind::Redis || store.shared) && store.lease_secs < 2 {
+        diags.push(Diagnostic::file(
+            file,
+            "store.lease_secs must be at least 2",
+        ));
+    }
     if store.kind == StoreKind::Redis {
         if store.retention_secs == 0 {
             diags.push(Diagnostic::file(
@@ -1755,12 +1772,6 @@ fn validate_gateway(
         }
         if store.key_prefix.is_empty() {
             diags.push(Diagnostic::file(file, "store.key_prefix must not be empty"));
-        }
-        if store.lease_secs < 2 {
-            diags.push(Diagnostic::file(
-                file,
-                "store.lease_secs must be at least 2",
-            ));
         }
     }
     if store.kind == StoreKind::Postgres {

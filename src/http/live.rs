@@ -15,7 +15,7 @@ use crate::error::GatewayError;
 use crate::limits::RateLimits;
 use crate::policy::Policies;
 use crate::routing::Rule;
-use crate::store::redis::Shared;
+use crate::store::Shared;
 use crate::telemetry::Metrics;
 
 /// A request's hold on the configuration, counted per worker: a shared count (an `Arc`

@@ -116,7 +116,7 @@ impl AppState {
         sends: bool,
     ) -> Result<(), GatewayError> {
         if let Some(shared) = &self.store.shared {
-            if !shared.health.up() {
+            if !shared.health().up() {
                 return Err(GatewayError::StoreUnavailable(
                     "the shared store does not answer".into(),
                 ));

@@ -513,10 +513,7 @@ async fn stored_first<B>(
     let req = res.request();
     let state = req.app_data::<web::Data<AppState>>()?;
     // The wait's span, when spans are exported.
-    let system = match state.store.shared {
-        Some(_) => "redis",
-        None => "sqlite",
-    };
+    let system = state.store.system;
     let mut span = parent.map(|p| {
         p.child(
             "store commit".into(),

@@ -10,7 +10,7 @@ use std::sync::Arc;
 pub(crate) use rate::{RateInfo, RateLimits};
 
 use crate::error::GatewayError;
-use crate::store::redis::Shared;
+use crate::store::Shared;
 use crate::tasks::FastMap;
 
 /// Descriptors kept back for listeners, logs, upstream calls and accepting connections

@@ -19,7 +19,7 @@ use crate::config::{AuthConfig, RateLimitConfig};
 use crate::error::GatewayError;
 use crate::protocol::jsonrpc::Method;
 use crate::protocol::Dialect;
-use crate::store::redis::Shared;
+use crate::store::Shared;
 
 type Keyed =
     RateLimiter<String, DashMapStateStore<String>, DefaultClock, StateInformationMiddleware>;
@@ -344,7 +344,7 @@ impl RateLimits {
     }
 
     /// [`Self::check`] against allowances every replica shares (GCRA, computed atomically in
-    /// Redis on the server's clock): the same numbers, whichever replica a call reaches.
+    /// the shared store on its clock): the same numbers, whichever replica a call reaches.
     pub(crate) async fn check_shared(
         &self,
         shared: &Shared,
@@ -412,26 +412,6 @@ fn outcome_of(
     }
 }
 
-/// Generic cell rate algorithm: a bucket is its theoretical arrival time (µs, Redis's
-/// clock), expiring once the allowance is full again. Returns allowed (1/0), the remaining
-/// burst, µs until a refused call may retry, µs until the allowance is full.
-const GCRA: &str = r#"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local interval = tonumber(ARGV[1])
-local burst = tonumber(ARGV[2])
-local cost = tonumber(ARGV[3])
-local tat = tonumber(redis.call('GET', KEYS[1]) or now)
-if tat < now then tat = now end
-local new_tat = tat + interval * cost
-local allow_at = new_tat - interval * burst
-if now < allow_at then
-  return {0, 0, allow_at - now, tat - now}
-end
-redis.call('SET', KEYS[1], new_tat, 'PX', math.ceil((new_tat - now) / 1000) + 1)
-return {1, math.floor((now + interval * burst - new_tat) / interval), 0, new_tat - now}
-"#;
-
 async fn gcra(
     shared: &Shared,
     bucket: &str,
@@ -439,22 +419,9 @@ async fn gcra(
     cost: NonZeroU32,
     scope: &'static str,
 ) -> Result<RateInfo, (GatewayError, RateInfo)> {
-    static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
-    let script = SCRIPT.get_or_init(|| redis::Script::new(GCRA));
     let limit = quota.burst_size().get();
-    let key = shared.keys.rate(bucket);
     let interval = quota.replenish_interval().as_micros().max(1) as u64;
-    let result: Result<(i64, i64, i64, i64), String> = shared
-        .with(|mut c| async move {
-            script
-                .key(key)
-                .arg(interval)
-                .arg(limit)
-                .arg(cost.get())
-                .invoke_async(&mut c)
-                .await
-        })
-        .await;
+    let result = shared.rate(bucket, interval, limit, cost.get()).await;
     let micros_to_secs = |us: i64| (us.max(0) as u64).div_ceil(1_000_000);
     match result {
         Ok((1, remaining, _, full_in)) => Ok(RateInfo {

@@ -27,8 +27,8 @@ use crate::protocol::resume::ResumeFrom;
 use crate::protocol::Dialect;
 use crate::push::{Authorization, Notification, Pusher, Target};
 use crate::routing::BoundedMap;
-use crate::store::redis::Shared as SharedStore;
 use crate::store::Kept;
+use crate::store::Shared as SharedStore;
 
 /// Where the gateway's own webhooks for upstream tasks are served (`/<secret>` after it).
 pub(crate) const RELAY_PATH: &str = "/a2a/push";

@@ -1,19 +1,18 @@
 //! Tasks another replica runs (a shared store): their events reach this replica's callers
-//! through Redis pub/sub, and a cancel or a follow-up message goes to the replica that runs
-//! the work as a command on its channel, answered on a list of its own.
+//! through the shared store, and a cancel or a follow-up message goes to the replica that
+//! runs the work as a command, answered under a token of its own.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::stream::{self, Stream, StreamExt};
-use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
 
 use crate::error::GatewayError;
-use crate::protocol::model::{new_id, Message, StreamEnd, StreamItem, Task, TaskEvent};
+use crate::protocol::model::{Message, StreamEnd, StreamItem, Task, TaskEvent};
 use crate::protocol::ops::ItemStream;
 pub(crate) use crate::store::redis::Published;
-use crate::store::redis::Shared;
+use crate::store::Shared;
 
 /// What one replica asks of the replica that runs a task.
 #[derive(Debug, Serialize, Deserialize)]
@@ -82,37 +81,13 @@ impl Forward {
         replica: &str,
         make: impl FnOnce(String) -> Command,
     ) -> Result<Answer, GatewayError> {
-        let keys = &self.shared.keys;
-        let reply = keys.reply(&new_id());
+        let reply = self.shared.reply_token();
         let command = serde_json::to_string(&make(reply.clone()))
             .map_err(|e| GatewayError::Internal(e.to_string()))?;
-        // Connected before the command goes out: a failure then leaves nothing done.
-        let mut conn = self
-            .shared
-            .dedicated(ANSWER_WITHIN)
+        let json = (self.shared)
+            .call(replica, &reply, command, ANSWER_WITHIN)
             .await
             .map_err(unavailable)?;
-        let channel = keys.commands(replica);
-        let listeners: i64 = self
-            .shared
-            .with(|mut c| async move { c.publish(channel, command).await })
-            .await
-            .map_err(unavailable)?;
-        if listeners == 0 {
-            return Err(unavailable(format!(
-                "the replica running this task ({replica}) does not answer; its unfinished tasks are failed once its lease expires"
-            )));
-        }
-        let answered: Option<(String, String)> = conn
-            .blpop(&reply, ANSWER_WITHIN.as_secs_f64())
-            .await
-            .map_err(|e| unavailable(e.to_string()))?;
-        let (_, json) = answered.ok_or_else(|| {
-            unavailable(format!(
-                "the replica running this task ({replica}) did not answer within {} s",
-                ANSWER_WITHIN.as_secs()
-            ))
-        })?;
         serde_json::from_str(&json).map_err(|e| GatewayError::Internal(e.to_string()))
     }
 
@@ -122,31 +97,13 @@ impl Forward {
         &self,
         task_id: &str,
     ) -> Result<impl Stream<Item = Published> + Send + 'static, GatewayError> {
-        let mut pubsub = self.shared.pubsub().await.map_err(unavailable)?;
-        pubsub
-            .subscribe(self.shared.keys.events(task_id))
-            .await
-            .map_err(|e| unavailable(e.to_string()))?;
-        Ok(pubsub.into_on_message().filter_map(|msg| async move {
-            let payload: String = msg.get_payload().ok()?;
-            serde_json::from_str::<Published>(&payload).ok()
-        }))
+        self.shared.events(task_id).await.map_err(unavailable)
     }
-}
 
-impl Forward {
     /// The events a streamed task's log holds in the shared store, oldest first (none
     /// for a task nobody streamed).
     pub(super) async fn logged(&self, task_id: &str) -> Result<Vec<Published>, GatewayError> {
-        let key = self.shared.keys.log(task_id);
-        let entries: Vec<String> = self
-            .shared
-            .with(|mut c| async move { c.lrange(key, 0, -1).await })
-            .await
-            .map_err(unavailable)?;
-        Ok((entries.iter())
-            .filter_map(|json| serde_json::from_str(json).ok())
-            .collect())
+        self.shared.logged(task_id).await.map_err(unavailable)
     }
 }
 

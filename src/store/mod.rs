@@ -14,11 +14,14 @@
 pub(crate) mod control;
 pub(crate) mod counters;
 pub(crate) mod postgres;
+pub(crate) mod postgres_shared;
 mod postgres_tls;
 pub(crate) mod redis;
+pub(crate) mod shared;
 pub(crate) mod sqlite;
 
 pub(crate) use crate::config::redacted_url as redacted;
+pub(crate) use shared::Shared;
 
 use std::collections::HashMap;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
@@ -447,10 +450,12 @@ pub(crate) struct Store {
     pub(crate) journal: Option<Journal>,
     /// For the banner and the log: the kind and where.
     pub(crate) described: String,
+    /// The kind, as OpenTelemetry's `db.system.name` says it.
+    pub(crate) system: &'static str,
     pub(crate) retention: Option<Duration>,
     writer: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
-    /// Redis: what replicas share.
-    pub(crate) shared: Option<Arc<redis::Shared>>,
+    /// A store replicas share (Redis, PostgreSQL shared): what they share through it.
+    pub(crate) shared: Option<Arc<Shared>>,
     pub(crate) writes: Arc<WriteHealth>,
     /// Answers wait for the commit that holds what their call changed, and fail without it
     /// (`durability = "sync"`).
@@ -466,6 +471,7 @@ impl Store {
         Store {
             journal: None,
             described: "memory (tasks are lost on restart)".into(),
+            system: "memory",
             retention: None,
             writer: Default::default(),
             shared: None,
@@ -505,8 +511,11 @@ impl Store {
 
     /// Why the store takes no changes, for readiness and the log; None when it does.
     pub(crate) fn trouble(&self) -> Option<&'static str> {
-        if self.shared.as_ref().is_some_and(|s| !s.health.up()) {
-            Some("the shared task store (Redis) does not answer")
+        if let Some(shared) = self.shared.as_ref().filter(|s| !s.health().up()) {
+            Some(match &**shared {
+                Shared::Redis(_) => "the shared task store (Redis) does not answer",
+                Shared::Postgres(_) => "the shared task store (PostgreSQL) does not answer",
+            })
         } else if !self.writes.writing() {
             Some(self.cannot_write)
         } else {
@@ -548,6 +557,7 @@ pub(crate) fn open(
     let interval = Duration::from_millis(config.commit_interval_ms.max(1));
     match config.kind {
         StoreKind::Memory => Ok((Store::memory(), Loaded::default())),
+        StoreKind::Postgres if config.shared => open_shared_postgres(config, tasks, retention),
         StoreKind::Sqlite | StoreKind::Postgres => {
             let (backend, loaded, place): (Box<dyn Backend>, Loaded, String) = if config.kind
                 == StoreKind::Sqlite
@@ -561,8 +571,9 @@ pub(crate) fn open(
                 let place = postgres::Place {
                     url: config.url.clone(),
                     schema: config.schema.clone(),
+                    shared: false,
                 };
-                let (backend, loaded) = postgres::open(&place, config.retention_secs)?;
+                let (backend, loaded) = postgres::open(&place, config.retention_secs, None)?;
                 (
                     Box::new(backend),
                     loaded,
@@ -586,6 +597,10 @@ pub(crate) fn open(
                 shared: None,
                 writes,
                 described,
+                system: match config.kind {
+                    StoreKind::Postgres => "postgresql",
+                    _ => "sqlite",
+                },
                 retention,
                 sync,
                 cannot_write: match config.kind {
@@ -602,7 +617,7 @@ pub(crate) fn open(
                 .map_err(|e| format!("store.url: {e}"))?;
             let keys = redis::Keys::new(&config.key_prefix);
             let replica: Arc<str> = crate::protocol::model::new_id().into();
-            let health = Arc::new(redis::Health::default());
+            let health = Arc::new(shared::Health::new("Redis"));
             let backend = redis::RedisBackend::new(
                 client.clone(),
                 keys.clone(),
@@ -621,7 +636,7 @@ pub(crate) fn open(
                 writes.clone(),
             )?;
             let lease = Duration::from_secs(config.lease_secs.max(2));
-            let shared = Arc::new(redis::Shared::new(
+            let redis = Arc::new(redis::Shared::new(
                 client,
                 keys,
                 replica.clone(),
@@ -629,11 +644,12 @@ pub(crate) fn open(
                 lease,
             ));
             let store = Store {
-                control: control::Control::redis(shared.clone()),
+                control: control::Control::redis(redis.clone()),
+                shared: Some(Arc::new(Shared::Redis(redis))),
                 journal: Some(journal),
                 writer: std::sync::Mutex::new(Some(writer)),
-                shared: Some(shared),
                 writes,
+                system: "redis",
                 described: format!(
                     "redis {} prefix {:?} (replica {replica})",
                     redacted(&config.url),
@@ -646,6 +662,49 @@ pub(crate) fn open(
             Ok((store, Loaded::default()))
         }
     }
+}
+
+/// PostgreSQL shared by replicas (`store.shared`): written as a Redis store is (no
+/// interval, answers wait for their batch), read and shared through [`postgres_shared`].
+fn open_shared_postgres(
+    config: &crate::config::StoreConfig,
+    tasks: Arc<dyn Snapshots>,
+    retention: Option<Duration>,
+) -> Result<(Store, Loaded), String> {
+    let replica: Arc<str> = crate::protocol::model::new_id().into();
+    let place = postgres::Place {
+        url: config.url.clone(),
+        schema: config.schema.clone(),
+        shared: true,
+    };
+    let (backend, loaded) = postgres::open(&place, config.retention_secs, Some(replica.clone()))?;
+    let writes = Arc::new(WriteHealth::default());
+    let (journal, writer) = start(
+        Box::new(backend),
+        tasks,
+        Duration::ZERO,
+        true,
+        writes.clone(),
+    )?;
+    let lease = Duration::from_secs(config.lease_secs.max(2));
+    // Calls from every worker share these; each holds one for a statement or two.
+    let pool = std::thread::available_parallelism().map_or(4, |n| n.get() * 2 + 2);
+    let shared =
+        postgres_shared::Shared::new(&config.url, &config.schema, replica.clone(), lease, pool)?;
+    let store = Store {
+        control: control::Control::journal(journal.clone()),
+        journal: Some(journal),
+        writer: std::sync::Mutex::new(Some(writer)),
+        shared: Some(Arc::new(Shared::Postgres(shared))),
+        writes,
+        described: format!("postgres {} shared (replica {replica})", place.described()),
+        system: "postgresql",
+        retention,
+        sync: false,
+        cannot_write:
+            "the task store (PostgreSQL) cannot write: new tasks are refused until it can",
+    };
+    Ok((store, loaded))
 }
 
 fn write_loop(
@@ -779,7 +838,7 @@ impl Loaded {
 pub(crate) struct Kept {
     pub(crate) table: Table,
     pub(crate) journal: Option<Journal>,
-    pub(crate) shared: Option<Arc<redis::Shared>>,
+    pub(crate) shared: Option<Arc<Shared>>,
     /// Oldest first.
     pub(crate) loaded: Vec<(String, String)>,
 }

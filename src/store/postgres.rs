@@ -5,7 +5,8 @@
 //!
 //! One gateway holds a schema at a time (a session advisory lock, taken again when the
 //! connection is made again): several gateways share one database by each using a schema
-//! of its own.
+//! of its own. With `store.shared`, replicas share a schema instead (each holding the lock
+//! in shared mode, so a gateway of the other mode is refused): see [`super::postgres_shared`].
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -65,6 +66,44 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (grp, key, field)
     );
     CREATE INDEX counters_expiry ON counters (expires_ms);",
+    // Version 2. Replicas share a schema (`store.shared`): a task is keyed by its id (each
+    // replica numbers its own), with the replica that runs it, whether it finished and when
+    // it was written; then what replicas share beside tasks (see `postgres_shared`).
+    "ALTER TABLE tasks DROP CONSTRAINT tasks_pkey;
+    ALTER TABLE tasks ADD PRIMARY KEY (id);
+    CREATE INDEX tasks_by_seq ON tasks (seq);
+    ALTER TABLE tasks ADD COLUMN replica TEXT NOT NULL DEFAULT '';
+    ALTER TABLE tasks ADD COLUMN finished BOOLEAN NOT NULL DEFAULT false;
+    ALTER TABLE tasks ADD COLUMN written_ms BIGINT NOT NULL DEFAULT 0;
+    UPDATE tasks SET finished = state IN ('completed', 'canceled', 'failed', 'rejected');
+    CREATE INDEX tasks_by_caller ON tasks (agent, owner);
+    CREATE INDEX tasks_running ON tasks (replica) WHERE NOT finished;
+    CREATE INDEX tasks_finished ON tasks (written_ms) WHERE finished;
+    CREATE TABLE leases (replica TEXT PRIMARY KEY, expires_ms BIGINT NOT NULL);
+    CREATE TABLE streams (
+        caller TEXT NOT NULL,
+        replica TEXT NOT NULL,
+        open INT NOT NULL,
+        PRIMARY KEY (caller, replica)
+    );
+    CREATE TABLE rates (bucket TEXT PRIMARY KEY, tat BIGINT NOT NULL, seen BIGINT NOT NULL);
+    CREATE TABLE unfinished (
+        replica TEXT NOT NULL,
+        owner TEXT NOT NULL,
+        tasks BIGINT NOT NULL,
+        bytes BIGINT NOT NULL,
+        expires_ms BIGINT NOT NULL,
+        PRIMARY KEY (replica, owner)
+    );
+    CREATE TABLE push_holds (
+        task TEXT PRIMARY KEY,
+        holder TEXT NOT NULL,
+        about TEXT NOT NULL,
+        seen BIGINT NOT NULL DEFAULT 0,
+        orphan BOOLEAN NOT NULL DEFAULT false
+    );
+    CREATE INDEX push_holds_by_holder ON push_holds (holder);
+    CREATE TABLE notes (id BIGSERIAL PRIMARY KEY, body TEXT NOT NULL, written_ms BIGINT NOT NULL);",
 ];
 
 /// Records kept per table (the newest), as many as the memory maps they fill hold.
@@ -81,6 +120,8 @@ const LOCK_WAIT: Duration = Duration::from_secs(2);
 pub(crate) struct Place {
     pub(crate) url: String,
     pub(crate) schema: String,
+    /// Replicas share the schema (`store.shared`).
+    pub(crate) shared: bool,
 }
 
 impl Place {
@@ -94,6 +135,8 @@ pub(crate) struct PostgresBackend {
     client: Client,
     place: Place,
     retention_secs: u64,
+    /// Shared: this replica, written beside each task it runs.
+    replica: Option<std::sync::Arc<str>>,
 }
 
 /// Connects, takes the schema for this gateway, brings it up to date and reads what it
@@ -101,6 +144,7 @@ pub(crate) struct PostgresBackend {
 pub(crate) fn open(
     place: &Place,
     retention_secs: u64,
+    replica: Option<std::sync::Arc<str>>,
 ) -> Result<(PostgresBackend, Loaded), String> {
     // The client runs a runtime of its own, which cannot start inside the gateway's: it is
     // made, and used, on threads of its own.
@@ -110,12 +154,17 @@ pub(crate) fn open(
         .spawn(move || {
             let mut client = connect(&place)?;
             migrate(&mut client, &place)?;
-            let loaded = load(&mut client).map_err(|e| failed(&place, &e))?;
+            // Replicas read each other's tasks from the store, not from memory.
+            let loaded = match place.shared {
+                true => Loaded::default(),
+                false => load(&mut client).map_err(|e| failed(&place, &e))?,
+            };
             Ok((
                 PostgresBackend {
                     client,
                     place,
                     retention_secs,
+                    replica,
                 },
                 loaded,
             ))
@@ -170,11 +219,12 @@ fn connect(place: &Place) -> Result<Client, String> {
     // after the socket closes).
     let deadline = std::time::Instant::now() + LOCK_WAIT;
     let held = loop {
+        let take = match place.shared {
+            true => "SELECT pg_try_advisory_lock_shared(hashtext('a2a-gateway:' || $1))",
+            false => "SELECT pg_try_advisory_lock(hashtext('a2a-gateway:' || $1))",
+        };
         let held: bool = client
-            .query_one(
-                "SELECT pg_try_advisory_lock(hashtext('a2a-gateway:' || $1))",
-                &[&place.schema],
-            )
+            .query_one(take, &[&place.schema])
             .map_err(fail)?
             .get(0);
         if held || std::time::Instant::now() >= deadline {
@@ -183,8 +233,12 @@ fn connect(place: &Place) -> Result<Client, String> {
         std::thread::sleep(Duration::from_millis(50));
     };
     if !held {
+        let why = match place.shared {
+            true => "by a gateway that does not share it (store.shared = false)",
+            false => "by another gateway (one gateway per schema: give each its own store.schema, or set store.shared = true on every replica)",
+        };
         return Err(format!(
-            "store: schema {} in PostgreSQL at {} is in use by another gateway (one gateway per schema: give each its own store.schema)",
+            "store: schema {} in PostgreSQL at {} is in use {why}",
             place.schema,
             super::redacted(&place.url)
         ));
@@ -194,7 +248,7 @@ fn connect(place: &Place) -> Result<Client, String> {
 
 /// A schema name as an SQL identifier (the configuration allows letters, digits and `_`;
 /// quoting keeps its case).
-fn quoted(schema: &str) -> String {
+pub(super) fn quoted(schema: &str) -> String {
     format!("\"{}\"", schema.replace('"', "\"\""))
 }
 
@@ -293,7 +347,7 @@ fn load_events(
     Ok(by_task)
 }
 
-fn now_ms() -> i64 {
+pub(super) fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
 
@@ -308,12 +362,17 @@ impl PostgresBackend {
 }
 
 /// One batch, as columns: each statement sends its rows as arrays in one round trip.
-fn write(tx: &mut Transaction<'_>, batch: &Batch) -> Result<(), postgres::Error> {
+/// `shared`: the schema replicas share, and this replica (see [`super::postgres_shared`]).
+fn write(
+    tx: &mut Transaction<'_>,
+    batch: &Batch,
+    shared: Option<(&str, &str)>,
+) -> Result<(), postgres::Error> {
     if !batch.tasks.is_empty() {
         // A task twice in one batch (memory let go of it, and it changed): the later wins.
-        let mut latest: HashMap<u64, &super::Snapshot> = HashMap::new();
+        let mut latest: HashMap<&str, &super::Snapshot> = HashMap::new();
         for row in &batch.tasks {
-            latest.insert(row.seq, row);
+            latest.insert(&row.id, row);
         }
         let rows: Vec<&super::Snapshot> = latest.into_values().collect();
         let seqs: Vec<i64> = rows.iter().map(|r| r.seq as i64).collect();
@@ -322,17 +381,22 @@ fn write(tx: &mut Transaction<'_>, batch: &Batch) -> Result<(), postgres::Error>
         let owners: Vec<&str> = rows.iter().map(|r| &*r.owner).collect();
         let versions: Vec<i64> = rows.iter().map(|r| r.version as i64).collect();
         let states: Vec<&str> = rows.iter().map(|r| r.state.v03_name()).collect();
+        let finished: Vec<bool> = rows.iter().map(|r| r.state.is_terminal()).collect();
         let bodies: Vec<&str> = rows.iter().map(|r| r.body.as_str()).collect();
+        let replica = shared.map_or("", |(_, replica)| replica);
         tx.execute(
-            "INSERT INTO tasks (seq, id, agent, owner, version, state, body)
-             SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::text[])
-             ON CONFLICT (seq) DO UPDATE SET id = excluded.id, agent = excluded.agent,
+            "INSERT INTO tasks (seq, id, agent, owner, version, state, body, finished, replica, written_ms)
+             SELECT t.*, $9::text, $10::bigint FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::text[], $8::bool[]) AS t
+             ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, agent = excluded.agent,
                owner = excluded.owner, version = excluded.version, state = excluded.state,
-               body = excluded.body",
-            &[&seqs, &ids, &agents, &owners, &versions, &states, &bodies],
+               body = excluded.body, finished = excluded.finished, replica = excluded.replica,
+               written_ms = excluded.written_ms",
+            &[&seqs, &ids, &agents, &owners, &versions, &states, &bodies, &finished, &replica, &now_ms()],
         )?;
     }
-    if !batch.removed.is_empty() {
+    // A replica's memory letting a task go says nothing about the shared schema: finished
+    // tasks leave it past retention instead.
+    if !batch.removed.is_empty() && shared.is_none() {
         let (ids, seqs): (Vec<&str>, Vec<i64>) = batch
             .removed
             .iter()
@@ -340,6 +404,33 @@ fn write(tx: &mut Transaction<'_>, batch: &Batch) -> Result<(), postgres::Error>
             .unzip();
         tx.execute("DELETE FROM tasks WHERE seq = ANY($1)", &[&seqs])?;
         tx.execute("DELETE FROM events WHERE task_id = ANY($1)", &[&ids])?;
+    }
+    if let (Some((channel, _)), false) = (shared, batch.events.is_empty()) {
+        // Sent when the transaction commits, in order, with the tasks they changed.
+        let mut payloads = Vec::with_capacity(batch.events.len());
+        for (id, version, event, _) in &batch.events {
+            let published = super::redis::Published {
+                version: *version,
+                event: PublishedEvent::from(event.as_ref()),
+            };
+            let json = serde_json::to_string(&published).unwrap_or_default();
+            payloads.push(match super::postgres_shared::inline('e', id, &json) {
+                Some(payload) => payload,
+                None => {
+                    let note: i64 = tx
+                        .query_one(
+                            "INSERT INTO notes (body, written_ms) VALUES ($1, $2) RETURNING id",
+                            &[&json, &now_ms()],
+                        )?
+                        .get(0);
+                    super::postgres_shared::noted('e', id, note)
+                }
+            });
+        }
+        tx.execute(
+            "SELECT pg_notify($1, p) FROM unnest($2::text[]) WITH ORDINALITY AS t(p, n) ORDER BY n",
+            &[&channel, &payloads],
+        )?;
     }
     let logged: Vec<_> = batch.events.iter().filter(|e| e.3).collect();
     if !logged.is_empty() {
@@ -394,9 +485,11 @@ fn write(tx: &mut Transaction<'_>, batch: &Batch) -> Result<(), postgres::Error>
 
 impl Backend for PostgresBackend {
     fn commit(&mut self, batch: &Batch) -> Result<(), String> {
+        let (replica, schema) = (self.replica.clone(), self.place.schema.clone());
         let once = |client: &mut Client| -> Result<(), postgres::Error> {
             let mut tx = client.transaction()?;
-            write(&mut tx, batch)?;
+            let shared = replica.as_deref().map(|r| (schema.as_str(), r));
+            write(&mut tx, batch, shared)?;
             tx.commit()
         };
         let done = match once(self.client()?) {
@@ -416,7 +509,12 @@ impl Backend for PostgresBackend {
 
     fn maintain(&mut self) -> Result<(), String> {
         let retention_secs = self.retention_secs;
-        let done = prune_records(self.client()?, retention_secs);
+        let shared = self.place.shared;
+        let client = self.client()?;
+        let mut done = prune_records(client, retention_secs);
+        if shared && done.is_ok() {
+            done = super::postgres_shared::prune(client, retention_secs);
+        }
         done.map_err(|e| failed(&self.place, &e))
     }
 }
@@ -605,6 +703,7 @@ mod tests {
         Place {
             url: url(),
             schema: schema.0.clone(),
+            shared: false,
         }
     }
 
@@ -616,14 +715,14 @@ mod tests {
     fn a_newer_schema_is_refused_untouched() {
         let schema = Schema(schema_name());
         let at = place(&schema);
-        drop(open(&at, 0).unwrap());
+        drop(open(&at, 0, None).unwrap());
         let bump = at.clone();
         on_thread(move || {
             let mut c = connect(&bump).unwrap();
             c.execute("UPDATE schema_version SET version = 99", &[])
                 .unwrap();
         });
-        let err = open(&at, 0).err().unwrap();
+        let err = open(&at, 0, None).err().unwrap();
         assert!(
             err.contains("newer a2a-gateway (schema version 99"),
             "{err}"
@@ -642,8 +741,8 @@ mod tests {
     fn a_second_gateway_on_the_same_schema_is_refused() {
         let schema = Schema(schema_name());
         let at = place(&schema);
-        let (_held, _) = open(&at, 0).unwrap();
-        let err = open(&at, 0).err().unwrap();
+        let (_held, _) = open(&at, 0, None).unwrap();
+        let err = open(&at, 0, None).err().unwrap();
         assert!(err.contains("in use by another gateway"), "{err}");
     }
 
@@ -655,8 +754,9 @@ mod tests {
         let at = Place {
             url: format!("postgres://me:secret@127.0.0.1:{port}/db"),
             schema: "s".into(),
+            shared: false,
         };
-        let err = open(&at, 0).err().unwrap();
+        let err = open(&at, 0, None).err().unwrap();
         assert!(err.contains("cannot reach PostgreSQL at"), "{err}");
         assert!(!err.contains("secret"), "{err}");
     }
@@ -664,7 +764,7 @@ mod tests {
     #[test]
     fn records_past_the_cap_are_deleted_oldest_first() {
         let schema = Schema(schema_name());
-        let (mut db, _) = open(&place(&schema), 0).unwrap();
+        let (mut db, _) = open(&place(&schema), 0, None).unwrap();
         let n = RECORDS_PER_TABLE + 5;
         on_thread(move || {
             db.client

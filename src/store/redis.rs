@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::stream::{BoxStream, StreamExt};
 use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
 
@@ -236,26 +237,7 @@ pub(crate) struct RedisBackend {
     health: Arc<Health>,
 }
 
-/// Whether Redis answered the last time anyone asked; `/a2a/ready` says 503 while not.
-#[derive(Default)]
-pub(crate) struct Health {
-    down: AtomicBool,
-}
-
-impl Health {
-    pub(crate) fn up(&self) -> bool {
-        !self.down.load(Ordering::Relaxed)
-    }
-    fn saw<T, E: std::fmt::Display>(&self, r: &Result<T, E>) {
-        let down = r.is_err();
-        if self.down.swap(down, Ordering::Relaxed) != down {
-            match r {
-                Err(e) => tracing::error!(error = %e, "store: Redis is unreachable"),
-                Ok(_) => tracing::info!("store: Redis answers again"),
-            }
-        }
-    }
-}
+pub(crate) use super::shared::Health;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
@@ -518,15 +500,12 @@ impl Shared {
     }
 
     /// A connection of its own for pub/sub.
-    pub(crate) async fn pubsub(&self) -> RedisResult<redis::aio::PubSub> {
+    async fn pubsub(&self) -> RedisResult<redis::aio::PubSub> {
         self.connect(self.client.get_async_pubsub()).await
     }
 
     /// A connection of its own, for a blocking command (BLPOP) that may wait `wait`.
-    pub(crate) async fn dedicated(
-        &self,
-        wait: Duration,
-    ) -> RedisResult<redis::aio::MultiplexedConnection> {
+    async fn dedicated(&self, wait: Duration) -> RedisResult<redis::aio::MultiplexedConnection> {
         let config =
             redis::AsyncConnectionConfig::new().set_response_timeout(Some(wait + IO_TIMEOUT));
         self.connect(
@@ -654,6 +633,123 @@ return 1
         self.with(|mut c| async move { redis::cmd("PING").query_async::<String>(&mut c).await })
             .await
             .is_ok()
+    }
+}
+
+/// Generic cell rate algorithm: a bucket is its theoretical arrival time (µs, Redis's
+/// clock), expiring once the allowance is full again. Returns allowed (1/0), the remaining
+/// burst, µs until a refused call may retry, µs until the allowance is full.
+const GCRA: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local interval = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local cost = tonumber(ARGV[3])
+local tat = tonumber(redis.call('GET', KEYS[1]) or now)
+if tat < now then tat = now end
+local new_tat = tat + interval * cost
+local allow_at = new_tat - interval * burst
+if now < allow_at then
+  return {0, 0, allow_at - now, tat - now}
+end
+redis.call('SET', KEYS[1], new_tat, 'PX', math.ceil((new_tat - now) / 1000) + 1)
+return {1, math.floor((now + interval * burst - new_tat) / interval), 0, new_tat - now}
+"#;
+
+/// Allowances, commands between replicas and task events (see [`super::shared::Shared`]).
+impl Shared {
+    pub(crate) async fn rate(
+        &self,
+        bucket: &str,
+        interval_us: u64,
+        burst: u32,
+        cost: u32,
+    ) -> RedisResult<(i64, i64, i64, i64)> {
+        static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
+        let script = SCRIPT.get_or_init(|| redis::Script::new(GCRA));
+        let key = self.keys.rate(bucket);
+        self.with(|mut c| async move {
+            (script.key(key).arg(interval_us).arg(burst).arg(cost))
+                .invoke_async(&mut c)
+                .await
+        })
+        .await
+    }
+
+    /// The list a command's answer is pushed to.
+    pub(crate) fn reply_token(&self) -> String {
+        self.keys.reply(&crate::protocol::model::new_id())
+    }
+
+    pub(crate) async fn call(
+        &self,
+        replica: &str,
+        reply: &str,
+        command: String,
+        within: Duration,
+    ) -> RedisResult<String> {
+        // Connected before the command goes out: a failure then leaves nothing done.
+        let mut conn = self.dedicated(within).await?;
+        let channel = self.keys.commands(replica);
+        let listeners: i64 = self
+            .with(|mut c| async move { c.publish(channel, command).await })
+            .await?;
+        if listeners == 0 {
+            return Err(format!(
+                "the replica running this task ({replica}) does not answer; its unfinished tasks are failed once its lease expires"
+            ));
+        }
+        let answered: Option<(String, String)> = conn
+            .blpop(reply, within.as_secs_f64())
+            .await
+            .map_err(|e| e.to_string())?;
+        answered.map(|(_, json)| json).ok_or_else(|| {
+            format!(
+                "the replica running this task ({replica}) did not answer within {} s",
+                within.as_secs()
+            )
+        })
+    }
+
+    pub(crate) async fn commands(&self) -> RedisResult<BoxStream<'static, String>> {
+        let mut pubsub = self.pubsub().await?;
+        (pubsub.subscribe(self.keys.commands(&self.replica)).await).map_err(|e| e.to_string())?;
+        Ok(Box::pin(pubsub.into_on_message().filter_map(
+            |msg| async move { msg.get_payload::<String>().ok() },
+        )))
+    }
+
+    pub(crate) async fn answer(&self, reply: &str, json: String) {
+        let reply = reply.to_string();
+        let _ = self
+            .with(|mut c| async move {
+                let mut pipe = redis::pipe();
+                pipe.rpush(&reply, json).ignore();
+                pipe.expire(&reply, 60).ignore();
+                pipe.query_async::<()>(&mut c).await
+            })
+            .await;
+    }
+
+    pub(crate) async fn events(&self, task_id: &str) -> RedisResult<BoxStream<'static, Published>> {
+        let mut pubsub = self.pubsub().await?;
+        (pubsub.subscribe(self.keys.events(task_id)).await).map_err(|e| e.to_string())?;
+        Ok(Box::pin(pubsub.into_on_message().filter_map(
+            |msg| async move {
+                let payload: String = msg.get_payload().ok()?;
+                serde_json::from_str::<Published>(&payload).ok()
+            },
+        )))
+    }
+
+    pub(crate) async fn logged(&self, task_id: &str) -> RedisResult<Vec<Published>> {
+        let key = self.keys.log(task_id);
+        let entries: Vec<String> = self
+            .with(|mut c| async move { c.lrange(key, 0, -1).await })
+            .await?;
+        Ok((entries.iter())
+            .filter_map(|json| serde_json::from_str(json).ok())
+            .collect())
     }
 }
 

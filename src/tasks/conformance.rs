@@ -509,26 +509,23 @@ fn redis_url() -> &'static str {
     })
 }
 
-/// Replicas of a Redis store under a prefix of their own; reopening starts the next one.
-struct Redis {
+/// Replicas of a shared store (Redis under a prefix of their own, or a PostgreSQL schema
+/// of their own); reopening starts the next one.
+struct Replicas {
     rt: tokio::runtime::Runtime,
-    prefix: String,
+    config: crate::config::StoreConfig,
     open: Option<(Tasks, crate::store::Store)>,
+    _schema: Option<crate::store::postgres::testing::Schema>,
 }
 
-impl Redis {
-    fn replica(rt: &tokio::runtime::Runtime, prefix: &str) -> (Tasks, crate::store::Store) {
-        let config = crate::config::StoreConfig {
-            kind: crate::config::StoreKind::Redis,
-            url: redis_url().to_string(),
-            key_prefix: prefix.to_string(),
-            lease_secs: 2,
-            retention_secs: 600,
-            ..Default::default()
-        };
+impl Replicas {
+    fn replica(
+        rt: &tokio::runtime::Runtime,
+        config: &crate::config::StoreConfig,
+    ) -> (Tasks, crate::store::Store) {
         let memory = Arc::new(super::MemoryTaskStore::new(CAPACITY, usize::MAX));
         let dir = std::path::Path::new(".");
-        let (store, _) = crate::store::open(&config, dir, memory.clone()).unwrap();
+        let (store, _) = crate::store::open(config, dir, memory.clone()).unwrap();
         let journal = store.journal.clone().unwrap();
         memory.write_behind(journal.clone());
         let tasks = Tasks::new(memory, QUOTA, metrics());
@@ -536,7 +533,8 @@ impl Redis {
         let shared = store.shared.clone().unwrap();
         rt.block_on(async move {
             // As a replica starts: its lease, then the others' leftovers.
-            tokio::spawn(shared.clone().keep_lease());
+            let keeping = shared.clone();
+            tokio::spawn(async move { keeping.keep_lease().await });
             // Two looks: a replica is taken for dead when its lease is missing at both.
             let mut suspects = Default::default();
             for _ in 0..2 {
@@ -559,7 +557,7 @@ impl Redis {
     }
 }
 
-impl Harness for Redis {
+impl Harness for Replicas {
     fn tasks(&self) -> &Tasks {
         &self.open.as_ref().unwrap().0
     }
@@ -569,7 +567,7 @@ impl Harness for Redis {
         let shared = store.shared.clone().unwrap();
         self.rt.block_on(shared.release_lease());
         drop((tasks, store));
-        self.open = Some(Redis::replica(&self.rt, &self.prefix));
+        self.open = Some(Replicas::replica(&self.rt, &self.config));
         true
     }
     fn read(&self, viewer: Viewer<'_>, id: &str) -> Option<Task> {
@@ -586,14 +584,17 @@ impl Harness for Redis {
     }
 }
 
-impl Drop for Redis {
+impl Drop for Replicas {
     fn drop(&mut self) {
+        if self.config.kind != crate::config::StoreKind::Redis {
+            return;
+        }
         // Only this harness's keys.
         let Ok(mut c) = redis::Client::open(redis_url()).and_then(|c| c.get_connection()) else {
             return;
         };
         let keys: Vec<String> = redis::cmd("KEYS")
-            .arg(format!("{}*", self.prefix))
+            .arg(format!("{}*", self.config.key_prefix))
             .query(&mut c)
             .unwrap_or_default();
         if !keys.is_empty() {
@@ -602,17 +603,53 @@ impl Drop for Redis {
     }
 }
 
-fn redis() -> Redis {
+fn replicas(
+    config: crate::config::StoreConfig,
+    schema: Option<crate::store::postgres::testing::Schema>,
+) -> Replicas {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let prefix = format!("a2a-conformance-{}:", new_id());
-    let open = Some(Redis::replica(&rt, &prefix));
-    Redis { rt, prefix, open }
+    let config = crate::config::StoreConfig {
+        lease_secs: 2,
+        retention_secs: 600,
+        ..config
+    };
+    let open = Some(Replicas::replica(&rt, &config));
+    Replicas {
+        rt,
+        config,
+        open,
+        _schema: schema,
+    }
+}
+
+fn redis() -> Replicas {
+    let config = crate::config::StoreConfig {
+        kind: crate::config::StoreKind::Redis,
+        url: redis_url().to_string(),
+        key_prefix: format!("a2a-conformance-{}:", new_id()),
+        ..Default::default()
+    };
+    replicas(config, None)
+}
+
+fn postgres_shared() -> Replicas {
+    use crate::store::postgres::testing;
+    let schema = testing::Schema(testing::schema_name());
+    let config = crate::config::StoreConfig {
+        kind: crate::config::StoreKind::Postgres,
+        url: testing::url(),
+        schema: schema.0.clone(),
+        shared: true,
+        ..Default::default()
+    };
+    replicas(config, Some(schema))
 }
 
 conformance!(redis_store, redis);
+conformance!(postgres_shared_store, postgres_shared);
 
 /// A streamed task's resume log counts in the store's bytes and in its owner's, as the
 /// task does: the bound holds what memory holds, and a full log stops growing.
@@ -709,7 +746,7 @@ fn control_entries_in_redis_are_shared_and_writes_race_safely() {
     let control = h.open.as_ref().unwrap().1.control.clone();
     h.rt.block_on(control::conformance::entries_are_versioned_and_writes_conditional(&control));
     h.rt.block_on(control::conformance::the_audit_pages_newest_first(&control));
-    let other = Redis::replica(&h.rt, &h.prefix);
+    let other = Replicas::replica(&h.rt, &h.config);
     let other_control = other.1.control.clone();
     let outcomes = h.rt.block_on(async {
         let a = control.put(
@@ -748,7 +785,7 @@ fn counters_in_redis_are_shared_and_the_last_unit_goes_once() {
     let h = redis();
     let control = h.open.as_ref().unwrap().1.control.clone();
     h.rt.block_on(counters_add_read_and_reserve(&control, true));
-    let other = Redis::replica(&h.rt, &h.prefix);
+    let other = Replicas::replica(&h.rt, &h.config);
     let other_control = other.1.control.clone();
     let last = || {
         CounterOp::Reserve(vec![Charge {

@@ -31,7 +31,7 @@ use crate::protocol::model::{
     ApproxBytes, Message, StreamItem, Task, TaskEvent, TaskState, TaskStatus, TaskStatusUpdateEvent,
 };
 use crate::protocol::params::ListQuery;
-use crate::store::redis::Shared;
+use crate::store::Shared;
 use crate::store::TaskRow;
 
 /// The status message of a task whose work a restart took away; `work` says what it was

@@ -4,7 +4,8 @@
 //! survivor, which picks up after the last update notified. A caller's quota of
 //! unfinished tasks is one across the replicas.
 //!
-//! Redis as in `replicas`: a key prefix of this test's own, deleted at the end.
+//! Each on Redis and on PostgreSQL, as in `replicas`: a key prefix or schema of the test's
+//! own, deleted at the end.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -13,7 +14,7 @@ use serde_json::{json, Value};
 
 use crate::helpers::D;
 use crate::push::{state_of, Answer, Got, Receiver};
-use crate::replicas::{redis_url, replicas_with, Prefix};
+use crate::replicas::Fleet;
 
 const PUSH: &str = "[push]\nenabled = true\nallow_http = true\nallow = [\"127.0.0.1\"]\n";
 
@@ -54,23 +55,15 @@ async fn settled(rx: &Receiver) -> Vec<Got> {
     rx.got()
 }
 
-/// The replica holding the following of `task`, if any (the store's own record).
-fn holder(prefix: &Prefix, task: &str) -> Option<String> {
-    let mut c = redis::Client::open(redis_url())
-        .and_then(|c| c.get_connection())
-        .expect("redis");
-    redis::cmd("HGET")
-        .arg(format!("{}push:holder", prefix.prefix))
-        .arg(task)
-        .query(&mut c)
-        .expect("HGET")
-}
+on_both_stores!(
+    configs_made_through_two_replicas_each_get_every_update_once,
+    a_survivor_follows_on_from_a_killed_replica_without_missing_or_repeating,
+    a_replica_stalled_past_its_lease_stops_notifying_once_it_wakes,
+    a_callers_unfinished_tasks_are_one_quota_across_replicas,
+);
 
-#[tokio::test]
-async fn configs_made_through_two_replicas_each_get_every_update_once() {
-    let url = redis_url();
-    let prefix = Prefix::new(url);
-    let gws = replicas_with(url, &prefix.prefix, 2, PUSH);
+async fn configs_made_through_two_replicas_each_get_every_update_once(fleet: Fleet) {
+    let gws = fleet.replicas(2, PUSH);
     let (a, b) = (&gws[0], &gws[1]);
     let (on_a, on_b) = (
         Receiver::start("127.0.0.1", Answer::Ok).await,
@@ -88,7 +81,7 @@ async fn configs_made_through_two_replicas_each_get_every_update_once() {
             .await;
         assert_eq!(made["result"]["id"], name, "{made}");
     }
-    assert!(holder(&prefix, &id).is_some(), "one replica follows it");
+    assert!(fleet.push_holder(&id).is_some(), "one replica follows it");
     // Answered through B; the task runs on A.
     let mut answer = D::V10.message("Ada");
     answer["taskId"] = asked["id"].clone();
@@ -113,7 +106,7 @@ async fn configs_made_through_two_replicas_each_get_every_update_once() {
         "{all:#?}\n{later:#?}"
     );
     assert_eq!(
-        holder(&prefix, &id),
+        fleet.push_holder(&id),
         None,
         "the hold is given up at the end"
     );
@@ -139,14 +132,11 @@ async fn followed_by_a(gws: &[crate::running::Running], rx: &Receiver, text: &st
     id
 }
 
-#[tokio::test]
-async fn a_survivor_follows_on_from_a_killed_replica_without_missing_or_repeating() {
-    let url = redis_url();
-    let prefix = Prefix::new(url);
-    let mut gws = replicas_with(url, &prefix.prefix, 2, PUSH);
+async fn a_survivor_follows_on_from_a_killed_replica_without_missing_or_repeating(fleet: Fleet) {
+    let mut gws = fleet.replicas(2, PUSH);
     let rx = Receiver::start("127.0.0.1", Answer::Ok).await;
     let id = followed_by_a(&gws, &rx, "/delay 4 done").await;
-    let followed_by = holder(&prefix, &id).expect("a holder");
+    let followed_by = fleet.push_holder(&id).expect("a holder");
     gws[0].kill_hard();
     let got = settled(&rx).await;
     no_repeats(&got);
@@ -154,7 +144,7 @@ async fn a_survivor_follows_on_from_a_killed_replica_without_missing_or_repeatin
     let last = &got.last().unwrap().body;
     assert_eq!(state_of(last).as_deref(), Some("TASK_STATE_COMPLETED"));
     assert_eq!(
-        holder(&prefix, &id),
+        fleet.push_holder(&id),
         None,
         "given up by {followed_by}'s successor"
     );
@@ -167,11 +157,8 @@ async fn a_survivor_follows_on_from_a_killed_replica_without_missing_or_repeatin
     );
 }
 
-#[tokio::test]
-async fn a_replica_stalled_past_its_lease_stops_notifying_once_it_wakes() {
-    let url = redis_url();
-    let prefix = Prefix::new(url);
-    let gws = replicas_with(url, &prefix.prefix, 2, PUSH);
+async fn a_replica_stalled_past_its_lease_stops_notifying_once_it_wakes(fleet: Fleet) {
+    let gws = fleet.replicas(2, PUSH);
     let rx = Receiver::start("127.0.0.1", Answer::Ok).await;
     followed_by_a(&gws, &rx, "/delay 6 done").await;
     // Stalled past its lease (2 s) and the survivors' two looks: B adopts the task.
@@ -205,16 +192,8 @@ async fn ask(gw: &crate::running::Running) -> Value {
 
 /// A caller's quota of unfinished tasks is one across replicas: what it holds through one
 /// counts through the others (replicas tell each other every 200 ms).
-#[tokio::test]
-async fn a_callers_unfinished_tasks_are_one_quota_across_replicas() {
-    let url = redis_url();
-    let prefix = Prefix::new(url);
-    let gws = replicas_with(
-        url,
-        &prefix.prefix,
-        2,
-        "[limits]\nmax_unfinished_tasks_per_caller = 2\n",
-    );
+async fn a_callers_unfinished_tasks_are_one_quota_across_replicas(fleet: Fleet) {
+    let gws = fleet.replicas(2, "[limits]\nmax_unfinished_tasks_per_caller = 2\n");
     let (a, b) = (&gws[0], &gws[1]);
     let first = ask(a).await;
     let first_id = first["result"]["task"]["id"].clone();

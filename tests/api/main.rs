@@ -1,6 +1,22 @@
 //! Integration tests: the real server on an ephemeral port, spoken to over real HTTP.
 //! One test binary, because each extra binary costs a link step.
 
+/// A test body run once on each shared store: `<name>::redis` and `<name>::postgres`.
+macro_rules! on_both_stores {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test]
+            async fn redis() {
+                super::$name(crate::replicas::Fleet::redis()).await
+            }
+            #[tokio::test]
+            async fn postgres() {
+                super::$name(crate::replicas::Fleet::postgres()).await
+            }
+        }
+    )*};
+}
+
 mod admin;
 mod auth;
 mod balancer;

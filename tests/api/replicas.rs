@@ -1,4 +1,4 @@
-//! Three replicas of the real binary sharing one Redis act as one gateway: a task made
+//! Three replicas of the real binary sharing one Redis, or one PostgreSQL schema, act as one gateway: a task made
 //! through one is read, listed, canceled, continued and watched through the others; a
 //! replica killed mid-stream has its tasks failed by the survivors; a Redis that goes away
 //! makes requests answer 503 and readiness fail, and comes back by itself.
@@ -151,6 +151,77 @@ pub fn replicas_with(url: &str, prefix: &str, n: usize, extra: &str) -> Vec<Runn
         .collect()
 }
 
+/// Where a test's replicas share their state: a key prefix of its own in Redis, or a schema
+/// of its own in PostgreSQL (`shared = true`); deleted when the test ends.
+pub enum Fleet {
+    Redis(Prefix),
+    Postgres(crate::postgres::Schema),
+}
+
+impl Fleet {
+    pub fn redis() -> Fleet {
+        Fleet::Redis(Prefix::new(redis_url()))
+    }
+
+    pub fn postgres() -> Fleet {
+        Fleet::Postgres(crate::postgres::Schema::new())
+    }
+
+    /// The gateway file's lines: the echo agent by default, and the store.
+    pub fn config(&self) -> String {
+        match self {
+            Fleet::Redis(prefix) => config(redis_url(), &prefix.prefix),
+            Fleet::Postgres(schema) => format!(
+                "default_agent = \"echo\"\n{}shared = true\nlease_secs = 2\n",
+                crate::postgres::store_lines(schema)
+            ),
+        }
+    }
+
+    /// The replica holding the push following of `task`, if any (the store's own record).
+    pub fn push_holder(&self, task: &str) -> Option<String> {
+        match self {
+            Fleet::Redis(prefix) => {
+                let mut c = redis::Client::open(redis_url())
+                    .and_then(|c| c.get_connection())
+                    .expect("redis");
+                redis::cmd("HGET")
+                    .arg(format!("{}push:holder", prefix.prefix))
+                    .arg(task)
+                    .query(&mut c)
+                    .expect("HGET")
+            }
+            Fleet::Postgres(schema) => {
+                let sql = format!(
+                    "SELECT holder FROM \"{}\".push_holds WHERE task = $1",
+                    schema.0
+                );
+                let task = task.to_string();
+                crate::postgres::sql(move |c| c.query_opt(&sql, &[&task]).unwrap())
+                    .map(|row| row.get(0))
+            }
+        }
+    }
+
+    /// `n` replicas serving the echo agent, with `extra` lines in their gateway file.
+    pub fn replicas(&self, n: usize, extra: &str) -> Vec<Running> {
+        let gateway = format!("{}\n{extra}\n", self.config());
+        (0..n)
+            .map(|_| Running::start(&[("echo.toml", ECHO)], &gateway, "info"))
+            .collect()
+    }
+}
+
+on_both_stores!(
+    a_task_made_through_one_replica_is_read_listed_watched_and_canceled_through_the_others,
+    a_follow_up_through_another_replica_reaches_the_one_waiting_for_it,
+    a_replica_killed_mid_stream_has_its_tasks_failed_by_the_survivors,
+    rate_limits_are_one_allowance_across_replicas,
+    a_callers_open_streams_are_capped_across_replicas,
+    a_task_its_replica_evicted_from_memory_is_still_read_from_the_store,
+    upstream_task_owners_and_0_3_task_lists_are_shared_between_replicas,
+);
+
 fn state(task: &Value) -> &str {
     task["status"]["state"].as_str().unwrap_or("")
 }
@@ -170,11 +241,10 @@ async fn events(gw: &Running, method: &str, params: Value) -> Vec<Value> {
         .collect()
 }
 
-#[tokio::test]
-async fn a_task_made_through_one_replica_is_read_listed_watched_and_canceled_through_the_others() {
-    let url = redis_url();
-    let prefix = Prefix::new(url);
-    let gws = replicas(url, &prefix.prefix, 3);
+async fn a_task_made_through_one_replica_is_read_listed_watched_and_canceled_through_the_others(
+    fleet: Fleet,
+) {
+    let gws = fleet.replicas(3, "");
     let (a, b, c) = (&gws[0], &gws[1], &gws[2]);
 
     // Made on A, read on B and C at once (A answered only once the task was shared).
@@ -226,11 +296,8 @@ async fn a_task_made_through_one_replica_is_read_listed_watched_and_canceled_thr
     assert_eq!(again["error"]["code"], -32002, "{again}");
 }
 
-#[tokio::test]
-async fn a_follow_up_through_another_replica_reaches_the_one_waiting_for_it() {
-    let url = redis_url();
-    let prefix = Prefix::new(url);
-    let gws = replicas(url, &prefix.prefix, 2);
+async fn a_follow_up_through_another_replica_reaches_the_one_waiting_for_it(fleet: Fleet) {
+    let gws = fleet.replicas(2, "");
     let (a, b) = (&gws[0], &gws[1]);
     let asked = a.send_task("/input your name?", json!({})).await;
     assert_eq!(state(&asked), "TASK_STATE_INPUT_REQUIRED", "{asked}");
@@ -263,11 +330,8 @@ async fn a_follow_up_through_another_replica_reaches_the_one_waiting_for_it() {
     assert_eq!(final_state, Some("TASK_STATE_COMPLETED"), "{streamed:?}");
 }
 
-#[tokio::test]
-async fn a_replica_killed_mid_stream_has_its_tasks_failed_by_the_survivors() {
-    let url = redis_url();
-    let prefix = Prefix::new(url);
-    let mut gws = replicas(url, &prefix.prefix, 2);
+async fn a_replica_killed_mid_stream_has_its_tasks_failed_by_the_survivors(fleet: Fleet) {
+    let mut gws = fleet.replicas(2, "");
     let running = gws[0]
         .send_task("/delay 30", json!({"returnImmediately": true}))
         .await;
@@ -369,12 +433,9 @@ async fn without_redis_calls_answer_503_and_readiness_fails_until_it_returns() {
     assert_eq!(state(&task), "TASK_STATE_COMPLETED");
 }
 
-#[tokio::test]
-async fn rate_limits_are_one_allowance_across_replicas() {
-    let url = redis_url();
-    let prefix = Prefix::new(url);
+async fn rate_limits_are_one_allowance_across_replicas(fleet: Fleet) {
     let limits = "[rate_limits.agents.echo]\nrequests_per_minute = 60\nburst = 3";
-    let gws = replicas_with(url, &prefix.prefix, 3, limits);
+    let gws = fleet.replicas(3, limits);
     let mut remaining = Vec::new();
     for gw in &gws {
         let resp = gw
@@ -453,13 +514,10 @@ async fn python_sdk_client_across_replicas_over_0_3() {
     sdk_client_across_replicas("0.3").await;
 }
 
-#[tokio::test]
-async fn a_callers_open_streams_are_capped_across_replicas() {
-    let url = redis_url();
-    let prefix = Prefix::new(url);
+async fn a_callers_open_streams_are_capped_across_replicas(fleet: Fleet) {
     let tier =
         "[rate_limits.tiers.default]\nrequests_per_minute = 6000\nburst = 100\nmax_streams = 1";
-    let gws = replicas_with(url, &prefix.prefix, 2, tier);
+    let gws = fleet.replicas(2, tier);
     let (a, b) = (&gws[0], &gws[1]);
     let slow = a
         .send_task("/delay 30", json!({"returnImmediately": true}))
@@ -486,11 +544,8 @@ async fn a_callers_open_streams_are_capped_across_replicas() {
     }
 }
 
-#[tokio::test]
-async fn a_task_its_replica_evicted_from_memory_is_still_read_from_redis() {
-    let url = redis_url();
-    let prefix = Prefix::new(url);
-    let gws = replicas_with(url, &prefix.prefix, 1, "[limits]\nmax_tasks = 2");
+async fn a_task_its_replica_evicted_from_memory_is_still_read_from_the_store(fleet: Fleet) {
+    let gws = fleet.replicas(1, "[limits]\nmax_tasks = 2");
     let first = gws[0].send_task("first", json!({})).await;
     for text in ["second", "third", "fourth"] {
         gws[0].send_task(text, json!({})).await;
@@ -506,15 +561,12 @@ async fn a_task_its_replica_evicted_from_memory_is_still_read_from_redis() {
 /// Who created an upstream agent's task through one replica is known to the others: its
 /// creator reads it anywhere, another caller nowhere; and ListTasks of the 0.3 upstream
 /// (answered from the gateway's record of what it relayed) lists what every replica relayed.
-#[tokio::test]
-async fn upstream_task_owners_and_0_3_task_lists_are_shared_between_replicas() {
-    let url = redis_url();
-    let prefix = Prefix::new(url);
+async fn upstream_task_owners_and_0_3_task_lists_are_shared_between_replicas(fleet: Fleet) {
     let peer = crate::peers::fault_server("legacy03", 0).await;
     let up = crate::peers::upstream_agent("up", &peer.url(), "");
     let gateway = format!(
         "{}\n[auth]\ndefault_access = \"authenticated\"\n[[auth.api_keys]]\nid = \"alice\"\nsecret_sha256 = \"{}\"\nagents = [\"*\"]\n[[auth.api_keys]]\nid = \"bob\"\nsecret_sha256 = \"{}\"\nagents = [\"*\"]\n",
-        config(url, &prefix.prefix),
+        fleet.config(),
         crate::helpers::sha("alice-key"),
         crate::helpers::sha("bob-key")
     );
