@@ -7,8 +7,10 @@
 //! - each stream ends with its task's final state, picked up with `Last-Event-ID` through
 //!   whichever replica nginx picks when the one it was on went away.
 //!
-//! Redis: a `redis-server` of the test's own (appendonly, fsync always: the durable
-//! setting), restarted on its port mid-run.
+//! Run on each shared store, a server of the test's own restarted on its port mid-run:
+//! Redis (appendonly, fsync always: the durable setting), killed; PostgreSQL (a cluster
+//! made with `initdb` in a temporary directory, run as the `postgres` user), stopped in
+//! immediate mode (as a crash: no checkpoint, recovered from its WAL at the next start).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,7 +23,8 @@ use serde_json::{json, Value};
 use crate::balancer::Nginx;
 use crate::helpers::{rpc, D};
 use crate::push::{state_of, Answer, Got, Receiver};
-use crate::replicas::{replicas_with, Prefix, RedisServer};
+use crate::replicas::{replicas_with, RedisServer};
+use crate::running::Running;
 
 const PUSH: &str = "[push]\nenabled = true\nallow_http = true\nallow = [\"127.0.0.1\"]\n\
     timeout_secs = 2\ninitial_backoff_ms = 100\nmax_backoff_secs = 1\nretry_for_secs = 120\n";
@@ -258,23 +261,205 @@ fn deliveries(got: &[Got]) -> (HashMap<String, Vec<String>>, Vec<String>) {
     (finals, repeated)
 }
 
+/// A store server of the test's own that can go away and come back on its port.
+trait StoreServer {
+    fn name(&self) -> &'static str;
+    /// Three replicas on it.
+    fn replicas(&self) -> Vec<Running>;
+    fn stop(&mut self);
+    fn start(&mut self);
+}
+
+/// Redis keeping every write on disk before it answers.
+struct DurableRedis {
+    data: tempfile::TempDir,
+    port: u16,
+    server: Option<RedisServer>,
+    prefix: String,
+}
+
+impl DurableRedis {
+    fn new() -> DurableRedis {
+        let mut redis = DurableRedis {
+            data: tempfile::tempdir().unwrap(),
+            port: crate::peers::free_port(),
+            server: None,
+            prefix: format!("a2a-chaos-{}:", uuid::Uuid::new_v4()),
+        };
+        redis.start();
+        redis
+    }
+}
+
+impl StoreServer for DurableRedis {
+    fn name(&self) -> &'static str {
+        "redis"
+    }
+    fn replicas(&self) -> Vec<Running> {
+        let url = format!("redis://127.0.0.1:{}", self.port);
+        replicas_with(&url, &self.prefix, 3, PUSH)
+    }
+    fn stop(&mut self) {
+        self.server.take();
+    }
+    fn start(&mut self) {
+        let dir = self.data.path().to_str().unwrap();
+        let durable = [
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+            "--dir",
+            dir,
+        ];
+        self.server = Some(RedisServer::start_with(self.port, &durable));
+    }
+}
+
+/// A PostgreSQL cluster of the test's own (its server binaries from `pg_config`, run as
+/// the `postgres` user, which PostgreSQL requires when the tests run as root).
+struct OwnPostgres {
+    data: tempfile::TempDir,
+    port: u16,
+    bin: std::path::PathBuf,
+    user: Option<(u32, u32)>,
+    server: Option<std::process::Child>,
+}
+
+impl OwnPostgres {
+    fn new() -> OwnPostgres {
+        use std::os::unix::process::CommandExt;
+        let bin = std::process::Command::new("pg_config")
+            .arg("--bindir")
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_else(|| {
+                panic!("pg_config is not on PATH: the chaos test needs PostgreSQL's server binaries (apt-get install postgresql)")
+            });
+        let data = tempfile::tempdir().unwrap();
+        // As root, the server runs as `postgres`, which must own its directory.
+        let id = |args: &[&str]| -> Option<u32> {
+            let out = std::process::Command::new("id").args(args).output().ok()?;
+            String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+        };
+        let user = (id(&["-u"]) == Some(0)).then(|| {
+            let as_postgres = id(&["-u", "postgres"]).zip(id(&["-g", "postgres"]));
+            as_postgres
+                .expect("the tests run as root: they need a postgres user to run PostgreSQL as")
+        });
+        if let Some((uid, gid)) = user {
+            std::os::unix::fs::chown(data.path(), Some(uid), Some(gid)).unwrap();
+        }
+        let bin = std::path::PathBuf::from(bin);
+        let mut initdb = std::process::Command::new(bin.join("initdb"));
+        initdb
+            .args(["-U", "postgres", "--auth=trust", "--no-sync", "-D"])
+            .arg(data.path().join("db"))
+            .stdout(std::process::Stdio::null());
+        if let Some((uid, gid)) = user {
+            initdb.uid(uid).gid(gid);
+        }
+        let made = initdb.output().expect("running initdb");
+        assert!(
+            made.status.success(),
+            "initdb failed: {}",
+            String::from_utf8_lossy(&made.stderr)
+        );
+        let mut pg = OwnPostgres {
+            data,
+            port: crate::peers::free_port(),
+            bin,
+            user,
+            server: None,
+        };
+        pg.start();
+        pg
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+}
+
+impl StoreServer for OwnPostgres {
+    fn name(&self) -> &'static str {
+        "postgres"
+    }
+    fn replicas(&self) -> Vec<Running> {
+        let gateway = format!(
+            "default_agent = \"echo\"\n[store]\nkind = \"postgres\"\nurl = \"{}\"\nschema = \"chaos\"\nshared = true\nlease_secs = 2\n{PUSH}",
+            self.url()
+        );
+        (0..3)
+            .map(|_| Running::start(&[("echo.toml", crate::helpers::ECHO)], &gateway, "info"))
+            .collect()
+    }
+    fn stop(&mut self) {
+        let Some(mut server) = self.server.take() else {
+            return;
+        };
+        // Immediate shutdown: the server ends at once, as in a crash.
+        let _ = std::process::Command::new("kill")
+            .args(["-QUIT", &server.id().to_string()])
+            .status();
+        let _ = server.wait();
+    }
+    fn start(&mut self) {
+        use std::os::unix::process::CommandExt;
+        let mut postgres = std::process::Command::new(self.bin.join("postgres"));
+        postgres
+            .arg("-D")
+            .arg(self.data.path().join("db"))
+            .args([
+                "-p",
+                &self.port.to_string(),
+                "-c",
+                "listen_addresses=127.0.0.1",
+            ])
+            .arg("-c")
+            .arg(format!(
+                "unix_socket_directories={}",
+                self.data.path().display()
+            ))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        if let Some((uid, gid)) = self.user {
+            postgres.uid(uid).gid(gid);
+        }
+        self.server = Some(postgres.spawn().expect("starting postgres"));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let url = self.url();
+        while !crate::postgres::answers(&url) {
+            assert!(
+                Instant::now() < deadline,
+                "postgres did not start on port {}",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for OwnPostgres {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
 #[tokio::test]
 async fn replicas_behind_nginx_survive_a_kill_a_store_restart_and_a_stall_on_redis() {
-    let data = tempfile::tempdir().unwrap();
-    let dir = data.path().to_str().unwrap().to_string();
-    let durable = [
-        "--appendonly",
-        "yes",
-        "--appendfsync",
-        "always",
-        "--dir",
-        &dir,
-    ];
-    let port = crate::peers::free_port();
-    let mut redis = Some(RedisServer::start_with(port, &durable));
-    let url = redis.as_ref().unwrap().url();
-    let prefix = Prefix::new(&url);
-    let mut gws = replicas_with(&url, &prefix.prefix, 3, PUSH);
+    survive(&mut DurableRedis::new()).await;
+}
+
+#[tokio::test]
+async fn replicas_behind_nginx_survive_a_kill_a_store_restart_and_a_stall_on_postgres() {
+    survive(&mut OwnPostgres::new()).await;
+}
+
+async fn survive(store: &mut impl StoreServer) {
+    let mut gws = store.replicas();
     let nginx = Nginx::start(&gws);
     let rx = Receiver::start("127.0.0.1", Answer::Ok).await;
     let load = Arc::new(Load {
@@ -298,9 +483,9 @@ async fn replicas_behind_nginx_survive_a_kill_a_store_restart_and_a_stall_on_red
     tokio::time::sleep(Duration::from_millis(500)).await;
     gws[0].kill_hard();
     tokio::time::sleep(Duration::from_secs(4)).await;
-    drop(redis.take());
+    store.stop();
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let _redis = RedisServer::start_with(port, &durable);
+    store.start();
     tokio::time::sleep(Duration::from_secs(4)).await;
     gws[1].signal("STOP");
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -364,7 +549,8 @@ async fn replicas_behind_nginx_survive_a_kill_a_store_restart_and_a_stall_on_red
         .filter(|s| *s == "TASK_STATE_FAILED")
         .count();
     println!(
-        "figure: chaos on redis: {} tasks answered ({} with push, {} streamed, {} streams picked up again), {} calls unanswered while a replica or the store was away, {} tasks failed with their replica; {} notifications",
+        "figure: chaos on {}: {} tasks answered ({} with push, {} streamed, {} streams picked up again), {} calls unanswered while a replica or the store was away, {} tasks failed with their replica; {} notifications",
+        store.name(),
         seen.answered.len(),
         seen.pushed.len(),
         seen.streams.len(),

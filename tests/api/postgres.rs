@@ -34,6 +34,14 @@ pub(crate) fn sql<T: Send + 'static>(
     .unwrap()
 }
 
+/// Whether a PostgreSQL server answers at `url` now.
+pub(crate) fn answers(url: &str) -> bool {
+    let url = url.to_string();
+    std::thread::spawn(move || postgres::Client::connect(&url, postgres::NoTls).is_ok())
+        .join()
+        .unwrap_or(false)
+}
+
 /// A schema of the test's own, dropped (with what the gateway put in it) when the test ends.
 pub(crate) struct Schema(pub(crate) String);
 
