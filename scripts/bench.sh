@@ -389,18 +389,21 @@ bench_store() {
     # durability = "sync": each answer waits for the group commit that holds it.
     pss=$(free_port); gateway "$pss" "$ROOT/agents.d" "default_agent = \"echo\"\n$big\n[store]\nkind = \"sqlite\"\ndurability = \"sync\"\ndata_dir = \"data-$pss\""
     pr=$(free_port); gateway "$pr" "$ROOT/agents.d" "default_agent = \"echo\"\n$big\n[store]\nkind = \"redis\"\nurl = \"$REDIS_URL\"\nkey_prefix = \"$prefix\""; pr_pid=$GW_PID
-    local POSTGRES_URL="${POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}" pp pps pp_pid pps_pid
+    local POSTGRES_URL="${POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}" pp pps pp_pid pps_pid pr2 pr2_pid
     psql "$POSTGRES_URL" -Atc "select 1" > /dev/null || { echo "bench store: no PostgreSQL at $POSTGRES_URL (set POSTGRES_URL)" >&2; exit 1; }
     pp=$(free_port); gateway "$pp" "$ROOT/agents.d" "default_agent = \"echo\"\n$big\n[store]\nkind = \"postgres\"\nurl = \"$POSTGRES_URL\"\nschema = \"a2a_bench_$pp\""; pp_pid=$GW_PID
     pps=$(free_port); gateway "$pps" "$ROOT/agents.d" "default_agent = \"echo\"\n$big\n[store]\nkind = \"postgres\"\ndurability = \"sync\"\nurl = \"$POSTGRES_URL\"\nschema = \"a2a_bench_$pps\""; pps_pid=$GW_PID
+    # Shared by replicas (one here): answers wait for their batch, as with Redis.
+    pr2=$(free_port); gateway "$pr2" "$ROOT/agents.d" "default_agent = \"echo\"\n$big\n[store]\nkind = \"postgres\"\nshared = true\nurl = \"$POSTGRES_URL\"\nschema = \"a2a_bench_$pr2\""; pr2_pid=$GW_PID
     rounds "memory store" "http://127.0.0.1:$pm/a2a/agents/echo" \
         "sqlite store" "http://127.0.0.1:$ps/a2a/agents/echo" \
         "sqlite store, sync" "http://127.0.0.1:$pss/a2a/agents/echo" \
         "redis store" "http://127.0.0.1:$pr/a2a/agents/echo" \
         "postgres store" "http://127.0.0.1:$pp/a2a/agents/echo" \
-        "postgres store, sync" "http://127.0.0.1:$pps/a2a/agents/echo"
+        "postgres store, sync" "http://127.0.0.1:$pps/a2a/agents/echo" \
+        "postgres store, shared" "http://127.0.0.1:$pr2/a2a/agents/echo"
     echo "(targets: sqlite >= 0.6x memory, redis >= 0.5x memory)"
-    echo "unloaded p50 (1 connection): memory $(p50_unloaded "$pm"), sqlite $(p50_unloaded "$ps"), sqlite sync $(p50_unloaded "$pss"), redis $(p50_unloaded "$pr"), postgres $(p50_unloaded "$pp"), postgres sync $(p50_unloaded "$pps") (target: sqlite adds < 0.1 ms)"
+    echo "unloaded p50 (1 connection): memory $(p50_unloaded "$pm"), sqlite $(p50_unloaded "$ps"), sqlite sync $(p50_unloaded "$pss"), redis $(p50_unloaded "$pr"), postgres $(p50_unloaded "$pp"), postgres sync $(p50_unloaded "$pps"), postgres shared $(p50_unloaded "$pr2") (target: sqlite adds < 0.1 ms)"
     echo "postgres store: $(per_task "$pp" "$pp_pid"); $(psql "$POSTGRES_URL" -Atc "select pg_size_pretty(sum(pg_total_relation_size(c.oid))::bigint) || ' in the schema, ' || (sum(pg_total_relation_size(c.oid)) / greatest((select count(*) from a2a_bench_$pp.tasks), 1))::bigint || ' bytes per task' from pg_class c join pg_namespace n on n.oid = c.relnamespace where n.nspname = 'a2a_bench_$pp' and c.relkind = 'r'")"
     echo "memory store: $(per_task "$pm" "$pm_pid")"
     echo "sqlite store: $(per_task "$ps" "$ps_pid"); database $(du -sh "$TMP/data-$ps" | cut -f1)"
@@ -411,8 +414,8 @@ bench_store() {
     awk -v a="$r0" -v b="$r1" -v k0="$keys0" -v k1="$keys1" 'BEGIN { printf "redis store: %.0f bytes of Redis memory per task\n", (b - a) / (k1 - k0) }'
     # Only this run's keys and schemas (their gateways stop first: they hold the schemas).
     redis-cli -u "$REDIS_URL" --scan --pattern "${prefix}*" | xargs -r -n 1000 redis-cli -u "$REDIS_URL" del > /dev/null
-    kill "$pp_pid" "$pps_pid"; wait "$pp_pid" "$pps_pid" 2>/dev/null || true
-    psql "$POSTGRES_URL" -qc "set client_min_messages to warning; drop schema if exists a2a_bench_$pp cascade; drop schema if exists a2a_bench_$pps cascade"
+    kill "$pp_pid" "$pps_pid" "$pr2_pid"; wait "$pp_pid" "$pps_pid" "$pr2_pid" 2>/dev/null || true
+    psql "$POSTGRES_URL" -qc "set client_min_messages to warning; drop schema if exists a2a_bench_$pp cascade; drop schema if exists a2a_bench_$pps cascade; drop schema if exists a2a_bench_$pr2 cascade"
 }
 
 bench_grpc() {

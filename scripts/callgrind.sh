@@ -21,6 +21,8 @@
 #   echo        the gateway -> the echo agent (memory store, metrics on, no Origin, push off)
 #   echo_sqlite, echo_redis   the same on the shipped gateway.toml's SQLite store, and on
 #               the local Redis (a key prefix of the run's own, its keys deleted after)
+#   echo_postgres   the same on the local PostgreSQL shared by replicas (`shared = true`;
+#               a schema of the run's own, dropped after)
 #   echo_grpc   SendMessage -> echo over gRPC (examples/loadgen.rs grpc-calls)
 #   echo_mcp    MCP tools/call of the echo tool, in one session (2025-11-25)
 #   echo_otel   echo with every span exported over OTLP/HTTP (sample ratio 1.0) to a sink
@@ -32,7 +34,8 @@
 # None of the measured configurations has a rate limit, so the rate limiter's clock
 # (`quanta`), whose calibration at start varies from start to start, is never made. Needs
 # valgrind (installed with apt-get when missing and run as root) and, for echo_redis, the
-# Redis at 127.0.0.1:6379 with redis-cli.
+# Redis at 127.0.0.1:6379 with redis-cli; for echo_postgres, PostgreSQL at POSTGRES_URL
+# (default postgres://postgres@127.0.0.1:5432/test) with psql.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 N1="${N1:-1000}"
@@ -92,6 +95,9 @@ redis='[store]\nkind = "redis"\nurl = "redis://127.0.0.1:6379/0"\nkey_prefix = "
 printf 'default_agent = "echo"\n' > "$TMP/echo.toml"
 printf 'default_agent = "echo"\n%b\n' "$sqlite" > "$TMP/echo-sqlite.toml"
 printf 'default_agent = "echo"\n%b\n' "$redis" > "$TMP/echo-redis.toml"
+PG_URL="${POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}"
+postgres="[store]\nkind = \"postgres\"\nurl = \"$PG_URL\"\nschema = \"@SCHEMA@\"\nshared = true"
+printf 'default_agent = "echo"\n%b\n' "$postgres" > "$TMP/echo-postgres.toml"
 printf 'default_agent = "echo"\n[usage]\nenabled = true\n' > "$TMP/echo-usage.toml"
 printf 'default_agent = "echo"\n[server]\ngrpc_port = @GRPC_PORT@\n' > "$TMP/echo-grpc.toml"
 printf 'default_agent = "echo"\n[telemetry]\notlp_endpoint = "http://127.0.0.1:%s"\nsample_ratio = 1.0\n' "$SINK_PORT" > "$TMP/echo-otel.toml"
@@ -162,11 +168,13 @@ run() {
     local port grpc_port target dir pid
     port=$(free_port); grpc_port=$(free_port)
     dir=$(mktemp -d "$TMP/run.XXXXXX")
+    # A PostgreSQL schema of the run's own: lowercase letters, digits and _.
+    local schema; schema="a2a_callgrind_$(tr 'A-Z' 'a-z' <<< "${dir##*.}")"
     local -a cmd=()
     for arg in "$@"; do
         arg=${arg//@PORT@/$port}; arg=${arg//@GRPC_PORT@/$grpc_port}
         if [[ $arg == "$TMP"/*.toml ]]; then
-            sed "s|@RUN@|$dir|g; s|@GRPC_PORT@|$grpc_port|g" "$arg" > "$dir/config.toml"
+            sed "s|@RUN@|$dir|g; s|@GRPC_PORT@|$grpc_port|g; s|@SCHEMA@|$schema|g" "$arg" > "$dir/config.toml"
             arg="$dir/config.toml"
         fi
         cmd+=("$arg")
@@ -184,6 +192,11 @@ run() {
     # The run's Redis keys, and nothing else's.
     if grep -q 'kind = "redis"' "$dir/config.toml" 2>/dev/null; then
         redis-cli --scan --pattern "a2a-callgrind:$dir:*" | xargs -r redis-cli del > /dev/null
+    fi
+    # The run's schema, and nothing else's.
+    if grep -q 'kind = "postgres"' "$dir/config.toml" 2>/dev/null; then
+        local schema; schema=$(sed -n 's/^schema = "\(.*\)"$/\1/p' "$dir/config.toml")
+        psql -q "$PG_URL" -c "DROP SCHEMA IF EXISTS \"$schema\" CASCADE" > /dev/null
     fi
     grep -m1 '^summary:' "$dir/cg.out" | awk '{print $2}'
     rm -rf "$dir"
@@ -222,6 +235,7 @@ for bin in "${BINS[@]}"; do
     figure echo jsonrpc /a2a/agents/echo "${serve[@]}" "$TMP/echo.toml"
     figure echo_sqlite jsonrpc /a2a/agents/echo "${serve[@]}" "$TMP/echo-sqlite.toml"
     figure echo_redis jsonrpc /a2a/agents/echo "${serve[@]}" "$TMP/echo-redis.toml"
+    figure echo_postgres jsonrpc /a2a/agents/echo "${serve[@]}" "$TMP/echo-postgres.toml"
     figure echo_grpc grpc / "${serve[@]}" "$TMP/echo-grpc.toml"
     figure echo_mcp mcp /mcp "${serve[@]}" "$TMP/echo.toml"
     figure echo_otel jsonrpc /a2a/agents/echo "${serve[@]}" "$TMP/echo-otel.toml"
