@@ -451,7 +451,7 @@ fn the_deploy_check_refuses_replicas_that_do_not_share_their_store() {
             "an HPA over the SQLite StatefulSet",
             |copy| {
                 let hpa =
-                    std::fs::read_to_string(copy.join("deploy/kubernetes/replicated/hpa.yaml"))
+                    std::fs::read_to_string(copy.join("deploy/kubernetes/fleet/hpa.yaml"))
                         .unwrap()
                         .replace("kind: Deployment", "kind: StatefulSet");
                 std::fs::write(copy.join("deploy/kubernetes/single/hpa.yaml"), hpa).unwrap();
@@ -497,6 +497,22 @@ fn the_deploy_check_refuses_replicas_that_do_not_share_their_store() {
                 "deploy/kubernetes/replicated: up to 10 gateway replicas (Deployment/a2a-gateway \
                  replicas: 2; HorizontalPodAutoscaler/a2a-gateway maxReplicas: 10) with [store] \
                  kind = \"sqlite\": {unshared}"
+            ),
+        ),
+        (
+            "the PostgreSQL variant not shared",
+            |copy| {
+                edit(
+                    copy,
+                    "deploy/kubernetes/replicated-postgres/config.yaml",
+                    "    shared = true ",
+                    "    shared = false ",
+                )
+            },
+            format!(
+                "deploy/kubernetes/replicated-postgres: up to 10 gateway replicas \
+                 (Deployment/a2a-gateway replicas: 2; HorizontalPodAutoscaler/a2a-gateway \
+                 maxReplicas: 10) with [store] kind = \"postgres\": {unshared}"
             ),
         ),
         (

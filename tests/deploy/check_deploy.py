@@ -10,14 +10,15 @@ Run through scripts/deploy-check.sh, which installs kubernetes-validate and PyYA
 - Kubernetes (deploy/kubernetes): each directory's kustomization.yaml lists every manifest
   there and only existing ones; each object validates against the Kubernetes JSON schemas
   bundled with kubernetes-validate (strict: unknown fields fail), offline. Then each variant
-  (a kustomization no other one includes: single/, replicated/), as kustomize renders it
+  (a kustomization no other one includes: single/, replicated/, replicated-postgres/), as
+  kustomize renders it
   (and `kubectl kustomize` where installed): selectors, ports, probes, Prometheus
   annotations, the Secret reference, the volumes and mount paths, the args' config paths,
   the security context and the grace period agree; the ConfigMaps (or Secret) hold the
   repository's gateway.toml (host 0.0.0.0; [rate_limits] and a Redis [store] may differ)
   and agents.d/ files byte for byte; trusted_proxies is set. More than one replica (the
   workload's, or an HPA's maxReplicas) needs a store they share (Redis, at a Service of the
-  manifests in front of one Redis the gateway's pods may reach); SQLite needs its data
+  manifests in front of one Redis, or PostgreSQL, the gateway's pods may reach); SQLite needs its data
   directory on a PersistentVolumeClaim, and a workload that never runs two pods at once.
 - Dockerfile: EXPOSE, HEALTHCHECK (run here against stub servers: 200 on the ready path
   passes; 503, a wrong path or a closed port fail), CMD paths against COPY destinations,
@@ -25,10 +26,11 @@ Run through scripts/deploy-check.sh, which installs kubernetes-validate and PyYA
 - compose.yaml: services, port mapping, mounted files, upstream agent files pointing at
   compose services on the ports they listen on, the Prometheus scrape target and path; and
   `docker compose config -q` when the compose plugin is installed.
-- compose.replicas.yaml: the replicas share one Redis, nginx's upstream is every replica,
+- compose.replicas.yaml, compose.replicas-postgres.yaml: the replicas share one Redis (one
+  PostgreSQL schema), nginx's upstream is every replica,
   unbuffered, never passing a send that reached one replica on to another
   (non_idempotent), and the replicas trust nginx's network for X-Forwarded-For.
-- Both compose files: more than one gateway (services, or deploy.replicas) needs a store
+- Every compose file: more than one gateway (services, or deploy.replicas) needs a store
   they share.
 - systemd unit: ExecStart paths, reload by SIGHUP, stop by SIGTERM within TimeoutStopSec,
   the sandbox; `systemd-analyze verify` when installed.
@@ -74,13 +76,14 @@ except ImportError as e:  # pragma: no cover - the venv script installs them
 
 def set_root(root: Path) -> None:
     """The repository whose deploy/ (and gateway.toml, agents.d/, ...) is checked."""
-    global ROOT, DEPLOY, K8S, DOCKERFILE, COMPOSE, REPLICAS, UNIT, DOCKERIGNORE
+    global ROOT, DEPLOY, K8S, DOCKERFILE, COMPOSE, REPLICAS, REPLICAS_PG, UNIT, DOCKERIGNORE
     ROOT = root.resolve()
     DEPLOY = ROOT / 'deploy'
     K8S = DEPLOY / 'kubernetes'
     DOCKERFILE = DEPLOY / 'Dockerfile'
     COMPOSE = DEPLOY / 'compose.yaml'
     REPLICAS = DEPLOY / 'compose.replicas.yaml'
+    REPLICAS_PG = DEPLOY / 'compose.replicas-postgres.yaml'
     UNIT = DEPLOY / 'systemd' / 'a2a-gateway.service'
     DOCKERIGNORE = ROOT / '.dockerignore'
 
@@ -821,14 +824,21 @@ def trusted_networks(cfg: dict | None, where: str, r: Report, behind: str) -> li
     return nets
 
 
+def shares(store: dict) -> bool:
+    """Whether replicas on `store` share it: Redis, or PostgreSQL with `shared = true`."""
+    kind = store.get('kind', 'memory')
+    return kind == 'redis' or (kind == 'postgres' and store.get('shared') is True)
+
+
 def unshared_replicas(count: int, why: list[str], store: dict, where: str, r: Report) -> None:
     """More than one gateway may run: they must share one store."""
     kind = store.get('kind', 'memory')
-    r.expect(count <= 1 or kind == 'redis', where,
+    r.expect(count <= 1 or shares(store), where,
              f'up to {count} gateway replicas ({"; ".join(why)}) with [store] kind = '
              f'"{kind}": each replica would keep tasks of its own, and a caller whose next '
              'call reaches another replica gets "task not found". Share one store ([store] '
-             'kind = "redis", docs/store.md) or run one replica')
+             'kind = "redis", or kind = "postgres" with shared = true; docs/store.md) or run '
+             'one replica')
 
 
 def check_k8s(a, r: Report, docker: dict, ctx: dict) -> None:
@@ -1025,12 +1035,12 @@ def check_k8s_variant(a, r: Report, docker: dict, ctx: dict, variant: Path,
         expected = json.loads(json.dumps(repo_gateway))
         expected.setdefault('server', {})['host'] = '0.0.0.0'
         got = json.loads(json.dumps(gateway))
-        for key in ('rate_limits',) + (('store',) if store_kind == 'redis' else ()):
+        for key in ('rate_limits',) + (('store',) if shares(store) else ()):
             expected.pop(key, None)
             got.pop(key, None)
         diff = toml_diff(expected, got)
         r.expect(not diff, cfg_where, 'differs from the repository\'s gateway.toml (beyond '
-                 '[server] host = "0.0.0.0", [rate_limits] and a Redis [store]): '
+                 '[server] host = "0.0.0.0", [rate_limits] and a shared [store]): '
                  + '; '.join(diff))
         trusted_networks(gateway, cfg_where, r, 'the cluster\'s load balancer')
     grace = shutdown_grace(gateway, a.shutdown_grace_secs)
@@ -1132,8 +1142,8 @@ def check_k8s_variant(a, r: Report, docker: dict, ctx: dict, variant: Path,
         r.expect(kind == 'StatefulSet' or spec.get('strategy', {}).get('type') == 'Recreate',
                  where, 'a Deployment\'s rolling update starts the new pod beside the old one, '
                  'which holds the SQLite database: use a StatefulSet, or strategy Recreate')
-    if store_kind == 'redis':
-        check_k8s_redis(store, services, by_kind, labels, cfg_where, r)
+    if shares(store):
+        check_k8s_store(store, services, by_kind, labels, cfg_where, r)
 
     # Service, PDB, HPA.
     if svc is not None:
@@ -1176,7 +1186,9 @@ def check_k8s_variant(a, r: Report, docker: dict, ctx: dict, variant: Path,
         r.expect(agents_dir == docker['agents_dir'], where,
                  f'--agents-dir {agents_dir} differs from the image\'s {docker["agents_dir"]}')
     store_text = {'redis': f'Redis at {store.get("url")}', 'sqlite': f'SQLite in {data_dir} on '
-                  'a PersistentVolumeClaim'}.get(store_kind, store_kind)
+                  'a PersistentVolumeClaim',
+                  'postgres': f'PostgreSQL{" (shared)" if shares(store) else ""} at '
+                  f'{redacted(store.get("url"))}'}.get(store_kind, store_kind)
     r.ok(f'{label}: {kind} of {replicas}{f" to {most}" if most != replicas else ""} '
          f'replica(s), store {store_text}; probes {a.health_path} / {a.ready_path} on port '
          f'http ({a.port}), Service 80 -> http, Prometheus annotations ({a.metrics_path}), '
@@ -1184,43 +1196,55 @@ def check_k8s_variant(a, r: Report, docker: dict, ctx: dict, variant: Path,
          'and agents.d/, trusted_proxies set', since)
 
 
-def check_k8s_redis(store: dict, services: dict, by_kind: dict, gateway_labels: dict,
+def redacted(url) -> str:
+    """A URL without its password, for messages."""
+    u = urlsplit(str(url))
+    if u.password is None:
+        return str(url)
+    return u._replace(netloc=u.netloc.replace(f':{u.password}@', ':***@')).geturl()
+
+
+def check_k8s_store(store: dict, services: dict, by_kind: dict, gateway_labels: dict,
                     where: str, r: Report) -> None:
-    """A Redis URL naming an in-cluster host: a Service of the manifests, on its port,
-    in front of a Redis the gateway's pods may reach."""
+    """A shared store's URL naming an in-cluster host: a Service of the manifests, on its
+    port, in front of one Redis (or PostgreSQL) the gateway's pods may reach."""
+    redis = store.get('kind') == 'redis'
+    name, image, default_port = ('Redis', 'redis:', 6379) if redis else \
+        ('PostgreSQL', 'postgres:', 5432)
     url = urlsplit(str(store.get('url', 'redis://127.0.0.1:6379')))
-    host, port = url.hostname or '', url.port or 6379
+    host, port = url.hostname or '', url.port or default_port
     if host in ('localhost', '127.0.0.1', '::1'):
-        r.fail(where, f'[store] url {store.get("url")} is the pod itself: no Redis runs there')
+        r.fail(where, f'[store] url {redacted(store.get("url"))} is the pod itself: no {name} '
+               'runs there')
         return
     if '.' in host and host not in services:
-        return  # a Redis outside the manifests (a managed one): nothing here to compare
-    if not r.expect(host in services, where, f'[store] url {store.get("url")} names host '
-                    f'{host!r}, which is no Service of the manifests ({sorted(services)})'):
+        return  # a store outside the manifests (a managed one): nothing here to compare
+    if not r.expect(host in services, where, f'[store] url {redacted(store.get("url"))} names '
+                    f'host {host!r}, which is no Service of the manifests ({sorted(services)})'):
         return
     svc, svc_f = services[host]
     sports = {p.get('port'): p for p in svc['spec'].get('ports', [])}
     r.expect(port in sports, svc_f, f'Service {host} has no port {port} ([store] url '
-             f'{store.get("url")})')
+             f'{redacted(store.get("url"))})')
     pods = [(d, f) for k in ('Deployment', 'StatefulSet') for d, f in by_kind.get(k, [])
             if selector_matches(svc['spec'].get('selector'),
                                 d['spec']['template']['metadata'].get('labels', {}))]
     if not r.expect(len(pods) == 1, svc_f, f'Service {host} selects {len(pods)} workloads; '
-                    'expected the one Redis'):
+                    f'expected the one {name}'):
         return
-    redis, redis_f = pods[0]
-    rlabels = redis['spec']['template']['metadata'].get('labels', {})
-    containers = redis['spec']['template']['spec'].get('containers', [])
-    r.expect(any(str(c.get('image', '')).startswith('redis:') for c in containers), redis_f,
-             f'{redis["kind"]}/{redis["metadata"]["name"]} behind Service {host} runs no redis '
-             'image')
-    r.expect(redis['spec'].get('replicas', 1) == 1, redis_f, 'one Redis pod: several would '
-             'each be a separate store')
+    server, server_f = pods[0]
+    rlabels = server['spec']['template']['metadata'].get('labels', {})
+    containers = server['spec']['template']['spec'].get('containers', [])
+    r.expect(any(str(c.get('image', '')).startswith(image) for c in containers), server_f,
+             f'{server["kind"]}/{server["metadata"]["name"]} behind Service {host} runs no '
+             f'{image.rstrip(":")} image')
+    r.expect(server['spec'].get('replicas', 1) == 1, server_f, f'one {name} pod: several '
+             'would each be a separate store')
     target = sports.get(port, {}).get('targetPort', port)
     cports = {p.get('name'): p.get('containerPort') for c in containers
               for p in c.get('ports', [])}
     r.expect(target in cports or target in cports.values(), svc_f,
-             f'Service {host} port {port} targets {target!r}, which the Redis container does '
+             f'Service {host} port {port} targets {target!r}, which the {name} container does '
              f'not expose ({cports})')
     for pol, pol_f in by_kind.get('NetworkPolicy', []):
         ps = pol['spec']
@@ -1230,7 +1254,7 @@ def check_k8s_redis(store: dict, services: dict, by_kind: dict, gateway_labels: 
         allowed = any(selector_matches(peer.get('podSelector'), gateway_labels)
                       for rule in ps.get('ingress', []) for peer in rule.get('from', []))
         r.expect(allowed, pol_f, f'NetworkPolicy {pol["metadata"]["name"]} keeps the '
-                 'gateway\'s pods from Redis')
+                 f'gateway\'s pods from {name}')
 
 
 # ---------------------------------------------------------------------------- compose
@@ -1347,31 +1371,40 @@ def check_compose_sharing(path: Path, a, r: Report, docker: dict) -> None:
         r.expect(len(shared) <= 1, where, f'the gateway replicas use different Redis stores '
                  f'(url, key_prefix) {sorted(shared)}: each would keep tasks the others '
                  'cannot find')
+        schemas = {(s.get('url'), s.get('schema', 'a2a_gateway'))
+                   for _, s in stores.values() if s.get('kind') == 'postgres'}
+        r.expect(len(schemas) <= 1, where, f'the gateway replicas use different PostgreSQL '
+                 f'schemas {sorted((redacted(u), sc) for u, sc in schemas)}: each would keep '
+                 'tasks the others cannot find')
     kinds = sorted({s.get('kind', 'memory') for _, s in stores.values()})
     r.ok(f'{where}: {total} gateway(s) ({", ".join(why) or "none"}), store '
          f'{"/".join(kinds) or "?"}{": shared" if total > 1 else ""}', since)
 
 
-def check_replicas_compose(a, r: Report, docker: dict, ctx: dict) -> None:
-    """compose.replicas.yaml: three gateway replicas on one Redis store behind nginx."""
-    where = rel(REPLICAS)
+def check_replicas_compose(a, r: Report, docker: dict, ctx: dict, path: Path, toml: str,
+                           store_service: str, scheme: str) -> None:
+    """compose.replicas*.yaml: three gateway replicas on one shared store (the compose
+    service `store_service`, its URL starting `scheme`) behind nginx, with `toml`."""
+    where = rel(path)
     since = r.mark()
+    config = DEPLOY / 'compose' / toml
     try:
-        doc = yaml.safe_load(REPLICAS.read_text())
+        doc = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as e:
         r.fail(where, f'cannot read: {e}')
         return
     services = (doc or {}).get('services') or {}
     gateways = [n for n in services if n.startswith('gateway-')]
     r.expect(len(gateways) == 3, where, f'three gateway replicas, found {gateways}')
-    for name in ('redis', 'nginx'):
+    for name in (store_service, 'nginx'):
         r.expect(name in services, where, f'no service {name}')
-    cfg = read_toml(DEPLOY / 'compose' / 'replicas.toml', r)
+    cfg = read_toml(config, r)
     store = (cfg or {}).get('store') or {}
-    # (That it is shared, [store] kind = "redis", is check_compose_sharing's.)
-    if store.get('kind') == 'redis':
-        r.expect(str(store.get('url', '')).startswith('redis://redis:'), where,
-                 f'replicas.toml: store.url {store.get("url")!r} does not name the redis service')
+    # (That it is shared is check_compose_sharing's.)
+    host = urlsplit(str(store.get('url', ''))).hostname
+    r.expect(str(store.get('url', '')).startswith(scheme) and host == store_service, where,
+             f'{toml}: store.url {redacted(store.get("url"))!r} does not name the '
+             f'{store_service} service')
     for name in gateways:
         gw = services[name]
         b = gw.get('build') or {}
@@ -1385,9 +1418,10 @@ def check_replicas_compose(a, r: Report, docker: dict, ctx: dict) -> None:
         mounts = {t: (s, ro) for s, t, ro in compose_volumes(gw.get('volumes'), where, r)}
         src = mounts.get(flags.get('--config', ''))
         r.expect(src is not None and (DEPLOY / src[0]).resolve()
-                 == (DEPLOY / 'compose' / 'replicas.toml').resolve() and src[1], where,
-                 f'service {name}: --config {flags.get("--config")} is not ./compose/replicas.toml, read-only')
-        r.expect('redis' in (gw.get('depends_on') or {}), where, f'service {name} does not wait for redis')
+                 == config.resolve() and src[1], where,
+                 f'service {name}: --config {flags.get("--config")} is not ./compose/{toml}, read-only')
+        r.expect(store_service in (gw.get('depends_on') or {}), where,
+                 f'service {name} does not wait for {store_service}')
         port = (cfg or {}).get('server', {}).get('port', a.port)
         r.expect(str(port) in [str(p) for p in gw.get('expose') or []], where,
                  f'service {name} does not expose {port}')
@@ -1408,8 +1442,7 @@ def check_replicas_compose(a, r: Report, docker: dict, ctx: dict) -> None:
                  'time on another')
     # nginx's address, as the replicas see it: a subnet of the compose network they share,
     # which trusted_proxies must cover.
-    nets = trusted_networks(cfg, rel(DEPLOY / 'compose' / 'replicas.toml'), r,
-                            'nginx (compose.replicas.yaml)')
+    nets = trusted_networks(cfg, rel(config), r, f'nginx ({path.name})')
     networks = nginx.get('networks') or ['default']
     names = list(networks) if isinstance(networks, (list, dict)) else ['default']
     subnets = []
@@ -1426,10 +1459,11 @@ def check_replicas_compose(a, r: Report, docker: dict, ctx: dict) -> None:
                 r.fail(where, f'network subnet {sub!r} is not a network')
                 continue
             r.expect(any(subnet.version == n.version and subnet.subnet_of(n) for n in nets),
-                     rel(DEPLOY / 'compose' / 'replicas.toml'), f'[rate_limits] '
+                     rel(config), f'[rate_limits] '
                      f'trusted_proxies {[str(n) for n in nets]} does not cover nginx\'s network '
                      f'{subnet}: every anonymous caller would share nginx\'s one allowance')
-    r.ok(f'{where}: {len(gateways)} replicas with [store] kind = "redis" at the redis service, '
+    r.ok(f'{where}: {len(gateways)} replicas with [store] kind = "{store.get("kind")}" at the '
+         f'{store_service} service, '
          'nginx upstream over all of them, unbuffered, no retry of a sent POST, trusted_proxies '
          'covering nginx\'s network', since)
 
@@ -1815,6 +1849,8 @@ def check_with_binary(a, r: Report, ctx: dict) -> None:
           DEPLOY / 'compose' / 'agents.d', DEPLOY / 'compose')
     check('deploy/compose.replicas.yaml (the image\'s agents.d/)',
           DEPLOY / 'compose' / 'replicas.toml', ROOT / 'agents.d', DEPLOY / 'compose')
+    check('deploy/compose.replicas-postgres.yaml (the image\'s agents.d/)',
+          DEPLOY / 'compose' / 'replicas-postgres.toml', ROOT / 'agents.d', DEPLOY / 'compose')
     # Each Kubernetes variant's configuration as the kubelet projects it.
     for label, cfg, agents_dir, cfg_files, agents_files in ctx.get('k8s_layouts', []):
         with tempfile.TemporaryDirectory() as tmp:
@@ -1862,8 +1898,10 @@ def main() -> int:
     check_healthcheck_behaviour(a, docker, r)
     check_k8s(a, r, docker, ctx)
     check_compose(a, r, docker, ignore, ctx)
-    check_replicas_compose(a, r, docker, ctx)
-    for path in (COMPOSE, REPLICAS):
+    check_replicas_compose(a, r, docker, ctx, REPLICAS, 'replicas.toml', 'redis', 'redis://')
+    check_replicas_compose(a, r, docker, ctx, REPLICAS_PG, 'replicas-postgres.toml', 'postgres',
+                           'postgres://')
+    for path in (COMPOSE, REPLICAS, REPLICAS_PG):
         check_compose_sharing(path, a, r, docker)
     check_systemd(a, r, docker, ctx)
     if a.gateway_bin:
