@@ -196,7 +196,7 @@ run() {
     # The run's schema, and nothing else's.
     if grep -q 'kind = "postgres"' "$dir/config.toml" 2>/dev/null; then
         local schema; schema=$(sed -n 's/^schema = "\(.*\)"$/\1/p' "$dir/config.toml")
-        psql -q "$PG_URL" -c "DROP SCHEMA IF EXISTS \"$schema\" CASCADE" > /dev/null
+        psql -q "$PG_URL" -c "SET client_min_messages TO warning; DROP SCHEMA IF EXISTS \"$schema\" CASCADE" > /dev/null
     fi
     grep -m1 '^summary:' "$dir/cg.out" | awk '{print $2}'
     rm -rf "$dir"

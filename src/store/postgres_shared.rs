@@ -170,17 +170,9 @@ impl Hub {
                 let Some(subscribers) = events.get_mut(head) else {
                     return;
                 };
-                // One event, several subscribers of one task: each its own copy.
                 subscribers.retain(|tx| !tx.is_closed());
                 for tx in subscribers.iter() {
-                    let copy = Published {
-                        version: published.version,
-                        event: match &published.event {
-                            PublishedEvent::Status(s) => PublishedEvent::Status(s.clone()),
-                            PublishedEvent::Artifact(a) => PublishedEvent::Artifact(a.clone()),
-                        },
-                    };
-                    let _ = tx.send(copy);
+                    let _ = tx.send(published.clone());
                 }
                 if subscribers.is_empty() {
                     events.remove(head);
@@ -399,6 +391,9 @@ impl Shared {
         self.hub.deliver(kind, head, body, &self.replica);
     }
 
+    /// Err while the listener is not connected: nothing would arrive. Checked again after
+    /// a subscriber is registered, so that one registered as the listener went away (its
+    /// subscribers cleared just before) is not left waiting.
     fn listening(&self) -> SharedResult<()> {
         match self.hub.listening.load(Ordering::Acquire) {
             true => Ok(()),
@@ -863,6 +858,7 @@ impl Shared {
         self.listening()?;
         let (tx, rx) = mpsc::unbounded_channel();
         *locked(&self.hub.commands) = Some(tx);
+        self.listening()?;
         Ok(received(rx))
     }
 
@@ -876,10 +872,18 @@ impl Shared {
     ) -> SharedResult<BoxStream<'static, Published>> {
         self.listening()?;
         let (tx, rx) = mpsc::unbounded_channel();
-        locked(&self.hub.events)
-            .entry(task_id.to_string())
-            .or_default()
-            .push(tx);
+        {
+            let mut events = locked(&self.hub.events);
+            // Subscribers of tasks that took no event since they left: now and then.
+            if events.len() % 256 == 255 {
+                events.retain(|_, subscribers| {
+                    subscribers.retain(|tx| !tx.is_closed());
+                    !subscribers.is_empty()
+                });
+            }
+            events.entry(task_id.to_string()).or_default().push(tx);
+        }
+        self.listening()?;
         Ok(received(rx))
     }
 }

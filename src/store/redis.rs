@@ -195,14 +195,14 @@ fn log_event(pipe: &mut redis::Pipeline, key: &str, json: &str, retention_secs: 
 }
 
 /// One published event of a task.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Published {
     pub(crate) version: u64,
     pub(crate) event: PublishedEvent,
 }
 
 /// [`TaskEvent`] as JSON: `{"status": ...}` or `{"artifact": ...}`.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) enum PublishedEvent {
     Status(crate::protocol::model::TaskStatusUpdateEvent),

@@ -816,14 +816,13 @@ where
     }
 }
 
-/// Two replicas on Redis: an agent made through one serves through the other within 2 s, a
-/// key issued through one works on the other, revoked through the other it is refused on
-/// the first within 2 s; one name created at once through both: one wins, the other 409.
-#[tokio::test]
-async fn replicas_on_redis_share_runtime_agents_and_keys_within_two_seconds() {
-    let url = crate::replicas::redis_url();
-    let prefix = crate::replicas::Prefix::new(url);
-    let gws = crate::replicas::replicas_with(url, &prefix.prefix, 2, &admin_gateway(""));
+on_both_stores!(replicas_share_runtime_agents_and_keys_within_two_seconds);
+
+/// Two replicas on a shared store: an agent made through one serves through the other within
+/// 2 s, a key issued through one works on the other, revoked through the other it is refused
+/// on the first within 2 s; one name created at once through both: one wins, the other 409.
+async fn replicas_share_runtime_agents_and_keys_within_two_seconds(fleet: crate::replicas::Fleet) {
+    let gws = fleet.replicas(2, &admin_gateway(""));
     let (a, b) = (&gws[0], &gws[1]);
     let helper: Value = serde_json::from_str(HELPER).unwrap();
     assert_eq!(

@@ -450,10 +450,9 @@ fn the_deploy_check_refuses_replicas_that_do_not_share_their_store() {
         (
             "an HPA over the SQLite StatefulSet",
             |copy| {
-                let hpa =
-                    std::fs::read_to_string(copy.join("deploy/kubernetes/fleet/hpa.yaml"))
-                        .unwrap()
-                        .replace("kind: Deployment", "kind: StatefulSet");
+                let hpa = std::fs::read_to_string(copy.join("deploy/kubernetes/fleet/hpa.yaml"))
+                    .unwrap()
+                    .replace("kind: Deployment", "kind: StatefulSet");
                 std::fs::write(copy.join("deploy/kubernetes/single/hpa.yaml"), hpa).unwrap();
                 edit(
                     copy,

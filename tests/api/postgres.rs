@@ -211,6 +211,57 @@ async fn a_newer_schema_a_schema_in_use_and_a_silent_server_are_refused_by_name(
     assert!(err.contains("store.schema must be"), "{err}");
 }
 
+/// Replicas share a schema only when each says so: a gateway of the other mode is refused
+/// by name either way, and `shared` is checked as configuration.
+#[tokio::test]
+async fn shared_and_unshared_gateways_refuse_each_others_schema_by_name() {
+    let schema = Schema::new();
+    let shared = start(&schema, "shared = true\n");
+    let unshared = format!("default_agent = \"echo\"\n{}", store_lines(&schema));
+    std::fs::write(&shared.gateway, &unshared).unwrap();
+    let refused = shared.serve_again();
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("is in use by another gateway") && err.contains("store.shared = true"),
+        "{err}"
+    );
+    drop(shared);
+
+    let mut alone = start(&schema, "");
+    std::fs::write(&alone.gateway, format!("{unshared}shared = true\n")).unwrap();
+    let refused = alone.serve_again();
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("is in use by a gateway that does not share it"),
+        "{err}"
+    );
+    alone.kill_hard();
+
+    // `shared` is PostgreSQL's, and a shared store's lease is at least 2 s.
+    for (store, want) in [
+        (
+            "kind = \"redis\"\nshared = true\n",
+            "store.shared applies to kind = \"postgres\"",
+        ),
+        (
+            "kind = \"postgres\"\nshared = true\nlease_secs = 1\n",
+            "store.lease_secs must be at least 2",
+        ),
+    ] {
+        std::fs::write(
+            &alone.gateway,
+            format!("default_agent = \"echo\"\n[store]\n{store}"),
+        )
+        .unwrap();
+        let wrong = alone.serve_again();
+        assert!(!wrong.status.success());
+        let err = String::from_utf8_lossy(&wrong.stderr);
+        assert!(err.contains(want), "{store}: {err}");
+    }
+}
+
 /// The gateway's session on `schema` is encrypted (pg_stat_ssl).
 fn session_encrypted(schema: &Schema) -> bool {
     let query = format!(
