@@ -123,8 +123,11 @@ impl Hold {
     /// Whether to send the update that made the task `version` (0: unknown): false once
     /// another replica adopted the task (this one stalled past its lease).
     async fn keeps(&self, version: u64) -> bool {
-        // The store away: nobody can adopt the task meanwhile, so notify.
-        (self.store.follow_mark(&self.task_id, version).await).unwrap_or(true)
+        // The store away: the update waits for it, so that the version is noted before it
+        // goes (a successor would send it again otherwise, this follower's own handover
+        // included). Away past the retries: sent unnoted, as nobody adopts meanwhile.
+        let mark = || self.store.follow_mark(&self.task_id, version);
+        (retried(STORE_RETRY_FOR, |_| true, mark).await).unwrap_or(true)
     }
 
     /// Hands the task to the next replica to adopt one (this one, maybe), which picks up
@@ -414,8 +417,9 @@ impl Shared {
             // Its updates stopped coming (the shared store went away): a replica adopts
             // it again, resuming after the last update notified.
             (false, None, _, Some(hold)) => {
-                hold.abandon().await;
+                // Not watched here first: whoever adopts it, this replica too, follows it.
                 self.watched.remove(&task_id);
+                hold.abandon().await;
             }
             (_, _, _, hold) => self.done(&task_id, hold).await,
         }
@@ -870,7 +874,11 @@ impl A2aService {
             return hold.release().await;
         };
         let caller = super::checked_elsewhere(about.owner, about.anonymous);
-        shared.watched.insert(id.clone(), ());
+        if shared.watched.insert(id.clone(), ()).is_some() {
+            // Its follower here goes on (a config made here after it handed the task over
+            // claimed it back): the hold is this replica's again, one follower is enough.
+            return;
+        }
         // What the resumed events apply to (a subscription starts with the task itself).
         let known = match seen {
             0 => None,

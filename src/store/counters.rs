@@ -268,11 +268,18 @@ pub(crate) fn on_postgres(
             CounterReply::Values(values)
         }
         CounterOp::Reserve(charges) => {
+            // The row first, so that FOR UPDATE has one to lock: replicas sharing the schema
+            // reserve from one counter one at a time, its first unit too.
+            let make = tx.prepare(
+                "INSERT INTO counters (grp, key, field, amount, expires_ms) VALUES ($1, $2, $3, 0, $4)
+                 ON CONFLICT (grp, key, field) DO NOTHING",
+            )?;
             let get = tx.prepare(
                 "SELECT amount FROM counters WHERE grp = $1 AND key = $2 AND field = $3 FOR UPDATE",
             )?;
             for (index, charge) in charges.iter().enumerate() {
                 let c = &charge.counted;
+                tx.execute(&make, &[&c.group, &c.key, &c.field, &c.expires_ms])?;
                 let current: i64 = tx
                     .query_opt(&get, &[&c.group, &c.key, &c.field])?
                     .map_or(0, |r| r.get(0));

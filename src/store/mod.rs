@@ -13,6 +13,7 @@
 
 pub(crate) mod control;
 pub(crate) mod counters;
+mod health;
 pub(crate) mod postgres;
 pub(crate) mod postgres_shared;
 mod postgres_tls;
@@ -617,7 +618,7 @@ pub(crate) fn open(
                 .map_err(|e| format!("store.url: {e}"))?;
             let keys = redis::Keys::new(&config.key_prefix);
             let replica: Arc<str> = crate::protocol::model::new_id().into();
-            let health = Arc::new(shared::Health::new("Redis"));
+            let health = Arc::new(health::Health::new("Redis"));
             let backend = redis::RedisBackend::new(
                 client.clone(),
                 keys.clone(),

@@ -347,7 +347,7 @@ fn load_events(
     Ok(by_task)
 }
 
-pub(super) fn now_ms() -> i64 {
+fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
 
@@ -414,7 +414,7 @@ fn write(
                 event: PublishedEvent::from(event.as_ref()),
             };
             let json = serde_json::to_string(&published).unwrap_or_default();
-            payloads.push(match super::postgres_shared::inline('e', id, &json) {
+            payloads.push(match inline('e', id, &json) {
                 Some(payload) => payload,
                 None => {
                     let note: i64 = tx
@@ -423,7 +423,7 @@ fn write(
                             &[&json, &now_ms()],
                         )?
                         .get(0);
-                    super::postgres_shared::noted('e', id, note)
+                    noted('e', id, note)
                 }
             });
         }
@@ -513,7 +513,7 @@ impl Backend for PostgresBackend {
         let client = self.client()?;
         let mut done = prune_records(client, retention_secs);
         if shared && done.is_ok() {
-            done = super::postgres_shared::prune(client, retention_secs);
+            done = prune_shared(client, retention_secs);
         }
         done.map_err(|e| failed(&self.place, &e))
     }
@@ -569,6 +569,12 @@ fn control(
             )
         }
         Op::Put(kind, name, value, expect) => {
+            // One writer of an entry at a time, whichever replica's: FOR UPDATE below locks
+            // nothing while the entry does not exist yet.
+            tx.execute(
+                "SELECT pg_advisory_xact_lock(hashtext('a2a-control:' || $1 || '/' || $2))",
+                &[&kind.name(), &name],
+            )?;
             let current: Option<u64> = tx
                 .query_opt(
                     "SELECT version FROM control WHERE kind = $1 AND name = $2 FOR UPDATE",
@@ -655,6 +661,48 @@ fn control(
     };
     tx.commit()?;
     Ok(reply)
+}
+
+/// Replicas sharing a schema (see [`super::postgres_shared`]): what their writer sends and
+/// deletes.
+/// Notification payloads stay under PostgreSQL's 8,000-byte limit.
+const INLINE_MAX: usize = 7_000;
+
+/// The payload of a notification of `kind` about `head` with `body`, if it fits.
+pub(super) fn inline(kind: char, head: &str, body: &str) -> Option<String> {
+    (body.len() <= INLINE_MAX).then(|| format!("{kind} {head} {body}"))
+}
+
+/// The payload naming the note `id` that holds the body.
+pub(super) fn noted(kind: char, head: &str, id: i64) -> String {
+    format!("{kind} {head} #{id}")
+}
+
+/// Housekeeping of a schema replicas share (about once a minute): finished tasks past
+/// retention, and what expired beside them.
+pub(super) fn prune_shared(
+    client: &mut postgres::Client,
+    retention_secs: u64,
+) -> Result<(), postgres::Error> {
+    let now = now_ms();
+    if retention_secs > 0 {
+        let cutoff = now - (retention_secs as i64).saturating_mul(1000);
+        client.execute(
+            "WITH gone AS (DELETE FROM tasks WHERE finished AND written_ms < $1 RETURNING id)
+             DELETE FROM events WHERE task_id IN (SELECT id FROM gone)",
+            &[&cutoff],
+        )?;
+    }
+    client.execute(
+        "DELETE FROM notes WHERE written_ms < $1",
+        &[&(now - 600_000)],
+    )?;
+    client.execute(
+        "DELETE FROM rates WHERE tat < $1",
+        &[&now.saturating_mul(1000)],
+    )?;
+    client.execute("DELETE FROM unfinished WHERE expires_ms < $1", &[&now])?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -26,56 +26,20 @@ use futures_util::stream::{BoxStream, StreamExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::Client;
 
+use super::health::Health;
+use super::postgres::{inline, noted};
 use super::redis::{Envelope, Published, PublishedEvent};
-use super::shared::{Health, SharedResult};
 use super::Table;
 use crate::protocol::model::{Task, TaskEvent};
 
-/// Notification payloads stay under PostgreSQL's 8,000-byte limit.
-const INLINE_MAX: usize = 7_000;
+/// Why a call failed, for the caller's error (as `redis::RedisResult`).
+pub(crate) type SharedResult<T> = Result<T, String>;
 
 /// How long one call may take before the store counts as not answering.
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The server's clock, in ms and µs.
 const NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
-
-/// The payload of a notification of `kind` about `head` with `body`, if it fits.
-pub(super) fn inline(kind: char, head: &str, body: &str) -> Option<String> {
-    (body.len() <= INLINE_MAX).then(|| format!("{kind} {head} {body}"))
-}
-
-/// The payload naming the note `id` that holds the body.
-pub(super) fn noted(kind: char, head: &str, id: i64) -> String {
-    format!("{kind} {head} #{id}")
-}
-
-/// Housekeeping of the writer (about once a minute): finished tasks past retention, and
-/// what expired beside them.
-pub(super) fn prune(
-    client: &mut postgres::Client,
-    retention_secs: u64,
-) -> Result<(), postgres::Error> {
-    let now = super::postgres::now_ms();
-    if retention_secs > 0 {
-        let cutoff = now - (retention_secs as i64).saturating_mul(1000);
-        client.execute(
-            "WITH gone AS (DELETE FROM tasks WHERE finished AND written_ms < $1 RETURNING id)
-             DELETE FROM events WHERE task_id IN (SELECT id FROM gone)",
-            &[&cutoff],
-        )?;
-    }
-    client.execute(
-        "DELETE FROM notes WHERE written_ms < $1",
-        &[&(now - 600_000)],
-    )?;
-    client.execute(
-        "DELETE FROM rates WHERE tat < $1",
-        &[&now.saturating_mul(1000)],
-    )?;
-    client.execute("DELETE FROM unfinished WHERE expires_ms < $1", &[&now])?;
-    Ok(())
-}
 
 /// Where to connect, and how.
 struct Connector {

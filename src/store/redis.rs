@@ -237,7 +237,7 @@ pub(crate) struct RedisBackend {
     health: Arc<Health>,
 }
 
-pub(crate) use super::shared::Health;
+pub(crate) use super::health::Health;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const IO_TIMEOUT: Duration = Duration::from_secs(5);

@@ -7,12 +7,12 @@
 //! closed, and a request's futures stay unboxed.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::stream::BoxStream;
 
+pub(crate) use super::health::Health;
 use super::redis::{Envelope, Published};
 use super::Table;
 
@@ -201,37 +201,5 @@ impl Shared {
     /// version notified (0: none known).
     pub(crate) async fn follow_adopt(&self) -> SharedResult<Option<(String, String, u64)>> {
         each!(self, s => s.follow_adopt().await)
-    }
-}
-
-/// Whether the shared store answered the last time anyone asked; `/a2a/ready` says 503
-/// while not.
-pub(crate) struct Health {
-    down: AtomicBool,
-    /// The store's name, for the log.
-    pub(crate) store: &'static str,
-}
-
-impl Health {
-    pub(crate) fn new(store: &'static str) -> Health {
-        Health {
-            down: AtomicBool::new(false),
-            store,
-        }
-    }
-
-    pub(crate) fn up(&self) -> bool {
-        !self.down.load(Ordering::Relaxed)
-    }
-
-    /// Notes an outcome, logging when the store stops or starts answering.
-    pub(crate) fn saw<T, E: std::fmt::Display>(&self, r: &Result<T, E>) {
-        let down = r.is_err();
-        if self.down.swap(down, Ordering::Relaxed) != down {
-            match r {
-                Err(e) => tracing::error!(error = %e, "store: {} is unreachable", self.store),
-                Ok(_) => tracing::info!("store: {} answers again", self.store),
-            }
-        }
     }
 }
