@@ -442,6 +442,16 @@ fn start(
     Ok((Journal { tx, shares_events }, writer))
 }
 
+/// [`start`] for a store replicas share: no interval (each batch is what arrived while the
+/// last was written, and answers wait for theirs: see `Store::barrier`), events for the
+/// other replicas.
+type Started = (Journal, std::thread::JoinHandle<()>, Arc<WriteHealth>);
+fn start_shared(backend: Box<dyn Backend>, tasks: Arc<dyn Snapshots>) -> Result<Started, String> {
+    let writes = Arc::new(WriteHealth::default());
+    let (journal, writer) = start(backend, tasks, Duration::ZERO, true, writes.clone())?;
+    Ok((journal, writer, writes))
+}
+
 const CANNOT_WRITE_FILE: &str =
     "the task store cannot write (a full disk?): new tasks are refused until it can";
 
@@ -626,16 +636,7 @@ pub(crate) fn open(
                 config.retention_secs,
                 health.clone(),
             );
-            // No interval: each batch is what arrived while the last was written, and
-            // answers wait for theirs (see `Store::barrier`).
-            let writes = Arc::new(WriteHealth::default());
-            let (journal, writer) = start(
-                Box::new(backend),
-                tasks,
-                Duration::ZERO,
-                true,
-                writes.clone(),
-            )?;
+            let (journal, writer, writes) = start_shared(Box::new(backend), tasks)?;
             let lease = Duration::from_secs(config.lease_secs.max(2));
             let redis = Arc::new(redis::Shared::new(
                 client,
@@ -679,14 +680,7 @@ fn open_shared_postgres(
         shared: true,
     };
     let (backend, loaded) = postgres::open(&place, config.retention_secs, Some(replica.clone()))?;
-    let writes = Arc::new(WriteHealth::default());
-    let (journal, writer) = start(
-        Box::new(backend),
-        tasks,
-        Duration::ZERO,
-        true,
-        writes.clone(),
-    )?;
+    let (journal, writer, writes) = start_shared(Box::new(backend), tasks)?;
     let lease = Duration::from_secs(config.lease_secs.max(2));
     // Calls from every worker share these; each holds one for a statement or two.
     let pool = std::thread::available_parallelism().map_or(4, |n| n.get() * 2 + 2);

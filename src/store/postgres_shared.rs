@@ -614,16 +614,6 @@ impl Shared {
             .await;
     }
 
-    pub(crate) async fn reap_dead(self: Arc<Self>, note: &'static str, retention_secs: u64) {
-        let mut suspects = std::collections::HashSet::new();
-        loop {
-            tokio::time::sleep(self.lease / 2).await;
-            if let Err(e) = self.reap_once(note, retention_secs, &mut suspects).await {
-                tracing::debug!(error = %e, "store: could not look for dead replicas");
-            }
-        }
-    }
-
     /// One look for dead replicas: those whose lease expired (or who run unfinished tasks
     /// with no lease at all) at two looks in a row, as with Redis.
     pub(crate) async fn reap_once(

@@ -801,18 +801,6 @@ impl Shared {
             .await;
     }
 
-    /// Every half lease: the unfinished tasks of replicas whose lease expired are marked
-    /// failed with `note` (one survivor does it, under a lock), and their subscribers told.
-    pub(crate) async fn reap_dead(self: Arc<Self>, note: &'static str, retention_secs: u64) {
-        let mut suspects = std::collections::HashSet::new();
-        loop {
-            tokio::time::sleep(self.lease / 2).await;
-            if let Err(e) = self.reap_once(note, retention_secs, &mut suspects).await {
-                tracing::debug!(error = %e, "store: could not look for dead replicas");
-            }
-        }
-    }
-
     /// One look for dead replicas. A replica is taken for dead when its lease is missing at
     /// two looks in a row (`suspects` holds those missing at the last): a lease that lapsed
     /// while Redis itself was away has a renewal's time to come back.

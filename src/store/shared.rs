@@ -115,11 +115,18 @@ impl Shared {
     /// Every half lease: the unfinished tasks of replicas whose lease expired are marked
     /// failed with `note` (by one survivor), and their subscribers told.
     pub(crate) async fn reap_dead(&self, note: &'static str, retention_secs: u64) {
-        each!(self, s => s.clone().reap_dead(note, retention_secs).await)
+        let mut suspects = std::collections::HashSet::new();
+        loop {
+            tokio::time::sleep(self.lease() / 2).await;
+            if let Err(e) = self.reap_once(note, retention_secs, &mut suspects).await {
+                tracing::debug!(error = %e, "store: could not look for dead replicas");
+            }
+        }
     }
 
-    /// One look for dead replicas (the tests' way to reap at once).
-    #[cfg(test)]
+    /// One look for dead replicas: taken for dead when their lease is missing (expired) at
+    /// two looks in a row (`suspects` holds those missing at the last), so that a lease that
+    /// lapsed while the store itself was away has a renewal's time to come back.
     pub(crate) async fn reap_once(
         &self,
         note: &str,
