@@ -277,13 +277,23 @@ pub(crate) fn on_postgres(
             let get = tx.prepare(
                 "SELECT amount FROM counters WHERE grp = $1 AND key = $2 AND field = $3 FOR UPDATE",
             )?;
+            let mut made = Vec::new();
             for (index, charge) in charges.iter().enumerate() {
                 let c = &charge.counted;
-                tx.execute(&make, &[&c.group, &c.key, &c.field, &c.expires_ms])?;
+                if tx.execute(&make, &[&c.group, &c.key, &c.field, &c.expires_ms])? == 1 {
+                    made.push(c);
+                }
                 let current: i64 = tx
                     .query_opt(&get, &[&c.group, &c.key, &c.field])?
                     .map_or(0, |r| r.get(0));
                 if charge.refuses(current) {
+                    // All or nothing: the rows made for this reservation go too.
+                    for c in made {
+                        tx.execute(
+                            "DELETE FROM counters WHERE grp = $1 AND key = $2 AND field = $3",
+                            &[&c.group, &c.key, &c.field],
+                        )?;
+                    }
                     return Ok(CounterReply::Refused { index, current });
                 }
             }
