@@ -137,6 +137,47 @@ pub(crate) struct PostgresBackend {
     retention_secs: u64,
     /// Shared: this replica, written beside each task it runs.
     replica: Option<std::sync::Arc<str>>,
+    /// The writes' statements, prepared once per connection.
+    statements: Statements,
+}
+
+/// Statements prepared on the writer's connection, by their SQL: a commit sends each
+/// statement's rows in one round trip instead of two (parse, then execute).
+#[derive(Default)]
+struct Statements(HashMap<&'static str, postgres::Statement>);
+
+impl Statements {
+    fn get(
+        &mut self,
+        tx: &mut Transaction<'_>,
+        sql: &'static str,
+    ) -> Result<postgres::Statement, postgres::Error> {
+        if let Some(prepared) = self.0.get(sql) {
+            return Ok(prepared.clone());
+        }
+        let prepared = tx.prepare(sql)?;
+        self.0.insert(sql, prepared.clone());
+        Ok(prepared)
+    }
+    fn execute(
+        &mut self,
+        tx: &mut Transaction<'_>,
+        sql: &'static str,
+        params: &[&(dyn postgres::types::ToSql + Sync)],
+    ) -> Result<u64, postgres::Error> {
+        let statement = self.get(tx, sql)?;
+        tx.execute(&statement, params)
+    }
+
+    fn query_one(
+        &mut self,
+        tx: &mut Transaction<'_>,
+        sql: &'static str,
+        params: &[&(dyn postgres::types::ToSql + Sync)],
+    ) -> Result<postgres::Row, postgres::Error> {
+        let statement = self.get(tx, sql)?;
+        tx.query_one(&statement, params)
+    }
 }
 
 /// Connects, takes the schema for this gateway, brings it up to date and reads what it
@@ -165,6 +206,7 @@ pub(crate) fn open(
                     place,
                     retention_secs,
                     replica,
+                    statements: Statements::default(),
                 },
                 loaded,
             ))
@@ -356,6 +398,7 @@ impl PostgresBackend {
     fn client(&mut self) -> Result<&mut Client, String> {
         if self.client.is_closed() {
             self.client = connect(&self.place)?;
+            self.statements = Statements::default();
         }
         Ok(&mut self.client)
     }
@@ -365,6 +408,7 @@ impl PostgresBackend {
 /// `shared`: the schema replicas share, and this replica (see [`super::postgres_shared`]).
 fn write(
     tx: &mut Transaction<'_>,
+    statements: &mut Statements,
     batch: &Batch,
     shared: Option<(&str, &str)>,
 ) -> Result<(), postgres::Error> {
@@ -384,7 +428,8 @@ fn write(
         let finished: Vec<bool> = rows.iter().map(|r| r.state.is_terminal()).collect();
         let bodies: Vec<&str> = rows.iter().map(|r| r.body.as_str()).collect();
         let replica = shared.map_or("", |(_, replica)| replica);
-        tx.execute(
+        statements.execute(
+            tx,
             "INSERT INTO tasks (seq, id, agent, owner, version, state, body, finished, replica, written_ms)
              SELECT t.*, $9::text, $10::bigint FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::text[], $8::bool[]) AS t
              ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, agent = excluded.agent,
@@ -402,8 +447,8 @@ fn write(
             .iter()
             .map(|(id, seq)| (id.as_str(), *seq as i64))
             .unzip();
-        tx.execute("DELETE FROM tasks WHERE seq = ANY($1)", &[&seqs])?;
-        tx.execute("DELETE FROM events WHERE task_id = ANY($1)", &[&ids])?;
+        statements.execute(tx, "DELETE FROM tasks WHERE seq = ANY($1)", &[&seqs])?;
+        statements.execute(tx, "DELETE FROM events WHERE task_id = ANY($1)", &[&ids])?;
     }
     if let (Some((channel, _)), false) = (shared, batch.events.is_empty()) {
         // Sent when the transaction commits, in order, with the tasks they changed.
@@ -417,8 +462,9 @@ fn write(
             payloads.push(match inline('e', id, &json) {
                 Some(payload) => payload,
                 None => {
-                    let note: i64 = tx
+                    let note: i64 = statements
                         .query_one(
+                            tx,
                             "INSERT INTO notes (body, written_ms) VALUES ($1, $2) RETURNING id",
                             &[&json, &now_ms()],
                         )?
@@ -427,7 +473,8 @@ fn write(
                 }
             });
         }
-        tx.execute(
+        statements.execute(
+            tx,
             "SELECT pg_notify($1, p) FROM unnest($2::text[]) WITH ORDINALITY AS t(p, n) ORDER BY n",
             &[&channel, &payloads],
         )?;
@@ -451,7 +498,8 @@ fn write(
             cols.1.push(*version);
             cols.2.push(body);
         }
-        tx.execute(
+        statements.execute(
+            tx,
             "INSERT INTO events (task_id, version, body)
              SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[])
              ON CONFLICT (task_id, version) DO UPDATE SET body = excluded.body",
@@ -459,7 +507,8 @@ fn write(
         )?;
         let (ids, floors): (Vec<&str>, Vec<i64>) = oldest.into_iter().filter(|f| f.1 > 0).unzip();
         if !ids.is_empty() {
-            tx.execute(
+            statements.execute(
+                tx,
                 "DELETE FROM events e USING unnest($1::text[], $2::bigint[]) AS t(id, floor)
                  WHERE e.task_id = t.id AND e.version <= t.floor",
                 &[&ids, &floors],
@@ -473,7 +522,8 @@ fn write(
             cols.1.push(key);
             cols.2.push(value);
         }
-        tx.execute(
+        statements.execute(
+            tx,
             "INSERT INTO records (tbl, key, value, written_ms)
              SELECT t.tbl, t.key, t.value, $4 FROM unnest($1::text[], $2::text[], $3::text[]) AS t(tbl, key, value)
              ON CONFLICT (tbl, key) DO UPDATE SET value = excluded.value, written_ms = excluded.written_ms",
@@ -486,17 +536,20 @@ fn write(
 impl Backend for PostgresBackend {
     fn commit(&mut self, batch: &Batch) -> Result<(), String> {
         let (replica, schema) = (self.replica.clone(), self.place.schema.clone());
-        let once = |client: &mut Client| -> Result<(), postgres::Error> {
-            let mut tx = client.transaction()?;
+        let once = |me: &mut PostgresBackend| -> Result<Result<(), postgres::Error>, String> {
+            me.client()?;
+            let mut tx = match me.client.transaction() {
+                Ok(tx) => tx,
+                Err(e) => return Ok(Err(e)),
+            };
             let shared = replica.as_deref().map(|r| (schema.as_str(), r));
-            write(&mut tx, batch, shared)?;
-            tx.commit()
+            Ok(write(&mut tx, &mut me.statements, batch, shared).and_then(|()| tx.commit()))
         };
-        let done = match once(self.client()?) {
+        let done = match once(self)? {
             // The server dropped the connection (restarted, or an operator ended it): a
             // new one is tried at once, so that answers waiting for this commit need not
             // fail.
-            Err(_) if self.client.is_closed() => once(self.client()?),
+            Err(_) if self.client.is_closed() => once(self)?,
             done => done,
         };
         done.map_err(|e| failed(&self.place, &e))

@@ -38,7 +38,7 @@ pub(crate) type SharedResult<T> = Result<T, String>;
 /// How long one call may take before the store counts as not answering.
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The server's clock, in ms and µs.
+/// The server's clock, in ms.
 const NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
 
 /// Where to connect, and how.
@@ -122,6 +122,17 @@ impl Hub {
         locked(&self.events).clear();
         locked(&self.commands).take();
         locked(&self.replies).clear();
+    }
+
+    /// Whether anyone here waits for a notification of `kind` about `head`: every
+    /// replica hears every task's events, and reads (or fetches) only those it wants.
+    fn wants(&self, kind: &str, head: &str, replica: &str) -> bool {
+        match kind {
+            "e" => locked(&self.events).contains_key(head),
+            "c" => head == replica,
+            "r" => locked(&self.replies).contains_key(head),
+            _ => false,
+        }
     }
 
     fn deliver(&self, kind: &str, head: &str, body: String, replica: &str) {
@@ -237,19 +248,26 @@ impl Shared {
     }
 
     /// Waits for `call` on a connection (at most [`IO_TIMEOUT`]), noting whether the server
-    /// answered.
+    /// answered (an error it answered with says nothing of its health).
     async fn timed<T>(
         &self,
         call: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
     ) -> SharedResult<T> {
-        let done = match tokio::time::timeout(IO_TIMEOUT, call).await {
-            Ok(r) => r.map_err(|e| match e.as_db_error() {
-                Some(db) => db.message().to_string(),
-                None => e.to_string(),
-            }),
-            Err(_) => Err("PostgreSQL did not answer within 5 s".to_string()),
+        let (done, answered) = match tokio::time::timeout(IO_TIMEOUT, call).await {
+            Ok(Ok(v)) => (Ok(v), true),
+            Ok(Err(e)) => match e.as_db_error() {
+                Some(db) => (Err(db.message().to_string()), true),
+                None => (Err(e.to_string()), false),
+            },
+            Err(_) => (
+                Err("PostgreSQL did not answer within 5 s".to_string()),
+                false,
+            ),
         };
-        self.health.saw(&done);
+        match (&done, answered) {
+            (Err(e), false) => self.health.saw::<(), _>(&Err(e)),
+            _ => self.health.saw::<(), String>(&Ok(())),
+        }
         done
     }
 
@@ -339,6 +357,9 @@ impl Shared {
         else {
             return;
         };
+        if !self.hub.wants(kind, head, &self.replica) {
+            return;
+        }
         let body = match body.strip_prefix('#').map(str::parse::<i64>) {
             Some(Ok(note)) => match self
                 .query("SELECT body FROM notes WHERE id = $1", &[&note])
