@@ -628,7 +628,8 @@ async fn the_month_rolls_over_under_a_test_clock() {
 }
 
 /// On SQLite: usage and what budgets spent survive a restart; a replica killed outright
-/// loses at most the counts of its last flush interval (the figure printed).
+/// loses at most the counts since its last flush (an interval, and the time the flush
+/// took; the figure printed).
 #[tokio::test]
 async fn usage_and_budgets_survive_a_restart_and_kill_9_loses_one_flush_at_most() {
     let gateway = format!(
@@ -674,9 +675,11 @@ async fn usage_and_budgets_survive_a_restart_and_kill_9_loses_one_flush_at_most(
         per_second
     );
     assert!(counted <= made, "{report}");
+    // The next flush is an interval after the last one finished, and a loaded machine (CI
+    // met 1.5 s' worth) takes a while to write it: up to two intervals' counts.
     assert!(
-        (lost as f64) <= per_second * 1.2 + 5.0,
-        "lost {lost} counts, more than a flush interval's ({per_second:.0} calls a second)"
+        (lost as f64) <= per_second * 2.0 + 5.0,
+        "lost {lost} counts, more than two flush intervals' ({per_second:.0} calls a second)"
     );
     assert!(
         counted > 0,
