@@ -294,22 +294,10 @@ impl Shared {
 
     /// Sends a notification of `kind` about `head` (a body too long goes in a note).
     async fn notify(&self, kind: char, head: &str, body: &str) -> SharedResult<()> {
-        let payload = match inline(kind, head, body) {
-            Some(p) => p,
-            None => {
-                let rows = self
-                    .query(
-                        &format!("INSERT INTO notes (body, written_ms) VALUES ($1, {NOW_MS}) RETURNING id"),
-                        &[&body],
-                    )
-                    .await?;
-                let id: i64 = rows.first().ok_or("no note id")?.get(0);
-                noted(kind, head, id)
-            }
-        };
-        self.execute("SELECT pg_notify($1, $2)", &[&self.channel, &payload])
+        let slot = self.slot().await?;
+        let client = slot.as_ref().ok_or("no connection")?;
+        self.timed(notify_on(client, &self.channel, kind, head, body))
             .await
-            .map(drop)
     }
 
     /// Listens on the schema's channel while the store is open, again after each drop.
@@ -735,21 +723,7 @@ impl Shared {
                     event: PublishedEvent::Status(event),
                 };
                 let json = serde_json::to_string(&published).unwrap_or_default();
-                let payload = match inline('e', &id, &json) {
-                    Some(p) => p,
-                    None => {
-                        let note: i64 = tx
-                            .query_one(
-                                &format!("INSERT INTO notes (body, written_ms) VALUES ($1, {NOW_MS}) RETURNING id"),
-                                &[&json],
-                            )
-                            .await?
-                            .get(0);
-                        noted('e', &id, note)
-                    }
-                };
-                tx.execute("SELECT pg_notify($1, $2)", &[channel, &payload])
-                    .await?;
+                notify_on(&tx, channel, 'e', &id, &json).await?;
                 failed += 1;
             }
             tx.execute("DELETE FROM streams WHERE replica = $1", &[&dead])
@@ -768,6 +742,28 @@ impl Shared {
         };
         self.timed(reaped).await
     }
+}
+
+/// Sends a notification on `channel` through `c` (a connection, or a transaction: then at
+/// its commit); a body too long for NOTIFY goes in a note the payload names.
+async fn notify_on(
+    c: &impl tokio_postgres::GenericClient,
+    channel: &str,
+    kind: char,
+    head: &str,
+    body: &str,
+) -> Result<(), tokio_postgres::Error> {
+    let payload = match inline(kind, head, body) {
+        Some(p) => p,
+        None => {
+            let note =
+                format!("INSERT INTO notes (body, written_ms) VALUES ($1, {NOW_MS}) RETURNING id");
+            noted(kind, head, c.query_one(&note, &[&body]).await?.get(0))
+        }
+    };
+    c.execute("SELECT pg_notify($1, $2)", &[&channel, &payload])
+        .await
+        .map(drop)
 }
 
 /// Marks `task` failed with `note`; the event that did it.
