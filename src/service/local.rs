@@ -213,13 +213,20 @@ impl Operations for LocalOps {
             let logged = forward.logged(id).await?;
             self.tasks.hydrate(id).await?;
             match self.tasks.held_elsewhere(v, id) {
-                Some((_, task, version)) if from.version <= version => Ok(replicas::resume(
-                    task,
-                    version,
-                    from.version,
-                    logged,
-                    events,
-                )),
+                // Its replica may have sent events it had not written yet (it writes them
+                // soon, or died, and its task's failure is numbered past them): a client
+                // that saw them picks up after them.
+                Some((_, task, version))
+                    if from.version <= version + crate::store::UNWRITTEN_EVENTS =>
+                {
+                    Ok(replicas::resume(
+                        task,
+                        version,
+                        from.version,
+                        logged,
+                        events,
+                    ))
+                }
                 Some(_) => Err(GatewayError::TaskNotFound(id.to_string())),
                 None => self.resume_local(v, id, from.version),
             }

@@ -23,13 +23,16 @@ use serde_json::{json, Value};
 use crate::balancer::Nginx;
 use crate::helpers::{rpc, D};
 use crate::push::{state_of, Answer, Got, Receiver};
-use crate::replicas::{replicas_with, RedisServer};
+use crate::replicas::{config, RedisServer};
 use crate::running::Running;
 
 const PUSH: &str = "[push]\nenabled = true\nallow_http = true\nallow = [\"127.0.0.1\"]\n\
     timeout_secs = 2\ninitial_backoff_ms = 100\nmax_backoff_secs = 1\nretry_for_secs = 120\n";
 
 const WORKERS: usize = 6;
+
+/// The replicas' log: what push did with each task too, for a failure's message.
+const LOG: &str = "info,a2a_gateway::push=debug,a2a_gateway::service::push=debug";
 
 fn is_final(state: &str) -> bool {
     matches!(
@@ -297,7 +300,10 @@ impl StoreServer for DurableRedis {
     }
     fn replicas(&self) -> Vec<Running> {
         let url = format!("redis://127.0.0.1:{}", self.port);
-        replicas_with(&url, &self.prefix, 3, PUSH)
+        let gateway = format!("{}\n{PUSH}\n", config(&url, &self.prefix));
+        (0..3)
+            .map(|_| Running::start(&[("echo.toml", crate::helpers::ECHO)], &gateway, LOG))
+            .collect()
     }
     fn stop(&mut self) {
         self.server.take();
@@ -393,7 +399,7 @@ impl StoreServer for OwnPostgres {
             self.url()
         );
         (0..3)
-            .map(|_| Running::start(&[("echo.toml", crate::helpers::ECHO)], &gateway, "info"))
+            .map(|_| Running::start(&[("echo.toml", crate::helpers::ECHO)], &gateway, LOG))
             .collect()
     }
     fn stop(&mut self) {
@@ -456,6 +462,21 @@ async fn replicas_behind_nginx_survive_a_kill_a_store_restart_and_a_stall_on_red
 #[tokio::test]
 async fn replicas_behind_nginx_survive_a_kill_a_store_restart_and_a_stall_on_postgres() {
     survive(&mut OwnPostgres::new()).await;
+}
+
+/// Each replica's log lines that name one of `tasks`, for a failure's message.
+fn logged_about(gws: &[Running], tasks: &[&String]) -> String {
+    let mut out = String::new();
+    for (n, gw) in gws.iter().enumerate() {
+        let log = std::fs::read_to_string(&gw.log).unwrap_or_default();
+        for line in log
+            .lines()
+            .filter(|l| tasks.iter().any(|t| l.contains(t.as_str())))
+        {
+            out.push_str(&format!("replica {n}: {line}\n"));
+        }
+    }
+    out
 }
 
 async fn survive(store: &mut impl StoreServer) {
@@ -565,13 +586,23 @@ async fn survive(store: &mut impl StoreServer) {
     );
     assert!(
         missed.is_empty(),
-        "no final notification for {} tasks: {missed:?}",
-        missed.len()
+        "no final notification for {} tasks: {missed:?}; what the replicas logged of them:\n{}",
+        missed.len(),
+        logged_about(&gws, &missed)
     );
-    assert!(twice.is_empty(), "final state notified twice: {twice:?}");
+    let twice_ids: Vec<&String> = twice.iter().map(|(id, _)| *id).collect();
+    assert!(
+        twice.is_empty(),
+        "final state notified twice: {twice:?}; what the replicas logged of them:\n{}",
+        logged_about(&gws, &twice_ids)
+    );
+    let repeated_ids: Vec<String> = (repeated.iter())
+        .filter_map(|body| Some(task_of(&serde_json::from_str(body).ok()?)?.to_string()))
+        .collect();
     assert!(
         repeated.is_empty(),
-        "updates delivered twice: {repeated:#?}"
+        "updates delivered twice: {repeated:#?}; what the replicas logged of them:\n{}",
+        logged_about(&gws, &repeated_ids.iter().collect::<Vec<_>>())
     );
     assert!(
         unended.is_empty(),

@@ -55,7 +55,7 @@ pub(crate) struct RedisServer {
 }
 
 impl RedisServer {
-    fn start(port: u16) -> RedisServer {
+    pub(crate) fn start(port: u16) -> RedisServer {
         RedisServer::start_with(port, &["--appendonly", "no"])
     }
 
@@ -86,6 +86,15 @@ impl RedisServer {
     pub(crate) fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
+
+    /// Sends the server `signal` (`STOP`, `CONT`).
+    pub(crate) fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill -{signal} redis-server");
+    }
 }
 
 impl Drop for RedisServer {
@@ -95,7 +104,7 @@ impl Drop for RedisServer {
     }
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -134,7 +143,7 @@ impl Drop for Prefix {
     }
 }
 
-fn config(url: &str, prefix: &str) -> String {
+pub(crate) fn config(url: &str, prefix: &str) -> String {
     format!(
         "default_agent = \"echo\"\n[store]\nkind = \"redis\"\nurl = \"{url}\"\nkey_prefix = \"{prefix}\"\nlease_secs = 2\n"
     )

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use crate::balancer::Nginx;
 use crate::helpers::{parse_sse, rpc, spawn_with, TestGateway, D};
-use crate::replicas::{redis_url, Prefix};
+use crate::replicas::{free_port, redis_url, Prefix, RedisServer};
 use crate::running::Running;
 
 /// A program that writes six lines, a fifth of a second apart: six artifact chunks.
@@ -416,17 +416,31 @@ async fn a_stream_resumes_through_another_replica_behind_nginx_even_when_its_rep
     gws[0].kill_hard();
     let through = nginx.url("");
     let id = first.last().unwrap().id.clone().unwrap();
+    let task = stream_task.clone();
+    let asked = std::time::Instant::now();
     let rest = tokio::task::spawn_blocking(move || {
-        open(
-            &through,
-            "SubscribeToTask",
-            json!({"id": stream_task}),
-            Some(&id),
-        )
-        .events(usize::MAX)
+        open(&through, "SubscribeToTask", json!({"id": task}), Some(&id)).events(usize::MAX)
     })
     .await
     .unwrap();
+    let survivors_said = || {
+        let lines = gws.iter().flat_map(|gw| {
+            let log = std::fs::read_to_string(&gw.log).unwrap_or_default();
+            let about: Vec<String> = log
+                .lines()
+                .filter(|l| l.contains(&stream_task) || l.contains("lease") || l.contains("store"))
+                .map(str::to_string)
+                .collect();
+            about
+        });
+        lines.collect::<Vec<_>>().join("\n")
+    };
+    assert!(
+        !rest.is_empty(),
+        "nothing after the seam ({:?} after asking); the replicas' log of the task and the store:\n{}",
+        asked.elapsed(),
+        survivors_said()
+    );
     // One after the other, then the failure, numbered past what the dead replica may
     // have sent without writing.
     let all: Vec<u64> = versions(&first)
@@ -453,6 +467,60 @@ async fn a_stream_resumes_through_another_replica_behind_nginx_even_when_its_rep
         .map(gist)
         .collect();
     assert_eq!(before, whole[..before.len()], "{before:?}");
+}
+
+/// A replica sends its stream's events before it writes them: when it dies with some
+/// unwritten (its store stalled), a client that saw them picks the stream up through
+/// another replica after the last one it read, and gets the task's failure.
+#[tokio::test]
+async fn a_stream_ahead_of_the_store_resumes_through_another_replica_when_its_replica_died() {
+    let redis = RedisServer::start(free_port());
+    let gateway = format!(
+        "[store]\nkind = \"redis\"\nurl = \"{}\"\nlease_secs = 5\n",
+        redis.url()
+    );
+    let ticker = ticker();
+    let mut gws: Vec<Running> = (0..2)
+        .map(|_| Running::start(&[("ticker.toml", &ticker)], &gateway, "info"))
+        .collect();
+    let (running, survivor) = (gws[0].base.clone(), gws[1].base.clone());
+    let redis = std::sync::Arc::new(redis);
+    let stalled = redis.clone();
+    let (first, task) = tokio::task::spawn_blocking(move || {
+        let mut stream = open(&running, "SendStreamingMessage", send_params(), None);
+        // The task is stored before its first event goes; what follows is not, now.
+        let mut first = stream.events(1);
+        stalled.signal("STOP");
+        first.extend(stream.events(2));
+        reset(stream);
+        let task = task_id(&first[0].data);
+        (first, task)
+    })
+    .await
+    .unwrap();
+    gws[0].kill_hard();
+    redis.signal("CONT");
+    // Asked once the survivor has the store again, and before the dead replica's lease
+    // runs out: the task as stored is behind what the client read.
+    let ready = gws[1].url("/a2a/ready");
+    let client = crate::helpers::client();
+    while !(client.get(&ready).send().await).is_ok_and(|r| r.status() == 200) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let id = first.last().unwrap().id.clone().unwrap();
+    let rest = tokio::task::spawn_blocking(move || {
+        open(&survivor, "SubscribeToTask", json!({"id": task}), Some(&id)).events(usize::MAX)
+    })
+    .await
+    .unwrap();
+    let all: Vec<u64> = versions(&first)
+        .into_iter()
+        .chain(versions(&rest))
+        .collect();
+    assert_eq!(rest.len(), 1, "the failure alone: {rest:?}");
+    assert!(all[3] > all[2], "numbered past what was read: {all:?}");
+    let last = &rest[0].data["result"]["statusUpdate"]["status"];
+    assert_eq!(last["state"], "TASK_STATE_FAILED", "{rest:?}");
 }
 
 #[tokio::test]
