@@ -379,13 +379,14 @@ async fn sends_streams_subscriptions_cancels_and_push_configs_cross_replicas_thr
     );
 
     // A streamed send: the first event arrives while the task still runs (nothing buffers
-    // it), read from another replica as working, and the stream ends with the task.
+    // it), read from another replica as working, and the stream ends with the task. (Its
+    // task and the next one run long enough for a loaded machine to ask in time.)
     let resp = call(
         &client,
         &nginx,
         "stream",
         "SendStreamingMessage",
-        json!({"message": D::V10.message("/delay 2 streamed")}),
+        json!({"message": D::V10.message("/delay 4 streamed")}),
     )
     .await;
     assert_eq!(resp.status(), 200);
@@ -445,7 +446,7 @@ async fn sends_streams_subscriptions_cancels_and_push_configs_cross_replicas_thr
         &nginx,
         "watched",
         "SendMessage",
-        json!({"message": D::V10.message("/delay 1 watched"),
+        json!({"message": D::V10.message("/delay 4 watched"),
                "configuration": {"returnImmediately": true}}),
     )
     .await;
