@@ -901,17 +901,24 @@ impl A2aService {
                 let fallback = remote.map(|r| (r, every));
                 tokio::spawn(shared.follow(id, (items, known), fallback, Some(hold)));
             }
-            (Err(_), Some(remote)) => match self.get(&agent, &caller, &id, None).await {
-                Ok(task) if !task.status.state.is_terminal() => {
+            (Err(e), remote) => match (self.get(&agent, &caller, &id, None).await, remote) {
+                // Finished before anything of it was notified (its replica died, and the
+                // reaper failed it): that is the one notification left. (Past a version
+                // noted, the resumed log holds the end.)
+                (Ok(task), _) if task.status.state.is_terminal() => {
+                    let item = StreamItem::Task(task.clone());
+                    shared.notify(&id, &item, &task).await;
+                    shared.done(&id, Some(hold)).await;
+                }
+                (Ok(task), Some(remote)) => {
                     tokio::spawn(shared.poll(id, remote, task, every, Some(hold)));
                 }
-                _ => shared.done(&id, Some(hold)).await,
+                _ => {
+                    // Gone from the store, or unreadable: nothing more will come.
+                    tracing::warn!(task = %id, error = %e, "push: cannot follow an adopted task");
+                    shared.done(&id, Some(hold)).await;
+                }
             },
-            (Err(e), None) => {
-                // Gone from the store, or unreadable: nothing more will come.
-                tracing::warn!(task = %id, error = %e, "push: cannot follow an adopted task");
-                shared.done(&id, Some(hold)).await;
-            }
         }
     }
 
