@@ -85,6 +85,9 @@ pub(crate) fn build_state(ready: Ready) -> std::io::Result<(AppState, Vec<String
             None => tasks.keep_events(journal.clone()),
         }
     }
+    if let Some(journal) = store.answers_wait_for() {
+        tasks.answers_wait_for(journal.clone());
+    }
     let rows = std::mem::take(&mut loaded.tasks);
     let restored = rows.len();
     let failed = tasks

@@ -52,6 +52,9 @@ pub(crate) struct Notification {
     pub(crate) last: bool,
 }
 
+/// Told when a notification someone waits for was delivered or given up.
+type Delivered = tokio::sync::oneshot::Sender<()>;
+
 pub(crate) struct Pusher {
     settings: PushSettings,
     policy: Arc<Policy>,
@@ -74,7 +77,8 @@ struct Queue {
 
 #[derive(Default)]
 struct QueueState {
-    pending: VecDeque<(Target, Notification)>,
+    /// Each with what is told once it is delivered or given up, if someone waits.
+    pending: VecDeque<(Target, Notification, Option<Delivered>)>,
     /// A worker delivers from it.
     started: bool,
     /// Its worker has stopped (nothing was left, or the config was deleted): a new
@@ -149,28 +153,44 @@ impl Pusher {
 
     /// Queues `note` for `target`'s config; sent after everything queued before it.
     pub(crate) fn enqueue(self: &Arc<Self>, target: Target, note: Notification) {
+        self.queue(target, note, None);
+    }
+
+    /// [`Self::enqueue`], and resolves once the notification was delivered or given up
+    /// (an error: dropped unsent, superseded or its config deleted).
+    pub(crate) fn enqueue_tracked(
+        self: &Arc<Self>,
+        target: Target,
+        note: Notification,
+    ) -> tokio::sync::oneshot::Receiver<()> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.queue(target, note, Some(tx));
+        rx
+    }
+
+    fn queue(self: &Arc<Self>, target: Target, note: Notification, done: Option<Delivered>) {
         let key = (target.task_id.clone(), target.config_id.clone());
-        let mut item = Some((target, note));
-        while let Some((target, note)) = item.take() {
+        let mut item = Some((target, note, done));
+        while let Some((target, note, done)) = item.take() {
             let queue = self.queues.entry(key.clone()).or_default().clone();
             let mut state = queue.lock();
             if state.closed {
                 // Its worker is leaving; it takes the map entry with it. Try again.
                 drop(state);
                 self.queues.remove_if(&key, |_, q| Arc::ptr_eq(q, &queue));
-                item = Some((target, note));
+                item = Some((target, note, done));
                 continue;
             }
             let starts = !std::mem::replace(&mut state.started, true);
             // A newer final state supersedes one still waiting (a config made again for a
             // finished task, say): one is kept, so finals cannot pile up either.
             if note.last {
-                state.pending.retain(|(_, n)| !n.last);
+                state.pending.retain(|(_, n, _)| !n.last);
             }
-            state.pending.push_back((target, note));
+            state.pending.push_back((target, note, done));
             if state.pending.len() > self.settings.max_queued_per_config {
                 // The oldest update that is not the task's last goes.
-                if let Some(i) = state.pending.iter().position(|(_, n)| !n.last) {
+                if let Some(i) = state.pending.iter().position(|(_, n, _)| !n.last) {
                     state.pending.remove(i);
                     self.metrics.push("dropped");
                     tracing::warn!(task = %key.0, config = %key.1, "push queue full: dropped the oldest waiting notification");
@@ -211,7 +231,12 @@ impl Pusher {
                     }
                 };
                 match next {
-                    Some((target, note)) => me.deliver(&target, &note).await,
+                    Some((target, note, done)) => {
+                        me.deliver(&target, &note).await;
+                        if let Some(done) = done {
+                            let _ = done.send(());
+                        }
+                    }
                     None => {
                         me.queues.remove_if(&key, |_, q| Arc::ptr_eq(q, &queue));
                         return;

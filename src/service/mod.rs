@@ -261,10 +261,11 @@ impl A2aService {
         req: SendRequest,
     ) -> Result<ItemStream, GatewayError> {
         check_send(&req)?;
-        match req.push.is_some() {
+        let items = match req.push.is_some() {
             true => Box::pin(self.stream_pushing(agent, caller, req)).await,
             false => self.ops(agent).stream(agent, caller, req).await,
-        }
+        }?;
+        Ok(self.tasks.first_written(items))
     }
 
     /// `GetTask` / `tasks/get`.

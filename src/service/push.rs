@@ -363,16 +363,22 @@ impl Shared {
         }
     }
 
-    /// Sends what `item` did to `task` (the task after it) to every config of the task.
-    async fn notify(&self, task_id: &str, item: &StreamItem, task: &Task) {
-        let Some(pusher) = &self.pusher else { return };
+    /// Sends what `item` did to `task` (the task after it) to every config of the task;
+    /// the deliveries of a final state, to wait for.
+    async fn notify(&self, task_id: &str, item: &StreamItem, task: &Task) -> Finals {
+        let Some(pusher) = &self.pusher else {
+            return Finals::default();
+        };
         // Another replica may have changed the configs (a shared store).
         if self.configs.refresh(task_id).await.is_err() {
             tracing::warn!(task = %task_id, "push: the store did not answer; using the configs known here");
         }
-        for config in self.configs_of(task_id) {
-            send(pusher, task_id, &config, item, task);
-        }
+        let configs = self.configs_of(task_id);
+        Finals(
+            (configs.iter())
+                .filter_map(|config| send(pusher, task_id, config, item, task))
+                .collect(),
+        )
     }
 
     /// Follows `items` (a subscription, starting with the task, or a stream resumed after
@@ -399,11 +405,16 @@ impl Shared {
             let Some(now) = item.fold_into(&mut task) else {
                 continue;
             };
-            if !keeps(&hold, version.unwrap_or(0)).await {
+            // The final state is noted only as the hold is given up, once delivered: one
+            // that dies with this replica first is sent again by its successor, not lost.
+            let last = item.finishes_task();
+            let noted = if last { 0 } else { version.unwrap_or(0) };
+            if !keeps(&hold, noted).await {
                 return self.stood_down(&task_id);
             }
-            self.notify(&task_id, &item, now).await;
-            if item.finishes_task() {
+            let finals = self.notify(&task_id, &item, now).await;
+            if last {
+                finals.delivered().await;
                 finished = true;
                 break;
             }
@@ -476,8 +487,9 @@ impl Shared {
                     return self.stood_down(&task_id);
                 }
                 let item = StreamItem::Task(now.clone());
-                self.notify(&task_id, &item, &now).await;
+                let finals = self.notify(&task_id, &item, &now).await;
                 if now.status.state.is_terminal() {
+                    finals.delivered().await;
                     break;
                 }
                 task = now;
@@ -498,32 +510,57 @@ async fn keeps(hold: &Option<Hold>, version: u64) -> bool {
     }
 }
 
-fn send(pusher: &Arc<Pusher>, task_id: &str, config: &PushConfig, item: &StreamItem, task: &Task) {
+/// Queues what `item` did to `task` for `config`; for the task's final state, what says
+/// when it was delivered (or given up).
+fn send(
+    pusher: &Arc<Pusher>,
+    task_id: &str,
+    config: &PushConfig,
+    item: &StreamItem,
+    task: &Task,
+) -> Option<tokio::sync::oneshot::Receiver<()>> {
     let name = config.name.as_deref().unwrap_or(task_id);
     let (body, content_type) = match notification(config.dialect, item, task, name) {
         Ok(rendered) => rendered,
         Err(e) => {
             tracing::error!(task = %task_id, error = %e, "push: serializing a notification");
-            return;
+            return None;
         }
     };
-    let Ok(authorization) = authorization(config) else {
-        return;
+    let authorization = authorization(config).ok()?;
+    let target = Target {
+        task_id: task_id.to_string(),
+        config_id: config.id.clone(),
+        url: config.url.clone(),
+        token: config.token.clone(),
+        authorization,
     };
-    pusher.enqueue(
-        Target {
-            task_id: task_id.to_string(),
-            config_id: config.id.clone(),
-            url: config.url.clone(),
-            token: config.token.clone(),
-            authorization,
-        },
-        Notification {
-            body: body.into(),
-            content_type,
-            last: item.finishes_task(),
-        },
-    );
+    let last = item.finishes_task();
+    let note = Notification {
+        body: body.into(),
+        content_type,
+        last,
+    };
+    if last {
+        return Some(pusher.enqueue_tracked(target, note));
+    }
+    pusher.enqueue(target, note);
+    None
+}
+
+/// The deliveries of a task's final state, which its follower waits for before it gives
+/// its hold up (which notes them done): when its replica dies first, its successor sends
+/// them again rather than not at all.
+#[derive(Default)]
+struct Finals(Vec<tokio::sync::oneshot::Receiver<()>>);
+
+impl Finals {
+    /// Once each was delivered or given up (the pusher's retries bound it).
+    async fn delivered(self) {
+        for delivery in self.0 {
+            let _ = delivery.await;
+        }
+    }
 }
 
 /// What one task update sends to a config made in `dialect`: 1.0 receivers get the event
@@ -764,14 +801,22 @@ impl A2aService {
             }
             Err(e) => {
                 let hold = entry.handed_over();
-                // Finished meanwhile: what it finished as is the one notification left.
-                if let Ok(now) = self.get(agent, caller, &id, None).await {
-                    let item = StreamItem::Task(now.clone());
-                    shared.notify(&id, &item, &now).await;
-                } else {
-                    tracing::warn!(task = %id, error = %e, "push: cannot follow the task");
-                }
-                shared.done(&id, hold).await;
+                // Finished meanwhile: what it finished as is the one notification left
+                // (the hold given up once it is delivered, apart from this call).
+                let finals = match self.get(agent, caller, &id, None).await {
+                    Ok(now) => {
+                        let item = StreamItem::Task(now.clone());
+                        shared.notify(&id, &item, &now).await
+                    }
+                    Err(_) => {
+                        tracing::warn!(task = %id, error = %e, "push: cannot follow the task");
+                        Finals::default()
+                    }
+                };
+                tokio::spawn(async move {
+                    finals.delivered().await;
+                    shared.done(&id, hold).await;
+                });
             }
         }
     }
@@ -907,8 +952,11 @@ impl A2aService {
                 // noted, the resumed log holds the end.)
                 (Ok(task), _) if task.status.state.is_terminal() => {
                     let item = StreamItem::Task(task.clone());
-                    shared.notify(&id, &item, &task).await;
-                    shared.done(&id, Some(hold)).await;
+                    let finals = shared.notify(&id, &item, &task).await;
+                    tokio::spawn(async move {
+                        finals.delivered().await;
+                        shared.done(&id, Some(hold)).await;
+                    });
                 }
                 (Ok(task), Some(remote)) => {
                     tokio::spawn(shared.poll(id, remote, task, every, Some(hold)));

@@ -268,6 +268,14 @@ impl Journal {
         rx
     }
 
+    /// Waits (5 s at most) for everything sent so far to be written; whether it was.
+    pub(crate) async fn settled(&self) -> bool {
+        matches!(
+            tokio::time::timeout(Duration::from_secs(5), self.barrier()).await,
+            Ok(Ok(()))
+        )
+    }
+
     pub(crate) fn record(&self, table: Table, key: &str, value: String) {
         self.send(Change::Record {
             table,
@@ -493,26 +501,21 @@ impl Store {
         }
     }
 
-    /// Resolves once every change made so far is where other replicas read it, or on disk
-    /// with `durability = "sync"`; None when answers need not wait (no other replica reads
-    /// this store, and its commits are batched). A receiver that errs: not written.
-    pub(crate) fn barrier(&self) -> Option<tokio::sync::oneshot::Receiver<()>> {
-        if self.shared.is_none() && !self.sync {
-            return None;
-        }
-        self.journal.as_ref().map(Journal::barrier)
+    /// Where answers wait for what their calls changed: every change is where other
+    /// replicas read it once this journal wrote it, or on disk with `durability = "sync"`.
+    /// None when answers need not wait (no other replica reads this store, and its commits
+    /// are batched).
+    pub(crate) fn answers_wait_for(&self) -> Option<&Journal> {
+        self.journal.as_ref().filter(|_| self.answers_wait())
     }
 
     /// Waits (5 s at most) for what the calls so far changed to be where answers need it
-    /// (see [`Self::barrier`]); whether it is. At once when answers need not wait.
+    /// (see [`Self::answers_wait_for`]); whether it is. At once when answers need not wait.
     pub(crate) async fn settled(&self) -> bool {
-        let Some(written) = self.barrier() else {
-            return true;
-        };
-        matches!(
-            tokio::time::timeout(Duration::from_secs(5), written).await,
-            Ok(Ok(()))
-        )
+        match self.answers_wait_for() {
+            Some(journal) => journal.settled().await,
+            None => true,
+        }
     }
 
     /// Whether answers wait for the store (see [`Self::barrier`]).

@@ -30,6 +30,7 @@ const UNFINISHED_EXCHANGE: std::time::Duration = std::time::Duration::from_milli
 use crate::protocol::model::{
     ApproxBytes, Message, StreamItem, Task, TaskEvent, TaskState, TaskStatus, TaskStatusUpdateEvent,
 };
+use crate::protocol::ops::ItemStream;
 use crate::protocol::params::ListQuery;
 use crate::store::Shared;
 use crate::store::TaskRow;
@@ -371,6 +372,9 @@ pub(crate) struct Tasks {
     journal: std::sync::OnceLock<crate::store::Journal>,
     /// Where a task's end is counted.
     usage: std::sync::OnceLock<Arc<crate::usage::Usage>>,
+    /// Where answers wait for the store (a shared one, synced commits): what a stream's
+    /// first item waits for.
+    answers_wait_for: std::sync::OnceLock<crate::store::Journal>,
 }
 
 /// A task that ended, as usage counts it.
@@ -416,6 +420,7 @@ impl Tasks {
             shared: std::sync::OnceLock::new(),
             journal: std::sync::OnceLock::new(),
             usage: std::sync::OnceLock::new(),
+            answers_wait_for: std::sync::OnceLock::new(),
         }
     }
 
@@ -457,6 +462,32 @@ impl Tasks {
     pub(crate) fn share(&self, journal: crate::store::Journal, shared: Arc<Shared>) {
         let _ = self.journal.set(journal.clone());
         let _ = self.shared.set((journal, shared));
+    }
+
+    /// Streams' first items wait for what `journal` writes (see [`Self::first_written`]).
+    pub(crate) fn answers_wait_for(&self, journal: crate::store::Journal) {
+        let _ = self.answers_wait_for.set(journal);
+    }
+
+    /// `items` with its first item held until what changed so far is written, where
+    /// answers wait for the store: the task a streamed send's client saw is there for
+    /// another replica when its own dies (or after a crash, with synced commits), as a
+    /// blocking send's is. The later events go at once (a replica that dies may have sent
+    /// some unwritten: its task's failure is numbered past them). Unchanged elsewhere.
+    pub(crate) fn first_written(&self, items: ItemStream) -> ItemStream {
+        let Some(journal) = self.answers_wait_for.get().cloned() else {
+            return items;
+        };
+        let mut items = items.with_positions();
+        use futures_util::StreamExt;
+        let held = futures_util::stream::once(async move {
+            let first = items.next().await;
+            if first.is_some() && !journal.settled().await {
+                tracing::warn!("a stream's first event went before the store took its task: other replicas see it once the store is back");
+            }
+            futures_util::stream::iter(first).chain(items)
+        });
+        ItemStream::positioned(held.flatten())
     }
 
     /// The store other replicas share, if any.

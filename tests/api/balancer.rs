@@ -396,7 +396,12 @@ async fn sends_streams_subscriptions_cancels_and_push_configs_cross_replicas_thr
     );
     let mut body = resp.bytes_stream();
     let mut text = String::new();
-    while !text.replace("\r\n", "\n").contains("\n\n") {
+    // Until a whole event with data: a keep-alive comment may come first.
+    let whole = |text: &str| {
+        let text = text.replace("\r\n", "\n");
+        parse_sse(&text[..text.rfind("\n\n").map_or(0, |at| at + 2)])
+    };
+    while whole(&text).is_empty() {
         let chunk = tokio::time::timeout(Duration::from_secs(10), body.next())
             .await
             .expect("no first event within 10 s")
@@ -404,7 +409,7 @@ async fn sends_streams_subscriptions_cancels_and_push_configs_cross_replicas_thr
             .expect("chunk");
         text.push_str(&String::from_utf8_lossy(&chunk));
     }
-    let first = parse_sse(&text).remove(0).data;
+    let first = whole(&text).remove(0).data;
     let streamed = first["result"]["task"]["id"]
         .as_str()
         .or(first["result"]["statusUpdate"]["taskId"].as_str())
