@@ -451,7 +451,7 @@ fn start(
 }
 
 /// [`start`] for a store replicas share: no interval (each batch is what arrived while the
-/// last was written, and answers wait for theirs: see `Store::barrier`), events for the
+/// last was written, and answers wait for theirs: see `Store::settled`), events for the
 /// other replicas.
 type Started = (Journal, std::thread::JoinHandle<()>, Arc<WriteHealth>);
 fn start_shared(backend: Box<dyn Backend>, tasks: Arc<dyn Snapshots>) -> Result<Started, String> {
@@ -518,7 +518,7 @@ impl Store {
         }
     }
 
-    /// Whether answers wait for the store (see [`Self::barrier`]).
+    /// Whether answers wait for the store (see [`Self::answers_wait_for`]).
     pub(crate) fn answers_wait(&self) -> bool {
         self.shared.is_some() || self.sync
     }

@@ -475,11 +475,11 @@ impl Tasks {
     /// blocking send's is. The later events go at once (a replica that dies may have sent
     /// some unwritten: its task's failure is numbered past them). Unchanged elsewhere.
     pub(crate) fn first_written(&self, items: ItemStream) -> ItemStream {
+        use futures_util::StreamExt;
         let Some(journal) = self.answers_wait_for.get().cloned() else {
             return items;
         };
         let mut items = items.with_positions();
-        use futures_util::StreamExt;
         let held = futures_util::stream::once(async move {
             let first = items.next().await;
             if first.is_some() && !journal.settled().await {

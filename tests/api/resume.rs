@@ -343,6 +343,18 @@ async fn an_id_of_another_task_or_caller_is_refused_like_an_unknown_task() {
     assert_eq!(whole_stream(gw).await.len(), 9);
 }
 
+/// A streamed send to the ticker on `base`, read for three events (`after_first` run once
+/// the first came), then dropped abruptly: the events, and the task's id.
+fn three_events_then_reset(base: &str, after_first: impl FnOnce()) -> (Vec<Event>, String) {
+    let mut stream = open(base, "SendStreamingMessage", send_params(), None);
+    let mut first = stream.events(1);
+    after_first();
+    first.extend(stream.events(2));
+    reset(stream);
+    let task = task_id(&first[0].data);
+    (first, task)
+}
+
 /// Versions of events as their ids say.
 fn versions(events: &[Event]) -> Vec<u64> {
     (events.iter())
@@ -404,15 +416,10 @@ async fn a_stream_resumes_through_another_replica_behind_nginx_even_when_its_rep
     }
 
     // The replica running the task dies while its client is away.
-    let (first, stream_task) = tokio::task::spawn_blocking(move || {
-        let mut stream = open(&first_replica, "SendStreamingMessage", send_params(), None);
-        let first = stream.events(3);
-        reset(stream);
-        let task = task_id(&first[0].data);
-        (first, task)
-    })
-    .await
-    .unwrap();
+    let (first, stream_task) =
+        tokio::task::spawn_blocking(move || three_events_then_reset(&first_replica, || ()))
+            .await
+            .unwrap();
     gws[0].kill_hard();
     let through = nginx.url("");
     let id = first.last().unwrap().id.clone().unwrap();
@@ -486,15 +493,9 @@ async fn a_stream_ahead_of_the_store_resumes_through_another_replica_when_its_re
     let (running, survivor) = (gws[0].base.clone(), gws[1].base.clone());
     let redis = std::sync::Arc::new(redis);
     let stalled = redis.clone();
+    // The task is stored before its first event goes; what follows is not, now.
     let (first, task) = tokio::task::spawn_blocking(move || {
-        let mut stream = open(&running, "SendStreamingMessage", send_params(), None);
-        // The task is stored before its first event goes; what follows is not, now.
-        let mut first = stream.events(1);
-        stalled.signal("STOP");
-        first.extend(stream.events(2));
-        reset(stream);
-        let task = task_id(&first[0].data);
-        (first, task)
+        three_events_then_reset(&running, || stalled.signal("STOP"))
     })
     .await
     .unwrap();
