@@ -8,6 +8,8 @@
 //! own, deleted at the end.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -59,6 +61,7 @@ on_both_stores!(
     configs_made_through_two_replicas_each_get_every_update_once,
     a_survivor_follows_on_from_a_killed_replica_without_missing_or_repeating,
     a_replica_stalled_past_its_lease_stops_notifying_once_it_wakes,
+    a_final_state_its_follower_had_not_delivered_when_it_died_comes_from_the_survivor,
     a_callers_unfinished_tasks_are_one_quota_across_replicas,
 );
 
@@ -181,6 +184,41 @@ async fn a_replica_stalled_past_its_lease_stops_notifying_once_it_wakes(fleet: F
             .is_some_and(|m| m.contains("another replica follows the task now"))
     });
     assert!(stood_down, "A's log says it stood down");
+}
+
+/// The receiver refuses the task's final state while A (its follower) retries it, and A
+/// dies: the survivor, adopting the task, sends the final state again, and it arrives.
+async fn a_final_state_its_follower_had_not_delivered_when_it_died_comes_from_the_survivor(
+    fleet: Fleet,
+) {
+    let mut gws = fleet.replicas(2, PUSH);
+    let refusing = Arc::new(AtomicBool::new(true));
+    let rx = Receiver::start("127.0.0.1", Answer::RefuseFinalsWhile(refusing.clone())).await;
+    let id = followed_by_a(&gws, &rx, "/delay 1 done").await;
+    let refused = rx
+        .wait("the final state, refused", |got| !finals(got).is_empty())
+        .await
+        .len();
+    gws[0].kill_hard();
+    refusing.store(false, Ordering::SeqCst);
+    let got = rx
+        .wait("the final state, from the survivor", |got| {
+            !finals(&got[refused..]).is_empty()
+        })
+        .await;
+    assert_eq!(
+        finals(&got[refused..]),
+        ["TASK_STATE_COMPLETED"],
+        "{got:#?}"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while fleet.push_holder(&id).is_some() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the survivor gives the hold up once it delivered the final state"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Asks a question: a task left waiting for input (unfinished).

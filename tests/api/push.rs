@@ -37,6 +37,8 @@ pub(crate) enum Answer {
     /// Never answers.
     Hang,
     Redirect(String),
+    /// 503 to final states while the flag is set; 200 to the rest.
+    RefuseFinalsWhile(Arc<std::sync::atomic::AtomicBool>),
 }
 
 pub(crate) struct Receiver {
@@ -60,6 +62,8 @@ impl Receiver {
             App::new().default_service(web::to(move |req: HttpRequest, body: web::Bytes| {
                 let (got, answer) = state.clone();
                 async move {
+                    let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                    let is_final = final_state(&parsed).is_some();
                     let seen = {
                         let mut got = got.lock().unwrap();
                         got.push(Got {
@@ -68,7 +72,7 @@ impl Receiver {
                                 .iter()
                                 .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_string()))
                                 .collect(),
-                            body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+                            body: parsed,
                             raw: body.to_vec(),
                         });
                         got.len()
@@ -86,6 +90,12 @@ impl Receiver {
                         Answer::Redirect(to) => HttpResponse::Found()
                             .insert_header(("Location", to))
                             .finish(),
+                        Answer::RefuseFinalsWhile(refusing)
+                            if is_final && refusing.load(std::sync::atomic::Ordering::SeqCst) =>
+                        {
+                            HttpResponse::ServiceUnavailable().finish()
+                        }
+                        Answer::RefuseFinalsWhile(_) => HttpResponse::Ok().finish(),
                     }
                 }
             }))
