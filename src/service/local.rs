@@ -217,7 +217,7 @@ impl Operations for LocalOps {
                 // soon, or died, and its task's failure is numbered past them): a client
                 // that saw them picks up after them.
                 Some((_, task, version))
-                    if from.version <= version + crate::store::UNWRITTEN_EVENTS =>
+                    if from.version <= version.saturating_add(crate::store::UNWRITTEN_EVENTS) =>
                 {
                     Ok(replicas::resume(
                         task,
