@@ -52,8 +52,13 @@ pub(crate) struct Notification {
     pub(crate) last: bool,
 }
 
-/// Told when a notification someone waits for was delivered or given up.
-type Delivered = tokio::sync::oneshot::Sender<()>;
+/// A notification someone waits for: whether it is still this gateway's to send, asked
+/// just before it goes (another replica may have taken its task over meanwhile), and what
+/// is told once it was delivered, given up or not sent.
+struct Tracked {
+    still_ours: futures_util::future::BoxFuture<'static, bool>,
+    done: tokio::sync::oneshot::Sender<()>,
+}
 
 pub(crate) struct Pusher {
     settings: PushSettings,
@@ -78,7 +83,7 @@ struct Queue {
 #[derive(Default)]
 struct QueueState {
     /// Each with what is told once it is delivered or given up, if someone waits.
-    pending: VecDeque<(Target, Notification, Option<Delivered>)>,
+    pending: VecDeque<(Target, Notification, Option<Tracked>)>,
     /// A worker delivers from it.
     started: bool,
     /// Its worker has stopped (nothing was left, or the config was deleted): a new
@@ -156,19 +161,21 @@ impl Pusher {
         self.queue(target, note, None);
     }
 
-    /// [`Self::enqueue`], and resolves once the notification was delivered or given up
-    /// (an error: dropped unsent, superseded or its config deleted).
+    /// [`Self::enqueue`], sent only if `still_ours` (awaited just before it goes) says so;
+    /// resolves once the notification was delivered, given up or not sent (an error:
+    /// dropped unsent, superseded or its config deleted).
     pub(crate) fn enqueue_tracked(
         self: &Arc<Self>,
         target: Target,
         note: Notification,
+        still_ours: futures_util::future::BoxFuture<'static, bool>,
     ) -> tokio::sync::oneshot::Receiver<()> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        self.queue(target, note, Some(tx));
+        let (done, rx) = tokio::sync::oneshot::channel();
+        self.queue(target, note, Some(Tracked { still_ours, done }));
         rx
     }
 
-    fn queue(self: &Arc<Self>, target: Target, note: Notification, done: Option<Delivered>) {
+    fn queue(self: &Arc<Self>, target: Target, note: Notification, done: Option<Tracked>) {
         let key = (target.task_id.clone(), target.config_id.clone());
         let mut item = Some((target, note, done));
         while let Some((target, note, done)) = item.take() {
@@ -231,11 +238,14 @@ impl Pusher {
                     }
                 };
                 match next {
-                    Some((target, note, done)) => {
-                        me.deliver(&target, &note).await;
-                        if let Some(done) = done {
-                            let _ = done.send(());
+                    Some((target, note, None)) => me.deliver(&target, &note).await,
+                    Some((target, note, Some(tracked))) => {
+                        if tracked.still_ours.await {
+                            me.deliver(&target, &note).await;
+                        } else {
+                            tracing::info!(task = %target.task_id, config = %target.config_id, "push: another replica follows the task now and sends this");
                         }
+                        let _ = tracked.done.send(());
                     }
                     None => {
                         me.queues.remove_if(&key, |_, q| Arc::ptr_eq(q, &queue));

@@ -366,6 +366,19 @@ impl Shared {
     /// Sends what `item` did to `task` (the task after it) to every config of the task;
     /// the deliveries of a final state, to wait for.
     async fn notify(&self, task_id: &str, item: &StreamItem, task: &Task) -> Finals {
+        self.notify_holding(task_id, item, task, None).await
+    }
+
+    /// [`Self::notify`] by the follower holding `hold`: a final state goes only while the
+    /// hold is still this replica's when its turn comes (one stalled past its lease finds
+    /// its successor sent it).
+    async fn notify_holding(
+        &self,
+        task_id: &str,
+        item: &StreamItem,
+        task: &Task,
+        hold: Option<&Hold>,
+    ) -> Finals {
         let Some(pusher) = &self.pusher else {
             return Finals::default();
         };
@@ -376,7 +389,7 @@ impl Shared {
         let configs = self.configs_of(task_id);
         Finals(
             (configs.iter())
-                .filter_map(|config| send(pusher, task_id, config, item, task))
+                .filter_map(|config| send(pusher, task_id, config, item, task, hold))
                 .collect(),
         )
     }
@@ -412,7 +425,7 @@ impl Shared {
             if !keeps(&hold, noted).await {
                 return self.stood_down(&task_id);
             }
-            let finals = self.notify(&task_id, &item, now).await;
+            let finals = (self.notify_holding(&task_id, &item, now, hold.as_ref())).await;
             if last {
                 finals.delivered().await;
                 finished = true;
@@ -487,7 +500,7 @@ impl Shared {
                     return self.stood_down(&task_id);
                 }
                 let item = StreamItem::Task(now.clone());
-                let finals = self.notify(&task_id, &item, &now).await;
+                let finals = (self.notify_holding(&task_id, &item, &now, hold.as_ref())).await;
                 if now.status.state.is_terminal() {
                     finals.delivered().await;
                     break;
@@ -511,13 +524,15 @@ async fn keeps(hold: &Option<Hold>, version: u64) -> bool {
 }
 
 /// Queues what `item` did to `task` for `config`; for the task's final state, what says
-/// when it was delivered (or given up).
+/// when it was delivered (or given up), sent only while `hold` (with a shared store) is
+/// still this replica's.
 fn send(
     pusher: &Arc<Pusher>,
     task_id: &str,
     config: &PushConfig,
     item: &StreamItem,
     task: &Task,
+    hold: Option<&Hold>,
 ) -> Option<tokio::sync::oneshot::Receiver<()>> {
     let name = config.name.as_deref().unwrap_or(task_id);
     let (body, content_type) = match notification(config.dialect, item, task, name) {
@@ -542,7 +557,14 @@ fn send(
         last,
     };
     if last {
-        return Some(pusher.enqueue_tracked(target, note));
+        let still_ours: futures_util::future::BoxFuture<'static, bool> = match hold {
+            Some(hold) => {
+                let (store, task_id) = (hold.store.clone(), hold.task_id.clone());
+                Box::pin(async move { store.follow_mark(&task_id, 0).await.unwrap_or(true) })
+            }
+            None => Box::pin(std::future::ready(true)),
+        };
+        return Some(pusher.enqueue_tracked(target, note, still_ours));
     }
     pusher.enqueue(target, note);
     None
@@ -745,7 +767,14 @@ impl A2aService {
         };
         let id = task.id.clone();
         if task.status.state.is_terminal() {
-            send(pusher, &id, config, &StreamItem::Task(task.clone()), &task);
+            send(
+                pusher,
+                &id,
+                config,
+                &StreamItem::Task(task.clone()),
+                &task,
+                None,
+            );
             return;
         }
         if push.shared.watched.insert(id.clone(), ()).is_some() {
@@ -835,7 +864,14 @@ impl A2aService {
         };
         if let Ok(now) = self.get(agent, caller, id, None).await {
             if now.status.state.is_terminal() {
-                send(pusher, id, config, &StreamItem::Task(now.clone()), &now);
+                send(
+                    pusher,
+                    id,
+                    config,
+                    &StreamItem::Task(now.clone()),
+                    &now,
+                    None,
+                );
             }
         }
     }

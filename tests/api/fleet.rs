@@ -238,7 +238,8 @@ async fn a_callers_unfinished_tasks_are_one_quota_across_replicas(fleet: Fleet) 
     assert!(first_id.is_string(), "{first}");
     let second = ask(a).await;
     assert!(second["result"]["task"]["id"].is_string(), "{second}");
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // Replicas tell each other every 200 ms: B has heard by then, on a loaded machine too.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     let refused = ask(b).await;
     assert_eq!(refused["error"]["code"], -32052, "{refused}");
     assert!(
@@ -253,11 +254,19 @@ async fn a_callers_unfinished_tasks_are_one_quota_across_replicas(fleet: Fleet) 
         canceled["result"]["status"]["state"], "TASK_STATE_CANCELED",
         "{canceled}"
     );
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    let taken = ask(b).await;
+    // (As soon as B heard: a refusal makes nothing, so B is asked until it takes one.)
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let taken = loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let answer = ask(b).await;
+        if answer["error"]["code"] != -32052 || std::time::Instant::now() > deadline {
+            break answer;
+        }
+    };
     assert!(taken["result"]["task"]["id"].is_string(), "{taken}");
     // And now A is at the quota too.
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // Replicas tell each other every 200 ms: B has heard by then, on a loaded machine too.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     let refused = ask(a).await;
     assert_eq!(refused["error"]["code"], -32052, "{refused}");
 }
