@@ -560,7 +560,12 @@ fn send(
         let still_ours: futures_util::future::BoxFuture<'static, bool> = match hold {
             Some(hold) => {
                 let (store, task_id) = (hold.store.clone(), hold.task_id.clone());
-                Box::pin(async move { store.follow_mark(&task_id, 0).await.unwrap_or(true) })
+                Box::pin(async move {
+                    // Asked again while it fails: a call in flight when this process was
+                    // stopped fails as it wakes, and a guess would send what a successor sent.
+                    let mark = || store.follow_mark(&task_id, 0);
+                    (retried(INLINE_RETRY_FOR, |_| true, mark).await).unwrap_or(true)
+                })
             }
             None => Box::pin(std::future::ready(true)),
         };
@@ -958,8 +963,10 @@ impl A2aService {
         if shared.watched.insert(id.clone(), ()).is_some() {
             // Its follower here goes on (a config made here after it handed the task over
             // claimed it back): the hold is this replica's again, one follower is enough.
+            tracing::debug!(task = %id, "push: adopted a task this replica follows already");
             return;
         }
+        tracing::debug!(task = %id, after = seen, "push: adopting a task: reading it");
         // What the resumed events apply to (a subscription starts with the task itself).
         let known = match seen {
             0 => None,
