@@ -114,6 +114,7 @@ impl Drop for Watching<'_> {
 
 /// This replica's hold on following a task, when replicas share a store: one replica
 /// follows each task, notifying every config whichever replica made it.
+#[derive(Clone)]
 struct Hold {
     store: Arc<SharedStore>,
     task_id: String,
@@ -559,13 +560,10 @@ fn send(
     if last {
         let still_ours: futures_util::future::BoxFuture<'static, bool> = match hold {
             Some(hold) => {
-                let (store, task_id) = (hold.store.clone(), hold.task_id.clone());
-                Box::pin(async move {
-                    // Asked again while it fails: a call in flight when this process was
-                    // stopped fails as it wakes, and a guess would send what a successor sent.
-                    let mark = || store.follow_mark(&task_id, 0);
-                    (retried(INLINE_RETRY_FOR, |_| true, mark).await).unwrap_or(true)
-                })
+                // The follower's own check (asked again while the store fails: a call in
+                // flight when this process was stopped fails as it wakes).
+                let hold = hold.clone();
+                Box::pin(async move { hold.keeps(0).await })
             }
             None => Box::pin(std::future::ready(true)),
         };
