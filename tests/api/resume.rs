@@ -355,6 +355,11 @@ fn three_events_then_reset(base: &str, after_first: impl FnOnce()) -> (Vec<Event
     (first, task)
 }
 
+/// Versions of a stream's events read before a seam and after it, in order.
+fn versions_across(first: &[Event], rest: &[Event]) -> Vec<u64> {
+    versions(first).into_iter().chain(versions(rest)).collect()
+}
+
 /// Versions of events as their ids say.
 fn versions(events: &[Event]) -> Vec<u64> {
     (events.iter())
@@ -450,10 +455,7 @@ async fn a_stream_resumes_through_another_replica_behind_nginx_even_when_its_rep
     );
     // One after the other, then the failure, numbered past what the dead replica may
     // have sent without writing.
-    let all: Vec<u64> = versions(&first)
-        .into_iter()
-        .chain(versions(&rest))
-        .collect();
+    let all = versions_across(&first, &rest);
     let (failure, before) = all.split_last().unwrap();
     assert!(before.windows(2).all(|w| w[1] == w[0] + 1), "{all:?}");
     assert!(failure > before.last().unwrap(), "{all:?}");
@@ -514,10 +516,7 @@ async fn a_stream_ahead_of_the_store_resumes_through_another_replica_when_its_re
     })
     .await
     .unwrap();
-    let all: Vec<u64> = versions(&first)
-        .into_iter()
-        .chain(versions(&rest))
-        .collect();
+    let all = versions_across(&first, &rest);
     assert_eq!(rest.len(), 1, "the failure alone: {rest:?}");
     assert!(all[3] > all[2], "numbered past what was read: {all:?}");
     let last = &rest[0].data["result"]["statusUpdate"]["status"];
@@ -697,10 +696,7 @@ async fn an_upstream_agents_stream_resumes_from_the_gateways_own_log() {
     assert_eq!(whole.len(), 9, "{whole:?}");
     let joined: Vec<String> = first.iter().chain(&rest).map(gist).collect();
     assert_eq!(joined, whole, "{rest:?}");
-    let all: Vec<u64> = versions(&first)
-        .into_iter()
-        .chain(versions(&rest))
-        .collect();
+    let all = versions_across(&first, &rest);
     assert!(all.windows(2).all(|w| w[1] == w[0] + 1), "{all:?}");
 }
 
@@ -832,10 +828,7 @@ async fn an_upstream_subscription_resumes_from_the_gateways_own_log() {
     })
     .await
     .unwrap();
-    let all: Vec<u64> = versions(&first)
-        .into_iter()
-        .chain(versions(&rest))
-        .collect();
+    let all = versions_across(&first, &rest);
     assert!(all.windows(2).all(|w| w[1] == w[0] + 1), "{all:?}");
     let last = &rest.last().expect("events after the seam").data["result"]["statusUpdate"];
     assert_eq!(last["status"]["state"], "TASK_STATE_COMPLETED", "{rest:?}");
