@@ -212,6 +212,11 @@ impl Fleet {
         }
     }
 
+    /// A replica of another build of the gateway (`binary`) serving the echo agent.
+    pub fn replica_of(&self, binary: &std::path::Path) -> Running {
+        Running::start_binary(binary, &[("echo.toml", ECHO)], &self.config(), "info")
+    }
+
     /// `n` replicas serving the echo agent, with `extra` lines in their gateway file.
     pub fn replicas(&self, n: usize, extra: &str) -> Vec<Running> {
         let gateway = format!("{}\n{extra}\n", self.config());
@@ -231,12 +236,12 @@ on_both_stores!(
     upstream_task_owners_and_0_3_task_lists_are_shared_between_replicas,
 );
 
-fn state(task: &Value) -> &str {
+pub(crate) fn state(task: &Value) -> &str {
     task["status"]["state"].as_str().unwrap_or("")
 }
 
 /// The SSE events of a stream, read until it ends.
-async fn events(gw: &Running, method: &str, params: Value) -> Vec<Value> {
+pub(crate) async fn events(gw: &Running, method: &str, params: Value) -> Vec<Value> {
     let accept = [("Accept", "text/event-stream")];
     let text = gw
         .post("/a2a", method, params, &accept)

@@ -10,6 +10,11 @@ use serde_json::Value;
 
 use crate::helpers::{rpc, write_config};
 
+/// The gateway this test suite was built with.
+fn this_build() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_a2a-gateway"))
+}
+
 /// The real binary, serving a configuration directory; killed when dropped.
 pub struct Running {
     pub child: Child,
@@ -20,6 +25,8 @@ pub struct Running {
     pub gateway: PathBuf,
     pub log_level: String,
     pub client: reqwest::Client,
+    /// The gateway binary it runs (this build's, or an earlier release's).
+    binary: PathBuf,
     /// Worker threads (`--workers`).
     workers: usize,
     /// Environment variables it is started with (again on a restart).
@@ -47,7 +54,23 @@ impl Running {
         log_level: &str,
         workers: usize,
     ) -> Running {
-        Running::launched(files, gateway, log_level, workers, Vec::new())
+        Running::launched(
+            this_build(),
+            files,
+            gateway,
+            log_level,
+            (workers, Vec::new()),
+        )
+    }
+
+    /// [`Running::start`] with another build of the gateway: `binary`.
+    pub fn start_binary(
+        binary: &Path,
+        files: &[(&str, &str)],
+        gateway: &str,
+        log_level: &str,
+    ) -> Running {
+        Running::launched(binary, files, gateway, log_level, (1, Vec::new()))
     }
 
     /// [`Running::start`] with environment variables of its own.
@@ -58,20 +81,21 @@ impl Running {
         env: &[(&str, &str)],
     ) -> Running {
         let env = (env.iter()).map(|(k, v)| (k.to_string(), v.to_string()));
-        Running::launched(files, gateway, log_level, 1, env.collect())
+        Running::launched(this_build(), files, gateway, log_level, (1, env.collect()))
     }
 
     fn launched(
+        binary: &Path,
         files: &[(&str, &str)],
         gateway: &str,
         log_level: &str,
-        workers: usize,
-        env: Vec<(String, String)>,
+        (workers, env): (usize, Vec<(String, String)>),
     ) -> Running {
         let (dir, agents, gateway_path) = write_config(files, Some(gateway));
         let log = dir.path().join("gateway.log");
         let gateway_path = gateway_path.expect("gateway file");
         let at = Launch {
+            binary,
             dir: dir.path(),
             gateway: &gateway_path,
             agents: &agents,
@@ -90,6 +114,7 @@ impl Running {
             gateway: gateway_path,
             log_level: log_level.to_string(),
             client: crate::helpers::client(),
+            binary: binary.to_path_buf(),
             workers,
             env,
         }
@@ -102,6 +127,7 @@ impl Running {
         let log = dir.path().join("gateway.log");
         let gateway_path = gateway_path.expect("gateway file");
         let at = Launch {
+            binary: this_build(),
             dir: dir.path(),
             gateway: &gateway_path,
             agents,
@@ -120,6 +146,7 @@ impl Running {
             gateway: gateway_path,
             log_level: log_level.to_string(),
             client: crate::helpers::client(),
+            binary: this_build().to_path_buf(),
             workers: 1,
             env: Vec::new(),
         }
@@ -132,6 +159,7 @@ impl Running {
         let _ = self.child.wait();
         let port = self.base.rsplit(':').next().unwrap_or("0").to_string();
         let at = Launch {
+            binary: &self.binary,
             dir: self.dir.path(),
             gateway: &self.gateway,
             agents: &self.agents,
@@ -245,7 +273,7 @@ impl Running {
     /// `serve` once more on the same files while this one runs or after it stopped: how
     /// that second start ended (it is expected to refuse).
     pub fn serve_again(&self) -> std::process::Output {
-        Command::new(env!("CARGO_BIN_EXE_a2a-gateway"))
+        Command::new(&self.binary)
             .current_dir(self.dir.path())
             .args(["serve", "--port", "0", "--config"])
             .arg(&self.gateway)
@@ -316,6 +344,7 @@ impl Running {
 /// Runs the binary on these files and returns once its banner names the port.
 /// Where and how a gateway process is started.
 struct Launch<'a> {
+    binary: &'a Path,
     dir: &'a Path,
     gateway: &'a Path,
     agents: &'a Path,
@@ -332,7 +361,7 @@ fn launch(at: &Launch<'_>, port: &str) -> (Child, String) {
         .open(at.log)
         .expect("log file");
     let workers = at.workers.to_string();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_a2a-gateway"))
+    let mut child = Command::new(at.binary)
         .current_dir(at.dir)
         .args([
             "serve",
