@@ -9,6 +9,7 @@
 //!
 //! Every update goes to each config in the dialect it was made in, through [`Pusher`].
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,6 +54,10 @@ const STORE_RETRY_FOR: Duration = Duration::from_secs(60);
 /// connection.
 const ADOPT_READ_WITHIN: Duration = Duration::from_secs(10);
 
+/// Adoption rounds (half a lease each) between looks for tasks held here that nobody here
+/// follows; an adoption that failed starts one at once.
+const LOOK_FOR_LOST_CLAIMS_EVERY: u64 = 5;
+
 /// How long a send's config is retried while the store is away: the send was answered
 /// by then, and waits.
 const INLINE_RETRY_FOR: Duration = Duration::from_secs(10);
@@ -87,6 +92,13 @@ struct Shared {
     relays: DashMap<String, Arc<Relay>, ahash::RandomState>,
     /// None while push is off.
     pusher: Option<Arc<Pusher>>,
+    /// While looking for tasks held here that nobody here follows (an adoption whose claim
+    /// was made but whose answer was lost, say): those seen in the last look (an empty
+    /// set before the first). Two looks apart, as a task handed over is unwatched a
+    /// moment before its hold goes.
+    lost_claims: std::sync::Mutex<Option<HashSet<String>>>,
+    /// Rounds of adoption so far: every [`LOOK_FOR_LOST_CLAIMS_EVERY`] starts a look.
+    adoption_rounds: std::sync::atomic::AtomicU64,
 }
 
 /// A task's entry in `watched` (and its hold, with a shared store) while its watcher is
@@ -214,6 +226,8 @@ impl Push {
                 watched: DashMap::default(),
                 relays: DashMap::default(),
                 pusher,
+                lost_claims: std::sync::Mutex::default(),
+                adoption_rounds: Default::default(),
             }),
             locks: (0..LOCK_STRIPES)
                 .map(|_| tokio::sync::Mutex::new(()))
@@ -935,13 +949,60 @@ impl A2aService {
                     };
                     self.adopt(registry, hold, (&about, seen), every).await;
                 }
-                Ok(None) => return,
+                Ok(None) => break,
                 Err(e) => {
                     tracing::debug!(error = %e, "push: could not look for tasks to adopt");
+                    self.look_for_lost_claims();
                     return;
                 }
             }
         }
+        let rounds = &self.push.shared.adoption_rounds;
+        if rounds.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % LOOK_FOR_LOST_CLAIMS_EVERY
+            == 0
+        {
+            self.look_for_lost_claims();
+        }
+        self.adopt_lost_claims(registry, every).await;
+    }
+
+    fn look_for_lost_claims(&self) {
+        let mut lost = self.lost_claims();
+        *lost = Some(lost.take().unwrap_or_default());
+    }
+
+    fn lost_claims(&self) -> std::sync::MutexGuard<'_, Option<HashSet<String>>> {
+        let lost = self.push.shared.lost_claims.lock();
+        lost.unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// While looking: follows the tasks held here that nobody here follows, seen in two
+    /// looks in a row.
+    async fn adopt_lost_claims(&self, registry: &crate::agents::Registry, every: Duration) {
+        let (Some(before), Some(store)) = (self.lost_claims().clone(), self.tasks.shared()) else {
+            return;
+        };
+        let Ok(held) = store.follow_held().await else {
+            return; // Looked for again next time.
+        };
+        let watched = &self.push.shared.watched;
+        let unfollowed = held
+            .into_iter()
+            .filter(|(id, ..)| !watched.contains_key(id));
+        let mut suspects = HashSet::new();
+        for (id, about, seen) in unfollowed {
+            if !before.contains(&id) {
+                suspects.insert(id);
+                continue;
+            }
+            tracing::info!(task = %id, "push: following a task held here that nobody followed (its adoption's answer was lost)");
+            let hold = Hold {
+                store: store.clone(),
+                task_id: id,
+            };
+            self.adopt(registry, hold, (&about, seen), every).await;
+        }
+        *self.lost_claims() = (!suspects.is_empty()).then_some(suspects);
     }
 
     /// Follows one adopted task (`about`: what it is; `seen`: the last version notified),

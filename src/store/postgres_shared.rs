@@ -943,4 +943,18 @@ impl Shared {
             .first()
             .map(|r| (r.get(0), r.get(1), r.get::<_, i64>(2).max(0) as u64)))
     }
+
+    pub(crate) async fn follow_held(&self) -> SharedResult<Vec<(String, String, u64)>> {
+        let replica: &str = &self.replica;
+        let rows = self
+            .query(
+                "SELECT task, about, seen FROM push_holds WHERE holder = $1 AND NOT orphan",
+                &[&replica],
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get::<_, i64>(2).max(0) as u64))
+            .collect())
+    }
 }

@@ -1129,4 +1129,35 @@ return {task, redis.call('HGET', KEYS[3], task) or '', redis.call('HGET', KEYS[4
             .await?;
         Ok(adopted.map(|(task, about, seen)| (task, about, seen.parse().unwrap_or(0))))
     }
+
+    pub(crate) async fn follow_held(&self) -> RedisResult<Vec<(String, String, u64)>> {
+        static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
+        let script = SCRIPT.get_or_init(|| {
+            redis::Script::new(
+                r#"
+local held = {}
+for _, task in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  if redis.call('HGET', KEYS[2], task) == ARGV[1] then
+    held[#held + 1] = {task, redis.call('HGET', KEYS[3], task) or '', redis.call('HGET', KEYS[4], task) or '0'}
+  end
+end
+return held
+"#,
+            )
+        });
+        let k = &self.keys;
+        let keys = [
+            k.push_following(&self.replica),
+            k.push_holder(),
+            k.push_about(),
+            k.push_seen(),
+        ];
+        let me = self.replica.to_string();
+        let held: Vec<(String, String, String)> = self
+            .with(|mut c| async move { script.key(&keys).arg(me).invoke_async(&mut c).await })
+            .await?;
+        Ok((held.into_iter())
+            .map(|(task, about, seen)| (task, about, seen.parse().unwrap_or(0)))
+            .collect())
+    }
 }

@@ -209,4 +209,10 @@ impl Shared {
     pub(crate) async fn follow_adopt(&self) -> SharedResult<Option<(String, String, u64)>> {
         each!(self, s => s.follow_adopt().await)
     }
+
+    /// The tasks this replica holds and has not handed over, as [`Self::follow_adopt`]
+    /// gives one: what an adoption whose answer was lost left held here.
+    pub(crate) async fn follow_held(&self) -> SharedResult<Vec<(String, String, u64)>> {
+        each!(self, s => s.follow_held().await)
+    }
 }

@@ -63,6 +63,7 @@ on_both_stores!(
     a_replica_stalled_past_its_lease_stops_notifying_once_it_wakes,
     a_final_state_its_follower_had_not_delivered_when_it_died_comes_from_the_survivor,
     a_callers_unfinished_tasks_are_one_quota_across_replicas,
+    a_task_held_by_a_replica_that_does_not_follow_it_is_followed_there,
 );
 
 async fn configs_made_through_two_replicas_each_get_every_update_once(fleet: Fleet) {
@@ -219,6 +220,54 @@ async fn a_final_state_its_follower_had_not_delivered_when_it_died_comes_from_th
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// An adoption whose claim was made but whose answer was lost (the store's answer, or the
+/// connection, gone) leaves a task held by a replica that does not follow it: that replica
+/// finds it (it looks every few rounds of adoption) and follows it from the last update
+/// notified, and the replica that followed it stands down.
+async fn a_task_held_by_a_replica_that_does_not_follow_it_is_followed_there(fleet: Fleet) {
+    let gws = fleet.replicas(2, PUSH);
+    let rx = Receiver::start("127.0.0.1", Answer::Ok).await;
+    // A's name in the store: the holder of a task it follows.
+    let on_a = followed_by_a(&gws, &rx, "/delay 1 done").await;
+    let a = fleet
+        .push_holder(&on_a)
+        .expect("A holds the task it follows");
+    let before = settled(&rx).await.len();
+
+    let config = json!({"returnImmediately": true, "taskPushNotificationConfig": {"url": rx.url}});
+    let task = gws[1].send_task("/delay 8 later", config).await;
+    let id = task["id"].as_str().unwrap();
+    rx.wait("the first notification of the task, from B", |got| {
+        got[before..]
+            .iter()
+            .any(|g| g.body.to_string().contains(id))
+    })
+    .await;
+    assert_ne!(fleet.push_holder(id).as_deref(), Some(a.as_str()));
+    fleet.set_push_holder(id, &a);
+
+    let of_task = || -> Vec<Got> {
+        (rx.got().into_iter().skip(before))
+            .filter(|g| g.body.to_string().contains(id))
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while finals(&of_task()).is_empty() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let got = of_task();
+    no_repeats(&got);
+    assert_eq!(finals(&got), ["TASK_STATE_COMPLETED"], "{got:#?}");
+    let found = gws[0].log_lines().into_iter().any(|l| {
+        l["fields"]["task"] == id
+            && l["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("nobody followed"))
+    });
+    assert!(found, "A found the task held and unfollowed");
 }
 
 /// Asks a question: a task left waiting for input (unfinished).

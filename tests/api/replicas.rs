@@ -212,6 +212,38 @@ impl Fleet {
         }
     }
 
+    /// Makes `replica` the holder of `task`'s push following in the store, as an adoption
+    /// whose answer was lost leaves it: held there, followed by nobody there.
+    pub fn set_push_holder(&self, task: &str, replica: &str) {
+        match self {
+            Fleet::Redis(prefix) => {
+                let mut c = redis::Client::open(redis_url())
+                    .and_then(|c| c.get_connection())
+                    .expect("redis");
+                let p = &prefix.prefix;
+                redis::pipe()
+                    .cmd("HSET")
+                    .arg(format!("{p}push:holder"))
+                    .arg(task)
+                    .arg(replica)
+                    .cmd("SADD")
+                    .arg(format!("{p}push:following:{replica}"))
+                    .arg(task)
+                    .query::<()>(&mut c)
+                    .expect("HSET, SADD");
+            }
+            Fleet::Postgres(schema) => {
+                let sql = format!(
+                    "UPDATE \"{}\".push_holds SET holder = $2 WHERE task = $1",
+                    schema.0
+                );
+                let (task, replica) = (task.to_string(), replica.to_string());
+                let n = crate::postgres::sql(move |c| c.execute(&sql, &[&task, &replica]).unwrap());
+                assert_eq!(n, 1, "the task has a hold");
+            }
+        }
+    }
+
     /// A replica of another build of the gateway (`binary`) serving the echo agent.
     pub fn replica_of(&self, binary: &std::path::Path) -> Running {
         Running::start_binary(binary, &[("echo.toml", ECHO)], &self.config(), "info")
