@@ -13,7 +13,7 @@
 //! immediate mode (as a crash: no checkpoint, recovered from its WAL at the next start).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -117,8 +117,19 @@ impl Load {
     }
 
     /// A streamed send, read to its task's final state: picked up with `Last-Event-ID`
-    /// when the stream breaks first (within 40 s).
+    /// through nginx when the stream breaks first (within 40 s).
     async fn stream(&self, client: &reqwest::Client, text: &str) {
+        self.stream_from(client, text, None).await
+    }
+
+    /// [`Load::stream`], started on `first` (a replica's base), counting in `started` once
+    /// its task is under way.
+    async fn stream_from(
+        &self,
+        client: &reqwest::Client,
+        text: &str,
+        first: Option<(&str, &AtomicUsize)>,
+    ) {
         let deadline = Instant::now() + Duration::from_secs(40);
         let mut task: Option<String> = None;
         let mut last_id: Option<String> = None;
@@ -127,10 +138,12 @@ impl Load {
         while end.is_empty() && Instant::now() < deadline {
             let request = match &task {
                 None if attempts > 0 => break,
-                None => client.post(format!("{}/a2a", self.base)).body(rpc(
-                    "SendStreamingMessage",
-                    json!({"message": D::V10.message(text)}),
-                )),
+                None => client
+                    .post(format!("{}/a2a", first.map_or(&*self.base, |f| f.0)))
+                    .body(rpc(
+                        "SendStreamingMessage",
+                        json!({"message": D::V10.message(text)}),
+                    )),
                 Some(id) => {
                     self.seen.lock().unwrap().resumed += 1;
                     let mut r = client
@@ -160,6 +173,9 @@ impl Load {
                         let result = &data["result"];
                         if task.is_none() {
                             task = task_of(result).map(str::to_string);
+                            if let (Some(_), Some((_, started))) = (&task, first) {
+                                started.fetch_add(1, Ordering::SeqCst);
+                            }
                         }
                         if id.is_some() {
                             last_id = id;
@@ -497,14 +513,23 @@ async fn survive(store: &mut impl StoreServer) {
         .collect();
 
     tokio::time::sleep(Duration::from_secs(3)).await;
-    // Streams on every replica (nginx takes them in turn) when one dies.
-    let doomed: Vec<_> = (0..3)
+    // Streams under way on the replica that dies (started there, not through nginx, so
+    // that some surely are), picked up through nginx.
+    let started = Arc::new(AtomicUsize::new(0));
+    let doomed: Vec<_> = (0..2)
         .map(|n| {
-            let load = load.clone();
-            tokio::spawn(async move { load.stream(&client(), &format!("/delay 4 d{n}")).await })
+            let (load, started, first) = (load.clone(), started.clone(), gws[0].base.clone());
+            tokio::spawn(async move {
+                let text = format!("/delay 4 d{n}");
+                load.stream_from(&client(), &text, Some((&first, &started)))
+                    .await
+            })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while started.load(Ordering::SeqCst) < 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     gws[0].kill_hard();
     tokio::time::sleep(Duration::from_secs(4)).await;
     store.stop();
