@@ -18,6 +18,8 @@ pub(crate) struct Got {
     pub(crate) headers: Vec<(String, String)>,
     pub(crate) body: Value,
     raw: Vec<u8>,
+    /// When it arrived.
+    pub(crate) at: std::time::Instant,
 }
 
 impl Got {
@@ -74,6 +76,7 @@ impl Receiver {
                                 .collect(),
                             body: parsed,
                             raw: body.to_vec(),
+                            at: std::time::Instant::now(),
                         });
                         got.len()
                     };

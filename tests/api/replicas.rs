@@ -312,29 +312,9 @@ async fn a_task_made_through_one_replica_is_read_listed_watched_and_canceled_thr
         .collect();
     assert_eq!(ids, [on_b["id"].as_str().unwrap(), id], "{list}");
 
-    // Running on A, watched through B until it completes on A.
-    let running = a
-        .send_task("/delay 1 later", json!({"returnImmediately": true}))
-        .await;
-    let rid = running["id"].as_str().unwrap().to_string();
-    let watched = events(b, "SubscribeToTask", json!({"id": rid})).await;
-    let last = &watched.last().unwrap()["result"];
-    assert_eq!(
-        last["statusUpdate"]["status"]["state"], "TASK_STATE_COMPLETED",
-        "{watched:?}"
-    );
-
-    // Running on A, canceled through C; B reads it canceled.
-    let long = a
-        .send_task("/delay 30", json!({"returnImmediately": true}))
-        .await;
-    let lid = long["id"].as_str().unwrap();
-    let canceled = c.call("/a2a", "CancelTask", json!({"id": lid})).await;
-    assert_eq!(
-        state(&canceled["result"]),
-        "TASK_STATE_CANCELED",
-        "{canceled}"
-    );
+    watched_across(a, b, "A → B").await;
+    // Canceled through C; B reads it canceled.
+    let lid = canceled_across(a, c, "A → C").await;
     let got = b.call("/a2a", "GetTask", json!({"id": lid})).await;
     assert_eq!(state(&got["result"]), "TASK_STATE_CANCELED", "{got}");
     // And canceling it again, anywhere, says it is finished.
@@ -342,11 +322,42 @@ async fn a_task_made_through_one_replica_is_read_listed_watched_and_canceled_thr
     assert_eq!(again["error"]["code"], -32002, "{again}");
 }
 
-async fn a_follow_up_through_another_replica_reaches_the_one_waiting_for_it(fleet: Fleet) {
-    let gws = fleet.replicas(2, "");
-    let (a, b) = (&gws[0], &gws[1]);
+/// A task left running on `a`, watched through `b` until it completes on `a` (`way` names
+/// the two in a failure's message).
+pub(crate) async fn watched_across(a: &Running, b: &Running, way: &str) {
+    let running = a
+        .send_task("/delay 1 later", json!({"returnImmediately": true}))
+        .await;
+    let watched = events(b, "SubscribeToTask", json!({"id": running["id"]})).await;
+    let last = &watched.last().unwrap()["result"];
+    assert_eq!(
+        last["statusUpdate"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{way}: {watched:?}"
+    );
+}
+
+/// A task left running on `a`, canceled through `b`, read canceled on `a`: its id.
+pub(crate) async fn canceled_across(a: &Running, b: &Running, way: &str) -> String {
+    let long = a
+        .send_task("/delay 30", json!({"returnImmediately": true}))
+        .await;
+    let id = long["id"].as_str().unwrap().to_string();
+    let canceled = b.call("/a2a", "CancelTask", json!({"id": id})).await;
+    assert_eq!(
+        state(&canceled["result"]),
+        "TASK_STATE_CANCELED",
+        "{way}: {canceled}"
+    );
+    let got = a.call("/a2a", "GetTask", json!({"id": id})).await;
+    assert_eq!(state(&got["result"]), "TASK_STATE_CANCELED", "{way}: {got}");
+    id
+}
+
+/// A question asked on `a`, answered through `b`: the whole conversation is in the task,
+/// readable through `a`.
+pub(crate) async fn answered_across(a: &Running, b: &Running, way: &str) {
     let asked = a.send_task("/input your name?", json!({})).await;
-    assert_eq!(state(&asked), "TASK_STATE_INPUT_REQUIRED", "{asked}");
+    assert_eq!(state(&asked), "TASK_STATE_INPUT_REQUIRED", "{way}: {asked}");
     let mut answer = D::V10.message("Ada");
     answer["taskId"] = asked["id"].clone();
     answer["contextId"] = asked["contextId"].clone();
@@ -354,15 +365,20 @@ async fn a_follow_up_through_another_replica_reaches_the_one_waiting_for_it(flee
         .call("/a2a", "SendMessage", json!({"message": answer}))
         .await;
     let task = &reply["result"]["task"];
-    assert_eq!(state(task), "TASK_STATE_COMPLETED", "{reply}");
+    assert_eq!(state(task), "TASK_STATE_COMPLETED", "{way}: {reply}");
     assert_eq!(task["id"], asked["id"]);
-    // The whole conversation is in the task, readable through A too.
     let got = a.call("/a2a", "GetTask", json!({"id": asked["id"]})).await;
     let history = got["result"]["history"].as_array().unwrap();
     assert!(
         history.iter().any(|m| m["parts"][0]["text"] == "Ada"),
-        "{got}"
+        "{way}: {got}"
     );
+}
+
+async fn a_follow_up_through_another_replica_reaches_the_one_waiting_for_it(fleet: Fleet) {
+    let gws = fleet.replicas(2, "");
+    let (a, b) = (&gws[0], &gws[1]);
+    answered_across(a, b, "A → B").await;
 
     // A streaming follow-up through B, of another question asked on A.
     let asked = a.send_task("/input again?", json!({})).await;

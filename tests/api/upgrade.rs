@@ -10,8 +10,8 @@ use std::process::Command;
 
 use serde_json::{json, Value};
 
-use crate::helpers::{repo_root, D};
-use crate::replicas::{events, state, Fleet};
+use crate::helpers::repo_root;
+use crate::replicas::{answered_across, canceled_across, state, watched_across, Fleet};
 use crate::running::Running;
 
 fn fixtures() -> Vec<PathBuf> {
@@ -121,52 +121,9 @@ async fn the_previous_release_and_this_build_share_tasks_side_by_side(fleet: Fle
         let listed = list["result"]["tasks"].as_array().unwrap();
         assert!(listed.iter().any(|t| t["id"] == id), "{way}: {list}");
 
-        // Running on A, watched through B until it completes on A.
-        let running = a
-            .send_task("/delay 1 later", json!({"returnImmediately": true}))
-            .await;
-        let watched = events(b, "SubscribeToTask", json!({"id": running["id"]})).await;
-        let last = &watched.last().unwrap()["result"];
-        assert_eq!(
-            last["statusUpdate"]["status"]["state"], "TASK_STATE_COMPLETED",
-            "{way}: {watched:?}"
-        );
-
-        // Running on A, canceled through B, read canceled on A.
-        let long = a
-            .send_task("/delay 30", json!({"returnImmediately": true}))
-            .await;
-        let canceled = b
-            .call("/a2a", "CancelTask", json!({"id": long["id"]}))
-            .await;
-        assert_eq!(
-            state(&canceled["result"]),
-            "TASK_STATE_CANCELED",
-            "{way}: {canceled}"
-        );
-        let got = a.call("/a2a", "GetTask", json!({"id": long["id"]})).await;
-        assert_eq!(state(&got["result"]), "TASK_STATE_CANCELED", "{way}: {got}");
-
-        // Asked on A, answered through B; the conversation is whole on A.
-        let asked = a.send_task("/input your name?", json!({})).await;
-        assert_eq!(state(&asked), "TASK_STATE_INPUT_REQUIRED", "{way}: {asked}");
-        let mut answer = D::V10.message("Ada");
-        answer["taskId"] = asked["id"].clone();
-        answer["contextId"] = asked["contextId"].clone();
-        let reply = b
-            .call("/a2a", "SendMessage", json!({"message": answer}))
-            .await;
-        assert_eq!(
-            state(&reply["result"]["task"]),
-            "TASK_STATE_COMPLETED",
-            "{way}: {reply}"
-        );
-        let got = a.call("/a2a", "GetTask", json!({"id": asked["id"]})).await;
-        let history = got["result"]["history"].as_array().unwrap();
-        assert!(
-            history.iter().any(|m| m["parts"][0]["text"] == "Ada"),
-            "{way}: {got}"
-        );
+        watched_across(a, b, way).await;
+        canceled_across(a, b, way).await;
+        answered_across(a, b, way).await;
     }
 }
 
