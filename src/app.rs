@@ -234,11 +234,7 @@ async fn start_usage(state: &AppState) {
                 token: None,
                 authorization: crate::push::Authorization::GatewayJwt,
             };
-            let note = crate::push::Notification {
-                body: body.into(),
-                content_type: "application/json",
-                last: false,
-            };
+            let note = crate::push::Notification::new(body.into(), "application/json");
             pusher.enqueue(target, note);
         }));
     }

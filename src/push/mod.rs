@@ -50,6 +50,48 @@ pub(crate) struct Notification {
     pub(crate) content_type: &'static str,
     /// The task's last one: never dropped from a full queue.
     pub(crate) last: bool,
+    /// The same on every copy of it (each retry; a task's final state sent again by the
+    /// replica that took its following over), sent as [`ID_HEADER`]: a receiver that
+    /// keeps the ids it handled handles each notification once.
+    id: String,
+}
+
+/// The header carrying a notification's [`Notification`] id.
+pub(crate) const ID_HEADER: &str = "X-A2A-Gateway-Notification-Id";
+
+impl Notification {
+    pub(crate) fn new(body: bytes::Bytes, content_type: &'static str) -> Notification {
+        Notification {
+            body,
+            content_type,
+            last: false,
+            id: uuid::Uuid::new_v4().simple().to_string(),
+        }
+    }
+
+    /// Task `task_id`'s final state for its config `config_id`: the same id whichever
+    /// replica sends it.
+    pub(crate) fn final_state(
+        body: bytes::Bytes,
+        content_type: &'static str,
+        task_id: &str,
+        config_id: &str,
+    ) -> Notification {
+        use sha2::Digest;
+        let digest = sha2::Sha256::new()
+            .chain_update(task_id)
+            .chain_update([0])
+            .chain_update(config_id)
+            .chain_update(b"\0final")
+            .finalize();
+        let id = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+        Notification {
+            body,
+            content_type,
+            last: true,
+            id,
+        }
+    }
 }
 
 /// A notification someone waits for: whether it is still this gateway's to send, asked
@@ -363,6 +405,7 @@ impl Pusher {
             .client
             .post(&target.url)
             .header(CONTENT_TYPE, note.content_type)
+            .header(ID_HEADER, &note.id)
             .body(note.body.clone());
         if let Some(token) = &target.token {
             req = req.header(TOKEN_HEADER, token);

@@ -571,10 +571,9 @@ fn send(
         authorization,
     };
     let last = item.finishes_task();
-    let note = Notification {
-        body: body.into(),
-        content_type,
-        last,
+    let note = match last {
+        true => Notification::final_state(body.into(), content_type, task_id, &config.id),
+        false => Notification::new(body.into(), content_type),
     };
     if last {
         let still_ours: futures_util::future::BoxFuture<'static, bool> = match hold {
