@@ -266,9 +266,9 @@ async fn final_state(base: &str, id: &str) -> String {
     }
 }
 
-/// The final notifications per task (with when each arrived), and the bodies of other
-/// updates delivered more than once.
-type Finals = HashMap<String, Vec<(String, Instant)>>;
+/// The final notifications per task (with when each arrived and its notification id), and
+/// the bodies of other updates delivered more than once.
+type Finals = HashMap<String, Vec<(String, Instant, String)>>;
 
 fn deliveries(got: &[Got]) -> (Finals, Vec<String>) {
     let mut finals: Finals = HashMap::new();
@@ -276,10 +276,9 @@ fn deliveries(got: &[Got]) -> (Finals, Vec<String>) {
     for g in got {
         match (task_of(&g.body), state_of(&g.body)) {
             (Some(task), Some(state)) if is_final(&state) => {
-                finals
-                    .entry(task.to_string())
-                    .or_default()
-                    .push((state, g.at));
+                let id = g.header("X-A2A-Gateway-Notification-Id").unwrap_or("");
+                let copy = (state, g.at, id.to_string());
+                finals.entry(task.to_string()).or_default().push(copy);
             }
             _ => *bodies.entry(g.body.to_string()).or_default() += 1,
         }
@@ -294,12 +293,17 @@ fn deliveries(got: &[Got]) -> (Finals, Vec<String>) {
 /// Whether a final state notified twice was so because its follower's replica was killed
 /// or stopped (`at`) between delivering it and noting it delivered: the one window no
 /// follower can close, as nothing tells a successor whether the delivery happened (push
-/// is at least once there). The first copy came at most 2 s before, the second after.
-fn repeated_across(copies: &[(String, Instant)], at: &[Instant]) -> bool {
+/// is at least once there). The first copy came at most 2 s before, the second after,
+/// with the same notification id (so that a receiver keeping ids handles it once).
+fn repeated_across(copies: &[(String, Instant, String)], at: &[Instant]) -> bool {
     match copies {
-        [(_, first), (_, second)] => at
-            .iter()
-            .any(|d| first <= d && d < second && d.duration_since(*first) < Duration::from_secs(2)),
+        [(_, first, id), (_, second, again)] => {
+            id == again
+                && !id.is_empty()
+                && at.iter().any(|d| {
+                    first <= d && d < second && d.duration_since(*first) < Duration::from_secs(2)
+                })
+        }
         _ => false,
     }
 }

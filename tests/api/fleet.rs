@@ -212,6 +212,20 @@ async fn a_final_state_its_follower_had_not_delivered_when_it_died_comes_from_th
         ["TASK_STATE_COMPLETED"],
         "{got:#?}"
     );
+    // Sent again by another replica, it is the same notification: the same id.
+    let ids = |from: &[Got]| -> Vec<String> {
+        (from.iter())
+            .filter(|g| state_of(&g.body).is_some_and(|s| is_final(&s)))
+            .map(|g| {
+                g.header("X-A2A-Gateway-Notification-Id")
+                    .unwrap_or("")
+                    .to_string()
+            })
+            .collect()
+    };
+    let (first, again) = (ids(&got[..refused]), ids(&got[refused..]));
+    assert!(!first.is_empty() && !first[0].is_empty(), "{got:#?}");
+    assert_eq!(again, [first[0].clone()], "{got:#?}");
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while fleet.push_holder(&id).is_some() {
         assert!(

@@ -23,7 +23,7 @@ pub(crate) struct Got {
 }
 
 impl Got {
-    fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .find(|(k, _)| k.eq_ignore_ascii_case(name))
@@ -720,6 +720,14 @@ async fn a_failing_receiver_is_retried_and_a_hanging_one_slows_nothing() {
     );
     assert_eq!(flaky_got[0].raw, flaky_got[1].raw);
     assert_eq!(flaky_got[1].raw, flaky_got[2].raw);
+    // Each notification has an id of its own, the same on each retry of it.
+    let ids: Vec<&str> = (flaky_got.iter())
+        .map(|g| g.header("X-A2A-Gateway-Notification-Id").unwrap_or(""))
+        .collect();
+    assert!(ids.iter().all(|id| id.len() == 32), "{ids:?}");
+    assert_eq!((ids[0], ids[1]), (ids[2], ids[2]), "{ids:?}");
+    let distinct: std::collections::HashSet<&&str> = ids[2..].iter().collect();
+    assert_eq!(distinct.len(), ids.len() - 2, "{ids:?}");
     let states = |got: &[Got]| got.iter().map(|g| state_of(&g.body)).collect::<Vec<_>>();
     // (The flaky config was made first: it also got the task as it was then.)
     let (flaky_states, fine_states) = (states(&flaky_got[2..]), states(&fine_got));
