@@ -13,7 +13,8 @@ gateway cleanly and writes to tests/fixtures/store/NAME/:
 - postgres.sql: the schema's dump (pg_dump --inserts) as plain SQL, its name replaced by
   __SCHEMA__;
 - gateway.toml: the configuration the gateway ran with (the store's lines are the test's);
-- calls.json: each read and its answer, which tests/api/upgrade.rs replays against the
+- calls.sqlite.json, calls.postgres.json: each read and its answer on that store, which
+  tests/api/upgrade.rs replays against the
   fixture with the current build and compares.
 
 Never edit a fixture: a release that changes the schema adds one (NAME: the version that
