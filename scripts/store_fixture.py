@@ -14,8 +14,7 @@ gateway cleanly and writes to tests/fixtures/store/NAME/:
   __SCHEMA__;
 - gateway.toml: the configuration the gateway ran with (the store's lines are the test's);
 - calls.sqlite.json, calls.postgres.json: each read and its answer on that store, which
-  tests/api/upgrade.rs replays against the
-  fixture with the current build and compares.
+  tests/api/upgrade.rs replays against the fixture with the current build and compares.
 
 Never edit a fixture: a release that changes the schema adds one (NAME: the version that
 wrote it).
