@@ -54,6 +54,10 @@ const STORE_RETRY_FOR: Duration = Duration::from_secs(60);
 /// connection.
 const ADOPT_READ_WITHIN: Duration = Duration::from_secs(10);
 
+/// How long adopting a task may take in all (its reads, or notifying a final state found)
+/// before it is handed back.
+const ADOPT_WITHIN: Duration = Duration::from_secs(20);
+
 /// Adoption rounds (half a lease each) between looks for tasks held here that nobody here
 /// follows; an adoption that failed starts one at once.
 const LOOK_FOR_LOST_CLAIMS_EVERY: u64 = 5;
@@ -946,7 +950,8 @@ impl A2aService {
                         store: store.clone(),
                         task_id: id,
                     };
-                    self.adopt(registry, hold, (&about, seen), every).await;
+                    self.adopt_within(registry, hold, (&about, seen), every)
+                        .await;
                 }
                 Ok(None) => break,
                 Err(e) => {
@@ -999,9 +1004,28 @@ impl A2aService {
                 store: store.clone(),
                 task_id: id,
             };
-            self.adopt(registry, hold, (&about, seen), every).await;
+            self.adopt_within(registry, hold, (&about, seen), every)
+                .await;
         }
         *self.lost_claims() = (!suspects.is_empty()).then_some(suspects);
+    }
+
+    /// [`Self::adopt`], handing the task back when it has not got under way within
+    /// [`ADOPT_WITHIN`]: one that never does would hold up every adoption after it (and the
+    /// looks for lost claims), as they run one after another.
+    async fn adopt_within(
+        &self,
+        registry: &crate::agents::Registry,
+        hold: Hold,
+        about: (&str, u64),
+        every: Duration,
+    ) {
+        let adopting = self.adopt(registry, hold.clone(), about, every);
+        if tokio::time::timeout(ADOPT_WITHIN, adopting).await.is_err() {
+            tracing::warn!(task = %hold.task_id, "push: adopting a task did not finish; handed back");
+            self.push.shared.watched.remove(&hold.task_id);
+            hold.abandon().await;
+        }
     }
 
     /// Follows one adopted task (`about`: what it is; `seen`: the last version notified),
