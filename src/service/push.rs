@@ -1101,6 +1101,12 @@ impl A2aService {
                 (Ok(task), Some(remote)) => {
                     tokio::spawn(shared.poll(id, remote, task, every, Some(hold)));
                 }
+                // The store away (restarting): adopted again once it is back.
+                (Err(GatewayError::StoreUnavailable(_)), _) => {
+                    tracing::info!(task = %id, "push: the store is away; an adopted task is handed back");
+                    shared.watched.remove(&id);
+                    hold.abandon().await;
+                }
                 _ => {
                     // Gone from the store, or unreadable: nothing more will come.
                     tracing::warn!(task = %id, error = %e, "push: cannot follow an adopted task");
