@@ -315,6 +315,8 @@ trait StoreServer {
     fn replicas(&self) -> Vec<Running>;
     fn stop(&mut self);
     fn start(&mut self);
+    /// What the store holds of `tasks`' push following, for a failure's message.
+    fn holds(&self, tasks: &[&String]) -> String;
 }
 
 /// Redis keeping every write on disk before it answers.
@@ -363,6 +365,28 @@ impl StoreServer for DurableRedis {
             dir,
         ];
         self.server = Some(RedisServer::start_with(self.port, &durable));
+    }
+    fn holds(&self, tasks: &[&String]) -> String {
+        let url = format!("redis://127.0.0.1:{}", self.port);
+        let Ok(mut c) = redis::Client::open(url).and_then(|c| c.get_connection()) else {
+            return "(Redis does not answer)".into();
+        };
+        let p = &self.prefix;
+        let mut out = String::new();
+        for task in tasks {
+            let holder: Option<String> = redis::cmd("HGET")
+                .arg(format!("{p}push:holder"))
+                .arg(task.as_str())
+                .query(&mut c)
+                .unwrap_or_default();
+            let orphan: bool = redis::cmd("SISMEMBER")
+                .arg(format!("{p}push:orphans"))
+                .arg(task.as_str())
+                .query(&mut c)
+                .unwrap_or_default();
+            out.push_str(&format!("{task}: holder {holder:?}, orphan {orphan}\n"));
+        }
+        out
     }
 }
 
@@ -489,6 +513,37 @@ impl StoreServer for OwnPostgres {
             );
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+    fn holds(&self, tasks: &[&String]) -> String {
+        self.holds_of(tasks)
+    }
+}
+
+impl OwnPostgres {
+    fn holds_of(&self, tasks: &[&String]) -> String {
+        let url = self.url();
+        let tasks: Vec<String> = tasks.iter().map(|t| t.to_string()).collect();
+        let rows = std::thread::spawn(move || {
+            let mut c = postgres::Client::connect(&url, postgres::NoTls).ok()?;
+            let sql =
+                "SELECT task, holder, orphan, seen FROM chaos.push_holds WHERE task = ANY($1)";
+            c.query(sql, &[&tasks]).ok()
+        })
+        .join()
+        .ok()
+        .flatten();
+        let Some(rows) = rows else {
+            return "(PostgreSQL does not answer)".into();
+        };
+        let mut out = format!("{} of the tasks have a row\n", rows.len());
+        for r in rows {
+            let (task, holder, orphan, seen): (String, String, bool, i64) =
+                (r.get(0), r.get(1), r.get(2), r.get(3));
+            out.push_str(&format!(
+                "{task}: holder {holder}, orphan {orphan}, seen {seen}\n"
+            ));
+        }
+        out
     }
 }
 
@@ -644,8 +699,9 @@ async fn survive(store: &mut impl StoreServer) {
     );
     assert!(
         missed.is_empty(),
-        "no final notification for {} tasks: {missed:?}; what the replicas logged of them:\n{}",
+        "no final notification for {} tasks: {missed:?}; what the store holds of their push following:\n{}what the replicas logged of them:\n{}",
         missed.len(),
+        store.holds(&missed),
         logged_about(&gws, &missed)
     );
     let twice_ids: Vec<&String> = twice.iter().map(|(id, _)| *id).collect();
