@@ -49,11 +49,6 @@ const MAX_POLL_FAILURES: u32 = 30;
 /// How long a change to the shared store is retried while the store is away (restarting).
 const STORE_RETRY_FOR: Duration = Duration::from_secs(60);
 
-/// How long adopting a task may take to read it before it is handed back to be adopted
-/// again: reads take milliseconds; one that has not answered by then waits on a lost
-/// connection.
-const ADOPT_READ_WITHIN: Duration = Duration::from_secs(10);
-
 /// How long adopting a task may take in all (its reads, or notifying a final state found)
 /// before it is handed back.
 const ADOPT_WITHIN: Duration = Duration::from_secs(20);
@@ -1054,30 +1049,20 @@ impl A2aService {
             return;
         }
         tracing::debug!(task = %id, after = seen, "push: adopting a task: reading it");
-        let read = async {
-            // What the resumed events apply to (a subscription starts with the task itself).
-            let known = match seen {
-                0 => None,
-                _ => self.get(&agent, &caller, &id, None).await.ok(),
-            };
-            let items = match seen {
-                0 => self.subscribe(&agent, &caller, &id).await,
-                version => {
-                    let from = ResumeFrom {
-                        task_id: id.clone(),
-                        version,
-                    };
-                    self.resume(&agent, &caller, &from).await
-                }
-            };
-            (known, items)
+        // What the resumed events apply to (a subscription starts with the task itself).
+        let known = match seen {
+            0 => None,
+            _ => self.get(&agent, &caller, &id, None).await.ok(),
         };
-        // A read that never answers (a store connection lost mid-call) would hold up every
-        // adoption after it: the task goes back to be adopted again, here or elsewhere.
-        let Ok((known, items)) = tokio::time::timeout(ADOPT_READ_WITHIN, read).await else {
-            tracing::warn!(task = %id, "push: reading a task to adopt did not finish; handed back");
-            shared.watched.remove(&id);
-            return hold.abandon().await;
+        let items = match seen {
+            0 => self.subscribe(&agent, &caller, &id).await,
+            version => {
+                let from = ResumeFrom {
+                    task_id: id.clone(),
+                    version,
+                };
+                self.resume(&agent, &caller, &from).await
+            }
         };
         let remote = agent.remote().cloned();
         tracing::info!(task = %id, after = seen, "push: following a task a replica that died followed");
