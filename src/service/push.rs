@@ -57,8 +57,8 @@ const ADOPT_WITHIN: Duration = Duration::from_secs(20);
 /// follows; an adoption that failed starts one at once.
 const LOOK_FOR_LOST_CLAIMS_EVERY: u64 = 5;
 
-/// How long a send's config is retried while the store is away: the send was answered
-/// by then, and waits.
+/// How long a send's config, and the hold on following its task, are retried while the
+/// store is away: the send was answered by then, and waits.
 const INLINE_RETRY_FOR: Duration = Duration::from_secs(10);
 
 /// Upstream tasks relayed at once; more are followed instead.
@@ -913,7 +913,10 @@ impl A2aService {
             anonymous: caller.anonymous,
         };
         let about = serde_json::to_string(&about).unwrap_or_default();
-        match store.follow_claim(id, &about).await {
+        // Retried while the store is away (restarting): a replica following without the
+        // hold may follow beside the one holding it, and both would notify.
+        let claim = || store.follow_claim(id, &about);
+        match retried(INLINE_RETRY_FOR, |_| true, claim).await {
             Ok(None) => Ok(Some(Hold {
                 store: store.clone(),
                 task_id: id.to_string(),

@@ -901,8 +901,9 @@ impl Shared {
         let version = version as i64;
         let marked = self
             .execute(
-                "UPDATE push_holds SET seen = CASE WHEN $3::bigint <> 0 THEN $3::bigint ELSE seen END
-                 WHERE task = $1 AND holder = $2 AND NOT orphan",
+                "UPDATE push_holds SET orphan = false,
+                   seen = CASE WHEN $3::bigint <> 0 THEN $3::bigint ELSE seen END
+                 WHERE task = $1 AND holder = $2",
                 &[&task, &replica, &version],
             )
             .await?;

@@ -1010,6 +1010,8 @@ return ''
     }
 
     /// Whether this replica still holds `task`, noting `version` (when not 0) as notified.
+    /// A hold handed over and not adopted yet is taken back: its replica was taken for
+    /// dead while it only stalled, and its follower goes on.
     pub(crate) async fn follow_mark(&self, task: &str, version: u64) -> RedisResult<bool> {
         static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
         let script = SCRIPT.get_or_init(|| {
@@ -1017,11 +1019,18 @@ return ''
                 r#"
 if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
 if ARGV[3] ~= '0' then redis.call('HSET', KEYS[2], ARGV[1], ARGV[3]) end
+if redis.call('SREM', KEYS[3], ARGV[1]) == 1 then redis.call('SADD', KEYS[4], ARGV[1]) end
 return 1
 "#,
             )
         });
-        let keys = [self.keys.push_holder(), self.keys.push_seen()];
+        let k = &self.keys;
+        let keys = [
+            k.push_holder(),
+            k.push_seen(),
+            k.push_orphans(),
+            k.push_following(&self.replica),
+        ];
         let args = [
             task.to_string(),
             self.replica.to_string(),

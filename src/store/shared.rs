@@ -190,6 +190,8 @@ impl Shared {
     }
 
     /// Whether this replica still holds `task`, noting `version` (when not 0) as notified.
+    /// A hold handed over and not adopted yet is taken back: its replica was taken for
+    /// dead while it only stalled, and its follower goes on.
     pub(crate) async fn follow_mark(&self, task: &str, version: u64) -> SharedResult<bool> {
         each!(self, s => s.follow_mark(task, version).await)
     }
