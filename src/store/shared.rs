@@ -218,3 +218,105 @@ impl Shared {
         each!(self, s => s.follow_held().await)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Push holds as two replicas see them, on each shared store (the local Redis under a
+    //! key prefix of the test's own, the local PostgreSQL in a schema of its own).
+
+    use super::*;
+    use crate::store::postgres::testing::{schema_name, url, Schema};
+
+    fn redis_url() -> String {
+        std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+    }
+
+    /// Deletes the test's keys (and only them) when it ends.
+    struct Prefix(String);
+
+    impl Drop for Prefix {
+        fn drop(&mut self) {
+            let Ok(mut c) = redis::Client::open(redis_url()).and_then(|c| c.get_connection())
+            else {
+                return;
+            };
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg(format!("{}*", self.0))
+                .query(&mut c)
+                .unwrap_or_default();
+            if !keys.is_empty() {
+                let _: redis::RedisResult<()> = redis::cmd("DEL").arg(keys).query(&mut c);
+            }
+        }
+    }
+
+    fn on_redis(prefix: &Prefix, replica: &str) -> Shared {
+        let client = redis::Client::open(redis_url()).unwrap();
+        let keys = super::super::redis::Keys::new(&prefix.0);
+        let health = Arc::new(Health::new("Redis"));
+        let lease = Duration::from_secs(2);
+        Shared::Redis(Arc::new(super::super::redis::Shared::new(
+            client,
+            keys,
+            replica.into(),
+            health,
+            lease,
+        )))
+    }
+
+    fn on_postgres(schema: &Schema, replica: &str) -> Shared {
+        let lease = Duration::from_secs(2);
+        let shared =
+            super::super::postgres_shared::Shared::new(&url(), &schema.0, replica.into(), lease, 2);
+        Shared::Postgres(shared.unwrap())
+    }
+
+    /// A hold handed over (as the reaper hands over a replica's it takes for dead) and not
+    /// adopted yet goes back to its replica when that one, stalled only, notes its next
+    /// update; adopted first, it is the adopter's, and the stalled replica stands down.
+    async fn a_hold_handed_over_is_taken_back_until_adopted(a: Shared, b: Shared) {
+        let held = |seen| vec![("t".to_string(), "about".to_string(), seen)];
+        assert_eq!(a.follow_claim("t", "about").await.unwrap(), None);
+        assert_eq!(
+            b.follow_claim("t", "about").await.unwrap().as_deref(),
+            Some("a")
+        );
+
+        a.follow_abandon("t").await.unwrap();
+        assert!(a.follow_mark("t", 3).await.unwrap(), "taken back");
+        assert_eq!(b.follow_adopt().await.unwrap(), None, "nothing to adopt");
+        assert_eq!(a.follow_held().await.unwrap(), held(3));
+
+        a.follow_abandon("t").await.unwrap();
+        assert_eq!(b.follow_adopt().await.unwrap(), held(3).pop());
+        assert!(!a.follow_mark("t", 4).await.unwrap(), "adopted: not a's");
+        a.follow_release("t").await.unwrap();
+        assert!(b.follow_mark("t", 0).await.unwrap(), "still b's");
+        assert_eq!(b.follow_held().await.unwrap(), held(3));
+        assert_eq!(a.follow_held().await.unwrap(), []);
+    }
+
+    #[tokio::test]
+    async fn push_holds_on_redis() {
+        let prefix = Prefix(format!("a2a-test-{}:", uuid::Uuid::new_v4().simple()));
+        let (a, b) = (on_redis(&prefix, "a"), on_redis(&prefix, "b"));
+        a_hold_handed_over_is_taken_back_until_adopted(a, b).await;
+    }
+
+    #[tokio::test]
+    async fn push_holds_on_postgres() {
+        let schema = Schema(schema_name());
+        let place = crate::store::postgres::Place {
+            url: url(),
+            schema: schema.0.clone(),
+            shared: true,
+        };
+        // Made, and its migrations applied, as a replica's start does (on a thread of its
+        // own: its client runs a runtime).
+        std::thread::spawn(move || drop(crate::store::postgres::open(&place, 0, None).unwrap()))
+            .join()
+            .unwrap();
+        let (a, b) = (on_postgres(&schema, "a"), on_postgres(&schema, "b"));
+        a_hold_handed_over_is_taken_back_until_adopted(a, b).await;
+    }
+}
