@@ -294,11 +294,13 @@ fn deliveries(got: &[Got]) -> (Finals, Vec<String>) {
 /// or stopped (`at`) between delivering it and noting it delivered: the one window no
 /// follower can close, as nothing tells a successor whether the delivery happened (push
 /// is at least once there). The first copy came at most 2 s before, the second after,
-/// with the same notification id (so that a receiver keeping ids handles it once).
+/// the same state with the same notification id (so that a receiver keeping ids handles
+/// it once).
 fn repeated_across(copies: &[(String, Instant, String)], at: &[Instant]) -> bool {
     match copies {
-        [(_, first, id), (_, second, again)] => {
-            id == again
+        [(state, first, id), (same, second, again)] => {
+            state == same
+                && id == again
                 && !id.is_empty()
                 && at.iter().any(|d| {
                     first <= d && d < second && d.duration_since(*first) < Duration::from_secs(2)
