@@ -291,19 +291,23 @@ fn deliveries(got: &[Got]) -> (Finals, Vec<String>) {
 }
 
 /// Whether a final state notified twice was so because its follower's replica was killed
-/// or stopped (`at`) between delivering it and noting it delivered: the one window no
-/// follower can close, as nothing tells a successor whether the delivery happened (push
-/// is at least once there). The first copy came at most 2 s before, the second after,
-/// the same state with the same notification id (so that a receiver keeping ids handles
-/// it once).
-fn repeated_across(copies: &[(String, Instant, String)], at: &[Instant]) -> bool {
+/// or stopped around delivering it: the one window no follower can close, as nothing tells
+/// a successor whether the delivery happened, nor stops a frozen process between its last
+/// check and its send (push is at least once there). Each disruption is a span (`from`,
+/// `to`): a kill's is an instant, a stall's lasts until the replica woke. The first copy
+/// came from 2 s before the span to its end (delivered but not yet noted when the follower
+/// went; or sent by the successor while the follower, frozen after its check, had not
+/// sent), the second after the span began, the same state with the same notification id
+/// (so that a receiver keeping ids handles it once).
+fn repeated_across(copies: &[(String, Instant, String)], spans: &[(Instant, Instant)]) -> bool {
     match copies {
         [(state, first, id), (same, second, again)] => {
             state == same
                 && id == again
                 && !id.is_empty()
-                && at.iter().any(|d| {
-                    first <= d && d < second && d.duration_since(*first) < Duration::from_secs(2)
+                && spans.iter().any(|(from, to)| {
+                    let since = from.checked_sub(Duration::from_secs(2)).unwrap_or(*from);
+                    since <= *first && first <= to && from < second
                 })
         }
         _ => false,
@@ -623,6 +627,7 @@ async fn survive(store: &mut impl StoreServer) {
     gws[1].signal("STOP");
     tokio::time::sleep(Duration::from_secs(5)).await;
     gws[1].signal("CONT");
+    let woke_at = Instant::now();
     tokio::time::sleep(Duration::from_secs(3)).await;
     load.stop.store(true, Ordering::Relaxed);
     for w in workers.into_iter().chain(doomed) {
@@ -673,7 +678,7 @@ async fn survive(store: &mut impl StoreServer) {
         .collect();
     let (across, twice): (Vec<_>, Vec<_>) = (finals.iter())
         .filter(|(_, s)| s.len() > 1)
-        .partition(|(_, s)| repeated_across(s, &[killed_at, stopped_at]));
+        .partition(|(_, s)| repeated_across(s, &[(killed_at, killed_at), (stopped_at, woke_at)]));
     let unended: Vec<&(String, String)> = seen
         .streams
         .iter()
@@ -684,7 +689,7 @@ async fn survive(store: &mut impl StoreServer) {
         .filter(|s| *s == "TASK_STATE_FAILED")
         .count();
     println!(
-        "figure: chaos on {}: {} tasks answered ({} with push, {} streamed, {} streams picked up again), {} calls unanswered while a replica or the store was away, {} tasks failed with their replica; {} notifications, {} final states sent again by a successor as their follower died or froze between delivering and noting them",
+        "figure: chaos on {}: {} tasks answered ({} with push, {} streamed, {} streams picked up again), {} calls unanswered while a replica or the store was away, {} tasks failed with their replica; {} notifications, {} final states sent twice as their follower died or froze around delivering them",
         store.name(),
         seen.answered.len(),
         seen.pushed.len(),
