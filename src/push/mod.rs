@@ -50,9 +50,9 @@ pub(crate) struct Notification {
     pub(crate) content_type: &'static str,
     /// The task's last one: never dropped from a full queue.
     pub(crate) last: bool,
-    /// The same on every copy of it (each retry; a task's final state sent again by the
-    /// replica that took its following over), sent as [`ID_HEADER`]: a receiver that
-    /// keeps the ids it handled handles each notification once.
+    /// The same on every copy of it (each retry; an update sent again by the replica that
+    /// took its following over), sent as [`ID_HEADER`]: a receiver that keeps the ids it
+    /// handled handles each notification once.
     id: String,
 }
 
@@ -77,21 +77,45 @@ impl Notification {
         task_id: &str,
         config_id: &str,
     ) -> Notification {
-        use sha2::Digest;
-        let digest = sha2::Sha256::new()
-            .chain_update(task_id)
-            .chain_update([0])
-            .chain_update(config_id)
-            .chain_update(b"\0final")
-            .finalize();
-        let id = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
         Notification {
             body,
             content_type,
             last: true,
+            id: keyed_id(task_id, config_id, b"final"),
+        }
+    }
+
+    /// An update of task `task_id` for its config `config_id`: the same id for the same
+    /// body whichever replica sends it (a successor sends again what its follower had not
+    /// noted delivered). Every update's body differs from the others' (each carries its
+    /// own timestamp, artifact or history).
+    pub(crate) fn update(
+        body: bytes::Bytes,
+        content_type: &'static str,
+        task_id: &str,
+        config_id: &str,
+    ) -> Notification {
+        let id = keyed_id(task_id, config_id, &body);
+        Notification {
+            body,
+            content_type,
+            last: false,
             id,
         }
     }
+}
+
+/// A notification's id from what it is: 32 hex digits of a SHA-256.
+fn keyed_id(task_id: &str, config_id: &str, what: &[u8]) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::new()
+        .chain_update(task_id)
+        .chain_update([0])
+        .chain_update(config_id)
+        .chain_update([0])
+        .chain_update(what)
+        .finalize();
+    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A notification someone waits for: whether it is still this gateway's to send, asked

@@ -137,14 +137,27 @@ struct Hold {
 }
 
 impl Hold {
-    /// Whether to send the update that made the task `version` (0: unknown): false once
-    /// another replica adopted the task (this one stalled past its lease).
-    async fn keeps(&self, version: u64) -> bool {
-        // The store away: the update waits for it, so that the version is noted before it
-        // goes (a successor would send it again otherwise, this follower's own handover
-        // included). Away past the retries: sent unnoted, as nobody adopts meanwhile.
-        let mark = || self.store.follow_mark(&self.task_id, version);
-        (retried(STORE_RETRY_FOR, |_| true, mark).await).unwrap_or(true)
+    /// Whether to send the task's next update: false once another replica adopted the
+    /// task (this one stalled past its lease).
+    async fn keeps(&self) -> bool {
+        // The store away: the update waits for it. Away past the retries: sent, as nobody
+        // adopts meanwhile.
+        let check = || self.store.follow_check(&self.task_id);
+        (retried(STORE_RETRY_FOR, |_| true, check).await).unwrap_or(true)
+    }
+
+    /// Notes the update that made the task `version` delivered to every config, once
+    /// `deliveries` are: a successor resumes after it. Until then one that dies with this
+    /// replica is sent again by its successor (with the same notification id), not lost.
+    fn note_when_delivered(&self, version: u64, deliveries: Deliveries) {
+        let hold = self.clone();
+        tokio::spawn(async move {
+            deliveries.delivered().await;
+            let note = || hold.store.follow_note(&hold.task_id, version);
+            if let Err(e) = retried(STORE_RETRY_FOR, |_| true, note).await {
+                tracing::debug!(task = %hold.task_id, version, error = %e, "push: could not note an update delivered; a successor would send it again");
+            }
+        });
     }
 
     /// Hands the task to the next replica to adopt one (this one, maybe), which picks up
@@ -384,42 +397,44 @@ impl Shared {
 
     /// Sends what `item` did to `task` (the task after it) to every config of the task;
     /// the deliveries of a final state, to wait for.
-    async fn notify(&self, task_id: &str, item: &StreamItem, task: &Task) -> Finals {
-        self.notify_holding(task_id, item, task, None).await
+    async fn notify(&self, task_id: &str, item: &StreamItem, task: &Task) -> Deliveries {
+        self.notify_holding(task_id, (item, None), task, None).await
     }
 
-    /// [`Self::notify`] by the follower holding `hold`: a final state goes only while the
-    /// hold is still this replica's when its turn comes (one stalled past its lease finds
-    /// its successor sent it).
+    /// [`Self::notify`] by the follower holding `hold`, of the item that made the task
+    /// `version` (if known): a final state goes only while the hold is still this
+    /// replica's when its turn comes (one stalled past its lease finds its successor sent
+    /// it), and the deliveries of an update of known version are to wait for too.
     async fn notify_holding(
         &self,
         task_id: &str,
-        item: &StreamItem,
+        (item, version): (&StreamItem, Option<u64>),
         task: &Task,
         hold: Option<&Hold>,
-    ) -> Finals {
+    ) -> Deliveries {
         let Some(pusher) = &self.pusher else {
-            return Finals::default();
+            return Deliveries::default();
         };
         // Another replica may have changed the configs (a shared store).
         if self.configs.refresh(task_id).await.is_err() {
             tracing::warn!(task = %task_id, "push: the store did not answer; using the configs known here");
         }
         let configs = self.configs_of(task_id);
-        Finals(
+        Deliveries(
             (configs.iter())
-                .filter_map(|config| send(pusher, task_id, config, item, task, hold))
+                .filter_map(|config| send(pusher, task_id, config, (item, version), task, hold))
                 .collect(),
         )
     }
 
     /// Follows `items` (a subscription, starting with the task, or a stream resumed after
-    /// `known`, the task as read before) to the task's end; an upstream task whose
-    /// subscription ends before that is polled from there (`fallback`).
+    /// version `after`, notified before a handover, with `known`, the task as read before)
+    /// to the task's end; an upstream task whose subscription ends before that is polled
+    /// from there (`fallback`).
     async fn follow(
         self: Arc<Self>,
         task_id: String,
-        (items, known): (ItemStream, Option<Task>),
+        (items, known, after): (ItemStream, Option<Task>, u64),
         fallback: Option<(Arc<RemoteAgent>, Duration)>,
         hold: Option<Hold>,
     ) {
@@ -428,7 +443,8 @@ impl Shared {
         let mut finished = false;
         while let Some(item) = items.next().await {
             let (item, version) = match item {
-                Ok(positioned) => positioned,
+                // Version 0: the task as made, before any event (nothing to note).
+                Ok((item, version)) => (item, version.filter(|v| *v > 0)),
                 Err(e) => {
                     tracing::warn!(task = %task_id, error = %e, "push: the task's updates stopped coming");
                     break;
@@ -437,18 +453,26 @@ impl Shared {
             let Some(now) = item.fold_into(&mut task) else {
                 continue;
             };
-            // The final state is noted only as the hold is given up, once delivered: one
-            // that dies with this replica first is sent again by its successor, not lost.
+            if version.is_some_and(|v| v <= after) {
+                continue; // The task as it was when last notified (it has no log to resume).
+            }
+            // Each update is noted once delivered, the final state as the hold is given
+            // up: one that dies with this replica first is sent again by its successor
+            // (with the same notification id), not lost.
             let last = item.finishes_task();
-            let noted = if last { 0 } else { version.unwrap_or(0) };
-            if !keeps(&hold, noted).await {
+            if !keeps(&hold).await {
                 return self.stood_down(&task_id);
             }
-            let finals = (self.notify_holding(&task_id, &item, now, hold.as_ref())).await;
+            let deliveries = self
+                .notify_holding(&task_id, (&item, version), now, hold.as_ref())
+                .await;
             if last {
-                finals.delivered().await;
+                deliveries.delivered().await;
                 finished = true;
                 break;
+            }
+            if let (Some(hold), Some(version)) = (&hold, version) {
+                hold.note_when_delivered(version, deliveries);
             }
         }
         // Resumed after its last update (notified before a handover): nothing came.
@@ -515,11 +539,12 @@ impl Shared {
                 }
             };
             if now.status != task.status || now.artifacts != task.artifacts {
-                if !keeps(&hold, 0).await {
+                if !keeps(&hold).await {
                     return self.stood_down(&task_id);
                 }
                 let item = StreamItem::Task(now.clone());
-                let finals = (self.notify_holding(&task_id, &item, &now, hold.as_ref())).await;
+                let finals =
+                    (self.notify_holding(&task_id, (&item, None), &now, hold.as_ref())).await;
                 if now.status.state.is_terminal() {
                     finals.delivered().await;
                     break;
@@ -535,21 +560,22 @@ impl Shared {
 }
 
 /// Whether a follower (with its hold, if replicas share a store) still notifies.
-async fn keeps(hold: &Option<Hold>, version: u64) -> bool {
+async fn keeps(hold: &Option<Hold>) -> bool {
     match hold {
-        Some(hold) => hold.keeps(version).await,
+        Some(hold) => hold.keeps().await,
         None => true,
     }
 }
 
-/// Queues what `item` did to `task` for `config`; for the task's final state, what says
-/// when it was delivered (or given up), sent only while `hold` (with a shared store) is
-/// still this replica's.
+/// Queues what `item` did to `task` (making it `version`, if known) for `config`; for the
+/// task's final state, and for an update of known version its follower holds `hold` on,
+/// what says when it was delivered (or given up). A final state goes only while `hold`
+/// (with a shared store) is still this replica's.
 fn send(
     pusher: &Arc<Pusher>,
     task_id: &str,
     config: &PushConfig,
-    item: &StreamItem,
+    (item, version): (&StreamItem, Option<u64>),
     task: &Task,
     hold: Option<&Hold>,
 ) -> Option<tokio::sync::oneshot::Receiver<()>> {
@@ -569,34 +595,47 @@ fn send(
         token: config.token.clone(),
         authorization,
     };
+    let body = body.into();
     let last = item.finishes_task();
-    let note = match last {
-        true => Notification::final_state(body.into(), content_type, task_id, &config.id),
-        false => Notification::new(body.into(), content_type),
-    };
-    if last {
-        let still_ours: futures_util::future::BoxFuture<'static, bool> = match hold {
-            Some(hold) => {
-                // The follower's own check (asked again while the store fails: a call in
-                // flight when this process was stopped fails as it wakes).
-                let hold = hold.clone();
-                Box::pin(async move { hold.keeps(0).await })
+    match (last, version) {
+        (true, _) => {
+            let note = Notification::final_state(body, content_type, task_id, &config.id);
+            let still_ours: futures_util::future::BoxFuture<'static, bool> = match hold {
+                Some(hold) => {
+                    // The follower's own check (asked again while the store fails: a call
+                    // in flight when this process was stopped fails as it wakes).
+                    let hold = hold.clone();
+                    Box::pin(async move { hold.keeps().await })
+                }
+                None => ready_yes(),
+            };
+            Some(pusher.enqueue_tracked(target, note, still_ours))
+        }
+        (false, _) => {
+            let note = Notification::update(body, content_type, task_id, &config.id);
+            match (hold, version) {
+                (Some(_), Some(_)) => Some(pusher.enqueue_tracked(target, note, ready_yes())),
+                _ => {
+                    pusher.enqueue(target, note);
+                    None
+                }
             }
-            None => Box::pin(std::future::ready(true)),
-        };
-        return Some(pusher.enqueue_tracked(target, note, still_ours));
+        }
     }
-    pusher.enqueue(target, note);
-    None
 }
 
-/// The deliveries of a task's final state, which its follower waits for before it gives
-/// its hold up (which notes them done): when its replica dies first, its successor sends
-/// them again rather than not at all.
-#[derive(Default)]
-struct Finals(Vec<tokio::sync::oneshot::Receiver<()>>);
+/// An answer of yes, for a notification that needs no check before it goes.
+fn ready_yes() -> futures_util::future::BoxFuture<'static, bool> {
+    Box::pin(std::future::ready(true))
+}
 
-impl Finals {
+/// The deliveries of an update to a task's configs, which its follower waits for before it
+/// notes the update delivered (or, for the final state, gives its hold up): when its
+/// replica dies first, its successor sends them again rather than not at all.
+#[derive(Default)]
+struct Deliveries(Vec<tokio::sync::oneshot::Receiver<()>>);
+
+impl Deliveries {
     /// Once each was delivered or given up (the pusher's retries bound it).
     async fn delivered(self) {
         for delivery in self.0 {
@@ -791,7 +830,7 @@ impl A2aService {
                 pusher,
                 &id,
                 config,
-                &StreamItem::Task(task.clone()),
+                (&StreamItem::Task(task.clone()), None),
                 &task,
                 None,
             );
@@ -837,7 +876,7 @@ impl A2aService {
                     // Upstreams may end a subscription early (at input-required, say):
                     // polled from there.
                     let hold = entry.handed_over();
-                    tokio::spawn(shared.follow(id, (items, None), Some((remote, every)), hold));
+                    tokio::spawn(shared.follow(id, (items, None, 0), Some((remote, every)), hold));
                     return;
                 }
             }
@@ -846,7 +885,7 @@ impl A2aService {
         }
         match self.subscribe(agent, caller, &id).await {
             Ok(items) => {
-                tokio::spawn(shared.follow(id, (items, None), None, entry.handed_over()));
+                tokio::spawn(shared.follow(id, (items, None, 0), None, entry.handed_over()));
             }
             Err(e) => {
                 let hold = entry.handed_over();
@@ -859,7 +898,7 @@ impl A2aService {
                     }
                     Err(_) => {
                         tracing::warn!(task = %id, error = %e, "push: cannot follow the task");
-                        Finals::default()
+                        Deliveries::default()
                     }
                 };
                 tokio::spawn(async move {
@@ -888,7 +927,7 @@ impl A2aService {
                     pusher,
                     id,
                     config,
-                    &StreamItem::Task(now.clone()),
+                    (&StreamItem::Task(now.clone()), None),
                     &now,
                     None,
                 );
@@ -1072,7 +1111,7 @@ impl A2aService {
         match (items, remote) {
             (Ok(items), remote) => {
                 let fallback = remote.map(|r| (r, every));
-                tokio::spawn(shared.follow(id, (items, known), fallback, Some(hold)));
+                tokio::spawn(shared.follow(id, (items, known, seen), fallback, Some(hold)));
             }
             (Err(e), remote) => match (self.get(&agent, &caller, &id, None).await, remote) {
                 // Finished before anything of it was notified (its replica died, and the

@@ -896,18 +896,26 @@ impl Shared {
         Ok(holder.filter(|h| *h != *self.replica))
     }
 
-    pub(crate) async fn follow_mark(&self, task: &str, version: u64) -> SharedResult<bool> {
+    pub(crate) async fn follow_check(&self, task: &str) -> SharedResult<bool> {
         let replica: &str = &self.replica;
-        let version = version as i64;
-        let marked = self
+        let held = self
             .execute(
-                "UPDATE push_holds SET orphan = false,
-                   seen = CASE WHEN $3::bigint <> 0 THEN $3::bigint ELSE seen END
-                 WHERE task = $1 AND holder = $2",
-                &[&task, &replica, &version],
+                "UPDATE push_holds SET orphan = false WHERE task = $1 AND holder = $2",
+                &[&task, &replica],
             )
             .await?;
-        Ok(marked == 1)
+        Ok(held == 1)
+    }
+
+    pub(crate) async fn follow_note(&self, task: &str, version: u64) -> SharedResult<()> {
+        let replica: &str = &self.replica;
+        let version = version as i64;
+        self.execute(
+            "UPDATE push_holds SET seen = GREATEST(seen, $3::bigint) WHERE task = $1 AND holder = $2",
+            &[&task, &replica, &version],
+        )
+        .await
+        .map(drop)
     }
 
     pub(crate) async fn follow_release(&self, task: &str) -> SharedResult<()> {

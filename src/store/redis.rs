@@ -1009,17 +1009,16 @@ return ''
         Ok((!held.is_empty()).then_some(held))
     }
 
-    /// Whether this replica still holds `task`, noting `version` (when not 0) as notified.
-    /// A hold handed over and not adopted yet is taken back: its replica was taken for
-    /// dead while it only stalled, and its follower goes on.
-    pub(crate) async fn follow_mark(&self, task: &str, version: u64) -> RedisResult<bool> {
+    /// Whether this replica still holds `task`. A hold handed over and not adopted yet is
+    /// taken back: its replica was taken for dead while it only stalled, and its follower
+    /// goes on.
+    pub(crate) async fn follow_check(&self, task: &str) -> RedisResult<bool> {
         static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
         let script = SCRIPT.get_or_init(|| {
             redis::Script::new(
                 r#"
 if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
-if ARGV[3] ~= '0' then redis.call('HSET', KEYS[2], ARGV[1], ARGV[3]) end
-if redis.call('SREM', KEYS[3], ARGV[1]) == 1 then redis.call('SADD', KEYS[4], ARGV[1]) end
+if redis.call('SREM', KEYS[2], ARGV[1]) == 1 then redis.call('SADD', KEYS[3], ARGV[1]) end
 return 1
 "#,
             )
@@ -1027,19 +1026,46 @@ return 1
         let k = &self.keys;
         let keys = [
             k.push_holder(),
-            k.push_seen(),
             k.push_orphans(),
             k.push_following(&self.replica),
         ];
+        let args = [task, &*self.replica];
+        let mine: i64 = self
+            .with(|mut c| async move { script.key(&keys).arg(&args).invoke_async(&mut c).await })
+            .await?;
+        Ok(mine == 1)
+    }
+
+    /// Notes `version` of `task` delivered (a later one noted already stays), while this
+    /// replica holds it.
+    pub(crate) async fn follow_note(&self, task: &str, version: u64) -> RedisResult<()> {
+        static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
+        let script = SCRIPT.get_or_init(|| {
+            redis::Script::new(
+                r#"
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
+if tonumber(ARGV[3]) > tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0') then
+  redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+end
+return 1
+"#,
+            )
+        });
+        let keys = [self.keys.push_holder(), self.keys.push_seen()];
         let args = [
             task.to_string(),
             self.replica.to_string(),
             version.to_string(),
         ];
-        let mine: i64 = self
-            .with(|mut c| async move { script.key(&keys).arg(&args).invoke_async(&mut c).await })
-            .await?;
-        Ok(mine == 1)
+        self.with(|mut c| async move {
+            script
+                .key(&keys)
+                .arg(&args)
+                .invoke_async::<i64>(&mut c)
+                .await
+        })
+        .await
+        .map(drop)
     }
 
     /// Gives the hold on `task` up (its task finished), if this replica has it.

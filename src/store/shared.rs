@@ -189,11 +189,18 @@ impl Shared {
         each!(self, s => s.follow_claim(task, about).await)
     }
 
-    /// Whether this replica still holds `task`, noting `version` (when not 0) as notified.
-    /// A hold handed over and not adopted yet is taken back: its replica was taken for
-    /// dead while it only stalled, and its follower goes on.
-    pub(crate) async fn follow_mark(&self, task: &str, version: u64) -> SharedResult<bool> {
-        each!(self, s => s.follow_mark(task, version).await)
+    /// Whether this replica still holds `task`. A hold handed over and not adopted yet is
+    /// taken back: its replica was taken for dead while it only stalled, and its follower
+    /// goes on.
+    pub(crate) async fn follow_check(&self, task: &str) -> SharedResult<bool> {
+        each!(self, s => s.follow_check(task).await)
+    }
+
+    /// Notes `version` of `task` delivered, while this replica holds it: a successor
+    /// resumes after it. A later version noted already stays (notes may finish out of
+    /// order).
+    pub(crate) async fn follow_note(&self, task: &str, version: u64) -> SharedResult<()> {
+        each!(self, s => s.follow_note(task, version).await)
     }
 
     /// Gives the hold on `task` up (its task finished), if this replica has it.
@@ -272,8 +279,9 @@ mod tests {
     }
 
     /// A hold handed over (as the reaper hands over a replica's it takes for dead) and not
-    /// adopted yet goes back to its replica when that one, stalled only, notes its next
-    /// update; adopted first, it is the adopter's, and the stalled replica stands down.
+    /// adopted yet goes back to its replica when that one, stalled only, checks it before
+    /// its next update; adopted first, it is the adopter's, and the stalled replica stands
+    /// down. Versions noted delivered only grow, and only the holder's count.
     async fn a_hold_handed_over_is_taken_back_until_adopted(a: Shared, b: Shared) {
         let held = |seen| vec![("t".to_string(), "about".to_string(), seen)];
         assert_eq!(a.follow_claim("t", "about").await.unwrap(), None);
@@ -281,17 +289,22 @@ mod tests {
             b.follow_claim("t", "about").await.unwrap().as_deref(),
             Some("a")
         );
+        a.follow_note("t", 3).await.unwrap();
+        a.follow_note("t", 2).await.unwrap();
+        b.follow_note("t", 9).await.unwrap();
+        assert_eq!(a.follow_held().await.unwrap(), held(3));
 
         a.follow_abandon("t").await.unwrap();
-        assert!(a.follow_mark("t", 3).await.unwrap(), "taken back");
+        assert!(a.follow_check("t").await.unwrap(), "taken back");
         assert_eq!(b.follow_adopt().await.unwrap(), None, "nothing to adopt");
         assert_eq!(a.follow_held().await.unwrap(), held(3));
 
         a.follow_abandon("t").await.unwrap();
         assert_eq!(b.follow_adopt().await.unwrap(), held(3).pop());
-        assert!(!a.follow_mark("t", 4).await.unwrap(), "adopted: not a's");
+        assert!(!a.follow_check("t").await.unwrap(), "adopted: not a's");
+        a.follow_note("t", 5).await.unwrap();
         a.follow_release("t").await.unwrap();
-        assert!(b.follow_mark("t", 0).await.unwrap(), "still b's");
+        assert!(b.follow_check("t").await.unwrap(), "still b's");
         assert_eq!(b.follow_held().await.unwrap(), held(3));
         assert_eq!(a.follow_held().await.unwrap(), []);
     }

@@ -266,32 +266,41 @@ async fn final_state(base: &str, id: &str) -> String {
     }
 }
 
-/// The final notifications per task (with when each arrived and its notification id), and
-/// the bodies of other updates delivered more than once.
+/// The final notifications per task (with when each arrived and its notification id).
 type Finals = HashMap<String, Vec<(String, Instant, String)>>;
 
-fn deliveries(got: &[Got]) -> (Finals, Vec<String>) {
+/// What came: the final notifications per task; the bodies of other updates delivered
+/// more than once other than across a disruption in `spans` (see [`repeated_across`]);
+/// and how many were so across one.
+fn deliveries(got: &[Got], spans: &[(Instant, Instant)]) -> (Finals, Vec<String>, usize) {
     let mut finals: Finals = HashMap::new();
-    let mut bodies: HashMap<String, usize> = HashMap::new();
+    let mut bodies: Finals = HashMap::new();
     for g in got {
+        let id = g.header("X-A2A-Gateway-Notification-Id").unwrap_or("");
         match (task_of(&g.body), state_of(&g.body)) {
             (Some(task), Some(state)) if is_final(&state) => {
-                let id = g.header("X-A2A-Gateway-Notification-Id").unwrap_or("");
                 let copy = (state, g.at, id.to_string());
                 finals.entry(task.to_string()).or_default().push(copy);
             }
-            _ => *bodies.entry(g.body.to_string()).or_default() += 1,
+            _ => {
+                let body = g.body.to_string();
+                let copy = (body.clone(), g.at, id.to_string());
+                bodies.entry(body).or_default().push(copy);
+            }
         }
     }
-    let repeated = (bodies.into_iter())
-        .filter(|(_, n)| *n > 1)
-        .map(|(b, _)| b)
-        .collect();
-    (finals, repeated)
+    let (across, repeated): (Vec<_>, Vec<_>) = (bodies.into_iter())
+        .filter(|(_, copies)| copies.len() > 1)
+        .partition(|(_, copies)| repeated_across(copies, spans));
+    (
+        finals,
+        repeated.into_iter().map(|(b, _)| b).collect(),
+        across.len(),
+    )
 }
 
-/// Whether a final state notified twice was so because its follower's replica was killed
-/// or stopped around delivering it: the one window no follower can close, as nothing tells
+/// Whether a final state (or another update) notified twice was so because its follower's
+/// replica was killed or stopped around delivering it: the one window no follower can close, as nothing tells
 /// a successor whether the delivery happened, nor stops a frozen process between its last
 /// check and its send (push is at least once there). Each disruption is a span (`from`,
 /// `to`): a kill's is an instant, a stall's lasts until the replica woke. The first copy
@@ -647,30 +656,24 @@ async fn survive(store: &mut impl StoreServer) {
         }
         states.insert(id.clone(), state);
     }
-    // Every pushed task's final state has arrived (30 s at most), once.
+    // Every pushed task's final state has arrived (30 s at most), once; then a moment for
+    // any copy.
+    let spans = [(killed_at, killed_at), (stopped_at, woke_at)];
     let deadline = Instant::now() + Duration::from_secs(30);
-    let (finals, repeated) = loop {
-        let (finals, repeated) = deliveries(&rx.got());
+    loop {
+        let (finals, ..) = deliveries(&rx.got(), &spans);
         let missing = seen
             .pushed
             .iter()
             .filter(|id| !finals.contains_key(*id))
             .count();
         if missing == 0 || Instant::now() > deadline {
-            break (finals, repeated);
+            break;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
-    };
+    }
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let (finals_after, repeated_after) = deliveries(&rx.got());
-    let (finals, repeated) = if finals_after.values().map(Vec::len).sum::<usize>()
-        > finals.values().map(Vec::len).sum::<usize>()
-        || repeated_after.len() > repeated.len()
-    {
-        (finals_after, repeated_after)
-    } else {
-        (finals, repeated)
-    };
+    let (finals, repeated, updates_across) = deliveries(&rx.got(), &spans);
     let missed: Vec<&String> = seen
         .pushed
         .iter()
@@ -678,7 +681,7 @@ async fn survive(store: &mut impl StoreServer) {
         .collect();
     let (across, twice): (Vec<_>, Vec<_>) = (finals.iter())
         .filter(|(_, s)| s.len() > 1)
-        .partition(|(_, s)| repeated_across(s, &[(killed_at, killed_at), (stopped_at, woke_at)]));
+        .partition(|(_, s)| repeated_across(s, &spans));
     let unended: Vec<&(String, String)> = seen
         .streams
         .iter()
@@ -689,7 +692,7 @@ async fn survive(store: &mut impl StoreServer) {
         .filter(|s| *s == "TASK_STATE_FAILED")
         .count();
     println!(
-        "figure: chaos on {}: {} tasks answered ({} with push, {} streamed, {} streams picked up again), {} calls unanswered while a replica or the store was away, {} tasks failed with their replica; {} notifications, {} final states sent twice as their follower died or froze around delivering them",
+        "figure: chaos on {}: {} tasks answered ({} with push, {} streamed, {} streams picked up again), {} calls unanswered while a replica or the store was away, {} tasks failed with their replica; {} notifications, {} final states and {} other updates sent twice as their follower died or froze around delivering them",
         store.name(),
         seen.answered.len(),
         seen.pushed.len(),
@@ -698,7 +701,8 @@ async fn survive(store: &mut impl StoreServer) {
         seen.unanswered,
         failed,
         rx.got().len(),
-        across.len()
+        across.len(),
+        updates_across
     );
     assert!(
         lost.is_empty(),

@@ -49,12 +49,33 @@ fn finals(got: &[Got]) -> Vec<String> {
         .collect()
 }
 
-/// Waits for a final notification, then a moment for any that would repeat it.
+/// What a receiver that keeps notification ids handles of what it got: the first copy of
+/// each notification. Copies under one id (a successor sending again what a follower that
+/// died had not noted delivered) must carry the same body.
+fn handled(got: Vec<Got>) -> Vec<Got> {
+    let mut bodies: HashMap<String, Value> = HashMap::new();
+    let mut first = Vec::new();
+    for g in got {
+        let id = g.header("X-A2A-Gateway-Notification-Id").unwrap_or("");
+        assert!(!id.is_empty(), "every notification has an id: {g:?}");
+        match bodies.get(id) {
+            Some(body) => assert_eq!(body, &g.body, "one notification id, two bodies"),
+            None => {
+                bodies.insert(id.to_string(), g.body.clone());
+                first.push(g);
+            }
+        }
+    }
+    first
+}
+
+/// Waits for a final notification, then a moment for any that would repeat it; what a
+/// receiver keeping notification ids handles of what came.
 async fn settled(rx: &Receiver) -> Vec<Got> {
     rx.wait("a final notification", |got| !finals(got).is_empty())
         .await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    rx.got()
+    handled(rx.got())
 }
 
 on_both_stores!(
@@ -64,6 +85,7 @@ on_both_stores!(
     a_final_state_its_follower_had_not_delivered_when_it_died_comes_from_the_survivor,
     a_callers_unfinished_tasks_are_one_quota_across_replicas,
     a_task_held_by_a_replica_that_does_not_follow_it_is_followed_there,
+    an_update_its_follower_had_not_delivered_when_it_died_comes_again_under_its_id,
 );
 
 async fn configs_made_through_two_replicas_each_get_every_update_once(fleet: Fleet) {
@@ -169,13 +191,9 @@ async fn a_replica_stalled_past_its_lease_stops_notifying_once_it_wakes(fleet: F
     gws[0].signal("STOP");
     tokio::time::sleep(Duration::from_secs(5)).await;
     gws[0].signal("CONT");
-    let got = settled(&rx).await;
+    settled(&rx).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let got = if rx.got().len() > got.len() {
-        rx.got()
-    } else {
-        got
-    };
+    let got = handled(rx.got());
     no_repeats(&got);
     assert_eq!(finals(&got), ["TASK_STATE_COMPLETED"], "{got:#?}");
     // A woke with the task's end coming in, and let it go.
@@ -185,6 +203,39 @@ async fn a_replica_stalled_past_its_lease_stops_notifying_once_it_wakes(fleet: F
             .is_some_and(|m| m.contains("another replica follows the task now"))
     });
     assert!(stood_down, "A's log says it stood down");
+}
+
+/// The receiver refuses every notification while A (the follower) retries the task's first
+/// update, and A dies: as the update was never noted delivered, the survivor sends it
+/// again, under the same notification id; then the task's end comes once.
+async fn an_update_its_follower_had_not_delivered_when_it_died_comes_again_under_its_id(
+    fleet: Fleet,
+) {
+    let mut gws = fleet.replicas(2, PUSH);
+    let refusing = Arc::new(AtomicBool::new(true));
+    let rx = Receiver::start("127.0.0.1", Answer::RefuseWhile(refusing.clone())).await;
+    // Working for 10 s: unchanged while A dies and B adopts it.
+    let id = followed_by_a(&gws, &rx, "/delay 10 done").await;
+    let first = rx.got()[0].clone();
+    gws[0].kill_hard();
+    refusing.store(false, Ordering::SeqCst);
+    let after = rx.got().len();
+    let got = rx
+        .wait("the update again, from the survivor", |got| {
+            got.len() > after
+        })
+        .await;
+    let again = &got[after];
+    assert_eq!(again.body, first.body, "{got:#?}");
+    assert_eq!(
+        again.header("X-A2A-Gateway-Notification-Id"),
+        first.header("X-A2A-Gateway-Notification-Id"),
+        "{got:#?}"
+    );
+    let got = settled(&rx).await;
+    no_repeats(&got);
+    assert_eq!(finals(&got), ["TASK_STATE_COMPLETED"], "{got:#?}");
+    assert_eq!(fleet.push_holder(&id), None, "given up at the end");
 }
 
 /// The receiver refuses the task's final state while A (its follower) retries it, and A
@@ -272,7 +323,7 @@ async fn a_task_held_by_a_replica_that_does_not_follow_it_is_followed_there(flee
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let got = of_task();
+    let got = handled(of_task());
     no_repeats(&got);
     assert_eq!(finals(&got), ["TASK_STATE_COMPLETED"], "{got:#?}");
     let found = gws[0].log_lines().into_iter().any(|l| {

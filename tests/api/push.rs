@@ -41,6 +41,8 @@ pub(crate) enum Answer {
     Redirect(String),
     /// 503 to final states while the flag is set; 200 to the rest.
     RefuseFinalsWhile(Arc<std::sync::atomic::AtomicBool>),
+    /// 503 to everything while the flag is set, then 200.
+    RefuseWhile(Arc<std::sync::atomic::AtomicBool>),
 }
 
 pub(crate) struct Receiver {
@@ -99,6 +101,12 @@ impl Receiver {
                             HttpResponse::ServiceUnavailable().finish()
                         }
                         Answer::RefuseFinalsWhile(_) => HttpResponse::Ok().finish(),
+                        Answer::RefuseWhile(refusing)
+                            if refusing.load(std::sync::atomic::Ordering::SeqCst) =>
+                        {
+                            HttpResponse::ServiceUnavailable().finish()
+                        }
+                        Answer::RefuseWhile(_) => HttpResponse::Ok().finish(),
                     }
                 }
             }))
