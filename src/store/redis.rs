@@ -531,18 +531,16 @@ impl Shared {
     /// Counts a stream `caller` opens here, if its streams over every replica are below
     /// `max`; false when they are not.
     pub(crate) async fn stream_opened(&self, caller: &str, max: usize) -> RedisResult<bool> {
-        static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
-        let script = SCRIPT.get_or_init(|| {
-            redis::Script::new(
-                r#"
+        static OPENED: Lua = Lua::new(
+            r#"
 local open = 0
 for _, n in ipairs(redis.call('HVALS', KEYS[1])) do open = open + tonumber(n) end
 if open >= tonumber(ARGV[2]) then return 0 end
 redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
 return 1
 "#,
-            )
-        });
+        );
+        let script = OPENED.get();
         let key = self.keys.streams(caller);
         let replica = self.replica.to_string();
         let opened: i64 = self
@@ -665,8 +663,8 @@ impl Shared {
         burst: u32,
         cost: u32,
     ) -> RedisResult<(i64, i64, i64, i64)> {
-        static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
-        let script = SCRIPT.get_or_init(|| redis::Script::new(GCRA));
+        static RATE: Lua = Lua::new(GCRA);
+        let script = RATE.get();
         let key = self.keys.rate(bucket);
         self.with(|mut c| async move {
             (script.key(key).arg(interval_us).arg(burst).arg(cost))
@@ -983,10 +981,8 @@ impl Shared {
         task: &str,
         about: &str,
     ) -> RedisResult<Option<String>> {
-        static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
-        let script = SCRIPT.get_or_init(|| {
-            redis::Script::new(
-                r#"
+        static CLAIM: Lua = Lua::new(
+            r#"
 local held = redis.call('HGET', KEYS[1], ARGV[1])
 if held and held ~= ARGV[2] then return held end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
@@ -994,17 +990,15 @@ redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
 redis.call('SADD', KEYS[3], ARGV[1])
 return ''
 "#,
-            )
-        });
+        );
         let k = &self.keys;
         let keys = [
             k.push_holder(),
             k.push_about(),
             k.push_following(&self.replica),
         ];
-        let args = [task, &*self.replica, about];
         let held: String = self
-            .with(|mut c| async move { script.key(&keys).arg(&args).invoke_async(&mut c).await })
+            .run(&CLAIM, &keys, &[task, &*self.replica, about])
             .await?;
         Ok((!held.is_empty()).then_some(held))
     }
@@ -1013,67 +1007,45 @@ return ''
     /// taken back: its replica was taken for dead while it only stalled, and its follower
     /// goes on.
     pub(crate) async fn follow_check(&self, task: &str) -> RedisResult<bool> {
-        static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
-        let script = SCRIPT.get_or_init(|| {
-            redis::Script::new(
-                r#"
+        static CHECK: Lua = Lua::new(
+            r#"
 if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
 if redis.call('SREM', KEYS[2], ARGV[1]) == 1 then redis.call('SADD', KEYS[3], ARGV[1]) end
 return 1
 "#,
-            )
-        });
+        );
         let k = &self.keys;
         let keys = [
             k.push_holder(),
             k.push_orphans(),
             k.push_following(&self.replica),
         ];
-        let args = [task, &*self.replica];
-        let mine: i64 = self
-            .with(|mut c| async move { script.key(&keys).arg(&args).invoke_async(&mut c).await })
-            .await?;
+        let mine: i64 = self.run(&CHECK, &keys, &[task, &*self.replica]).await?;
         Ok(mine == 1)
     }
 
     /// Notes `version` of `task` delivered (a later one noted already stays), while this
     /// replica holds it.
     pub(crate) async fn follow_note(&self, task: &str, version: u64) -> RedisResult<()> {
-        static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
-        let script = SCRIPT.get_or_init(|| {
-            redis::Script::new(
-                r#"
+        static NOTE: Lua = Lua::new(
+            r#"
 if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
 if tonumber(ARGV[3]) > tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0') then
   redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
 end
 return 1
 "#,
-            )
-        });
+        );
         let keys = [self.keys.push_holder(), self.keys.push_seen()];
-        let args = [
-            task.to_string(),
-            self.replica.to_string(),
-            version.to_string(),
-        ];
-        self.with(|mut c| async move {
-            script
-                .key(&keys)
-                .arg(&args)
-                .invoke_async::<i64>(&mut c)
-                .await
-        })
-        .await
-        .map(drop)
+        let version = version.to_string();
+        let args = [task, &*self.replica, version.as_str()];
+        self.run::<i64>(&NOTE, &keys, &args).await.map(drop)
     }
 
     /// Gives the hold on `task` up (its task finished), if this replica has it.
     pub(crate) async fn follow_release(&self, task: &str) -> RedisResult<()> {
-        static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
-        let script = SCRIPT.get_or_init(|| {
-            redis::Script::new(
-                r#"
+        static RELEASE: Lua = Lua::new(
+            r#"
 redis.call('SREM', KEYS[4], ARGV[1])
 if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
 redis.call('HDEL', KEYS[1], ARGV[1])
@@ -1081,8 +1053,7 @@ redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
 return 1
 "#,
-            )
-        });
+        );
         let k = &self.keys;
         let keys = [
             k.push_holder(),
@@ -1091,32 +1062,21 @@ return 1
             k.push_following(&self.replica),
         ];
         let args = [task, &*self.replica];
-        self.with(|mut c| async move {
-            script
-                .key(&keys)
-                .arg(&args)
-                .invoke_async::<i64>(&mut c)
-                .await
-        })
-        .await
-        .map(drop)
+        self.run::<i64>(&RELEASE, &keys, &args).await.map(drop)
     }
 
     /// Hands `task` over to whichever replica adopts it next (this one included): its
     /// follower here lost its updates (the store went away, say), and a new one picks up
     /// after the last version notified.
     pub(crate) async fn follow_abandon(&self, task: &str) -> RedisResult<()> {
-        static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
-        let script = SCRIPT.get_or_init(|| {
-            redis::Script::new(
-                r#"
+        static ABANDON: Lua = Lua::new(
+            r#"
 redis.call('SREM', KEYS[2], ARGV[1])
 if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
 redis.call('SADD', KEYS[3], ARGV[1])
 return 1
 "#,
-            )
-        });
+        );
         let k = &self.keys;
         let keys = [
             k.push_holder(),
@@ -1124,32 +1084,21 @@ return 1
             k.push_orphans(),
         ];
         let args = [task, &*self.replica];
-        self.with(|mut c| async move {
-            script
-                .key(&keys)
-                .arg(&args)
-                .invoke_async::<i64>(&mut c)
-                .await
-        })
-        .await
-        .map(drop)
+        self.run::<i64>(&ABANDON, &keys, &args).await.map(drop)
     }
 
     /// Takes the hold on one task a dead replica followed: its id, what it is, and the
     /// last version notified (0: none known).
     pub(crate) async fn follow_adopt(&self) -> RedisResult<Option<(String, String, u64)>> {
-        static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
-        let script = SCRIPT.get_or_init(|| {
-            redis::Script::new(
-                r#"
+        static ADOPT: Lua = Lua::new(
+            r#"
 local task = redis.call('SPOP', KEYS[1])
 if not task then return false end
 redis.call('HSET', KEYS[2], task, ARGV[1])
 redis.call('SADD', KEYS[5], task)
 return {task, redis.call('HGET', KEYS[3], task) or '', redis.call('HGET', KEYS[4], task) or '0'}
 "#,
-            )
-        });
+        );
         let k = &self.keys;
         let keys = [
             k.push_orphans(),
@@ -1158,18 +1107,14 @@ return {task, redis.call('HGET', KEYS[3], task) or '', redis.call('HGET', KEYS[4
             k.push_seen(),
             k.push_following(&self.replica),
         ];
-        let me = self.replica.to_string();
-        let adopted: Option<(String, String, String)> = self
-            .with(|mut c| async move { script.key(&keys).arg(me).invoke_async(&mut c).await })
-            .await?;
+        let adopted: Option<(String, String, String)> =
+            self.run(&ADOPT, &keys, &[&*self.replica]).await?;
         Ok(adopted.map(|(task, about, seen)| (task, about, seen.parse().unwrap_or(0))))
     }
 
     pub(crate) async fn follow_held(&self) -> RedisResult<Vec<(String, String, u64)>> {
-        static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
-        let script = SCRIPT.get_or_init(|| {
-            redis::Script::new(
-                r#"
+        static HELD: Lua = Lua::new(
+            r#"
 local held = {}
 for _, task in ipairs(redis.call('SMEMBERS', KEYS[1])) do
   if redis.call('HGET', KEYS[2], task) == ARGV[1] then
@@ -1178,8 +1123,7 @@ for _, task in ipairs(redis.call('SMEMBERS', KEYS[1])) do
 end
 return held
 "#,
-            )
-        });
+        );
         let k = &self.keys;
         let keys = [
             k.push_following(&self.replica),
@@ -1187,12 +1131,40 @@ return held
             k.push_about(),
             k.push_seen(),
         ];
-        let me = self.replica.to_string();
-        let held: Vec<(String, String, String)> = self
-            .with(|mut c| async move { script.key(&keys).arg(me).invoke_async(&mut c).await })
-            .await?;
+        let held: Vec<(String, String, String)> = self.run(&HELD, &keys, &[&*self.replica]).await?;
         Ok((held.into_iter())
             .map(|(task, about, seen)| (task, about, seen.parse().unwrap_or(0)))
             .collect())
+    }
+
+    /// Runs `script` on `keys` with `args`.
+    async fn run<T: redis::FromRedisValue>(
+        &self,
+        script: &Lua,
+        keys: &[String],
+        args: &[&str],
+    ) -> RedisResult<T> {
+        let script = script.get();
+        self.with(|mut c| async move { script.key(keys).arg(args).invoke_async(&mut c).await })
+            .await
+    }
+}
+
+/// A Lua script for Redis, hashed once, when first run.
+struct Lua {
+    source: &'static str,
+    script: std::sync::OnceLock<redis::Script>,
+}
+
+impl Lua {
+    const fn new(source: &'static str) -> Lua {
+        Lua {
+            source,
+            script: std::sync::OnceLock::new(),
+        }
+    }
+
+    fn get(&self) -> &redis::Script {
+        self.script.get_or_init(|| redis::Script::new(self.source))
     }
 }
