@@ -398,17 +398,17 @@ impl Shared {
     /// Sends what `item` did to `task` (the task after it) to every config of the task;
     /// the deliveries of a final state, to wait for.
     async fn notify(&self, task_id: &str, item: &StreamItem, task: &Task) -> Deliveries {
-        self.notify_holding(task_id, (item, None), task, None).await
+        self.notify_holding(task_id, item, task, None).await
     }
 
-    /// [`Self::notify`] by the follower holding `hold`, of the item that made the task
-    /// `version` (if known): a final state goes only while the hold is still this
-    /// replica's when its turn comes (one stalled past its lease finds its successor sent
-    /// it), and the deliveries of an update of known version are to wait for too.
+    /// [`Self::notify`] by the follower holding `hold`: a final state goes only while the
+    /// hold is still this replica's when its turn comes (one stalled past its lease finds
+    /// its successor sent it), and the deliveries of every update are to wait for (the
+    /// follower notes an update once they are done).
     async fn notify_holding(
         &self,
         task_id: &str,
-        (item, version): (&StreamItem, Option<u64>),
+        item: &StreamItem,
         task: &Task,
         hold: Option<&Hold>,
     ) -> Deliveries {
@@ -422,7 +422,7 @@ impl Shared {
         let configs = self.configs_of(task_id);
         Deliveries(
             (configs.iter())
-                .filter_map(|config| send(pusher, task_id, config, (item, version), task, hold))
+                .filter_map(|config| send(pusher, task_id, config, item, task, hold))
                 .collect(),
         )
     }
@@ -463,9 +463,7 @@ impl Shared {
             if !keeps(&hold).await {
                 return self.stood_down(&task_id);
             }
-            let deliveries = self
-                .notify_holding(&task_id, (&item, version), now, hold.as_ref())
-                .await;
+            let deliveries = (self.notify_holding(&task_id, &item, now, hold.as_ref())).await;
             if last {
                 deliveries.delivered().await;
                 finished = true;
@@ -543,8 +541,7 @@ impl Shared {
                     return self.stood_down(&task_id);
                 }
                 let item = StreamItem::Task(now.clone());
-                let finals =
-                    (self.notify_holding(&task_id, (&item, None), &now, hold.as_ref())).await;
+                let finals = (self.notify_holding(&task_id, &item, &now, hold.as_ref())).await;
                 if now.status.state.is_terminal() {
                     finals.delivered().await;
                     break;
@@ -567,15 +564,14 @@ async fn keeps(hold: &Option<Hold>) -> bool {
     }
 }
 
-/// Queues what `item` did to `task` (making it `version`, if known) for `config`; for the
-/// task's final state, and for an update of known version its follower holds `hold` on,
-/// what says when it was delivered (or given up). A final state goes only while `hold`
-/// (with a shared store) is still this replica's.
+/// Queues what `item` did to `task` for `config`; for the task's final state, and for an
+/// update its follower holds `hold` on, what says when it was delivered (or given up). A
+/// final state goes only while `hold` (with a shared store) is still this replica's.
 fn send(
     pusher: &Arc<Pusher>,
     task_id: &str,
     config: &PushConfig,
-    (item, version): (&StreamItem, Option<u64>),
+    item: &StreamItem,
     task: &Task,
     hold: Option<&Hold>,
 ) -> Option<tokio::sync::oneshot::Receiver<()>> {
@@ -596,37 +592,27 @@ fn send(
         authorization,
     };
     let body = body.into();
-    let last = item.finishes_task();
-    match (last, version) {
-        (true, _) => {
-            let note = Notification::final_state(body, content_type, task_id, &config.id);
-            let still_ours: futures_util::future::BoxFuture<'static, bool> = match hold {
-                Some(hold) => {
-                    // The follower's own check (asked again while the store fails: a call
-                    // in flight when this process was stopped fails as it wakes).
-                    let hold = hold.clone();
-                    Box::pin(async move { hold.keeps().await })
-                }
-                None => ready_yes(),
-            };
-            Some(pusher.enqueue_tracked(target, note, still_ours))
-        }
-        (false, _) => {
-            let note = Notification::update(body, content_type, task_id, &config.id);
-            match (hold, version) {
-                (Some(_), Some(_)) => Some(pusher.enqueue_tracked(target, note, ready_yes())),
-                _ => {
-                    pusher.enqueue(target, note);
-                    None
-                }
+    if item.finishes_task() {
+        let note = Notification::final_state(body, content_type, task_id, &config.id);
+        let still_ours: futures_util::future::BoxFuture<'static, bool> = match hold {
+            Some(hold) => {
+                // The follower's own check (asked again while the store fails: a call in
+                // flight when this process was stopped fails as it wakes).
+                let hold = hold.clone();
+                Box::pin(async move { hold.keeps().await })
             }
+            None => Box::pin(std::future::ready(true)),
+        };
+        return Some(pusher.enqueue_tracked(target, note, still_ours));
+    }
+    let note = Notification::update(body, content_type, task_id, &config.id);
+    match hold {
+        Some(_) => Some(pusher.enqueue_tracked(target, note, Box::pin(std::future::ready(true)))),
+        None => {
+            pusher.enqueue(target, note);
+            None
         }
     }
-}
-
-/// An answer of yes, for a notification that needs no check before it goes.
-fn ready_yes() -> futures_util::future::BoxFuture<'static, bool> {
-    Box::pin(std::future::ready(true))
 }
 
 /// The deliveries of an update to a task's configs, which its follower waits for before it
@@ -830,7 +816,7 @@ impl A2aService {
                 pusher,
                 &id,
                 config,
-                (&StreamItem::Task(task.clone()), None),
+                &StreamItem::Task(task.clone()),
                 &task,
                 None,
             );
@@ -927,7 +913,7 @@ impl A2aService {
                     pusher,
                     id,
                     config,
-                    (&StreamItem::Task(now.clone()), None),
+                    &StreamItem::Task(now.clone()),
                     &now,
                     None,
                 );

@@ -276,7 +276,7 @@ fn deliveries(got: &[Got], spans: &[(Instant, Instant)]) -> (Finals, Vec<String>
     let mut finals: Finals = HashMap::new();
     let mut bodies: Finals = HashMap::new();
     for g in got {
-        let id = g.header("X-A2A-Gateway-Notification-Id").unwrap_or("");
+        let id = g.notification_id().unwrap_or("");
         match (task_of(&g.body), state_of(&g.body)) {
             (Some(task), Some(state)) if is_final(&state) => {
                 let copy = (state, g.at, id.to_string());

@@ -56,7 +56,7 @@ fn handled(got: Vec<Got>) -> Vec<Got> {
     let mut bodies: HashMap<String, Value> = HashMap::new();
     let mut first = Vec::new();
     for g in got {
-        let id = g.header("X-A2A-Gateway-Notification-Id").unwrap_or("");
+        let id = g.notification_id().unwrap_or("");
         assert!(!id.is_empty(), "every notification has an id: {g:?}");
         match bodies.get(id) {
             Some(body) => assert_eq!(body, &g.body, "one notification id, two bodies"),
@@ -227,11 +227,7 @@ async fn an_update_its_follower_had_not_delivered_when_it_died_comes_again_under
         .await;
     let again = &got[after];
     assert_eq!(again.body, first.body, "{got:#?}");
-    assert_eq!(
-        again.header("X-A2A-Gateway-Notification-Id"),
-        first.header("X-A2A-Gateway-Notification-Id"),
-        "{got:#?}"
-    );
+    assert_eq!(again.notification_id(), first.notification_id(), "{got:#?}");
     let got = settled(&rx).await;
     no_repeats(&got);
     assert_eq!(finals(&got), ["TASK_STATE_COMPLETED"], "{got:#?}");
@@ -267,11 +263,7 @@ async fn a_final_state_its_follower_had_not_delivered_when_it_died_comes_from_th
     let ids = |from: &[Got]| -> Vec<String> {
         (from.iter())
             .filter(|g| state_of(&g.body).is_some_and(|s| is_final(&s)))
-            .map(|g| {
-                g.header("X-A2A-Gateway-Notification-Id")
-                    .unwrap_or("")
-                    .to_string()
-            })
+            .map(|g| g.notification_id().unwrap_or("").to_string())
             .collect()
     };
     let (first, again) = (ids(&got[..refused]), ids(&got[refused..]));

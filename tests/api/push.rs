@@ -29,6 +29,11 @@ impl Got {
             .find(|(k, _)| k.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.as_str())
     }
+
+    /// The gateway's id of the notification, the same on every copy of it.
+    pub(crate) fn notification_id(&self) -> Option<&str> {
+        self.header("X-A2A-Gateway-Notification-Id")
+    }
 }
 
 #[derive(Clone)]
@@ -730,7 +735,7 @@ async fn a_failing_receiver_is_retried_and_a_hanging_one_slows_nothing() {
     assert_eq!(flaky_got[1].raw, flaky_got[2].raw);
     // Each notification has an id of its own, the same on each retry of it.
     let ids: Vec<&str> = (flaky_got.iter())
-        .map(|g| g.header("X-A2A-Gateway-Notification-Id").unwrap_or(""))
+        .map(|g| g.notification_id().unwrap_or(""))
         .collect();
     assert!(ids.iter().all(|id| id.len() == 32), "{ids:?}");
     assert_eq!((ids[0], ids[1]), (ids[2], ids[2]), "{ids:?}");
