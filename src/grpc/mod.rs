@@ -6,7 +6,9 @@
 //! routed as `/a2a` routes. Its message is read against the spec's descriptor, turned into
 //! the ProtoJSON the 1.0 JSON bindings already speak, and goes through the same admission
 //! and dispatch as a JSON-RPC call; the answer is read back into the method's output
-//! message. Errors are statuses from the one error table (see [`status`]).
+//! message. The common send (a text message to a named agent) and its task answer skip
+//! ProtoJSON (see `protocol::grpc_send`). Errors are statuses from the one error table
+//! (see [`status`]).
 
 mod reflection;
 pub(crate) mod status;
@@ -36,6 +38,7 @@ use crate::http::admission::{self, Admitted, Head, Refused, Target};
 use crate::http::{Addressed, AppState, Caller};
 use crate::limits::RateInfo;
 use crate::protocol::grpc::{self as wire, RawCodec, Rpc};
+use crate::protocol::grpc_send;
 use crate::protocol::jsonrpc::{Method, RpcId, RpcRequest};
 use crate::protocol::Dialect;
 use crate::routing::Served;
@@ -422,19 +425,33 @@ impl Handler {
         let live = &self.caller.live;
         // Checked before the body was read.
         let principal = self.caller.principal.clone()?;
-        let mut message = wire::decode(message, &self.rpc.input).map_err(GatewayError::Parse)?;
-        let tenant = wire::take_tenant(&mut message);
+        // The common send is read straight into its params; anything else crosses ProtoJSON.
+        let common = match method {
+            Method::SendMessage | Method::SendStreamingMessage => grpc_send::read_send(&message),
+            _ => None,
+        };
+        let (tenant, params, send) = match common {
+            Some((tenant, send)) => (Some(tenant), None, Some(send)),
+            None => {
+                let mut message =
+                    wire::decode(message, &self.rpc.input).map_err(GatewayError::Parse)?;
+                let tenant = wire::take_tenant(&mut message);
+                let params = serde_json::value::to_raw_value(&message).map_err(|e| {
+                    GatewayError::Internal(format!("the message as ProtoJSON: {e}"))
+                })?;
+                (tenant, Some(params), None)
+            }
+        };
         let addressed = Addressed::of(&live.registry, tenant.as_deref());
         let principal = admission::at_the_door(live, Ok(principal), &addressed)?;
-        let params = serde_json::value::to_raw_value(&message)
-            .map_err(|e| GatewayError::Internal(format!("the message as ProtoJSON: {e}")))?;
         let rpc = RpcRequest {
             id: RpcId::NULL,
             method,
             dialect: Dialect::V10,
-            params: Some(&*params),
-            send: None,
+            params: params.as_deref(),
+            send,
             resume: None,
+            protobuf_answer: true,
         };
         let streams = method.is_streaming();
         let target = Target::Rpc(&rpc);
@@ -573,18 +590,18 @@ fn unary(handler: Handler, message: Bytes) -> Boxed<Bytes> {
                         served: Some(admitted.served),
                     });
                 }
-                let body = match reply {
-                    RpcReply::Json { body, .. } => body,
+                let encoded = match reply {
+                    RpcReply::Protobuf(encoded) => Bytes::from(encoded),
+                    RpcReply::Json { body, .. } => encode_result(&body, &handler.rpc.output)
+                        .map_err(|error| Refused {
+                            error,
+                            served: Some(admitted.served.clone()),
+                        })?,
                     RpcReply::Stream { .. } => {
                         let error = GatewayError::Internal("a stream for a unary call".into());
                         return Err(error.into());
                     }
                 };
-                let encoded =
-                    encode_result(&body, &handler.rpc.output).map_err(|error| Refused {
-                        error,
-                        served: Some(admitted.served.clone()),
-                    })?;
                 Ok((encoded, admitted.served))
             })
             .await;

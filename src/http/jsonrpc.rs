@@ -288,6 +288,16 @@ fn respond_with(
                 render_stream_item(&id, dialect, end, item)
             })
         }
+        // Only the gRPC binding asks for protobuf.
+        (RpcReply::Protobuf(_), _) => respond(
+            req,
+            state,
+            RpcReply::error(
+                &RpcId::NULL,
+                Dialect::V10,
+                &GatewayError::Internal("a protobuf answer on JSON-RPC".into()),
+            ),
+        ),
         // Only streaming methods produce streams, and they always take a slot first.
         (RpcReply::Stream { id, dialect, .. }, None) => respond(
             req,

@@ -154,6 +154,7 @@ async fn call(
         params: Some(params),
         send: None,
         resume: None,
+        protobuf_answer: false,
     };
     let streams = method.is_streaming();
     let admitted = admission::admit(
@@ -182,6 +183,9 @@ async fn call(
             Ok(Answer::Stream(Box::pin(crate::http::watched(
                 state, items, slot,
             ))))
+        }
+        (RpcReply::Protobuf(_), _) => {
+            Err(GatewayError::Internal("a protobuf answer on MCP".into()))
         }
         (RpcReply::Stream { .. }, None) => {
             Err(GatewayError::Internal("a stream without a slot".into()))

@@ -149,6 +149,9 @@ pub struct RpcRequest<'a> {
     /// Where a stream a client lost picks up (its `Last-Event-ID`), for the bindings that
     /// stream over SSE.
     pub resume: Option<super::resume::ResumeFrom>,
+    /// The gRPC binding's: a send answered with a task writes it as the protobuf
+    /// `SendMessageResponse` ([`RpcReply::Protobuf`](crate::rpc::RpcReply)), not as JSON.
+    pub protobuf_answer: bool,
 }
 
 /// A request that failed before it could be dispatched, with what is needed to answer it.
@@ -195,6 +198,7 @@ pub fn parse_request_for_agent(
             params: None,
             send: Some(send.params),
             resume: None,
+            protobuf_answer: false,
         });
     }
     match serde_json::from_str::<OnePass>(text) {
@@ -218,6 +222,7 @@ pub fn parse_request_for_agent(
             params,
             send,
             resume: None,
+            protobuf_answer: false,
         }),
         _ => parse_request(body, header),
     }
@@ -408,6 +413,7 @@ pub fn parse_request(body: &[u8], header: Option<Dialect>) -> Result<RpcRequest<
         params: env.params,
         send: None,
         resume: None,
+        protobuf_answer: false,
     })
 }
 

@@ -3,6 +3,7 @@
 
 mod common_send;
 pub mod grpc;
+pub(crate) mod grpc_send;
 pub(crate) mod grpc_v03;
 pub mod jsonrpc;
 pub mod model;

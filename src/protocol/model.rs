@@ -221,7 +221,7 @@ impl TaskState {
         .map(|(_, state)| state)
     }
 
-    fn from_v10_name(token: &str) -> Option<TaskState> {
+    pub(crate) fn from_v10_name(token: &str) -> Option<TaskState> {
         Some(match token {
             "TASK_STATE_COMPLETED" => TaskState::Completed,
             "TASK_STATE_WORKING" => TaskState::Working,
@@ -679,13 +679,22 @@ pub struct StampedMetadata<'a> {
     stamp: Stamp<'a>,
 }
 
+impl<'a> StampedMetadata<'a> {
+    /// The object's own entries the stamp does not replace.
+    pub(crate) fn own(&self) -> impl Iterator<Item = (&'a String, &'a Value)> + '_ {
+        (self.own.into_iter().flatten()).filter(|(k, _)| !self.stamp.has(k))
+    }
+
+    pub(crate) fn stamp(&self) -> Stamp<'a> {
+        self.stamp
+    }
+}
+
 impl Serialize for StampedMetadata<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(None)?;
-        for (k, v) in self.own.into_iter().flatten() {
-            if !self.stamp.has(k) {
-                m.serialize_entry(k, v)?;
-            }
+        for (k, v) in self.own() {
+            m.serialize_entry(k, v)?;
         }
         for (k, v) in self.stamp.entries() {
             m.serialize_entry(k, v)?;

@@ -244,7 +244,7 @@ fn float(value: &Value) -> Result<f64, String> {
 }
 
 /// ProtoJSON bytes: base64, standard or URL-safe, padded or not.
-fn base64_bytes(text: &str) -> Result<Vec<u8>, String> {
+pub(super) fn base64_bytes(text: &str) -> Result<Vec<u8>, String> {
     use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
     use base64::engine::DecodePaddingMode;
     let config =

@@ -265,7 +265,7 @@ impl Writer {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::protocol::jsonrpc::{render_result, RpcId};
     use crate::protocol::model::{Role, Stamped, TaskState};
@@ -296,7 +296,7 @@ mod tests {
 
     /// Tasks that between them use every field the writer writes, and strings that need
     /// escaping in each place a string goes.
-    fn tasks() -> Vec<Task> {
+    pub(in crate::protocol) fn tasks() -> Vec<Task> {
         let at = |s: &str| DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc);
         let plain = Task::submitted("t-1".into(), "c-1".into(), message("m1"));
         let mut full = plain.clone();

@@ -17,8 +17,8 @@ use crate::protocol::ops::SendResult;
 use crate::protocol::ops::{ItemStream, SendRequest};
 use crate::protocol::params::{self, ListTasksParams, SendParams, TaskIdParams};
 use crate::protocol::v03::{StreamItemV03, V03};
-use crate::protocol::write;
 use crate::protocol::Dialect;
+use crate::protocol::{grpc_send, write};
 use crate::routing::Served;
 use crate::service::push::PushAnswer;
 use crate::service::{A2aService, Sent};
@@ -35,6 +35,9 @@ pub(crate) enum RpcReply {
         /// The connection cannot be used again (a body that never came in full; a drain).
         closes: bool,
     },
+    /// A send's task answer as the gRPC binding's protobuf `SendMessageResponse`, for a
+    /// request that asked for it (`protobuf_answer`); every other answer is JSON.
+    Protobuf(Vec<u8>),
     /// An SSE stream; each item is rendered with [`render_stream_item`].
     Stream {
         id: RpcId,
@@ -93,6 +96,7 @@ pub(crate) async fn run(
         params,
         send: decoded,
         resume,
+        protobuf_answer,
     } = req;
     let send_params = || decoded.map_or_else(|| params::decode(params), |p| Ok(*p));
     let outcome: Result<RpcReply, GatewayError> = async {
@@ -115,9 +119,17 @@ pub(crate) async fn run(
             Method::SendMessage => {
                 let send = send_request(send_params()?, dialect)?;
                 let stamp = served.metadata_stamp();
+                // Atomic only because the writer must be Sync; it runs on this thread.
+                let wrote_protobuf = std::sync::atomic::AtomicBool::new(false);
                 let write = |task: &Task| {
                     note_task(&task.id, &task.context_id);
                     crate::telemetry::note_task_state(task.status.state.v03_name());
+                    if protobuf_answer {
+                        if let Some(bytes) = grpc_send::task_answer(task, stamp) {
+                            wrote_protobuf.store(true, std::sync::atomic::Ordering::Relaxed);
+                            return Ok(bytes);
+                        }
+                    }
                     match dialect {
                         Dialect::V10 => write::task_answer(&id, task, stamp).map_err(|e| {
                             GatewayError::Internal(format!("serializing result: {e}"))
@@ -131,6 +143,11 @@ pub(crate) async fn run(
                     .send_writing(agent, caller, send, Some(&write))
                     .await?
                 {
+                    Sent::Written(body)
+                        if wrote_protobuf.load(std::sync::atomic::Ordering::Relaxed) =>
+                    {
+                        Ok(RpcReply::Protobuf(body))
+                    }
                     Sent::Written(body) => Ok(json(body)),
                     Sent::Result(result) => {
                         note_result(&result);

@@ -568,6 +568,42 @@ async fn a_task_made_on_one_binding_is_read_watched_and_canceled_on_another() {
     assert_eq!(read.result()["id"], id);
 }
 
+/// The common send (a text message to a named agent) is read and answered without the
+/// descriptor; the same send with metadata goes the descriptor's way: both answer alike.
+#[tokio::test]
+async fn a_common_send_answers_as_one_read_by_the_descriptor() {
+    let gw = echo_gateway("").await;
+    let plain = message("alike");
+    let mut noted = plain.clone();
+    noted["metadata"] = json!({"k": "v"});
+    let out = probe(
+        &gw,
+        json!([
+            {"method": "SendMessage", "request": {"tenant": "echo", "message": plain}},
+            {"method": "SendMessage", "request": {"tenant": "echo", "message": noted}},
+        ]),
+    )
+    .await;
+    let (common, other) = (&out[0]["response"]["task"], &out[1]["response"]["task"]);
+    assert_eq!(
+        common["status"]["state"], "TASK_STATE_COMPLETED",
+        "{}",
+        out[0]
+    );
+    for field in ["artifacts", "metadata"] {
+        assert_eq!(common[field], other[field], "{field}: {common} / {other}");
+    }
+    assert_eq!(common["metadata"]["gateway/agent"], "echo", "{common}");
+    let said = &common["history"][0];
+    assert_eq!(said["parts"], other["history"][0]["parts"], "{common}");
+    assert_eq!(said["role"], "ROLE_USER", "{common}");
+    assert_eq!(said["taskId"], common["id"], "{common}");
+    assert!(common["status"]["timestamp"].is_string(), "{common}");
+    for outcome in &out {
+        assert_eq!(meta(outcome, "a2a-gateway-agent"), "echo", "{outcome}");
+    }
+}
+
 /// The refusal's reason on each binding: JSON-RPC, HTTP+JSON and gRPC.
 async fn refusals(gw: &TestGateway, agent: &str, key: &str, stream: bool) -> [String; 3] {
     let (method, rest) = match stream {

@@ -550,8 +550,10 @@ async fn litellm_tokens_count_and_a_token_budget_holds_across_replicas() {
             break report;
         }
         assert!(std::time::Instant::now() < deadline, "{report}");
+        // Each replica flushes on its own second: A's tokens may be in before B's refusal.
+        let (counted, requests) = (&report["total"]["tokens"], &report["total"]["requests"]);
         assert!(
-            report["total"]["tokens"].as_u64() < Some(tokens),
+            counted.as_u64().unwrap_or(0) <= tokens && requests.as_u64().unwrap_or(0) <= 2,
             "{report}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
