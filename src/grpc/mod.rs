@@ -638,6 +638,9 @@ fn streaming(handler: Handler, message: Bytes) -> Boxed<Messages> {
         let items = crate::http::watched(&handler.state, items, slot);
         let messages = items.map(move |item| {
             let item = item.map_err(|e| status_of(&e))?;
+            if let Some(encoded) = grpc_send::stream_item(&item) {
+                return Ok(Bytes::from(encoded));
+            }
             let json = serde_json::to_string(&item)
                 .map_err(|e| status_of(&GatewayError::Internal(e.to_string())))?;
             encode_json(&json, &output).map_err(|e| status_of(&e))

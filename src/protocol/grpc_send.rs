@@ -1,6 +1,7 @@
 //! The common gRPC send without the descriptor: a `SendMessageRequest` carrying a text
 //! message for a named agent, read straight into the model, and the task it is answered
-//! with, written straight as a `SendMessageResponse`.
+//! with (or a stream's items), written straight as a `SendMessageResponse` (or
+//! `StreamResponse`s).
 //!
 //! Why a second way beside the descriptor's: a gRPC send otherwise crosses ProtoJSON twice
 //! (protobuf → dynamic message → JSON params, and the JSON answer → JSON values →
@@ -15,7 +16,8 @@ use prost::encoding::{decode_varint, encode_key, encode_varint, WireType};
 use serde_json::Value;
 
 use super::model::{
-    Artifact, Message, Metadata, Part, PartContent, Role, Stamp, Task, TaskState, TaskStatus,
+    Artifact, Message, Metadata, Part, PartContent, Role, Stamp, StreamItem, Task, TaskState,
+    TaskStatus,
 };
 use super::params::{SendConfiguration, SendParams};
 
@@ -175,6 +177,34 @@ impl<'a> Fields<'a> {
 pub(crate) fn task_answer(task: &Task, stamp: Stamp<'_>) -> Option<Vec<u8>> {
     let mut w = Writer(Vec::with_capacity(512));
     w.nested(1, |w| w.task(task, stamp))?;
+    Some(w.0)
+}
+
+/// A stream's item as a `StreamResponse`; None as for [`task_answer`].
+pub(crate) fn stream_item(item: &StreamItem) -> Option<Vec<u8>> {
+    let mut w = Writer(Vec::with_capacity(256));
+    match item {
+        StreamItem::Task(task) => w.nested(1, |w| w.task(task, Stamp::NONE))?,
+        StreamItem::Message(message) => w.nested(2, |w| w.message(message))?,
+        StreamItem::StatusUpdate(update) => w.nested(3, |w| {
+            w.string(1, &update.task_id);
+            w.string(2, &update.context_id);
+            w.nested(3, |w| w.status(&update.status))?;
+            w.metadata(4, update.metadata.as_ref())
+        })?,
+        StreamItem::ArtifactUpdate(update) => w.nested(4, |w| {
+            w.string(1, &update.task_id);
+            w.string(2, &update.context_id);
+            w.nested(3, |w| w.artifact(&update.artifact))?;
+            if update.append {
+                w.varint(4, 1);
+            }
+            if update.last_chunk {
+                w.varint(5, 1);
+            }
+            w.metadata(6, update.metadata.as_ref())
+        })?,
+    }
     Some(w.0)
 }
 
@@ -475,6 +505,52 @@ mod tests {
             let state = TaskState::from_v10_name(value.name()).unwrap();
             assert_eq!(state_number(state), value.number() as u64);
         }
+    }
+
+    #[test]
+    fn stream_items_read_back_as_the_descriptors_way_writes_them() {
+        use crate::protocol::model::{TaskArtifactUpdateEvent, TaskStatusUpdateEvent};
+        let output = rpc_of(Method::SendStreamingMessage, Dialect::V10)
+            .unwrap()
+            .output
+            .clone();
+        let mut items = Vec::new();
+        for task in crate::protocol::write::tests::tasks() {
+            let metadata = serde_json::json!({"k": [1, "v"]}).as_object().cloned();
+            items.push(StreamItem::StatusUpdate(TaskStatusUpdateEvent {
+                task_id: task.id.clone(),
+                context_id: task.context_id.clone(),
+                status: task.status.clone(),
+                metadata: metadata.clone(),
+            }));
+            for (i, artifact) in task.artifacts.iter().enumerate() {
+                items.push(StreamItem::ArtifactUpdate(TaskArtifactUpdateEvent {
+                    task_id: task.id.clone(),
+                    context_id: String::new(),
+                    artifact: artifact.clone(),
+                    append: i % 2 == 1,
+                    last_chunk: i % 2 == 0,
+                    metadata: metadata.clone().filter(|_| i == 0),
+                }));
+            }
+            items.extend(task.history.iter().cloned().map(StreamItem::Message));
+            items.push(StreamItem::Task(task));
+        }
+        let mut written = 0;
+        for item in &items {
+            let json = serde_json::to_string(item).unwrap();
+            let expected = json_to_bytes(&json, &output);
+            let read = |bytes: &[u8]| DynamicMessage::decode(output.clone(), bytes).unwrap();
+            match stream_item(item) {
+                Some(direct) => {
+                    let expected = expected.unwrap_or_else(|e| panic!("{e}: {json}"));
+                    assert_eq!(read(&direct), read(&expected), "{json}");
+                    written += 1;
+                }
+                None => assert!(json.contains(":60.") || json.contains("+"), "{json}"),
+            }
+        }
+        assert!(written >= 20, "{written}");
     }
 
     #[test]
