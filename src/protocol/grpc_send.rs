@@ -1,7 +1,7 @@
 //! The common gRPC send without the descriptor: a `SendMessageRequest` carrying a text
 //! message for a named agent, read straight into the model, and the task it is answered
-//! with (or a stream's items), written straight as a `SendMessageResponse` (or
-//! `StreamResponse`s).
+//! with (or a stream's items, or a task read or canceled), written straight as a
+//! `SendMessageResponse` (or `StreamResponse`s, or a `Task`).
 //!
 //! Why a second way beside the descriptor's: a gRPC send otherwise crosses ProtoJSON twice
 //! (protobuf → dynamic message → JSON params, and the JSON answer → JSON values →
@@ -177,6 +177,14 @@ impl<'a> Fields<'a> {
 pub(crate) fn task_answer(task: &Task, stamp: Stamp<'_>) -> Option<Vec<u8>> {
     let mut w = Writer(Vec::with_capacity(512));
     w.nested(1, |w| w.task(task, stamp))?;
+    Some(w.0)
+}
+
+/// A task as the `Task` message (`GetTask`'s and `CancelTask`'s answer); None as for
+/// [`task_answer`].
+pub(crate) fn task(task: &Task) -> Option<Vec<u8>> {
+    let mut w = Writer(Vec::with_capacity(512));
+    w.task(task, Stamp::NONE)?;
     Some(w.0)
 }
 
@@ -447,6 +455,13 @@ mod tests {
         json_to_bytes(&answer["result"].to_string(), &send().output).map(|b| b.to_vec())
     }
 
+    fn task_message() -> prost_reflect::MessageDescriptor {
+        rpc_of(Method::GetTask, Dialect::V10)
+            .unwrap()
+            .output
+            .clone()
+    }
+
     fn read_back(bytes: &[u8]) -> DynamicMessage {
         DynamicMessage::decode(send().output.clone(), bytes).unwrap()
     }
@@ -474,6 +489,17 @@ mod tests {
                         let expected = expected.unwrap_or_else(|e| panic!("{e}: {task:?}"));
                         assert_eq!(read_back(&direct), read_back(&expected), "{task:?}");
                         written += 1;
+                        // The same task alone, as GetTask answers it.
+                        if stamp.entries().next().is_none() {
+                            let alone = DynamicMessage::decode(
+                                task_message(),
+                                &*self::task(&task).unwrap(),
+                            )
+                            .unwrap();
+                            let wrapped = read_back(&direct);
+                            let inner = wrapped.get_field_by_name("task").unwrap();
+                            assert_eq!(inner.as_message(), Some(&alone), "{task:?}");
+                        }
                     }
                     // Only what protobuf cannot hold is left to the descriptor's way.
                     None => {

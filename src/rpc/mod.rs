@@ -179,7 +179,7 @@ pub(crate) async fn run(
                 crate::telemetry::note_task(&p.id, None);
                 let history = params::history_length(p.history_length, dialect)?;
                 let task = service.get(agent, caller, &p.id, history).await?;
-                ok_task(&id, dialect, served, task)
+                ok_task(&id, dialect, served, task, protobuf_answer)
             }
             Method::ListTasks => {
                 let p: ListTasksParams = params::decode(params)?;
@@ -190,7 +190,7 @@ pub(crate) async fn run(
                 let p: TaskIdParams = params::decode(params)?;
                 crate::telemetry::note_task(&p.id, None);
                 let task = service.cancel(agent, caller, &p.id).await?;
-                ok_task(&id, dialect, served, task)
+                ok_task(&id, dialect, served, task, protobuf_answer)
             }
             Method::SubscribeToTask => {
                 let p: TaskIdParams = params::decode(params)?;
@@ -333,8 +333,14 @@ fn ok_task(
     dialect: Dialect,
     served: &Served,
     task: Task,
+    protobuf_answer: bool,
 ) -> Result<RpcReply, GatewayError> {
     let task = served.stamped(task);
+    if protobuf_answer {
+        if let Some(bytes) = grpc_send::task(&task) {
+            return Ok(RpcReply::Protobuf(bytes));
+        }
+    }
     Ok(json(match dialect {
         Dialect::V10 => render_result(id, &task)?,
         Dialect::V03 => render_result(id, V03(&task))?,
