@@ -707,28 +707,9 @@ impl Drop for Child {
 
 #[tokio::test]
 async fn jwks_url_keys_are_fetched_from_a_local_server() {
-    // The server picks its port and says which (a port picked here first could be taken
-    // by another test before the server binds it).
-    let mut server = Child(
-        std::process::Command::new("python3")
-            .args(["-u", "-m", "http.server", "--bind", "127.0.0.1", "0"])
-            .arg("--directory")
-            .arg(repo_root().join("tests/fixtures/jwt"))
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("python3 -m http.server"),
-    );
-    let mut said = String::new();
-    let stdout = server.0.stdout.take().expect("its stdout");
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut said)
-        .expect("python3 -m http.server says where it serves");
-    // "Serving HTTP on 127.0.0.1 port 40123 (http://127.0.0.1:40123/) ..."
-    let port: u16 = (said.split_whitespace())
-        .skip_while(|w| *w != "port")
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no port in {said:?}"));
+    let (server, port) =
+        crate::helpers::static_files_server(&repo_root().join("tests/fixtures/jwt"));
+    let _server = Child(server);
     let gateway = format!(
         "[auth]\ndefault_access = \"authenticated\"\n[[auth.jwt]]\nid = \"remote\"\nalgorithm = \"ES256\"\njwks_url = \"http://127.0.0.1:{port}/es256-jwks.json\"\njwks_refresh_secs = 1\nissuer = \"{ISS}\"\naudience = \"{AUD}\"\n"
     );

@@ -5,8 +5,7 @@
 //! opening it. Screenshots go to `target/console-screenshots/`.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Child, Command};
 
 use crate::helpers::{repo_root, sha, spawn_with, ECHO};
 use crate::running::Running;
@@ -34,26 +33,8 @@ impl StaticServer {
             dir.path().join("console.html"),
         )
         .unwrap();
-        let port = crate::peers::free_port();
-        let child = Command::new("python3")
-            .args([
-                "-m",
-                "http.server",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-            ])
-            .current_dir(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("python3 -m http.server");
+        let (child, port) = crate::helpers::static_files_server(dir.path());
         let origin = format!("http://127.0.0.1:{port}");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "the static server did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        }
         StaticServer {
             child,
             origin,

@@ -430,6 +430,30 @@ pub fn parse_sse(text: &str) -> Vec<Sse> {
     out
 }
 
+/// `python3 -m http.server` serving `dir` on a port it picks, and that port: a port picked
+/// first and handed to it could be taken by another test before it binds it.
+pub(crate) fn static_files_server(dir: &Path) -> (std::process::Child, u16) {
+    let mut server = std::process::Command::new("python3")
+        .args(["-u", "-m", "http.server", "--bind", "127.0.0.1", "0"])
+        .arg("--directory")
+        .arg(dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("python3 -m http.server");
+    let mut said = String::new();
+    let stdout = server.stdout.take().expect("its stdout");
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut said)
+        .expect("python3 -m http.server says where it serves");
+    // "Serving HTTP on 127.0.0.1 port 40123 (http://127.0.0.1:40123/) ..."
+    let port: u16 = (said.split_whitespace())
+        .skip_while(|w| *w != "port")
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {said:?}"));
+    (server, port)
+}
+
 pub fn repo_root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }

@@ -184,10 +184,10 @@ fn dashboard_expressions(dashboard: &Value) -> Vec<(String, String)> {
 /// refused credential, a rate-limited caller, a reload, and a durable store.
 async fn after_a_mixed_workload() -> (TestGateway, String, crate::peers::Peer) {
     let upstream = crate::peers::python_agent_with("1.0", &[]).await;
-    let hook = crate::peers::free_port();
-    let receiver = tokio::net::TcpListener::bind(("127.0.0.1", hook))
+    let receiver = tokio::net::TcpListener::bind(("127.0.0.1", 0))
         .await
         .unwrap();
+    let hook = receiver.local_addr().unwrap().port();
     tokio::spawn(async move {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         while let Ok((mut s, _)) = receiver.accept().await {
