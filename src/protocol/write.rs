@@ -31,6 +31,13 @@ pub fn task_answer(
     Ok(w.0)
 }
 
+/// `task` as its `Serialize` writes it (a store's snapshot of it), written directly.
+pub fn task(task: &Task) -> serde_json::Result<Vec<u8>> {
+    let mut w = Writer(Vec::with_capacity(RESULT_CAPACITY));
+    w.task(task, Stamp::NONE)?;
+    Ok(w.0)
+}
+
 /// The 1.0 `SendMessage` (or `SendStreamingMessage`) request an upstream gets, as serde
 /// writes it: `{"jsonrpc":"2.0","id":…,"method":…,"params":{"message":…,
 /// "configuration":{…},"metadata":…}}`, configuration fields only when set.
@@ -400,6 +407,14 @@ pub(super) mod tests {
     #[derive(Serialize)]
     struct Answer<'a> {
         task: Stamped<'a, Task>,
+    }
+
+    #[test]
+    fn a_task_alone_is_written_as_serde_writes_it() {
+        for task in tasks() {
+            let fast = String::from_utf8(self::task(&task).unwrap()).unwrap();
+            assert_eq!(fast, serde_json::to_string(&task).unwrap(), "{task:?}");
+        }
     }
 
     #[test]

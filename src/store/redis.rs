@@ -169,14 +169,34 @@ pub(crate) struct Envelope {
 }
 
 /// [`Envelope`] as written: the task's JSON goes in as it is.
-#[derive(Serialize)]
 struct EnvelopeOut<'a> {
     agent: &'a str,
     owner: &'a str,
     seq: u64,
     replica: &'a str,
     version: u64,
-    task: Box<serde_json::value::RawValue>,
+    /// The task's JSON, as the store's snapshot wrote it.
+    task: &'a str,
+}
+
+impl EnvelopeOut<'_> {
+    /// The envelope's JSON, the task's copied in: serde's `RawValue` would parse it again
+    /// to check it, which cost a Redis write more than the rest of the envelope.
+    fn to_json(&self) -> serde_json::Result<String> {
+        let mut out = String::with_capacity(self.task.len() + 160);
+        let mut field = |key: &str, value: &str| {
+            out.push_str(key);
+            out.push_str(value);
+        };
+        field("{\"agent\":", &serde_json::to_string(self.agent)?);
+        field(",\"owner\":", &serde_json::to_string(self.owner)?);
+        field(",\"seq\":", &self.seq.to_string());
+        field(",\"replica\":", &serde_json::to_string(self.replica)?);
+        field(",\"version\":", &self.version.to_string());
+        field(",\"task\":", self.task);
+        out.push('}');
+        Ok(out)
+    }
 }
 
 fn encode_error(e: serde_json::Error) -> redis::RedisError {
@@ -281,10 +301,9 @@ impl RedisBackend {
                 seq: row.seq,
                 replica: &self.replica,
                 version: row.version,
-                task: serde_json::value::RawValue::from_string(row.body.clone())
-                    .map_err(encode_error)?,
+                task: &row.body,
             };
-            let json = serde_json::to_string(&envelope).map_err(encode_error)?;
+            let json = envelope.to_json().map_err(encode_error)?;
             let key = self.keys.task(&row.id);
             match (finished, self.retention_secs) {
                 (true, secs) if secs > 0 => pipe.set_ex(&key, json, secs).ignore(),
@@ -1166,5 +1185,58 @@ impl Lua {
 
     fn get(&self) -> &redis::Script {
         self.script.get_or_init(|| redis::Script::new(self.source))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::model::{Message, Part, Role};
+
+    #[test]
+    fn an_envelope_is_written_as_serde_writes_it() {
+        #[derive(Serialize)]
+        struct BySerde<'a> {
+            agent: &'a str,
+            owner: &'a str,
+            seq: u64,
+            replica: &'a str,
+            version: u64,
+            task: &'a serde_json::value::RawValue,
+        }
+        let message = Message {
+            message_id: "m\"1".into(),
+            role: Role::User,
+            parts: vec![Part::text("hi\n")],
+            ..Default::default()
+        };
+        let task = Task::submitted("t\\1".into(), "c1".into(), message);
+        let body = String::from_utf8(crate::protocol::write::task(&task).unwrap()).unwrap();
+        let out = EnvelopeOut {
+            agent: "a\"gent",
+            owner: "key:o\\wner",
+            seq: 7,
+            replica: "r\n1",
+            version: u64::MAX,
+            task: &body,
+        };
+        let raw = serde_json::value::RawValue::from_string(body.clone()).unwrap();
+        let expected = serde_json::to_string(&BySerde {
+            agent: out.agent,
+            owner: out.owner,
+            seq: out.seq,
+            replica: out.replica,
+            version: out.version,
+            task: &raw,
+        })
+        .unwrap();
+        let written = out.to_json().unwrap();
+        assert_eq!(written, expected);
+        let read: Envelope = serde_json::from_str(&written).unwrap();
+        // Stored timestamps keep milliseconds.
+        let stored: Task = serde_json::from_str(&body).unwrap();
+        assert_eq!(stored.id, task.id);
+        let read = (read.agent.as_str(), read.seq, read.task);
+        assert_eq!(read, ("a\"gent", 7, stored));
     }
 }
