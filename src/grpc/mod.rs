@@ -6,9 +6,9 @@
 //! routed as `/a2a` routes. Its message is read against the spec's descriptor, turned into
 //! the ProtoJSON the 1.0 JSON bindings already speak, and goes through the same admission
 //! and dispatch as a JSON-RPC call; the answer is read back into the method's output
-//! message. The common send (a text message to a named agent) and its task answer skip
-//! ProtoJSON (see `protocol::grpc_send`). Errors are statuses from the one error table
-//! (see [`status`]).
+//! message. The common send (a text message to a named agent) skips ProtoJSON, as do
+//! answers carrying a task and a stream's items (see `protocol::grpc_send`). Errors are
+//! statuses from the one error table (see [`status`]).
 
 mod reflection;
 pub(crate) mod status;

@@ -149,8 +149,8 @@ pub struct RpcRequest<'a> {
     /// Where a stream a client lost picks up (its `Last-Event-ID`), for the bindings that
     /// stream over SSE.
     pub resume: Option<super::resume::ResumeFrom>,
-    /// The gRPC binding's: a send answered with a task writes it as the protobuf
-    /// `SendMessageResponse` ([`RpcReply::Protobuf`](crate::rpc::RpcReply)), not as JSON.
+    /// The gRPC binding's: an answer carrying a task (a send's, `GetTask`'s, `CancelTask`'s)
+    /// is written as protobuf ([`RpcReply::Protobuf`](crate::rpc::RpcReply)), not as JSON.
     pub protobuf_answer: bool,
 }
 

@@ -35,8 +35,9 @@ pub(crate) enum RpcReply {
         /// The connection cannot be used again (a body that never came in full; a drain).
         closes: bool,
     },
-    /// A send's task answer as the gRPC binding's protobuf `SendMessageResponse`, for a
-    /// request that asked for it (`protobuf_answer`); every other answer is JSON.
+    /// A task answer in the gRPC binding's protobuf (a send's `SendMessageResponse`, or
+    /// `GetTask`'s and `CancelTask`'s `Task`), for a request that asked for it
+    /// (`protobuf_answer`); every other answer is JSON.
     Protobuf(Vec<u8>),
     /// An SSE stream; each item is rendered with [`render_stream_item`].
     Stream {
