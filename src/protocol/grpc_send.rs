@@ -12,7 +12,7 @@
 //! that is not UTF-8), which then goes the descriptor's way and gets its answer. The tests
 //! hold both ways to the same messages.
 
-use prost::encoding::{decode_varint, encode_key, encode_varint, WireType};
+use prost::encoding::{decode_varint, encode_key, encode_varint, encoded_len_varint, WireType};
 use serde_json::Value;
 
 use super::model::{
@@ -230,9 +230,12 @@ impl Writer {
         match u8::try_from(len).ok().filter(|n| *n < 0x80) {
             Some(short) => self.0[at] = short,
             None => {
-                let mut prefix = Vec::with_capacity(4);
-                encode_varint(len as u64, &mut prefix);
-                self.0.splice(at..at + 1, prefix);
+                // Every answer's task is longer than 127 bytes: its prefix is made on the
+                // stack and the body moved along by what the one byte left short.
+                let mut prefix = [0u8; 10];
+                let used = encoded_len_varint(len as u64);
+                encode_varint(len as u64, &mut &mut prefix[..]);
+                self.0.splice(at..at + 1, prefix[..used].iter().copied());
             }
         }
         Some(())
@@ -281,18 +284,12 @@ impl Writer {
         if let Some(md) = stamp.metadata(t.metadata.as_ref()) {
             self.nested(6, |w| {
                 for (key, value) in md.own() {
-                    w.nested(1, |w| {
-                        w.bytes(1, key.as_bytes());
-                        w.nested(2, |w| w.value(value))
-                    })?;
+                    w.entry(key, |w| w.value(value))?;
                 }
                 for (key, value) in md.stamp().entries() {
-                    w.nested(1, |w| {
-                        w.bytes(1, key.as_bytes());
-                        w.nested(2, |w| {
-                            w.bytes(3, value.as_bytes());
-                            Some(())
-                        })
+                    w.entry(key, |w| {
+                        w.bytes(3, value.as_bytes());
+                        Some(())
                     })?;
                 }
                 Some(())
@@ -389,12 +386,17 @@ impl Writer {
     /// A `Struct`'s entries.
     fn fields(&mut self, md: &Metadata) -> Option<()> {
         for (key, value) in md {
-            self.nested(1, |w| {
-                w.bytes(1, key.as_bytes());
-                w.nested(2, |w| w.value(value))
-            })?;
+            self.entry(key, |w| w.value(value))?;
         }
         Some(())
+    }
+
+    /// One entry of a `Struct`'s map: its key, and the `Value` `value` writes.
+    fn entry(&mut self, key: &str, value: impl FnOnce(&mut Self) -> Option<()>) -> Option<()> {
+        self.nested(1, |w| {
+            w.bytes(1, key.as_bytes());
+            w.nested(2, value)
+        })
     }
 
     /// A `google.protobuf.Value`'s one field.

@@ -592,27 +592,27 @@ fn send(
         authorization,
     };
     let body = body.into();
-    if item.finishes_task() {
-        let note = Notification::final_state(body, content_type, task_id, &config.id);
-        let still_ours: futures_util::future::BoxFuture<'static, bool> = match hold {
-            Some(hold) => {
-                // The follower's own check (asked again while the store fails: a call in
-                // flight when this process was stopped fails as it wakes).
-                let hold = hold.clone();
-                Box::pin(async move { hold.keeps().await })
-            }
-            None => Box::pin(std::future::ready(true)),
-        };
-        return Some(pusher.enqueue_tracked(target, note, still_ours));
-    }
-    let note = Notification::update(body, content_type, task_id, &config.id);
-    match hold {
-        Some(_) => Some(pusher.enqueue_tracked(target, note, Box::pin(std::future::ready(true)))),
-        None => {
+    let last = item.finishes_task();
+    let note = match last {
+        true => Notification::final_state(body, content_type, task_id, &config.id),
+        false => Notification::update(body, content_type, task_id, &config.id),
+    };
+    let still_ours: futures_util::future::BoxFuture<'static, bool> = match hold {
+        // Not followed: an update goes untracked.
+        None if !last => {
             pusher.enqueue(target, note);
-            None
+            return None;
         }
-    }
+        // A final state goes only while the hold is this replica's: the follower's own
+        // check (asked again while the store fails: a call in flight when this process was
+        // stopped fails as it wakes).
+        Some(hold) if last => {
+            let hold = hold.clone();
+            Box::pin(async move { hold.keeps().await })
+        }
+        _ => Box::pin(std::future::ready(true)),
+    };
+    Some(pusher.enqueue_tracked(target, note, still_ours))
 }
 
 /// The deliveries of an update to a task's configs, which its follower waits for before it

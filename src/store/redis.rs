@@ -182,19 +182,18 @@ struct EnvelopeOut<'a> {
 impl EnvelopeOut<'_> {
     /// The envelope's JSON, the task's copied in: serde's `RawValue` would parse it again
     /// to check it, which cost a Redis write more than the rest of the envelope.
-    fn to_json(&self) -> serde_json::Result<String> {
-        let mut out = String::with_capacity(self.task.len() + 160);
-        let mut field = |key: &str, value: &str| {
-            out.push_str(key);
-            out.push_str(value);
-        };
-        field("{\"agent\":", &serde_json::to_string(self.agent)?);
-        field(",\"owner\":", &serde_json::to_string(self.owner)?);
-        field(",\"seq\":", &self.seq.to_string());
-        field(",\"replica\":", &serde_json::to_string(self.replica)?);
-        field(",\"version\":", &self.version.to_string());
-        field(",\"task\":", self.task);
-        out.push('}');
+    fn to_json(&self) -> serde_json::Result<Vec<u8>> {
+        use std::io::Write;
+        let mut out = Vec::with_capacity(self.task.len() + 160);
+        out.extend_from_slice(b"{\"agent\":");
+        serde_json::to_writer(&mut out, self.agent)?;
+        out.extend_from_slice(b",\"owner\":");
+        serde_json::to_writer(&mut out, self.owner)?;
+        let seq = self.seq;
+        write!(out, ",\"seq\":{seq},\"replica\":").map_err(serde_json::Error::io)?;
+        serde_json::to_writer(&mut out, self.replica)?;
+        let (version, task) = (self.version, self.task);
+        write!(out, ",\"version\":{version},\"task\":{task}}}").map_err(serde_json::Error::io)?;
         Ok(out)
     }
 }
@@ -1230,7 +1229,7 @@ mod tests {
             task: &raw,
         })
         .unwrap();
-        let written = out.to_json().unwrap();
+        let written = String::from_utf8(out.to_json().unwrap()).unwrap();
         assert_eq!(written, expected);
         let read: Envelope = serde_json::from_str(&written).unwrap();
         // Stored timestamps keep milliseconds.
