@@ -332,8 +332,35 @@ struct Message {
     tool_call: bool,
 }
 
+/// The common message, a tool call, as rmcp reads it: nothing else at its top level, and
+/// its params rmcp's own type. rmcp's message type tries its requests one by one (a tool
+/// call is far down the list) and builds an error for each it passes: 27k instructions
+/// at the door, where this reader takes 4k.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ToolCall<'a> {
+    jsonrpc: &'a str,
+    id: rmcp::model::RequestId,
+    method: &'a str,
+    #[allow(dead_code)] // Read so that rmcp surely reads it as well.
+    params: rmcp::model::CallToolRequestParams,
+}
+
 impl Message {
     fn read(body: &[u8]) -> Result<Message, GatewayError> {
+        Self::read_tool_call(body).map_or_else(|| Self::read_any(body), Ok)
+    }
+
+    fn read_tool_call(body: &[u8]) -> Option<Message> {
+        let call = serde_json::from_slice::<ToolCall>(body).ok()?;
+        (call.jsonrpc == "2.0" && call.method == "tools/call").then(|| Message {
+            id: Self::id(&call.id),
+            initialize: false,
+            tool_call: true,
+        })
+    }
+
+    fn read_any(body: &[u8]) -> Result<Message, GatewayError> {
         let message: ClientJsonRpcMessage = serde_json::from_slice(body).map_err(|e| {
             use serde_json::error::Category;
             match e.classify() {
@@ -349,14 +376,15 @@ impl Message {
             ClientJsonRpcMessage::Response(r) => (Some(&r.id), None),
             ClientJsonRpcMessage::Notification(_) => (None, None),
         };
-        let id = id
-            .and_then(|id| serde_json::to_value(id).ok())
-            .map_or(RpcId::NULL, RpcId::Value);
         Ok(Message {
-            id,
+            id: id.map_or(RpcId::NULL, Self::id),
             initialize: matches!(request, Some(ClientRequest::InitializeRequest(_))),
             tool_call: matches!(request, Some(ClientRequest::CallToolRequest(_))),
         })
+    }
+
+    fn id(id: &rmcp::model::RequestId) -> RpcId {
+        serde_json::to_value(id).map_or(RpcId::NULL, RpcId::Value)
     }
 }
 
@@ -441,5 +469,61 @@ impl<S: futures_util::Stream> futures_util::Stream for Watched<S> {
             *this.ended = true;
         }
         next
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen(message: Option<Message>) -> Option<(String, bool, bool)> {
+        message.map(|m| (format!("{:?}", m.id), m.initialize, m.tool_call))
+    }
+
+    #[test]
+    fn the_tool_call_reader_reads_what_rmcp_reads_or_leaves_it() {
+        let calls = [
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"message":"hi"}}}"#,
+            r#"{"method":"tools/call","params":{"name":"echo"},"id":"a-1","jsonrpc":"2.0"}"#,
+            r#"{"jsonrpc":"2.0","id":-3,"method":"tools/call","params":{"name":"echo","arguments":{},"_meta":{"progressToken":1}}}"#,
+        ];
+        for body in calls {
+            let fast = seen(Message::read_tool_call(body.as_bytes()));
+            assert!(fast.is_some(), "{body}");
+            assert_eq!(
+                fast,
+                seen(Message::read_any(body.as_bytes()).ok()),
+                "{body}"
+            );
+        }
+        // Whatever is not plainly a tool call is read by rmcp's type, errors included.
+        let others = [
+            r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"},"result":{}}"#,
+            r#"{"jsonrpc":"1.0","id":1,"method":"tools/call","params":{"name":"echo"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"arguments":{}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call"}"#,
+            r#"{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"echo"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools\/call","params":{"name":"echo"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":[1]}}"#,
+            "{not json",
+        ];
+        for body in others {
+            assert!(Message::read_tool_call(body.as_bytes()).is_none(), "{body}");
+        }
+        let escaped = r#"{"jsonrpc":"2.0","id":1,"method":"tools\/call","params":{"name":"echo"}}"#;
+        let read = Message::read(escaped.as_bytes()).ok();
+        assert_eq!(read.map(|m| m.tool_call), Some(true));
+        assert!(matches!(
+            Message::read(b"{not json"),
+            Err(GatewayError::Parse(_))
+        ));
+        let stray = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"},"result":{}}"#;
+        assert!(matches!(
+            Message::read(stray.as_bytes()),
+            Err(GatewayError::InvalidRequest(_))
+        ));
     }
 }
