@@ -19,6 +19,7 @@
 //! waits for the batch its changes are in (a barrier): a task created through one replica
 //! is readable through every other once its creator has answered.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -254,6 +255,11 @@ pub(crate) struct RedisBackend {
     replica: Arc<str>,
     retention_secs: u64,
     health: Arc<Health>,
+    /// The tasks this writer has put in its replica's running set: it alone writes that set
+    /// (a replica's name is new with each start), so a task answered at once, never in it,
+    /// is not removed from it. `None` once a write failed, since a write that failed may
+    /// still have been applied: from then on every finished task is removed.
+    running: Option<HashSet<String>>,
 }
 
 pub(crate) use super::health::Health;
@@ -276,6 +282,7 @@ impl RedisBackend {
             replica,
             retention_secs,
             health,
+            running: Some(HashSet::new()),
         }
     }
 
@@ -292,6 +299,9 @@ impl RedisBackend {
     fn write(&mut self, batch: &Batch) -> redis::RedisResult<()> {
         let mut pipe = redis::pipe();
         pipe.atomic();
+        let running = self.keys.running(&self.replica);
+        // Lists given their expiry in this batch: once each is enough.
+        let mut expiring: Vec<String> = Vec::new();
         for row in &batch.tasks {
             let finished = row.state.is_terminal();
             let envelope = EnvelopeOut {
@@ -310,14 +320,15 @@ impl RedisBackend {
             };
             let list = self.keys.list(&row.agent, &row.owner);
             pipe.zadd(&list, &row.id, row.seq).ignore();
-            if self.retention_secs > 0 {
+            if self.retention_secs > 0 && !expiring.contains(&list) {
                 // The list outlives its newest task by the retention period.
                 pipe.expire(&list, self.retention_secs as i64).ignore();
+                expiring.push(list);
             }
-            let running = self.keys.running(&self.replica);
-            if finished {
+            let listed = self.running.as_ref().map(|r| r.contains(&row.id));
+            if finished && listed != Some(false) {
                 pipe.srem(&running, &row.id).ignore();
-            } else {
+            } else if !finished && listed != Some(true) {
                 pipe.sadd(&running, &row.id).ignore();
             }
         }
@@ -351,7 +362,22 @@ impl RedisBackend {
         // A replica's memory evicting a task says nothing about the shared store: removals
         // are not written (finished tasks expire instead).
         let conn = self.connection()?;
-        pipe.query::<()>(conn)
+        if let Err(e) = pipe.query::<()>(conn) {
+            self.running = None;
+            return Err(e);
+        }
+        if let Some(listed) = &mut self.running {
+            for row in &batch.tasks {
+                match row.state.is_terminal() {
+                    true => listed.remove(&row.id),
+                    false => listed.insert(row.id.clone()),
+                };
+            }
+            for (id, _) in &batch.removed {
+                listed.remove(id);
+            }
+        }
+        Ok(())
     }
 }
 

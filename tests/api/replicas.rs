@@ -439,6 +439,47 @@ async fn a_replica_killed_mid_stream_has_its_tasks_failed_by_the_survivors(fleet
     assert_eq!(state(&got["result"]), "TASK_STATE_FAILED", "{got}");
 }
 
+/// A replica's running set (what survivors fail if it dies) holds its unfinished tasks: a
+/// task answered at once is never in it, a running one is until it ends.
+#[tokio::test]
+async fn a_replicas_running_set_holds_its_unfinished_tasks_only() {
+    let url = redis_url();
+    let prefix = Prefix::new(url);
+    let gw = &replicas(url, &prefix.prefix, 1)[0];
+    let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
+    let mut running_set = || -> Vec<String> {
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{}running:*", prefix.prefix))
+            .query(&mut c)
+            .unwrap();
+        let mut ids = Vec::new();
+        for key in keys {
+            let members: Vec<String> = redis::cmd("SMEMBERS").arg(key).query(&mut c).unwrap();
+            ids.extend(members);
+        }
+        ids
+    };
+    let slow = gw
+        .send_task("/delay 2", json!({"returnImmediately": true}))
+        .await;
+    let slow = slow["id"].as_str().unwrap().to_string();
+    let quick = gw.send_task("at once", json!({})).await;
+    assert_eq!(state(&quick), "TASK_STATE_COMPLETED");
+    // Redis answers wait for their write: both are written by now.
+    assert_eq!(running_set(), vec![slow.clone()]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !running_set().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "still running: {:?}",
+            running_set()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let got = gw.call("/a2a", "GetTask", json!({"id": slow})).await;
+    assert_eq!(state(&got["result"]), "TASK_STATE_COMPLETED", "{got}");
+}
+
 #[tokio::test]
 async fn without_redis_calls_answer_503_and_readiness_fails_until_it_returns() {
     let port = free_port();
