@@ -10,7 +10,7 @@
 #   ONLY=echo,echo_usage scripts/callgrind.sh ...   only the figures named
 #
 # Each figure: one server under callgrind on 1 worker takes N1 and then N2 calls on one
-# keep-alive connection, in two runs (at once, one per core); the difference over N2 - N1
+# keep-alive connection, in two runs (two at a time, one per core); the difference over N2 - N1
 # leaves start-up and shut-down out. Every call must answer a result. What is measured:
 #   bare        examples/bare_jsonrpc.rs /jsonrpc: actix-web parsing the JSON-RPC envelope
 #               and writing a fixed result around its id (the anchor for the JSON-RPC paths)
@@ -202,26 +202,60 @@ run() {
     rm -rf "$dir"
 }
 
-# figure NAME KIND PATH CMD...: instructions per request, printed and kept for the check.
-# Its two runs go at once (one on each core): callgrind counts the same either way.
+# figure NAME KIND PATH CMD...: schedules NAME's two runs (N1 and N2 calls); `collect`
+# prints its instructions per request and keeps them for the check. Runs go two at a time
+# (one on each core: callgrind counts the same either way) in the order scheduled, so a
+# short run shares the machine with another figure's long one rather than with an idle core.
 declare -A FIGURES
+STEPS=()   # what `collect` prints, in order: figures, comparisons, binaries' names
+LABEL=""   # the binary's number, where several are counted
+RUNS=()
 figure() {
     local name=$1 kind=$2 path=$3; shift 3
-    local a b pa pb
     [ -z "${ONLY:-}" ] || [[ ",$ONLY," == *",$name,"* ]] || return 0
-    run "$N1" "$kind" "$path" "$@" > "$TMP/$name.a" & pa=$!
-    run "$N2" "$kind" "$path" "$@" > "$TMP/$name.b" & pb=$!
-    wait "$pa" || { echo "callgrind: $name failed" >&2; exit 1; }
-    wait "$pb" || { echo "callgrind: $name failed" >&2; exit 1; }
-    a=$(cat "$TMP/$name.a"); b=$(cat "$TMP/$name.b")
-    FIGURES[$name]=$(( (b - a) / (N2 - N1) ))
-    awk -v n="$name" -v v="${FIGURES[$name]}" 'BEGIN { printf "%-14s %7.1fk instructions per request\n", n, v / 1000 }'
+    STEPS+=("figure $LABEL$name")
+    start "$TMP/$LABEL$name.a" "$N1" "$kind" "$path" "$@"
+    start "$TMP/$LABEL$name.b" "$N2" "$kind" "$path" "$@"
 }
-# more NAME BASE WHAT: NAME's cost over BASE's, as a percentage.
-more() {
-    [ -n "${FIGURES[$1]:-}" ] && [ -n "${FIGURES[$2]:-}" ] || return 0
-    awk -v x="${FIGURES[$1]}" -v e="${FIGURES[$2]}" -v w="$3" \
-        'BEGIN { printf "%-14s %+7.1f%% instructions per request\n", w, (x - e) * 100 / e }'
+# start OUT N KIND PATH CMD...: one run, in the background once fewer than two go; its
+# count in OUT, and OUT.failed if it failed.
+start() {
+    local out=$1; shift
+    while :; do
+        local alive=() p
+        for p in "${RUNS[@]}"; do kill -0 "$p" 2>/dev/null && alive+=("$p"); done
+        RUNS=("${alive[@]}")
+        [ ${#RUNS[@]} -lt 2 ] && break
+        wait -n "${RUNS[@]}" || true
+    done
+    { run "$@" > "$out" || touch "$out.failed"; } &
+    RUNS+=($!)
+}
+# more NAME BASE WHAT: NAME's cost over BASE's, as a percentage, once both are counted.
+more() { STEPS+=("more $LABEL$1 $LABEL$2 $3"); }
+collect() {
+    [ ${#RUNS[@]} -eq 0 ] || wait "${RUNS[@]}" || true
+    local step kind name base what a b
+    for step in "${STEPS[@]}"; do
+        read -r kind name base what <<< "$step"
+        case $kind in
+        binary) echo "$name" ;;
+        figure)
+            if [ -e "$TMP/$name.a.failed" ] || [ -e "$TMP/$name.b.failed" ]; then
+                echo "callgrind: ${name#*:} failed" >&2; exit 1
+            fi
+            a=$(cat "$TMP/$name.a"); b=$(cat "$TMP/$name.b")
+            [ -n "$a" ] && [ -n "$b" ] || { echo "callgrind: ${name#*:} counted nothing" >&2; exit 1; }
+            FIGURES[$name]=$(( (b - a) / (N2 - N1) ))
+            awk -v n="${name#*:}" -v v="${FIGURES[$name]}" 'BEGIN { printf "%-14s %7.1fk instructions per request\n", n, v / 1000 }'
+            ;;
+        more)
+            [ -n "${FIGURES[$name]:-}" ] && [ -n "${FIGURES[$base]:-}" ] || continue
+            awk -v x="${FIGURES[$name]}" -v e="${FIGURES[$base]}" -v w="$what" \
+                'BEGIN { printf "%-14s %+7.1f%% instructions per request\n", w, (x - e) * 100 / e }'
+            ;;
+        esac
+    done
 }
 
 if $ANCHORS; then
@@ -229,8 +263,9 @@ if $ANCHORS; then
     figure bare_grpc grpc / "$EX/bare_grpc" "127.0.0.1:@GRPC_PORT@"
     figure forwarder jsonrpc / "$EX/plain_forwarder" "127.0.0.1:@PORT@" "http://127.0.0.1:$UP_PORT/" 1
 fi
-for bin in "${BINS[@]}"; do
-    [ ${#BINS[@]} -gt 1 ] && echo "$bin"
+for i in "${!BINS[@]}"; do
+    bin=${BINS[$i]}
+    if [ ${#BINS[@]} -gt 1 ]; then LABEL="$i:"; STEPS+=("binary $bin"); fi
     serve=("$bin" serve --agents-dir "$ROOT/agents.d" --workers 1 --port @PORT@ --config)
     figure echo jsonrpc /a2a/agents/echo "${serve[@]}" "$TMP/echo.toml"
     figure echo_sqlite jsonrpc /a2a/agents/echo "${serve[@]}" "$TMP/echo-sqlite.toml"
@@ -250,13 +285,13 @@ for bin in "${BINS[@]}"; do
     figure relay jsonrpc /a2a/agents/fast "${relay[@]}" "$TMP/relay.toml"
     figure relay_sqlite jsonrpc /a2a/agents/fast "${relay[@]}" "$TMP/relay-sqlite.toml"
 done
+collect
 if $ANCHORS && [ -z "${ONLY:-}" ]; then
     awk -v e="${FIGURES[echo]}" -v s="${FIGURES[echo_sqlite]}" -v b="${FIGURES[bare]}" \
         -v r="${FIGURES[relay]}" -v f="${FIGURES[forwarder]}" \
         -v g="${FIGURES[echo_grpc]}" -v bg="${FIGURES[bare_grpc]}" \
         'BEGIN { printf "ratios         echo / bare %.2fx, echo_sqlite / bare %.2fx, relay / forwarder %.2fx, echo_grpc / bare_grpc %.2fx, echo_grpc / echo %.2fx\n", e / b, s / b, r / f, g / bg, g / e }'
 fi
-
 if [ -n "$CHECK" ]; then
     # The same binary counts differently on another CPU (glibc picks its memcpy, strlen
     # and the like for the CPU it runs on), and the anchors move with it. So each figure
