@@ -129,9 +129,10 @@ async fn the_previous_release_and_this_build_share_tasks_side_by_side(fleet: Fle
 
 /// Starts building the previous release beside the suite when the whole suite runs: the
 /// build takes about a minute and the upgrade tests sort last, so built on demand the suite
-/// ended waiting for it alone. Called as each test's first gateway starts; not with a
-/// filter (the upgrade tests may not run) nor under nextest (a process per test: each would
-/// start its own), where the upgrade tests build it when they run.
+/// ended waiting for it alone. Called whenever a test starts a gateway; the first call
+/// starts the build. Not with a filter or `--ignored` (the upgrade tests may not run, and
+/// the process could end mid-build) nor under nextest (a process per test: each would
+/// start its own): there the upgrade tests build it when they run.
 pub(crate) fn start_building_the_previous_release() {
     static STARTED: std::sync::Once = std::sync::Once::new();
     STARTED.call_once(|| {
@@ -141,13 +142,13 @@ pub(crate) fn start_building_the_previous_release() {
     });
 }
 
-/// Whether this test process was given no filter: no test name, no `--skip`, no `--exact`
-/// (libtest's own arguments with a value are passed over).
+/// Whether this test process was given no filter: no test name, no `--skip`, `--exact` or
+/// `--ignored` (libtest's own arguments with a value are passed over).
 fn runs_the_whole_suite() -> bool {
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
-            "--skip" | "--exact" => return false,
+            "--skip" | "--exact" | "--ignored" => return false,
             "--test-threads" | "--format" | "--color" | "--logfile" | "-Z" | "--shuffle-seed" => {
                 args.next();
             }
