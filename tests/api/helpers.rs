@@ -110,7 +110,7 @@ pub async fn spawn_shipped() -> TestGateway {
 
 /// Runs a gateway in this test's runtime; `dir` (its configuration) lives as long as it.
 pub async fn start(settings: config::Settings, dir: tempfile::TempDir) -> TestGateway {
-    crate::upgrade::start_building_the_previous_release();
+    crate::previous_release::start_building();
     let app = Application::build(settings).await.expect("bind");
     let base = format!("http://127.0.0.1:{}", app.port());
     let grpc = app.grpc_port().map(|p| format!("127.0.0.1:{p}"));

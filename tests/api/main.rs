@@ -51,6 +51,7 @@ mod paths;
 mod peers;
 mod policies;
 mod postgres;
+mod previous_release;
 mod push;
 mod replicas;
 mod rest;
