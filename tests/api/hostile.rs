@@ -161,6 +161,60 @@ async fn bodies_that_never_end_get_408_and_anonymous_ones_401_first() {
     healthy(&gw).await;
 }
 
+/// A body that comes after its head, in pieces a while apart, is waited for and answered;
+/// the next call on the connection, head and body in one write, is answered too. (The
+/// reader takes a body that came with its head without waiting for a wakeup; one that did
+/// not come with it must still be read when it does.)
+#[tokio::test]
+async fn a_body_that_comes_after_its_head_in_pieces_is_answered() {
+    let gw = spawn_with(&[("echo.toml", ECHO)], "").await;
+    let body = |text: &str| {
+        json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+               "params": {"message": D::V10.message(text)}})
+        .to_string()
+    };
+    let head = |len: usize, close: bool| {
+        format!(
+            "POST /a2a/agents/echo HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+             a2a-version: 1.0\r\ncontent-length: {len}\r\n{}\r\n",
+            if close { "connection: close\r\n" } else { "" }
+        )
+    };
+    let mut c = connect_from(&gw, "127.0.0.1").await;
+    let first = body("in pieces");
+    c.write_all(head(first.len(), false).as_bytes())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let (a, b) = first.split_at(first.len() / 2);
+    c.write_all(a.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    c.write_all(b.as_bytes()).await.unwrap();
+    let second = body("at once");
+    let mut whole = head(second.len(), true).into_bytes();
+    whole.extend_from_slice(second.as_bytes());
+    // The first answer is read before the second call goes out: one call at a time.
+    let mut answered = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&answered).contains("in pieces") {
+        let n = tokio::time::timeout(Duration::from_secs(5), c.read(&mut buf))
+            .await
+            .expect("the first call answered")
+            .unwrap();
+        assert!(n > 0, "closed: {:?}", String::from_utf8_lossy(&answered));
+        answered.extend_from_slice(&buf[..n]);
+    }
+    let answered = String::from_utf8_lossy(&answered).into_owned();
+    assert!(answered.starts_with("HTTP/1.1 200"), "{answered:?}");
+    assert!(answered.contains("TASK_STATE_COMPLETED"), "{answered:?}");
+    c.write_all(&whole).await.unwrap();
+    let (answer, closed) = read_to_close(&mut c, Duration::from_secs(5)).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
+    assert!(answer.contains("at once"), "{answer:?}");
+    assert!(closed, "connection: close was kept");
+    healthy(&gw).await;
+}
+
 /// Bodies still arriving may hold only so many bytes gateway-wide: past that, new ones are
 /// refused at once with 503, and the bytes come back when the slow body is given up.
 #[tokio::test]
