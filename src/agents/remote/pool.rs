@@ -11,20 +11,9 @@
 //! stack of idle HTTP/1 connections (the most recently used taken first, those left idle for
 //! a minute or so closed) or one shared HTTP/2 connection. hyper-util's newer composable
 //! pool (`client::pool`) has no idle expiry either and asks for a tower stack per origin.
-//!
-//! An HTTP/1 connection is driven by the call that holds it (see [`driven`]), not by a task
-//! of its own: with a task per connection, each call crossed between tasks four or five times
-//! (the request handed over, its answer's head, the body asked for, the body handed back), and
-//! every wakeup of the caller's task is a poll of the caller's connection, which actix-web
-//! decodes again. Driven in the call, the exchange is done in the wakeups its socket makes.
-//! An idle connection is driven by no one, so a remote closing it is noticed when it is next
-//! checked out (and the call goes on another) or swept.
 
-use std::future::Future;
-use std::pin::{pin, Pin};
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -44,7 +33,6 @@ use super::resolve::GuardedResolver;
 
 type Connector = HttpsConnector<HttpConnector<GuardedResolver>>;
 type Body = Full<Bytes>;
-type Http1Connection = http1::Connection<<Connector as Service<Uri>>::Response, Body>;
 
 /// How often connections left idle are closed: those idle since the sweep before the last
 /// (so after 45 to 90 s; hyper-util's client kept them 90 s).
@@ -75,7 +63,7 @@ struct Origin {
     host: Option<HeaderValue>,
     /// Idle HTTP/1 connections, the most recently returned last, with the sweep count when
     /// they were returned.
-    idle: Vec<(Http1, u64)>,
+    idle: Vec<(http1::SendRequest<Body>, u64)>,
     /// The origin's HTTP/2 connection, which every call shares.
     shared: Option<http2::SendRequest<Body>>,
 }
@@ -99,24 +87,10 @@ impl Origin {
     }
 }
 
-/// An HTTP/1 connection: the handle calls are sent on, and the connection itself, which the
-/// call holding it drives.
-struct Http1 {
-    sender: http1::SendRequest<Body>,
-    /// Boxed: it moves with the call and back into the pool. `None` once it has ended.
-    connection: Option<Pin<Box<Http1Connection>>>,
-}
-
-impl Http1 {
-    fn is_open(&self) -> bool {
-        self.connection.is_some() && !self.sender.is_closed()
-    }
-}
-
 /// A connection checked out for one call.
 enum Checked {
     Http1 {
-        http1: Http1,
+        sender: http1::SendRequest<Body>,
         /// Whether an earlier call used it: a call it refuses before sending may be retried.
         reused: bool,
         host: Option<HeaderValue>,
@@ -158,7 +132,7 @@ impl Pool {
                     return Ok((head, read_capped(body).await?));
                 }
                 Checked::Http1 {
-                    mut http1,
+                    mut sender,
                     reused,
                     host,
                 } => {
@@ -169,21 +143,12 @@ impl Pool {
                     if let Some(host) = host {
                         req.headers_mut().entry(HOST).or_insert(host);
                     }
-                    let sender = &mut http1.sender;
-                    let call = async {
-                        match sender.try_send_request(req).await {
-                            Ok(resp) => {
-                                let (head, body) = resp.into_parts();
-                                Ok(read_capped(body).await.map(|body| (head, body)))
-                            }
-                            Err(e) => Err(e),
-                        }
-                    };
-                    match driven(&mut http1.connection, call).await {
-                        Ok(answer) => {
-                            let answer = answer?;
-                            self.put(uri, http1);
-                            return Ok(answer);
+                    match sender.try_send_request(req).await {
+                        Ok(resp) => {
+                            let (head, body) = resp.into_parts();
+                            let body = read_capped(body).await?;
+                            self.put(uri, sender);
+                            return Ok((head, body));
                         }
                         Err(mut e) => match e.take_message() {
                             // A kept connection closed before the call went out on it (the
@@ -198,15 +163,15 @@ impl Pool {
     }
 
     /// Gives back an HTTP/1 connection whose answer was read to its end.
-    fn put(&self, uri: &Uri, http1: Http1) {
-        if !http1.is_open() {
+    fn put(&self, uri: &Uri, sender: http1::SendRequest<Body>) {
+        if sender.is_closed() {
             return;
         }
         let mut origins = self.origins();
         let sweeps = origins.sweeps;
         if let Some(origin) = origins.list.iter_mut().find(|o| o.is(uri)) {
             if origin.idle.len() < MAX_IDLE {
-                origin.idle.push((http1, sweeps));
+                origin.idle.push((sender, sweeps));
             }
         }
     }
@@ -231,7 +196,7 @@ impl Pool {
                 for origin in origins.list.iter_mut() {
                     origin
                         .idle
-                        .retain(|(http1, since)| http1.is_open() && sweeps - since < 2);
+                        .retain(|(sender, since)| !sender.is_closed() && sweeps - since < 2);
                     if origin.shared.as_ref().is_some_and(|h2| h2.is_closed()) {
                         origin.shared = None;
                     }
@@ -258,16 +223,12 @@ impl Pool {
                 (origin.idle.pop(), origin.host.clone())
             };
             match found {
-                Some((mut http1, _)) => {
+                Some((mut sender, _)) => {
                     // Ready at once unless the connection is still finishing the last
                     // answer; an error means the remote closed it.
-                    let ready = http1.sender.is_ready()
-                        || driven(&mut http1.connection, http1.sender.ready())
-                            .await
-                            .is_ok();
-                    if ready {
+                    if sender.ready().await.is_ok() {
                         return Ok(Checked::Http1 {
-                            http1,
+                            sender,
                             reused: true,
                             host,
                         });
@@ -304,97 +265,19 @@ impl Pool {
             }
             return Ok(Checked::Http2(sender));
         }
-        let (sender, connection) = http1::handshake(io)
+        let (sender, conn) = http1::handshake(io)
             .await
             .map_err(|e| Failure::classify(&e, true))?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "an upstream HTTP/1 connection ended");
+            }
+        });
         Ok(Checked::Http1 {
-            http1: Http1 {
-                sender,
-                connection: Some(Box::pin(connection)),
-            },
+            sender,
             reused: false,
             host,
         })
-    }
-}
-
-/// `work`, a call over `connection`, polled to its end with the connection driven beside it
-/// in the same task. The connection and the call wake each other as they hand the request
-/// and the answer over; those wakeups are taken in the same poll (see [`Absorb`]) rather than
-/// as another poll of the task, which for a caller's request is a poll of its connection.
-/// The connection's end drops it (and so fails the call, if it was still waiting).
-async fn driven<F: Future>(
-    connection: &mut Option<Pin<Box<Http1Connection>>>,
-    work: F,
-) -> F::Output {
-    let mut work = pin!(work);
-    let mut absorb: Option<(Arc<Absorb>, Waker)> = None;
-    std::future::poll_fn(|cx| {
-        let (state, waker) = match &absorb {
-            Some((state, waker)) if state.task.will_wake(cx.waker()) => (state, waker),
-            _ => {
-                let state = Arc::new(Absorb {
-                    task: cx.waker().clone(),
-                    state: AtomicU8::new(IDLE),
-                });
-                let waker = Waker::from(state.clone());
-                let (state, waker) = absorb.insert((state, waker));
-                (&*state, &*waker)
-            }
-        };
-        let mut inner = Context::from_waker(waker);
-        loop {
-            state.state.store(POLLING, Ordering::Release);
-            // The connection first: what it registers then wakes this poll, not the task
-            // that drove it last (handing it the request wakes whatever it registered).
-            if let Some(conn) = connection.as_mut() {
-                if let Poll::Ready(ended) = conn.as_mut().poll(&mut inner) {
-                    if let Err(e) = ended {
-                        tracing::debug!(error = %e, "an upstream HTTP/1 connection ended");
-                    }
-                    *connection = None;
-                }
-            }
-            if let Poll::Ready(out) = work.as_mut().poll(&mut inner) {
-                state.state.store(IDLE, Ordering::Release);
-                return Poll::Ready(out);
-            }
-            let settled =
-                state
-                    .state
-                    .compare_exchange(POLLING, IDLE, Ordering::AcqRel, Ordering::Acquire);
-            if settled.is_ok() {
-                return Poll::Pending;
-            }
-            // Woken while polling: whatever woke it is ready now.
-        }
-    })
-    .await
-}
-
-const IDLE: u8 = 0;
-const POLLING: u8 = 1;
-const WOKEN: u8 = 2;
-
-/// The waker [`driven`] polls with: a wakeup while it is polling is noted and taken in the
-/// same poll; any other wakes the task.
-struct Absorb {
-    task: Waker,
-    state: AtomicU8,
-}
-
-impl Wake for Absorb {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        let noted =
-            self.state
-                .compare_exchange(POLLING, WOKEN, Ordering::AcqRel, Ordering::Acquire);
-        if noted == Err(IDLE) {
-            self.task.wake_by_ref();
-        }
     }
 }
 
