@@ -304,7 +304,7 @@ async fn json_body<T: serde::de::DeserializeOwned>(
         anonymous: false,
     };
     let limit = state.bodies.max_bytes();
-    let bytes = crate::http::read_payload(body, declared, limit, &state.bodies, &payer).await?;
+    let bytes = crate::http::read_chunks(body, declared, limit, &state.bodies, &payer).await?;
     let mut deserializer = serde_json::Deserializer::from_slice(&bytes);
     serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
         let field = e.path().to_string();

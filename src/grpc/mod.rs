@@ -402,7 +402,6 @@ async fn read_message(
         limit,
         &state.bodies,
         &payer,
-        false,
     );
     read.await.map_err(|e| match e {
         // The limit is the message's; its five bytes of framing are not the caller's to count.

@@ -348,33 +348,17 @@ pub(super) fn read_body<'a>(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
     // The reader's own future, not one around it: this is every JSON call's path.
-    read_payload(body, declared, limits.max_bytes, limits, caller)
-}
-
-/// [`read_chunks`] for a request's own body, `declared` long if its head says.
-pub(crate) fn read_payload<'a>(
-    body: web::Payload,
-    declared: Option<usize>,
-    limit: usize,
-    limits: &'a BodyLimits,
-    caller: &'a Payer<'a>,
-) -> impl std::future::Future<Output = Result<Bytes, GatewayError>> + 'a {
-    let body = body.into_inner();
-    let polled_after_reads = matches!(body, actix_web::dev::Payload::H1 { .. });
-    read_chunks(body, declared, limit, limits, caller, polled_after_reads)
+    read_chunks(body, declared, limits.max_bytes, limits, caller)
 }
 
 /// [`read_body`] for a body that comes as any stream of chunks (a gRPC call's HTTP/2
-/// body), `declared` long if its head says, at most `limit` bytes. `polled_after_reads`:
-/// whoever feeds the body polls the reading call again after each read of its connection
-/// (actix-http's HTTP/1 dispatcher does; see the first wait below).
+/// body), `declared` long if its head says, at most `limit` bytes.
 pub(crate) async fn read_chunks<S, E>(
     mut body: S,
     declared: Option<usize>,
     limit: usize,
     limits: &BodyLimits,
     caller: &Payer<'_>,
-    polled_after_reads: bool,
 ) -> Result<Bytes, GatewayError>
 where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
@@ -405,33 +389,18 @@ where
     // sends a head and no body is still timed: `bodies_that_never_end_get_408` in the
     // tests holds that.)
     let mut waited = false;
-    let first = std::future::poll_fn(|cx| {
-        if polled_after_reads {
-            // Nothing to register: `drain` has just found the body not fed yet, and the
-            // dispatcher polls this call again in the same turn once it has read on. A
-            // waker registered here would only be woken by the feeding, making the task
-            // poll its connection once more for nothing (about 2.5k instructions).
-            return match std::mem::replace(&mut waited, true) {
-                false => Poll::Pending,
-                true => Poll::Ready(None),
-            };
+    let first = std::future::poll_fn(|cx| match body.poll_next_unpin(cx) {
+        Poll::Ready(item) => Poll::Ready(Some(item)),
+        Poll::Pending if !std::mem::replace(&mut waited, true) => {
+            // Polled again at once: a server that, unlike actix-http's, does not poll a
+            // waiting call after each read (hyper's HTTP/2, for gRPC) would otherwise
+            // leave a body that stops arriving waiting here, with no timer yet.
+            cx.waker().wake_by_ref();
+            Poll::Pending
         }
-        match body.poll_next_unpin(cx) {
-            Poll::Ready(item) => Poll::Ready(Some(item)),
-            Poll::Pending if !std::mem::replace(&mut waited, true) => {
-                // Polled again at once: a server that, unlike actix-http's, does not poll
-                // a waiting call after each read (hyper's HTTP/2, for gRPC) would otherwise
-                // leave a body that stops arriving waiting here, with no timer yet.
-                cx.waker().wake_by_ref();
-                Poll::Pending
-            }
-            Poll::Pending => Poll::Ready(None),
-        }
+        Poll::Pending => Poll::Ready(None),
     })
     .await;
-    if polled_after_reads && reading.drain(&mut body)? {
-        return Ok(reading.into_body());
-    }
     match first {
         Some(None) => return Ok(reading.into_body()),
         Some(Some(chunk)) => {

@@ -232,8 +232,7 @@ pub(crate) async fn serve(req: HttpRequest, body: web::Payload) -> HttpResponse 
         anonymous: principal.anonymous,
     };
     let limit = state.bodies.max_bytes();
-    let bytes = match crate::http::read_payload(body, declared, limit, &state.bodies, &payer).await
-    {
+    let bytes = match crate::http::read_chunks(body, declared, limit, &state.bodies, &payer).await {
         Ok(b) => b,
         Err(e) => return refusal(&req, state, &e),
     };

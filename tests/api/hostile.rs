@@ -215,6 +215,42 @@ async fn a_body_that_comes_after_its_head_in_pieces_is_answered() {
     healthy(&gw).await;
 }
 
+/// A pipelined call whose body never comes (the head sent behind a whole first call, then
+/// silence) is answered 408 like any body that stops arriving: the first call is answered,
+/// and the second is not left waiting on a connection nothing else will wake.
+#[tokio::test]
+async fn a_pipelined_call_whose_body_never_comes_gets_408() {
+    let gw = spawn_with(
+        &[("echo.toml", ECHO)],
+        "[limits]\nbody_timeout_secs = 1\nbody_min_bytes_per_sec = 1048576\n",
+    )
+    .await;
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                      "params": {"message": D::V10.message("first")}})
+    .to_string();
+    let head = |len: usize| {
+        format!(
+            "POST /a2a/agents/echo HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+             a2a-version: 1.0\r\ncontent-length: {len}\r\n\r\n"
+        )
+    };
+    let mut c = connect_from(&gw, "127.0.0.1").await;
+    let pipelined = format!("{}{body}{}", head(body.len()), head(100));
+    c.write_all(pipelined.as_bytes()).await.unwrap();
+    let started = Instant::now();
+    let (answer, closed) = read_to_close(&mut c, Duration::from_secs(6)).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
+    assert!(answer.contains("HTTP/1.1 408"), "{answer:?}");
+    assert!(answer.contains("-32061"), "a JSON-RPC body: {answer:?}");
+    assert!(closed, "the connection is closed");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    healthy(&gw).await;
+}
+
 /// Bodies still arriving may hold only so many bytes gateway-wide: past that, new ones are
 /// refused at once with 503, and the bytes come back when the slow body is given up.
 #[tokio::test]
