@@ -161,6 +161,21 @@ async fn bodies_that_never_end_get_408_and_anonymous_ones_401_first() {
     healthy(&gw).await;
 }
 
+/// A 1.0 `SendMessage` body with `text`.
+fn send_body(text: &str) -> String {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+           "params": {"message": D::V10.message(text)}})
+    .to_string()
+}
+
+/// The head of a POST of a `len`-byte body to the echo agent, with `extra` header lines.
+fn echo_post_head(len: usize, extra: &str) -> String {
+    format!(
+        "POST /a2a/agents/echo HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+         a2a-version: 1.0\r\ncontent-length: {len}\r\n{extra}\r\n"
+    )
+}
+
 /// A body that comes after its head, in pieces a while apart, is waited for and answered;
 /// the next call on the connection, head and body in one write, is answered too. (The
 /// reader takes a body that came with its head without waiting for a wakeup; one that did
@@ -168,21 +183,9 @@ async fn bodies_that_never_end_get_408_and_anonymous_ones_401_first() {
 #[tokio::test]
 async fn a_body_that_comes_after_its_head_in_pieces_is_answered() {
     let gw = spawn_with(&[("echo.toml", ECHO)], "").await;
-    let body = |text: &str| {
-        json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
-               "params": {"message": D::V10.message(text)}})
-        .to_string()
-    };
-    let head = |len: usize, close: bool| {
-        format!(
-            "POST /a2a/agents/echo HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
-             a2a-version: 1.0\r\ncontent-length: {len}\r\n{}\r\n",
-            if close { "connection: close\r\n" } else { "" }
-        )
-    };
     let mut c = connect_from(&gw, "127.0.0.1").await;
-    let first = body("in pieces");
-    c.write_all(head(first.len(), false).as_bytes())
+    let first = send_body("in pieces");
+    c.write_all(echo_post_head(first.len(), "").as_bytes())
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(150)).await;
@@ -190,8 +193,8 @@ async fn a_body_that_comes_after_its_head_in_pieces_is_answered() {
     c.write_all(a.as_bytes()).await.unwrap();
     tokio::time::sleep(Duration::from_millis(150)).await;
     c.write_all(b.as_bytes()).await.unwrap();
-    let second = body("at once");
-    let mut whole = head(second.len(), true).into_bytes();
+    let second = send_body("at once");
+    let mut whole = echo_post_head(second.len(), "connection: close\r\n").into_bytes();
     whole.extend_from_slice(second.as_bytes());
     // The first answer is read before the second call goes out: one call at a time.
     let mut answered = Vec::new();
@@ -225,17 +228,13 @@ async fn a_pipelined_call_whose_body_never_comes_gets_408() {
         "[limits]\nbody_timeout_secs = 1\nbody_min_bytes_per_sec = 1048576\n",
     )
     .await;
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
-                      "params": {"message": D::V10.message("first")}})
-    .to_string();
-    let head = |len: usize| {
-        format!(
-            "POST /a2a/agents/echo HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
-             a2a-version: 1.0\r\ncontent-length: {len}\r\n\r\n"
-        )
-    };
+    let body = send_body("first");
     let mut c = connect_from(&gw, "127.0.0.1").await;
-    let pipelined = format!("{}{body}{}", head(body.len()), head(100));
+    let pipelined = format!(
+        "{}{body}{}",
+        echo_post_head(body.len(), ""),
+        echo_post_head(100, "")
+    );
     c.write_all(pipelined.as_bytes()).await.unwrap();
     let started = Instant::now();
     let (answer, closed) = read_to_close(&mut c, Duration::from_secs(6)).await;
