@@ -293,18 +293,12 @@ async fn json_body<T: serde::de::DeserializeOwned>(
             "send the body as application/json".into(),
         ));
     }
-    let declared = req
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse().ok());
     let hash = |h: &ahash::RandomState| h.hash_one(req.peer_addr().map(|a| a.ip()));
     let payer = Payer {
         hash: &hash,
         anonymous: false,
     };
-    let limit = state.bodies.max_bytes();
-    let bytes = crate::http::read_chunks(body, declared, limit, &state.bodies, &payer).await?;
+    let bytes = crate::http::read_body(req, body, &state.bodies, &payer).await?;
     let mut deserializer = serde_json::Deserializer::from_slice(&bytes);
     serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
         let field = e.path().to_string();

@@ -402,6 +402,7 @@ async fn read_message(
         limit,
         &state.bodies,
         &payer,
+        crate::http::Feeding::Woken,
     );
     read.await.map_err(|e| match e {
         // The limit is the message's; its five bytes of framing are not the caller's to count.

@@ -1,6 +1,7 @@
 //! Reading request bodies: content type, size, time and memory checks that answer in the
 //! protocol.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::Poll;
 use std::time::Duration;
@@ -335,8 +336,8 @@ impl Reading<'_> {
 /// has not arrived within `body_timeout_secs` plus a second per `body_min_bytes_per_sec`.
 /// A body that is not all there at once counts against its caller's share from then on,
 /// and an anonymous caller's against the anonymous callers' part of the budget; one that
-/// came with its head (most do) pays for no account and no timer.
-pub(super) fn read_body<'a>(
+/// came with its head (most do) pays for no account.
+pub(crate) fn read_body<'a>(
     req: &HttpRequest,
     body: web::Payload,
     limits: &'a BodyLimits,
@@ -347,18 +348,34 @@ pub(super) fn read_body<'a>(
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
+    let body = body.into_inner();
+    let feeding = match body {
+        actix_web::dev::Payload::H1 { .. } => Feeding::PolledAfterReads,
+        _ => Feeding::Woken,
+    };
     // The reader's own future, not one around it: this is every JSON call's path.
-    read_chunks(body, declared, limits.max_bytes, limits, caller)
+    read_chunks(body, declared, limits.max_bytes, limits, caller, feeding)
+}
+
+/// How the server brings a call waiting for its body back when more of it comes.
+#[derive(Clone, Copy)]
+pub(crate) enum Feeding {
+    /// actix-http's HTTP/1 dispatcher polls the call in flight again after every read it
+    /// makes, wake or no wake.
+    PolledAfterReads,
+    /// Only a wake does (hyper's HTTP/2 for gRPC, actix-http's HTTP/2).
+    Woken,
 }
 
 /// [`read_body`] for a body that comes as any stream of chunks (a gRPC call's HTTP/2
-/// body), `declared` long if its head says, at most `limit` bytes.
+/// body), `declared` long if its head says, at most `limit` bytes, fed as `feeding` says.
 pub(crate) async fn read_chunks<S, E>(
     mut body: S,
     declared: Option<usize>,
     limit: usize,
     limits: &BodyLimits,
     caller: &Payer<'_>,
+    feeding: Feeding,
 ) -> Result<Bytes, GatewayError>
 where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
@@ -382,34 +399,57 @@ where
     if reading.drain(&mut body)? {
         return Ok(reading.into_body());
     }
-    // One wait with no timer: a body that came with its head is fed as soon as the
-    // handler first waits, and the dispatcher polls a waiting call again after every read
-    // (actix-http's h1 dispatcher), so this returns in the same turn either way. Only a
-    // body still missing then pays for a timer and its caller's account. (A client that
-    // sends a head and no body is still timed: `bodies_that_never_end_get_408` in the
-    // tests holds that.)
+    let expected = declared.unwrap_or(limit);
+    let deadline = limits.base_time + Duration::from_secs((expected / limits.min_rate) as u64);
+    let mut timer = std::pin::pin!(None::<tokio::time::Sleep>);
+    // One wait before the caller's account: a body that came with its head is fed as soon
+    // as the handler first waits, and returns in the same turn.
     let mut waited = false;
-    let first = std::future::poll_fn(|cx| match body.poll_next_unpin(cx) {
-        Poll::Ready(item) => Poll::Ready(Some(item)),
-        Poll::Pending if !std::mem::replace(&mut waited, true) => {
-            // Polled again at once: a server that, unlike actix-http's, does not poll a
-            // waiting call after each read (hyper's HTTP/2, for gRPC) would otherwise
-            // leave a body that stops arriving waiting here, with no timer yet.
-            cx.waker().wake_by_ref();
-            Poll::Pending
-        }
-        Poll::Pending => Poll::Ready(None),
-    })
-    .await;
-    match first {
-        Some(None) => return Ok(reading.into_body()),
-        Some(Some(chunk)) => {
-            reading.take(chunk)?;
+    match feeding {
+        // The dispatcher polls again after it feeds the body, so the body is read with no
+        // waker: a wake would poll the connection's task once more for nothing. The timer
+        // is what brings back a call whose body never comes (one pipelined behind another
+        // is polled only when a read happens, and none may).
+        Feeding::PolledAfterReads => {
+            timer.set(Some(tokio::time::sleep(deadline)));
+            std::future::poll_fn(|cx| match std::mem::replace(&mut waited, true) {
+                true => Poll::Ready(()),
+                false => {
+                    if let Some(timer) = timer.as_mut().as_pin_mut() {
+                        let _ = timer.poll(cx);
+                    }
+                    Poll::Pending
+                }
+            })
+            .await;
             if reading.drain(&mut body)? {
                 return Ok(reading.into_body());
             }
         }
-        None => {}
+        Feeding::Woken => {
+            let first = std::future::poll_fn(|cx| match body.poll_next_unpin(cx) {
+                Poll::Ready(item) => Poll::Ready(Some(item)),
+                Poll::Pending if !std::mem::replace(&mut waited, true) => {
+                    // Polled again at once: nothing else would bring back a call whose
+                    // body stops arriving here, with no timer yet.
+                    cx.waker().wake_by_ref();
+                    Poll::Pending
+                }
+                Poll::Pending => Poll::Ready(None),
+            })
+            .await;
+            match first {
+                Some(None) => return Ok(reading.into_body()),
+                Some(Some(chunk)) => {
+                    reading.take(chunk)?;
+                    if reading.drain(&mut body)? {
+                        return Ok(reading.into_body());
+                    }
+                }
+                None => {}
+            }
+            timer.set(Some(tokio::time::sleep(deadline)));
+        }
     }
     // Still arriving.
     let mut share = CallerHeld {
@@ -424,16 +464,19 @@ where
         pool.grow_to(reading.held.bytes)?;
         reading.anonymous = Some(pool);
     }
-    let expected = declared.unwrap_or(limit);
-    let deadline = limits.base_time + Duration::from_secs((expected / limits.min_rate) as u64);
-    let rest = async {
-        while let Some(chunk) = body.next().await {
-            reading.take(chunk)?;
+    std::future::poll_fn(|cx| {
+        loop {
+            match body.poll_next_unpin(cx) {
+                Poll::Ready(Some(chunk)) => reading.take(chunk)?,
+                Poll::Ready(None) => return Poll::Ready(Ok(())),
+                Poll::Pending => break,
+            }
         }
-        Ok(())
-    };
-    match tokio::time::timeout(deadline, rest).await {
-        Ok(result) => result.map(|()| reading.into_body()),
-        Err(_) => Err(GatewayError::RequestTimeout(deadline.as_secs())),
-    }
+        match timer.as_mut().as_pin_mut().map(|timer| timer.poll(cx)) {
+            Some(Poll::Pending) => Poll::Pending,
+            _ => Poll::Ready(Err(GatewayError::RequestTimeout(deadline.as_secs()))),
+        }
+    })
+    .await?;
+    Ok(reading.into_body())
 }

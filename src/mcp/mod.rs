@@ -221,18 +221,12 @@ pub(crate) async fn serve(req: HttpRequest, body: web::Payload) -> HttpResponse 
                 .body(r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"Session not found"}}"#);
         }
     }
-    let declared = req
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse().ok());
     let hash = |h: &ahash::RandomState| live.caller_hash(&*head, Some(&principal), h);
     let payer = Payer {
         hash: &hash,
         anonymous: principal.anonymous,
     };
-    let limit = state.bodies.max_bytes();
-    let bytes = match crate::http::read_chunks(body, declared, limit, &state.bodies, &payer).await {
+    let bytes = match crate::http::read_body(&req, body, &state.bodies, &payer).await {
         Ok(b) => b,
         Err(e) => return refusal(&req, state, &e),
     };
