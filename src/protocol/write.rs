@@ -22,13 +22,26 @@ pub fn task_answer(
     task: &Task,
     stamp: Stamp<'_>,
 ) -> serde_json::Result<Vec<u8>> {
+    task_answer_marked(id, task, stamp).map(|(answer, _)| answer)
+}
+
+/// [`task_answer`], and for a task with no metadata of its own, where in it the task's
+/// fields are up to its metadata (the stamp's): those closed with `}` are what [`task`]
+/// writes.
+pub fn task_answer_marked(
+    id: &super::jsonrpc::RpcId,
+    task: &Task,
+    stamp: Stamp<'_>,
+) -> serde_json::Result<(Vec<u8>, Option<std::ops::Range<usize>>)> {
     let mut w = Writer(Vec::with_capacity(RESULT_CAPACITY));
     w.raw(b"{\"jsonrpc\":\"2.0\",\"id\":");
     w.serde(id)?;
     w.raw(b",\"result\":{\"task\":");
-    w.task(task, stamp)?;
+    let start = w.0.len();
+    let fields_end = w.task_marked(task, stamp)?;
     w.raw(b"}}");
-    Ok(w.0)
+    let unstamped = task.metadata.is_none().then_some(start..fields_end);
+    Ok((w.0, unstamped))
 }
 
 /// `task` as its `Serialize` writes it (a store's snapshot of it), written directly.
@@ -154,6 +167,11 @@ impl Writer {
     }
 
     fn task(&mut self, t: &Task, stamp: Stamp<'_>) -> serde_json::Result<()> {
+        self.task_marked(t, stamp).map(|_| ())
+    }
+
+    /// [`Self::task`]; returns where its fields before the metadata end.
+    fn task_marked(&mut self, t: &Task, stamp: Stamp<'_>) -> serde_json::Result<usize> {
         self.raw(b"{\"id\":");
         self.str(&t.id)?;
         self.raw(b",\"contextId\":");
@@ -168,6 +186,7 @@ impl Writer {
             self.raw(b",\"history\":");
             self.seq(&t.history, Self::message)?;
         }
+        let fields_end = self.0.len();
         match (t.metadata.as_ref(), stamp.metadata(t.metadata.as_ref())) {
             // The usual case, the gateway's own note alone, needs no map machinery.
             (None, Some(_)) => {
@@ -189,7 +208,7 @@ impl Writer {
             (_, None) => {}
         }
         self.0.push(b'}');
-        Ok(())
+        Ok(fields_end)
     }
 
     fn status(&mut self, s: &TaskStatus) -> serde_json::Result<()> {
@@ -415,6 +434,28 @@ pub(super) mod tests {
             let fast = String::from_utf8(self::task(&task).unwrap()).unwrap();
             assert_eq!(fast, serde_json::to_string(&task).unwrap(), "{task:?}");
         }
+    }
+
+    /// A durable store keeps the task as the answer wrote it: exactly its own writing.
+    #[test]
+    fn an_answer_marks_the_task_as_a_store_writes_it() {
+        let stamps = [Stamp::NONE, Stamp::new(("gateway/agent", "e\"cho"), None)];
+        let mut marked = 0;
+        for id in [json!(1), json!("req-\"7\"")].map(RpcId::from) {
+            for task in tasks() {
+                for stamp in stamps {
+                    let (answer, at) = task_answer_marked(&id, &task, stamp).unwrap();
+                    let Some(at) = at else {
+                        assert!(task.metadata.is_some(), "{task:?}");
+                        continue;
+                    };
+                    let stored = [&answer[at], b"}"].concat();
+                    assert_eq!(stored, self::task(&task).unwrap(), "{task:?} {stamp:?}");
+                    marked += 1;
+                }
+            }
+        }
+        assert!(marked > 0);
     }
 
     #[test]

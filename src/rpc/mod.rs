@@ -21,7 +21,7 @@ use crate::protocol::Dialect;
 use crate::protocol::{grpc_send, write};
 use crate::routing::Served;
 use crate::service::push::PushAnswer;
-use crate::service::{A2aService, Sent};
+use crate::service::{A2aService, Sent, WrittenAnswer};
 
 pub(crate) enum RpcReply {
     /// A JSON-RPC response body, the HTTP status to send it with, and for overload
@@ -125,18 +125,28 @@ pub(crate) async fn run(
                 let write = |task: &Task| {
                     note_task(&task.id, &task.context_id);
                     crate::telemetry::note_task_state(task.status.state.v03_name());
+                    let answer = |body| WrittenAnswer {
+                        body,
+                        stored_form: None,
+                    };
                     if protobuf_answer {
                         if let Some(bytes) = grpc_send::task_answer(task, stamp) {
                             wrote_protobuf.store(true, std::sync::atomic::Ordering::Relaxed);
-                            return Ok(bytes);
+                            return Ok(answer(bytes));
                         }
                     }
                     match dialect {
-                        Dialect::V10 => write::task_answer(&id, task, stamp).map_err(|e| {
-                            GatewayError::Internal(format!("serializing result: {e}"))
-                        }),
+                        Dialect::V10 => match write::task_answer_marked(&id, task, stamp) {
+                            Ok((body, fields)) => Ok(WrittenAnswer {
+                                body,
+                                stored_form: fields,
+                            }),
+                            Err(e) => {
+                                Err(GatewayError::Internal(format!("serializing result: {e}")))
+                            }
+                        },
                         Dialect::V03 | Dialect::V01 => {
-                            render_result(&id, V03(&Stamped { value: task, stamp }))
+                            render_result(&id, V03(&Stamped { value: task, stamp })).map(answer)
                         }
                     }
                 };

@@ -420,9 +420,21 @@ impl LocalOps {
         // Answered at once: it finished when it was submitted.
         task.set_status(TaskStatus::at(state, said, task.status.timestamp));
         let whole = history_length.is_none_or(|n| n >= task.history.len());
-        let answer = match writer {
-            Some(write) if whole => Sent::Written(write(&task)?),
-            _ => Sent::Result(SendResult::Task(task.view(history_length, true))),
+        let (answer, stored_form) = match writer {
+            Some(write) if whole => {
+                let written = write(&task)?;
+                // A durable store keeps the task as the answer just wrote it.
+                let stored_form = written
+                    .stored_form
+                    .filter(|_| self.tasks.written_through())
+                    .and_then(|fields| written.body.get(fields))
+                    .map(|fields| [fields, b"}"].concat().into_boxed_slice());
+                (Sent::Written(written.body), stored_form)
+            }
+            _ => (
+                Sent::Result(SendResult::Task(task.view(history_length, true))),
+                None,
+            ),
         };
         // Only an unfinished task counts against a quota (an anonymous caller's is its
         // address's): a finished one makes no key.
@@ -430,8 +442,9 @@ impl LocalOps {
             true => None,
             false => caller.quota_key(),
         };
+        let owner = (caller.id.clone(), quota);
         self.tasks
-            .create(agent.name.clone(), (caller.id.clone(), quota), task, None)?;
+            .create_answered(agent.name.clone(), owner, task, stored_form)?;
         Ok(Ok(answer))
     }
 

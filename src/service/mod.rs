@@ -100,7 +100,17 @@ impl LegacyNames {
 
 /// How the caller will write a task that answers a send. Given one, the service writes the
 /// answer to a task it settles at once from the task it is about to store, not from a copy.
-pub(crate) type TaskWriter<'a> = &'a (dyn Fn(&Task) -> Result<Vec<u8>, GatewayError> + Sync);
+pub(crate) type TaskWriter<'a> = &'a (dyn Fn(&Task) -> Result<WrittenAnswer, GatewayError> + Sync);
+
+/// An answer a [`TaskWriter`] wrote.
+pub(crate) struct WrittenAnswer {
+    pub(crate) body: Vec<u8>,
+    /// For a task with no metadata of its own: where in `body` its fields are, up to its
+    /// metadata (the gateway's stamp). Closed with `}`, they are the task as a durable
+    /// store writes it (`protocol::write::task`): the store keeps that rather than writing
+    /// the task again.
+    pub(crate) stored_form: Option<std::ops::Range<usize>>,
+}
 
 /// What a send returns: its result, or the answer already written by the [`TaskWriter`].
 // Moved once per send; boxing the result would cost an allocation on every other path.

@@ -25,7 +25,7 @@ pub(crate) use crate::config::redacted_url as redacted;
 pub(crate) use shared::Shared;
 
 use std::collections::HashMap;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -107,8 +107,9 @@ impl Table {
 pub(crate) type TaskKey = u128;
 
 enum Change {
-    /// The task changed: write what it is now.
-    Task(TaskKey),
+    /// The task changed: write what it is now (as these bytes, where its answer wrote
+    /// them: see [`Journal::task_made`]).
+    Task(TaskKey, Option<Box<[u8]>>),
     /// The task is gone from memory (evicted, past retention): its id and creation number,
     /// and for a shared store, where it is not deleted, what it was.
     TaskRemoved(String, u64, Option<Box<Snapshot>>),
@@ -136,7 +137,8 @@ enum Change {
 
 /// Where the writer reads a changed task's current state (the memory store).
 pub(crate) trait Snapshots: Send + Sync + 'static {
-    fn snapshot(&self, key: TaskKey) -> Option<Snapshot>;
+    /// `stored_form`: the task's body, already written.
+    fn snapshot(&self, key: TaskKey, stored_form: Option<Box<[u8]>>) -> Option<Snapshot>;
 }
 
 /// Whether the writer's commits go through. While they fail (a full disk, a read-only
@@ -215,6 +217,9 @@ impl WriteHealth {
 #[derive(Clone)]
 pub(crate) struct Journal {
     tx: SyncSender<Change>,
+    /// The writer, woken by a change that must not wait for the interval to end (see
+    /// [`Journal::send_now`]); other changes wait for it without waking it.
+    writer: std::thread::Thread,
     /// Whether other replicas hear of events through the store.
     shares_events: bool,
 }
@@ -233,7 +238,14 @@ pub(crate) const UNWRITTEN_EVENTS: u64 = 2 * JOURNAL_BACKLOG as u64;
 
 impl Journal {
     pub(crate) fn task_changed(&self, key: TaskKey) {
-        self.send(Change::Task(key));
+        self.send(Change::Task(key, None));
+    }
+
+    /// A new task; `stored_form`: its body as the store writes it (A2A 1.0 JSON, as
+    /// `protocol::write::task` writes it), where its answer wrote that already. Written
+    /// as those bytes unless the task changes again before its batch is written.
+    pub(crate) fn task_made(&self, key: TaskKey, stored_form: Option<Box<[u8]>>) {
+        self.send(Change::Task(key, stored_form));
     }
 
     /// `last` makes the task as it was, for a shared store (which keeps it until it
@@ -290,7 +302,8 @@ impl Journal {
         // A full backlog makes this wait for the writer, as any change does: off the
         // worker, so the worker goes on serving meanwhile.
         let journal = self.clone();
-        let _ = tokio::task::spawn_blocking(move || journal.send(Change::Control(op, tx))).await;
+        let _ =
+            tokio::task::spawn_blocking(move || journal.send_now(Change::Control(op, tx))).await;
         rx.await
             .map_err(|_| "the store's writer stopped".to_string())?
     }
@@ -298,7 +311,7 @@ impl Journal {
     /// Commits everything sent so far; false when the writer did not finish within `wait`.
     pub(crate) fn flush(&self, wait: Duration) -> bool {
         let (tx, rx) = mpsc::sync_channel(1);
-        self.send(Change::Flush(tx));
+        self.send_now(Change::Flush(tx));
         rx.recv_timeout(wait).is_ok()
     }
 
@@ -306,6 +319,13 @@ impl Journal {
         // The writer ends only when every sender is gone, so this cannot fail while the
         // journal exists; a writer that died has logged why.
         let _ = self.tx.send(change);
+    }
+
+    /// [`Self::send`], for a change the writer acts on at once rather than at the end of
+    /// its interval.
+    fn send_now(&self, change: Change) {
+        self.send(change);
+        self.writer.unpark();
     }
 }
 
@@ -348,8 +368,10 @@ impl Batch {
 /// Collects changes until the interval is over; each key once.
 #[derive(Default)]
 struct Pending {
-    tasks: Vec<TaskKey>,
-    seen: std::collections::HashSet<TaskKey>,
+    /// Each changed task once, with its body where that was written already.
+    tasks: Vec<(TaskKey, Option<Box<[u8]>>)>,
+    /// Where each task is in `tasks`.
+    seen: HashMap<TaskKey, usize>,
     removed: Vec<(String, u64)>,
     /// Tasks memory let go of, as they were (shared stores).
     last: Vec<Snapshot>,
@@ -367,11 +389,7 @@ struct Pending {
 impl Pending {
     fn add(&mut self, change: Change) {
         match change {
-            Change::Task(key) => {
-                if self.seen.insert(key) {
-                    self.tasks.push(key);
-                }
-            }
+            Change::Task(key, stored_form) => self.task(key, stored_form),
             Change::TaskRemoved(id, seq, last) => {
                 if let Some(last) = last {
                     self.last.push(*last);
@@ -382,9 +400,7 @@ impl Pending {
                 // The task is written in the same batch as its event: a reader never finds
                 // the event published and the task older than it.
                 if let Ok(uuid) = uuid::Uuid::try_parse(&id) {
-                    if self.seen.insert(uuid.as_u128()) {
-                        self.tasks.push(uuid.as_u128());
-                    }
+                    self.task(uuid.as_u128(), None);
                 }
                 self.events.push((id, version, event, logged));
             }
@@ -395,6 +411,18 @@ impl Pending {
             Change::Flush(done) => self.flushes.push(done),
             Change::Stop => self.stop = true,
             Change::Control(op, done) => self.controls.push((op, done)),
+        }
+    }
+
+    /// The task changed: written once in the batch, as it is when the batch is written. The
+    /// body its answer wrote holds only while nothing changed since.
+    fn task(&mut self, key: TaskKey, stored_form: Option<Box<[u8]>>) {
+        match self.seen.entry(key) {
+            std::collections::hash_map::Entry::Occupied(at) => self.tasks[*at.get()].1 = None,
+            std::collections::hash_map::Entry::Vacant(at) => {
+                at.insert(self.tasks.len());
+                self.tasks.push((key, stored_form));
+            }
         }
     }
 
@@ -411,7 +439,11 @@ impl Pending {
     fn batch(&mut self, tasks: &dyn Snapshots) -> Batch {
         self.seen.clear();
         let mut written: Vec<Snapshot> = std::mem::take(&mut self.last);
-        written.extend(self.tasks.drain(..).filter_map(|k| tasks.snapshot(k)));
+        written.extend(
+            self.tasks
+                .drain(..)
+                .filter_map(|(key, stored_form)| tasks.snapshot(key, stored_form)),
+        );
         Batch {
             tasks: written,
             removed: std::mem::take(&mut self.removed),
@@ -447,7 +479,12 @@ fn start(
             write_loop(&mut *backend, &*tasks, &rx, interval, &health, quiet)
         })
         .map_err(|e| format!("store: cannot start its writer thread: {e}"))?;
-    Ok((Journal { tx, shares_events }, writer))
+    let journal = Journal {
+        tx,
+        shares_events,
+        writer: writer.thread().clone(),
+    };
+    Ok((journal, writer))
 }
 
 /// [`start`] for a store replicas share: no interval (each batch is what arrived while the
@@ -547,7 +584,7 @@ impl Store {
             tracing::error!("store: the last changes were not committed within 5 s");
             return;
         }
-        journal.send(Change::Stop);
+        journal.send_now(Change::Stop);
         let writer = self
             .writer
             .lock()
@@ -732,21 +769,24 @@ fn write_loop(
             Err(RecvTimeoutError::Disconnected) => false,
         };
         let deadline = Instant::now() + interval;
-        // With no interval (Redis), a batch is whatever arrived while the last one was
-        // being written.
+        // The rest of the interval's changes are taken without the writer being woken for
+        // each: it parks until the interval ends, and only a change that must not wait
+        // (`Journal::send_now`) wakes it sooner. (Woken by every change, the writer cost
+        // each task a futex wake on the request's thread and a round of its own.) With no
+        // interval (Redis), a batch is whatever arrived while the last one was written.
         while open
             && !pending.stop
             && pending.flushes.is_empty()
             && pending.controls.is_empty()
             && pending.len() < MAX_BATCH
         {
-            let next = match deadline.checked_duration_since(Instant::now()) {
-                Some(left) if !left.is_zero() => rx.recv_timeout(left).ok(),
-                _ => rx.try_recv().ok(),
-            };
-            match next {
-                Some(change) => pending.add(change),
-                None => break,
+            match rx.try_recv() {
+                Ok(change) => pending.add(change),
+                Err(TryRecvError::Disconnected) => open = false,
+                Err(TryRecvError::Empty) => match deadline.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => std::thread::park_timeout(left),
+                    _ => break,
+                },
             }
         }
         let batch = pending.batch(tasks);

@@ -60,7 +60,7 @@ fn create_as(
     let mut task = Task::submitted(id.clone(), context_id.into(), user("hi", &id, context_id));
     task.set_status(TaskStatus::now(state, None));
     h.tasks()
-        .create(agent.into(), (owner.into(), None), task, None)
+        .create_logged(agent.into(), (owner.into(), None), task, None, false)
         .unwrap();
     id
 }
@@ -405,6 +405,52 @@ impl Harness for Sqlite {
 
 fn sqlite() -> Sqlite {
     Sqlite::open_in(tempfile::tempdir().unwrap())
+}
+
+/// A task made with the body its answer wrote is written as those bytes; one that changes
+/// before its batch is written is written as it is then.
+#[test]
+fn a_task_is_written_as_its_answer_wrote_it_unless_it_changed_since() {
+    let dir = tempfile::tempdir().unwrap();
+    // A long interval: both changes of the second task fall in one batch (the close
+    // commits at once).
+    let config = crate::config::StoreConfig {
+        kind: crate::config::StoreKind::Sqlite,
+        data_dir: dir.path().to_path_buf(),
+        commit_interval_ms: 2_000,
+        ..Default::default()
+    };
+    let (tasks, store) = open_durable(&config, dir.path()).unwrap();
+    // What the answer wrote is told apart by a status message the task in memory lacks.
+    let made = |state: TaskState| {
+        let id = new_id();
+        let mut task = Task::submitted(id.clone(), "c".into(), user("hi", &id, "c"));
+        task.set_status(TaskStatus::now(state, None));
+        let mut answered = task.clone();
+        answered.status.message = Some(Box::new(Message::agent_text("as answered")));
+        let form = crate::protocol::write::task(&answered).unwrap();
+        tasks
+            .create_answered(AGENT.into(), (OWNER.into(), None), task, Some(form.into()))
+            .unwrap();
+        id
+    };
+    let kept = made(TaskState::Completed);
+    let changed = made(TaskState::Working);
+    let done = status(&changed, "c", TaskState::Completed, Some("done"));
+    assert_eq!(tasks.apply(&changed, &done), Applied::Yes);
+    store.close();
+    drop((tasks, store));
+    let (tasks, _store) = open_durable(&config, dir.path()).unwrap();
+    let said = |id: &str| {
+        let task = tasks.inspect(viewer(), id, Task::clone).unwrap();
+        let text = task.status.message.map(|m| m.text());
+        (task.status.state, text)
+    };
+    assert_eq!(
+        said(&kept),
+        (TaskState::Completed, Some("as answered".into()))
+    );
+    assert_eq!(said(&changed), (TaskState::Completed, Some("done".into())));
 }
 
 mod sqlite_kind {

@@ -67,12 +67,19 @@ impl MemoryTaskStore {
         }
         if let Some(journal) = self.journal.get() {
             let seq = st.seq;
-            journal.task_removed(st.task.id.clone(), seq, || snapshot_of(&st));
+            journal.task_removed(st.task.id.clone(), seq, || snapshot_of(&st, None));
         }
         true
     }
 
-    fn put(&self, task: StoredTask, written: bool) -> Result<(), StoreError> {
+    /// Adds a task; `written`: a durable store writes it (as `stored_form`, where its
+    /// answer wrote that already).
+    fn put(
+        &self,
+        task: StoredTask,
+        written: bool,
+        stored_form: Option<Box<[u8]>>,
+    ) -> Result<(), StoreError> {
         // Checked first: an id that cannot be stored must not cost another task its place.
         let id = key(&task.task.id).ok_or_else(|| StoreError::BadId(task.task.id.clone()))?;
         self.make_room(task.bytes)?;
@@ -90,8 +97,8 @@ impl MemoryTaskStore {
                 }
             }
         }
-        if written {
-            self.changed(id);
+        if let (true, Some(journal)) = (written, self.journal.get()) {
+            journal.task_made(id, stored_form);
         }
         Ok(())
     }
@@ -250,12 +257,16 @@ fn key(id: &str) -> Option<TaskKey> {
 }
 
 impl TaskStore for MemoryTaskStore {
-    fn insert(&self, task: StoredTask) -> Result<(), StoreError> {
-        self.put(task, true)
+    fn insert_answered(
+        &self,
+        task: StoredTask,
+        stored_form: Option<Box<[u8]>>,
+    ) -> Result<(), StoreError> {
+        self.put(task, true, stored_form)
     }
 
     fn restore(&self, task: StoredTask) -> Result<(), StoreError> {
-        self.put(task, false)
+        self.put(task, false, None)
     }
 
     fn prune_finished(&self, cutoff: chrono::DateTime<chrono::Utc>) -> usize {
@@ -391,13 +402,19 @@ impl TaskStore for MemoryTaskStore {
 }
 
 impl Snapshots for MemoryTaskStore {
-    fn snapshot(&self, key: TaskKey) -> Option<Snapshot> {
-        snapshot_of(&*self.tasks.get(&key)?)
+    fn snapshot(&self, key: TaskKey, stored_form: Option<Box<[u8]>>) -> Option<Snapshot> {
+        snapshot_of(&*self.tasks.get(&key)?, stored_form)
     }
 }
 
-/// A task as a durable store writes it.
-fn snapshot_of(st: &StoredTask) -> Option<Snapshot> {
+/// A task as a durable store writes it: `stored_form` where its answer wrote that already.
+fn snapshot_of(st: &StoredTask, stored_form: Option<Box<[u8]>>) -> Option<Snapshot> {
+    let body = match stored_form {
+        Some(bytes) => bytes.into_vec(),
+        // Written directly: through serde, this was the largest part of a durable store's
+        // work per task.
+        None => crate::protocol::write::task(&st.task).ok()?,
+    };
     Some(Snapshot {
         id: st.task.id.clone(),
         agent: st.agent.clone(),
@@ -405,9 +422,7 @@ fn snapshot_of(st: &StoredTask) -> Option<Snapshot> {
         seq: st.seq,
         version: st.version,
         state: st.task.status.state,
-        // Written directly: through serde, this was the largest part of a durable store's
-        // work per task.
-        body: String::from_utf8(crate::protocol::write::task(&st.task).ok()?).ok()?,
+        body: String::from_utf8(body).ok()?,
     })
 }
 

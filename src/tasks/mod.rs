@@ -206,7 +206,16 @@ pub(crate) struct TaskPage {
 /// task's lock, so updates to one task are serialized and observed atomically.
 pub(crate) trait TaskStore: Send + Sync + 'static {
     /// Adds a task. When full, the oldest finished tasks make room first.
-    fn insert(&self, task: StoredTask) -> Result<(), StoreError>;
+    fn insert(&self, task: StoredTask) -> Result<(), StoreError> {
+        self.insert_answered(task, None)
+    }
+    /// [`Self::insert`] for a task whose answer wrote it as a durable store does
+    /// (`stored_form`, see `service::WrittenAnswer`): the store keeps those bytes.
+    fn insert_answered(
+        &self,
+        task: StoredTask,
+        stored_form: Option<Box<[u8]>>,
+    ) -> Result<(), StoreError>;
     /// Takes in a task read back from durable storage, as [`Self::insert`] without writing
     /// it again.
     fn restore(&self, task: StoredTask) -> Result<(), StoreError>;
@@ -585,21 +594,28 @@ impl Tasks {
         )
     }
 
-    /// Stores a new task whose work, if any is still going on, `cancel` can stop. An
-    /// unfinished one counts against its owner's quota until it finishes.
-    /// `owner` is the task's owner and what its unfinished count goes to when not the
-    /// owner (see [`StoredTask::quota`]).
-    pub(crate) fn create(
+    /// [`Self::create_logged`] for a task answered as it was made, which its answer wrote as
+    /// `stored_form` (see `service::WrittenAnswer`).
+    pub(crate) fn create_answered(
         &self,
         agent: Arc<str>,
         owner: (Arc<str>, Option<Arc<str>>),
         task: Task,
-        cancel: Option<CancellationToken>,
+        stored_form: Option<Box<[u8]>>,
     ) -> Result<(), StoreError> {
-        self.create_logged(agent, owner, task, cancel, false)
+        self.create_stored(agent, owner, task, None, false, stored_form)
     }
 
-    /// [`Self::create`]; `streamed`: the task's events are kept for resuming its stream.
+    /// Whether tasks are written to a durable store.
+    pub(crate) fn written_through(&self) -> bool {
+        self.journal.get().is_some()
+    }
+
+    /// Stores a new task whose work, if any is still going on, `cancel` can stop. An
+    /// unfinished one counts against its owner's quota until it finishes.
+    /// `owner` is the task's owner and what its unfinished count goes to when not the
+    /// owner (see [`StoredTask::quota`]); `streamed`: the task's events are kept for
+    /// resuming its stream.
     pub(crate) fn create_logged(
         &self,
         agent: Arc<str>,
@@ -607,6 +623,18 @@ impl Tasks {
         task: Task,
         cancel: Option<CancellationToken>,
         streamed: bool,
+    ) -> Result<(), StoreError> {
+        self.create_stored(agent, owner, task, cancel, streamed, None)
+    }
+
+    fn create_stored(
+        &self,
+        agent: Arc<str>,
+        owner: (Arc<str>, Option<Arc<str>>),
+        task: Task,
+        cancel: Option<CancellationToken>,
+        streamed: bool,
+        stored_form: Option<Box<[u8]>>,
     ) -> Result<(), StoreError> {
         let (owner, quota) = owner;
         let counted = !task.status.state.is_terminal();
@@ -652,7 +680,7 @@ impl Tasks {
             _ => None,
         };
         let metered = metered.filter(|_| counted);
-        let inserted = self.store.insert(StoredTask {
+        let stored = StoredTask {
             task,
             agent,
             owner,
@@ -664,7 +692,8 @@ impl Tasks {
             bytes,
             log: streamed.then(Box::default),
             metered,
-        });
+        };
+        let inserted = self.store.insert_answered(stored, stored_form);
         if let (Err(_), Some(counted_as)) = (&inserted, counted_as) {
             self.finished(&counted_as, bytes);
         }

@@ -80,6 +80,31 @@ async fn tasks_survive_a_crash_and_the_running_ones_fail_saying_why() {
     assert_eq!(ids, [running["id"].clone(), done["id"].clone()]);
 }
 
+/// On an agent's own path the answer carries no route stamp, and the store keeps the task
+/// as that answer wrote it rather than writing it again: it must read back the same.
+#[tokio::test]
+async fn a_task_answered_on_its_agents_path_reads_back_as_it_was_answered() {
+    let mut gw = start("");
+    let mut message = D::V10.message("kept as answered \"quoted\" \u{e9}");
+    message["metadata"] = json!({"client": {"n": 1}});
+    let answer = gw
+        .call(
+            "/a2a/agents/echo",
+            "SendMessage",
+            json!({"message": message}),
+        )
+        .await;
+    let task = answer["result"]["task"].clone();
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{answer}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    gw.kill_hard();
+    gw.restart();
+    let again = gw
+        .call("/a2a/agents/echo", "GetTask", json!({"id": task["id"]}))
+        .await;
+    assert_eq!(again["result"], task, "{again}");
+}
+
 #[tokio::test]
 async fn a_crash_loses_at_most_the_commit_interval() {
     // A long interval makes the window measurable; the bound is the same at 20 ms.
