@@ -460,6 +460,10 @@ impl Pending {
 /// A batch this large is committed at once rather than at the end of the interval.
 const MAX_BATCH: usize = 10_000;
 const MAINTENANCE_EVERY: Duration = Duration::from_secs(60);
+/// The longest the writer parks before it looks at the backlog again: a batch that fills
+/// up is committed then, not at the end of a long interval (up to 10 s), by which time the
+/// backlog would have filled and made requests wait.
+const PARK_AT_MOST: Duration = Duration::from_millis(10);
 
 /// Starts the writer thread; the journal sends it changes. The thread commits what is
 /// left and ends when every journal is gone (or the process exits: [`Journal::flush`]
@@ -784,7 +788,9 @@ fn write_loop(
                 Ok(change) => pending.add(change),
                 Err(TryRecvError::Disconnected) => open = false,
                 Err(TryRecvError::Empty) => match deadline.checked_duration_since(Instant::now()) {
-                    Some(left) if !left.is_zero() => std::thread::park_timeout(left),
+                    Some(left) if !left.is_zero() => {
+                        std::thread::park_timeout(left.min(PARK_AT_MOST))
+                    }
                     _ => break,
                 },
             }
@@ -879,4 +885,69 @@ pub(crate) struct Kept {
     pub(crate) shared: Option<Arc<Shared>>,
     /// Oldest first.
     pub(crate) loaded: Vec<(String, String)>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Says how many tasks each commit wrote.
+    struct Counting(mpsc::Sender<usize>);
+
+    impl Backend for Counting {
+        fn commit(&mut self, batch: &Batch) -> Result<(), String> {
+            let _ = self.0.send(batch.tasks.len());
+            Ok(())
+        }
+        fn maintain(&mut self) -> Result<(), String> {
+            Ok(())
+        }
+    }
+
+    struct AnyTask;
+
+    impl Snapshots for AnyTask {
+        fn snapshot(&self, key: TaskKey, _: Option<Box<[u8]>>) -> Option<Snapshot> {
+            Some(Snapshot {
+                id: key.to_string(),
+                agent: "a".into(),
+                owner: "o".into(),
+                seq: 0,
+                version: 0,
+                state: TaskState::Completed,
+                body: "{}".into(),
+            })
+        }
+    }
+
+    /// The writer parks through its interval, but a full batch is committed long before a
+    /// long interval ends, and a flush is answered at once.
+    #[test]
+    fn a_full_batch_and_a_flush_do_not_wait_for_a_long_interval() {
+        let (commits, committed) = mpsc::channel();
+        let interval = Duration::from_secs(10);
+        let health = Arc::new(WriteHealth::default());
+        let (journal, _writer) = start(
+            Box::new(Counting(commits)),
+            Arc::new(AnyTask),
+            interval,
+            false,
+            health,
+        )
+        .unwrap();
+        // The first change starts the interval; the rest come once the writer is parked.
+        journal.task_changed(0);
+        std::thread::sleep(Duration::from_millis(100));
+        for key in 1..MAX_BATCH as TaskKey {
+            journal.task_changed(key);
+        }
+        let first = committed.recv_timeout(Duration::from_secs(2));
+        assert_eq!(first, Ok(MAX_BATCH), "a full batch waited for the interval");
+        journal.task_changed(MAX_BATCH as TaskKey);
+        assert!(
+            journal.flush(Duration::from_secs(2)),
+            "a flush waited for the interval"
+        );
+        assert_eq!(committed.try_recv(), Ok(1));
+    }
 }
