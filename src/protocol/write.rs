@@ -26,8 +26,7 @@ pub fn task_answer(
 }
 
 /// [`task_answer`], and for a task with no metadata of its own, where in it the task's
-/// fields are up to its metadata (the stamp's): those closed with `}` are what [`task`]
-/// writes.
+/// fields are up to its metadata (the stamp's): see [`task_from_answer`].
 pub fn task_answer_marked(
     id: &super::jsonrpc::RpcId,
     task: &Task,
@@ -42,6 +41,12 @@ pub fn task_answer_marked(
     w.raw(b"}}");
     let unstamped = task.metadata.is_none().then_some(start..fields_end);
     Ok((w.0, unstamped))
+}
+
+/// The task as [`task`] writes it, from an answer and the fields [`task_answer_marked`]
+/// marked in it: those fields, closed (the stamp left out).
+pub fn task_from_answer(answer: &[u8], fields: std::ops::Range<usize>) -> Option<Box<[u8]>> {
+    Some([answer.get(fields)?, b"}"].concat().into_boxed_slice())
 }
 
 /// `task` as its `Serialize` writes it (a store's snapshot of it), written directly.
@@ -449,8 +454,8 @@ pub(super) mod tests {
                         assert!(task.metadata.is_some(), "{task:?}");
                         continue;
                     };
-                    let stored = [&answer[at], b"}"].concat();
-                    assert_eq!(stored, self::task(&task).unwrap(), "{task:?} {stamp:?}");
+                    let stored = task_from_answer(&answer, at).unwrap();
+                    assert_eq!(*stored, self::task(&task).unwrap(), "{task:?} {stamp:?}");
                     marked += 1;
                 }
             }

@@ -127,7 +127,7 @@ pub(crate) async fn run(
                     crate::telemetry::note_task_state(task.status.state.v03_name());
                     let answer = |body| WrittenAnswer {
                         body,
-                        stored_form: None,
+                        task_fields: None,
                     };
                     if protobuf_answer {
                         if let Some(bytes) = grpc_send::task_answer(task, stamp) {
@@ -136,15 +136,11 @@ pub(crate) async fn run(
                         }
                     }
                     match dialect {
-                        Dialect::V10 => match write::task_answer_marked(&id, task, stamp) {
-                            Ok((body, fields)) => Ok(WrittenAnswer {
-                                body,
-                                stored_form: fields,
+                        Dialect::V10 => write::task_answer_marked(&id, task, stamp)
+                            .map(|(body, task_fields)| WrittenAnswer { body, task_fields })
+                            .map_err(|e| {
+                                GatewayError::Internal(format!("serializing result: {e}"))
                             }),
-                            Err(e) => {
-                                Err(GatewayError::Internal(format!("serializing result: {e}")))
-                            }
-                        },
                         Dialect::V03 | Dialect::V01 => {
                             render_result(&id, V03(&Stamped { value: task, stamp })).map(answer)
                         }

@@ -10,7 +10,7 @@ use futures_util::stream::{self, Stream};
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use super::{viewer, Operations, Sent, TaskWriter};
+use super::{viewer, Operations, Sent, TaskWriter, WrittenAnswer};
 use crate::agents::{
     Agent, AgentBackend, Backend, BackendError, EventSink, Execution, Immediate, SinkProbe,
     SinkSetup, Update,
@@ -23,6 +23,7 @@ use crate::protocol::model::{
 use crate::protocol::ops::{ItemStream, ListTasksResponse, Positioned, SendRequest, SendResult};
 use crate::protocol::params::ListQuery;
 use crate::protocol::resume::ResumeFrom;
+use crate::protocol::write;
 use crate::routing::{conversation, ContextIndex};
 use crate::tasks::{Applied, Logged, Resumed, TaskPage, Tasks, Viewer};
 
@@ -422,14 +423,12 @@ impl LocalOps {
         let whole = history_length.is_none_or(|n| n >= task.history.len());
         let (answer, stored_form) = match writer {
             Some(write) if whole => {
-                let written = write(&task)?;
+                let WrittenAnswer { body, task_fields } = write(&task)?;
                 // A durable store keeps the task as the answer just wrote it.
-                let stored_form = written
-                    .stored_form
+                let stored_form = task_fields
                     .filter(|_| self.tasks.written_through())
-                    .and_then(|fields| written.body.get(fields))
-                    .map(|fields| [fields, b"}"].concat().into_boxed_slice());
-                (Sent::Written(written.body), stored_form)
+                    .and_then(|fields| write::task_from_answer(&body, fields));
+                (Sent::Written(body), stored_form)
             }
             _ => (
                 Sent::Result(SendResult::Task(task.view(history_length, true))),

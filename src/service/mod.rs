@@ -106,10 +106,9 @@ pub(crate) type TaskWriter<'a> = &'a (dyn Fn(&Task) -> Result<WrittenAnswer, Gat
 pub(crate) struct WrittenAnswer {
     pub(crate) body: Vec<u8>,
     /// For a task with no metadata of its own: where in `body` its fields are, up to its
-    /// metadata (the gateway's stamp). Closed with `}`, they are the task as a durable
-    /// store writes it (`protocol::write::task`): the store keeps that rather than writing
-    /// the task again.
-    pub(crate) stored_form: Option<std::ops::Range<usize>>,
+    /// metadata (the gateway's stamp). A durable store keeps the task made from them
+    /// (`protocol::write::task_from_answer`) rather than writing it again.
+    pub(crate) task_fields: Option<std::ops::Range<usize>>,
 }
 
 /// What a send returns: its result, or the answer already written by the [`TaskWriter`].

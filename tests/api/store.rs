@@ -80,8 +80,9 @@ async fn tasks_survive_a_crash_and_the_running_ones_fail_saying_why() {
     assert_eq!(ids, [running["id"].clone(), done["id"].clone()]);
 }
 
-/// On an agent's own path the answer carries no route stamp, and the store keeps the task
-/// as that answer wrote it rather than writing it again: it must read back the same.
+/// The store keeps a task answered at once as its answer wrote it rather than writing it
+/// again: it must read back the same. (On the agent's own path the answer and the later
+/// read carry the same stamp, so the whole task compares.)
 #[tokio::test]
 async fn a_task_answered_on_its_agents_path_reads_back_as_it_was_answered() {
     let mut gw = start("");
