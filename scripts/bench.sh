@@ -19,8 +19,9 @@
 #         once per connection) vs plain HTTP, the same build, in alternating rounds.
 # auth    the core benchmark with auth off, with an API-key caller and with an RS256 JWT
 #         caller (rate limiting on, with a tier too generous to refuse anything).
-# streams N SSE streams (default 10000) held open through the gateway to an upstream
-#         gateway over h2c; gateway memory per open stream.
+# streams SendStreamingMessage vs SendMessage latency at a fixed rate (RATE); then N SSE
+#         streams (default 10000) held open through the gateway to an upstream gateway
+#         over h2c; gateway memory per open stream.
 # agents  AGENTS (10000) generated echo agents: SendMessage to the last agent vs the first
 #         (target >= 0.95x), and the aggregated card asked for with gzip vs one agent's card
 #         (target >= 0.15x).
@@ -184,6 +185,19 @@ bench_proxy() {
 }
 
 bench_streams() {
+    # A streamed call beside a unary one on the same gateway, at a fixed rate: a stream's
+    # events and its closing chunk go out as written (TCP_NODELAY), rather than each waiting
+    # for the client to acknowledge the write before it (delayed up to 40 ms).
+    echo "== streams: SendStreamingMessage vs SendMessage to the echo agent, $RATE req/s for 10 s =="
+    local pe h="A2A-Version:1.0" stream="$ROOT/scripts/bench/send_streaming_message.json"
+    pe=$(free_port); gateway "$pe" "$ROOT/agents.d"
+    printf '%-20s %s\n' "unary" "$("$EX/loadgen" rate "http://127.0.0.1:$pe/a2a/agents/echo" "$BODY" "$RATE" 10 "$h")" \
+        "streamed" "$("$EX/loadgen" rate "http://127.0.0.1:$pe/a2a/agents/echo" "$stream" "$RATE" 10 "$h")"
+    if [ -n "$BASELINE_BIN" ]; then
+        local po; po=$(free_port); GW_BIN="$BASELINE_BIN" gateway "$po" "$ROOT/agents.d"
+        printf '%-20s %s\n' "baseline, streamed" "$("$EX/loadgen" rate "http://127.0.0.1:$po/a2a/agents/echo" "$stream" "$RATE" 10 "$h")"
+    fi
+
     echo "== streams: $STREAMS SSE streams held open through the gateway (upstream over h2c) =="
     local pu pg agents before after
     agents="$TMP/up.d"; mkdir -p "$agents"; cp "$ROOT/agents.d/echo.toml" "$agents/"

@@ -37,6 +37,7 @@ where
     F::Error: From<io::Error>,
 {
     fn_service(|io: TcpStream| async move {
+        no_delay(&io);
         const H2_PREFACE: &[u8] = b"PRI * HTTP/2";
         let mut buf = [0u8; 12];
         io.peek(&mut buf).await?;
@@ -49,6 +50,16 @@ where
         Ok::<_, F::Error>((JsonRejections::new(io), protocol, peer))
     })
     .and_then(http)
+}
+
+/// Sends each write at once. With Nagle's algorithm on, a streamed answer's next chunk (an
+/// SSE event, a stream's closing chunk) waits until the client acknowledges the previous
+/// one, and clients delay that acknowledgement by up to 40 ms: every streamed call (an A2A
+/// stream, an MCP tool call) took 40 ms more. A unary answer goes out in one write either way.
+pub(crate) fn no_delay(io: &TcpStream) {
+    if let Err(e) = io.set_nodelay(true) {
+        tracing::debug!(error = %e, "TCP_NODELAY not set");
+    }
 }
 
 /// A connection whose dispatcher-written rejections get JSON bodies.
@@ -222,6 +233,34 @@ mod tests {
         assert_eq!(body["error"]["code"], 400);
         let head_431 = b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
         assert!(replacement_for(head_431).is_some());
+    }
+
+    #[tokio::test]
+    async fn accepted_connections_send_each_write_at_once() {
+        use actix_service::Service;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        tokio::io::AsyncWriteExt::write_all(&mut client, b"GET / HTTP/1.1\r\n\r\n")
+            .await
+            .unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        assert!(!accepted.nodelay().unwrap(), "sockets start with Nagle on");
+        let http = fn_service(
+            |(io, _, _): (JsonRejections<TcpStream>, Protocol, Option<SocketAddr>)| async move {
+                assert!(
+                    io.get_ref().nodelay()?,
+                    "TCP_NODELAY set before the HTTP service"
+                );
+                Ok::<_, io::Error>(())
+            },
+        );
+        let listen = tcp_with_json_rejections(http)
+            .new_service(())
+            .await
+            .unwrap();
+        listen.call(accepted).await.unwrap();
     }
 
     #[test]

@@ -261,6 +261,7 @@ where
         let acceptor = acceptor.clone();
         async move {
             let peer = io.peer_addr().ok();
+            super::rejections::no_delay(&io);
             // One deadline for the first byte and the handshake together.
             let until = tokio::time::Instant::now() + handshake;
             let mut first = [0u8; 1];
