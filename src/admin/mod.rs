@@ -280,19 +280,7 @@ async fn json_body<T: serde::de::DeserializeOwned>(
     state: &AppState,
     body: web::Payload,
 ) -> Result<T, GatewayError> {
-    let typed = req
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok());
-    let json = typed.is_some_and(|t| {
-        let essence = t.split(';').next().unwrap_or("").trim();
-        essence.eq_ignore_ascii_case("application/json") || essence.ends_with("+json")
-    });
-    if !json {
-        return Err(GatewayError::ContentTypeNotSupported(
-            "send the body as application/json".into(),
-        ));
-    }
+    crate::http::check_json_type(req, "application/json")?;
     let hash = |h: &ahash::RandomState| h.hash_one(req.peer_addr().map(|a| a.ip()));
     let payer = Payer {
         hash: &hash,

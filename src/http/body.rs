@@ -22,10 +22,16 @@ use crate::error::GatewayError;
 /// any origin could otherwise run tasks on public agents. A JSON type always takes a
 /// preflight, which CORS answers.
 pub(super) fn check_content_type(req: &HttpRequest) -> Result<(), GatewayError> {
+    check_json_type(req, "application/json (or application/a2a+json)")
+}
+
+/// The body's Content-Type is JSON (`application/json` or any `+json` type); otherwise the
+/// error names what was sent and asks for `send_as`.
+pub(crate) fn check_json_type(req: &HttpRequest, send_as: &str) -> Result<(), GatewayError> {
     let Some(value) = req.headers().get(header::CONTENT_TYPE) else {
-        return Err(GatewayError::ContentTypeNotSupported(
-            "none given; send the body as application/json (or application/a2a+json)".into(),
-        ));
+        return Err(GatewayError::ContentTypeNotSupported(format!(
+            "none given; send the body as {send_as}"
+        )));
     };
     let raw = value.as_bytes();
     let essence = raw.split(|b| *b == b';').next().unwrap_or(raw).trim_ascii();
@@ -36,7 +42,7 @@ pub(super) fn check_content_type(req: &HttpRequest) -> Result<(), GatewayError> 
     } else {
         let essence = String::from_utf8_lossy(essence).to_ascii_lowercase();
         Err(GatewayError::ContentTypeNotSupported(format!(
-            "\"{essence}\"; send the body as application/json (or application/a2a+json)"
+            "\"{essence}\"; send the body as {send_as}"
         )))
     }
 }

@@ -35,7 +35,7 @@ use crate::routing::{self, Router, Served};
 use crate::service::A2aService;
 use crate::telemetry::Metrics;
 
-pub(crate) use body::{read_body, read_chunks, BodyLimits, Feeding, Payer};
+pub(crate) use body::{check_json_type, read_body, read_chunks, BodyLimits, Feeding, Payer};
 pub(crate) use caller::Caller;
 pub(crate) use card_cache::CardCache;
 pub(crate) use cards::extended as extended_card;

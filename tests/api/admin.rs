@@ -208,6 +208,11 @@ async fn runtime_agents_serve_at_once_and_are_checked_like_files() {
         .await
         .unwrap();
     assert_eq!(untyped.status(), 415);
+    let refusal = untyped.text().await.unwrap();
+    assert!(
+        refusal.contains(r#"\"text/plain\"; send the body as application/json"#),
+        "{refusal}"
+    );
     let huge = json!({"description": "x".repeat(2 << 20), "backend": {"kind": "echo"}});
     let (status, _) = admin(&gw, "PUT", "/agents/huge", Some(huge)).await;
     assert_eq!(status, 413);
