@@ -23,7 +23,7 @@
 #               the local Redis (a key prefix of the run's own, its keys deleted after)
 #   echo_postgres   the same on the local PostgreSQL shared by replicas (`shared = true`;
 #               a schema of the run's own, dropped after)
-#   echo_grpc   SendMessage -> echo over gRPC (examples/loadgen.rs grpc-calls)
+#   echo_grpc   SendMessage -> echo over gRPC (examples/loadgen.rs grpc-calls, its debug build)
 #   echo_mcp    MCP tools/call of the echo tool, in one session (2025-11-25)
 #   echo_otel   echo with every span exported over OTLP/HTTP (sample ratio 1.0) to a sink
 #   echo_usage  echo with usage counted ([usage] enabled: every call tallied per caller,
@@ -65,16 +65,20 @@ if [ $# -gt 0 ]; then
     BINS=("$@")
     ANCHORS=false
 else
-    (cd "$ROOT" && cargo build --release --quiet --bin a2a-gateway --example bare_jsonrpc --example bare_grpc --example plain_forwarder --example loadgen)
+    (cd "$ROOT" && cargo build --release --quiet --bin a2a-gateway --example bare_jsonrpc --example bare_grpc --example plain_forwarder)
     BINS=("$ROOT/target/release/a2a-gateway")
     ANCHORS=true
 fi
 EX="$ROOT/target/release/examples"
+# The gRPC calls' client runs outside callgrind, so its speed counts for nothing: the debug
+# build (the one `cargo test` leaves; a release one adds a minute of linking to CI's run).
+LOADGEN="$ROOT/target/debug/examples/loadgen"
+(cd "$ROOT" && cargo build --quiet --example loadgen)
 
 # The fixed-answer upstream the relays and the forwarder call (not under callgrind).
 UP_PORT=$(free_port)
-if [ ! -x "$EX/bare_jsonrpc" ] || [ ! -x "$EX/loadgen" ]; then
-    (cd "$ROOT" && cargo build --release --quiet --example bare_jsonrpc --example plain_forwarder --example loadgen)
+if [ ! -x "$EX/bare_jsonrpc" ]; then
+    (cd "$ROOT" && cargo build --release --quiet --example bare_jsonrpc --example plain_forwarder)
 fi
 "$EX/bare_jsonrpc" "127.0.0.1:$UP_PORT" 1 > "$TMP/upstream.log" 2>&1 &
 PIDS+=($!)
@@ -113,7 +117,7 @@ count() {
     local kind=$1
     shift
     if [ "$kind" = grpc ]; then
-        "$EX/loadgen" grpc-calls "127.0.0.1:$2" "$ROOT/scripts/bench/send_message_grpc.json" "$1"
+        "$LOADGEN" grpc-calls "127.0.0.1:$2" "$ROOT/scripts/bench/send_message_grpc.json" "$1"
         return
     fi
     python3 - "$kind" "$2" "$1" "$3" "$4" <<'PY'

@@ -43,7 +43,9 @@ fn runs_the_whole_suite() -> bool {
 }
 
 /// The gateway binary of the previous release, built once from this repository's history
-/// into `<target>/releases/<commit>/`.
+/// into `<target>/releases/<commit>/`, and kept once per machine (as the SDK venvs are): a
+/// commit's `--locked` build is the same gateway whichever clone built it, so a fresh clone
+/// on a machine that has run the suite before takes it at once rather than compiling it.
 pub(crate) fn binary() -> PathBuf {
     static BUILDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let pointer = repo_root().join("tests/fixtures/previous-release.toml");
@@ -52,6 +54,13 @@ pub(crate) fn binary() -> PathBuf {
         .parse()
         .unwrap_or_else(|e| panic!("{}: {e}", pointer.display()));
     let commit = release["commit"].as_str().expect("the release's commit");
+    let kept = machine_cache()
+        .join("releases")
+        .join(commit)
+        .join("a2a-gateway");
+    if kept.exists() {
+        return kept;
+    }
     // <target>/debug/deps/api-…: the test build's own target directory.
     let exe = std::env::current_exe().unwrap();
     let debug = exe.ancestors().nth(2).unwrap().to_path_buf();
@@ -67,7 +76,36 @@ pub(crate) fn binary() -> PathBuf {
             let _ = std::fs::remove_dir_all(&aside);
         }
     }
+    keep(&binary, &kept);
     binary
+}
+
+/// Where tools the tests fetch or build are kept per machine (`buf.sh` uses it too).
+fn machine_cache() -> PathBuf {
+    let var = |name| {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    var("A2A_TOOLS_CACHE")
+        .or_else(|| var("XDG_CACHE_HOME").map(|d| d.join("a2a-gateway")))
+        .or_else(|| var("HOME").map(|d| d.join(".cache/a2a-gateway")))
+        .unwrap_or_else(|| std::env::temp_dir().join("a2a-gateway-cache"))
+}
+
+/// Copies `binary` to `kept`, whole or not at all (copied aside, then renamed): another
+/// clone's suite may be reading the same place. A machine where it cannot be kept builds
+/// it again next time; that is all.
+fn keep(binary: &Path, kept: &Path) {
+    let Some(dir) = kept.parent() else { return };
+    let aside = dir.join(format!(".a2a-gateway.{}", std::process::id()));
+    let copied = std::fs::create_dir_all(dir)
+        .and_then(|()| std::fs::copy(binary, &aside))
+        .and_then(|_| std::fs::rename(&aside, kept));
+    if let Err(e) = copied {
+        let _ = std::fs::remove_file(&aside);
+        eprintln!("previous release: not kept in {}: {e}", dir.display());
+    }
 }
 
 /// Builds the gateway at `commit` in `root`, with the dependencies this test build
