@@ -58,6 +58,9 @@ pub(crate) fn binary() -> PathBuf {
         .join("releases")
         .join(commit)
         .join("a2a-gateway");
+    // Looked for under the lock: a caller that waited for the build finds it kept, rather
+    // than copying it again.
+    let _one_build = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
     if kept.exists() {
         return kept;
     }
@@ -66,7 +69,6 @@ pub(crate) fn binary() -> PathBuf {
     let debug = exe.ancestors().nth(2).unwrap().to_path_buf();
     let root = debug.parent().unwrap().join("releases").join(commit);
     let binary = root.join("target/debug/a2a-gateway");
-    let _one_build = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
     if !binary.exists() {
         // Built aside and moved in whole: a test process of its own (nextest) building it
         // too finds it done or builds its own.
